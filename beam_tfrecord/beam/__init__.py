@@ -1,0 +1,1 @@
+"""Beam glue: PTransforms and DoFns around the pure core."""

@@ -1,0 +1,115 @@
+"""Publication: move finished shards into place and write the manifest last.
+
+Order matters for crash safety. The old manifest (if any) is removed first, so from then on
+the directory does not look like a finished dataset; shards are renamed into place; stale
+files of the old dataset are removed; the dead-letter file and then the manifest are written,
+each to a temporary name and renamed. A crash at any step leaves no manifest, or the old one
+untouched, never a manifest that lists missing or foreign shards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from beam_tfrecord import storage
+from beam_tfrecord._version import __version__
+from beam_tfrecord.core.manifest import (DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo,
+                                         SplitInfo)
+from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, balance_spread
+from beam_tfrecord.core.samples import DeadLetter
+from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.errors import BeamTFRecordError, RejectedSamplesError
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishSettings:
+    """What publication needs besides the shards: identity and policy of the dataset."""
+
+    output_dir: str
+    temp_dir: str
+    run_id: str
+    dataset_name: str
+    schema: Schema
+    compression: Compression
+    salt: str
+    sharding: ShardingConfig
+    max_rejected_fraction: float
+    command: tuple[str, ...]
+    metadata: Mapping[str, Any]
+
+
+def _read_old_manifest(path: str) -> Manifest | None:
+    if not storage.exists(path):
+        return None
+    try:
+        return Manifest.loads(storage.read_bytes(path))
+    except BeamTFRecordError as err:
+        _LOG.warning("replacing an unreadable manifest at %s (%s); its shards are not cleaned up", path, err)
+        return None
+
+
+def publish(settings: PublishSettings, plan: DatasetPlan, shard_infos: Sequence[ShardInfo],
+            dead_letters: Sequence[DeadLetter]) -> Manifest:
+    """Checks the rejection threshold, then publishes the dataset. Returns the manifest written."""
+    out = settings.output_dir
+    rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
+    num_inputs = sum(s.num_records for s in shard_infos) + len(rejected)
+    dead_lines = "".join(json.dumps(d.to_json(), sort_keys=True) + "\n" for d in rejected)
+    if rejected and len(rejected) > settings.max_rejected_fraction * num_inputs:
+        path = storage.join(out, f"dead_letters-{settings.run_id}.jsonl")
+        storage.write_bytes_atomic(path, dead_lines.encode("utf-8"))
+        storage.delete_tree(settings.temp_dir)
+        raise RejectedSamplesError(len(rejected), num_inputs, settings.max_rejected_fraction, path,
+                                   [f"{d.key} [{d.stage.value}] {d.message}" for d in rejected[:5]])
+
+    by_split: dict[str, list[ShardInfo]] = {}
+    for info in sorted(shard_infos, key=lambda s: (s.split, s.index)):
+        by_split.setdefault(info.split, []).append(info)
+    planned = {(s.split, s.index) for s in plan.shards}
+    if planned != {(s.split, s.index) for s in shard_infos}:
+        raise BeamTFRecordError(f"shards written {sorted((s.split, s.index) for s in shard_infos)} differ from "
+                                f"the plan {sorted(planned)}")
+
+    manifest_path = storage.join(out, MANIFEST_FILENAME)
+    old = _read_old_manifest(manifest_path)
+    storage.delete_if_exists([manifest_path])  # unpublish first: from here on nothing looks finished
+    names = [s.filename for s in shard_infos]
+    storage.rename([storage.join(settings.temp_dir, "shards", n) for n in names], [storage.join(out, n) for n in names])
+    if old is not None:
+        stale = {s.filename for s in old.shards} - set(names)
+        if old.dead_letters and not rejected:
+            stale.add(old.dead_letters)
+        storage.delete_if_exists([storage.join(out, n) for n in sorted(stale)])
+    if rejected:
+        storage.write_bytes_atomic(storage.join(out, DEAD_LETTER_FILENAME), dead_lines.encode("utf-8"))
+
+    manifest = Manifest(
+        dataset_name=settings.dataset_name,
+        schema=settings.schema,
+        splits=tuple(SplitInfo(name=split.name, shards=tuple(by_split.get(split.name, [])),
+                               balance_spread=round(balance_spread(
+                                   [s.num_record_bytes for s in by_split.get(split.name, [])]), 6))
+                     for split in plan.splits),
+        compression=settings.compression,
+        created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        tool_version=__version__,
+        command=settings.command,
+        num_inputs=num_inputs,
+        num_rejected=len(rejected),
+        dead_letters=DEAD_LETTER_FILENAME if rejected else None,
+        salt=settings.salt,
+        sharding={"target_shard_bytes": settings.sharding.target_shard_bytes,
+                  "max_shard_bytes": settings.sharding.cap, "num_shards": settings.sharding.num_shards},
+        metadata=settings.metadata,
+    )
+    storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))
+    storage.delete_tree(settings.temp_dir)
+    return manifest

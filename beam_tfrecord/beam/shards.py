@@ -1,0 +1,93 @@
+"""Shard tasks and WriteShardFn: merge each run's slice of a shard, in hash order, into one file."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+
+import apache_beam as beam
+
+from beam_tfrecord import storage
+from beam_tfrecord.core.manifest import ShardInfo
+from beam_tfrecord.core.naming import Compression, ShardName
+from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
+from beam_tfrecord.core.runs import RunIndex, RunSlice, iter_run
+from beam_tfrecord.errors import CorruptShardError
+
+_NAMESPACE = "beam_tfrecord"
+_WRITE_CHUNK_BYTES = 4 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTask:
+    """Everything one worker needs to write one shard.
+
+    Attributes:
+        spec: the planned shard (split, index, hash range, expected records and bytes).
+        filename: final file name in the dataset directory.
+        temp_path: where to write it before publication.
+        sources: the slice of every run that holds records of this shard.
+    """
+
+    spec: ShardSpec
+    filename: str
+    temp_path: str
+    sources: tuple[RunSlice, ...]
+
+
+def shard_tasks(plan: DatasetPlan, runs: Sequence[RunIndex], *, dataset_name: str, compression: Compression,
+                shards_dir: str) -> list[ShardTask]:
+    """One task per planned shard, with the byte range of each run that feeds it."""
+    tasks = []
+    for spec in plan.shards:
+        filename = str(ShardName(dataset_name, spec.split, spec.index, spec.count, compression))
+        sources = []
+        for run in runs:
+            start, end, count = run.byte_range(spec.hash_lo, spec.hash_hi)
+            if count:
+                sources.append(RunSlice(run.path, start, end, count))
+        tasks.append(ShardTask(spec, filename, storage.join(shards_dir, filename), tuple(sorted(sources,
+                                                                                                key=lambda s: s.path))))
+    return tasks
+
+
+class WriteShardFn(beam.DoFn):
+    """Writes one shard from its run slices; yields its ShardInfo (with the temp path's checksum)."""
+
+    def __init__(self, compression: Compression) -> None:
+        self._compression = compression
+        self._records = beam.metrics.Metrics.counter(_NAMESPACE, "records_written")
+        self._bytes = beam.metrics.Metrics.counter(_NAMESPACE, "shard_bytes_written")
+
+    def process(self, task: ShardTask) -> Iterator[ShardInfo]:
+        writer = storage.HashingWriter(storage.open_write(task.temp_path), self._compression)
+        count = 0
+        record_bytes = 0
+        pending: list[bytes] = []
+        pending_bytes = 0
+        with ExitStack() as stack:
+            streams = []
+            for source in task.sources:
+                handle = stack.enter_context(storage.open_read(source.path))
+                handle.seek(source.start)
+                streams.append(iter_run(handle, source.end - source.start, name=source.path))
+            for _, framed in heapq.merge(*streams):
+                pending.append(framed)
+                pending_bytes += len(framed)
+                count += 1
+                if pending_bytes >= _WRITE_CHUNK_BYTES:
+                    writer.write(b"".join(pending))
+                    record_bytes += pending_bytes
+                    pending, pending_bytes = [], 0
+        writer.write(b"".join(pending))
+        record_bytes += pending_bytes
+        sha256 = writer.close()
+        if count != task.spec.num_records or record_bytes != task.spec.num_record_bytes:
+            raise CorruptShardError(task.temp_path, f"wrote {count} records / {record_bytes} bytes, the plan "
+                                                    f"expected {task.spec.num_records} / {task.spec.num_record_bytes}")
+        self._records.inc(count)
+        self._bytes.inc(writer.num_bytes)
+        yield ShardInfo(filename=task.filename, split=task.spec.split, index=task.spec.index, num_records=count,
+                        num_bytes=writer.num_bytes, num_record_bytes=record_bytes, sha256=sha256)

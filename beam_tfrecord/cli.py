@@ -1,0 +1,53 @@
+"""The ``beam-tfrecord`` command: build, inspect, verify."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.summary import describe
+from beam_tfrecord.verify import verify_dataset
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="beam-tfrecord", description="Build, inspect and verify TFRecord datasets.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("build", add_help=False,
+                        help="image folder -> dataset (a Beam job: --input, --output, and any pipeline option "
+                             "such as --runner); see `python -m pipelines.build_image_dataset --help`")
+    inspect = commands.add_parser("inspect", help="summarize a dataset's manifest")
+    inspect.add_argument("dataset", help="dataset directory")
+    inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    verify = commands.add_parser("verify", help="read every record and check CRCs, counts and checksums")
+    verify.add_argument("dataset", help="dataset directory")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["build"]:
+        from pipelines import build_image_dataset  # the Beam job, imported only when building
+
+        build_image_dataset.run(argv[1:])
+        return 0
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "inspect":
+            manifest = load_manifest(args.dataset)
+            print(json.dumps(manifest.to_json(), indent=2) if args.json else describe(manifest, args.dataset))
+        else:
+            report = verify_dataset(args.dataset)
+            print(f"OK: {report.num_shards} shards, {report.num_records} records, {report.num_bytes} bytes "
+                  f"verified in {args.dataset}")
+    except (BeamTFRecordError, OSError) as err:
+        print(f"beam-tfrecord {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""TFRecord framing: one small codec that works on any binary file handle.
+
+Each record is: uint64 little-endian length, masked CRC32C of those 8 bytes (uint32 LE),
+the data, masked CRC32C of the data (uint32 LE). Mask: rotate right by 15 bits, add
+0xa282ead8. CRC32C comes from google-crc32c (hardware accelerated), never pure Python.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import google_crc32c
+
+from beam_tfrecord.errors import CorruptShardError
+
+FRAMING_BYTES = 16  # 8 (length) + 4 (length CRC) + 4 (data CRC) per record
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc(data: bytes) -> int:
+    """The masked CRC32C that TFRecord stores for ``data``."""
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame(data: bytes) -> bytes:
+    """``data`` as one framed TFRecord."""
+    length = _LENGTH.pack(len(data))
+    return b"".join((length, _CRC.pack(masked_crc(length)), data, _CRC.pack(masked_crc(data))))
+
+
+def framed_size(data_bytes: int) -> int:
+    """Bytes a record of ``data_bytes`` occupies in an uncompressed TFRecord file."""
+    return data_bytes + FRAMING_BYTES
+
+
+def iter_records(stream: BinaryIO, *, name: str, verify: bool = True) -> Iterator[bytes]:
+    """Yields each record's data from an uncompressed TFRecord stream.
+
+    Args:
+        stream: a binary file handle positioned at a record boundary.
+        name: what to call the stream in errors (the shard's path).
+        verify: check both CRCs of every record.
+
+    Raises:
+        CorruptShardError: on a truncated record or a CRC mismatch, with its offset.
+    """
+    offset = 0
+    while True:
+        header = stream.read(12)
+        if not header:
+            return
+        if len(header) < 12:
+            raise CorruptShardError(name, f"truncated record header ({len(header)} of 12 bytes)", offset)
+        length_bytes = header[:8]
+        if verify and _CRC.unpack(header[8:])[0] != masked_crc(length_bytes):
+            raise CorruptShardError(name, "length CRC mismatch", offset)
+        (length,) = _LENGTH.unpack(length_bytes)
+        body = stream.read(length + 4)
+        if len(body) < length + 4:
+            raise CorruptShardError(name, f"truncated record (expected {length + 4} bytes after the header, "
+                                          f"got {len(body)})", offset)
+        data = body[:length]
+        if verify and _CRC.unpack(body[length:])[0] != masked_crc(data):
+            raise CorruptShardError(name, "data CRC mismatch", offset)
+        yield data
+        offset += length + FRAMING_BYTES

@@ -1,0 +1,182 @@
+"""The manifest: a versioned JSON file that describes (and, written last, publishes) a dataset.
+
+A reader trusts only what a manifest lists. The format version is the constant
+``MANIFEST_VERSION``, shared by writer and reader; any other version is a typed error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.errors import ManifestError, ManifestVersionError, UnknownSplitError
+
+MANIFEST_VERSION = 1
+MANIFEST_FILENAME = "manifest.json"
+DEAD_LETTER_FILENAME = "dead_letters.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardInfo:
+    """One written shard.
+
+    Attributes:
+        filename: file name, relative to the dataset directory.
+        split: the split it belongs to.
+        index: its index within the split.
+        num_records: records in it.
+        num_bytes: its size on storage (compressed, if compressed).
+        num_record_bytes: uncompressed framed bytes (what the planner balances).
+        sha256: hex SHA-256 of the file as stored.
+    """
+
+    filename: str
+    split: str
+    index: int
+    num_records: int
+    num_bytes: int
+    num_record_bytes: int
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitInfo:
+    """One split and its shards, in index order.
+
+    Attributes:
+        name: split name.
+        shards: its shards.
+        balance_spread: (largest - smallest) / largest uncompressed shard bytes, all shards but the
+            smallest (see plan.balance_spread).
+    """
+
+    name: str
+    shards: tuple[ShardInfo, ...]
+    balance_spread: float = 0.0
+
+    @property
+    def num_records(self) -> int:
+        return sum(s.num_records for s in self.shards)
+
+    @property
+    def num_bytes(self) -> int:
+        return sum(s.num_bytes for s in self.shards)
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """Everything a reader, a verifier or a refresh needs to know about a dataset.
+
+    Attributes:
+        dataset_name: the name in the shard files.
+        schema: the feature spec; the reader parses with it.
+        splits: splits in order.
+        compression: shard compression.
+        created_at: ISO-8601 UTC time the manifest was written.
+        tool_version: beam-tfrecord version that wrote it.
+        command: the command line (or options) that produced it.
+        num_inputs: samples that entered the writer; always num_written + num_rejected.
+        num_rejected: samples sent to the dead-letter file instead.
+        dead_letters: dead-letter file name (relative), or None when nothing was rejected.
+        salt: the hash salt that ordered and split the records.
+        sharding: the sharding options used (target, cap, count).
+        metadata: free-form extra facts (e.g. input fingerprint for refreshes).
+        version: manifest format version.
+    """
+
+    dataset_name: str
+    schema: Schema
+    splits: tuple[SplitInfo, ...]
+    compression: Compression
+    created_at: str
+    tool_version: str
+    command: tuple[str, ...]
+    num_inputs: int
+    num_rejected: int
+    dead_letters: str | None
+    salt: str
+    sharding: Mapping[str, Any]
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    version: int = MANIFEST_VERSION
+
+    def __post_init__(self) -> None:
+        if self.num_inputs != self.num_written + self.num_rejected:
+            raise ManifestError(f"num_inputs {self.num_inputs} != written {self.num_written} + rejected "
+                                f"{self.num_rejected}")
+
+    @property
+    def num_written(self) -> int:
+        return sum(split.num_records for split in self.splits)
+
+    def split(self, name: str) -> SplitInfo:
+        for split in self.splits:
+            if split.name == name:
+                return split
+        raise UnknownSplitError(name, [s.name for s in self.splits])
+
+    @property
+    def shards(self) -> tuple[ShardInfo, ...]:
+        return tuple(shard for split in self.splits for shard in split.shards)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "dataset_name": self.dataset_name,
+            "created_at": self.created_at,
+            "tool_version": self.tool_version,
+            "command": list(self.command),
+            "compression": self.compression.value or "NONE",
+            "num_inputs": self.num_inputs,
+            "num_written": self.num_written,
+            "num_rejected": self.num_rejected,
+            "dead_letters": self.dead_letters,
+            "salt": self.salt,
+            "sharding": dict(self.sharding),
+            "schema": self.schema.to_json(),
+            "splits": [
+                {"name": s.name, "num_records": s.num_records, "num_bytes": s.num_bytes,
+                 "balance_spread": s.balance_spread,
+                 "shards": [dataclasses.asdict(shard) for shard in s.shards]}
+                for s in self.splits
+            ],
+            "metadata": dict(self.metadata),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Manifest":
+        if not isinstance(data, Mapping):
+            raise ManifestError(f"a manifest must be a JSON object, got {type(data).__name__}")
+        if data.get("version") != MANIFEST_VERSION:
+            raise ManifestVersionError(data.get("version"), MANIFEST_VERSION)
+        try:
+            splits = tuple(
+                SplitInfo(name=s["name"], balance_spread=float(s.get("balance_spread", 0.0)),
+                          shards=tuple(ShardInfo(**shard) for shard in s["shards"]))
+                for s in data["splits"]
+            )
+            return cls(
+                dataset_name=data["dataset_name"], schema=Schema.from_json(data["schema"]), splits=splits,
+                compression=Compression.parse(data["compression"]), created_at=data["created_at"],
+                tool_version=data["tool_version"], command=tuple(data["command"]),
+                num_inputs=int(data["num_inputs"]), num_rejected=int(data["num_rejected"]),
+                dead_letters=data.get("dead_letters"), salt=data["salt"], sharding=dict(data["sharding"]),
+                metadata=dict(data.get("metadata", {})), version=int(data["version"]),
+            )
+        except (KeyError, TypeError) as err:
+            raise ManifestError(f"malformed manifest: missing or bad field {err}") from err
+
+    @classmethod
+    def loads(cls, text: str | bytes) -> "Manifest":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ManifestError(f"manifest is not valid JSON: {err}") from err
+        return cls.from_json(data)
+

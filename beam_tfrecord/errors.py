@@ -1,0 +1,117 @@
+"""Typed errors raised by beam-tfrecord.
+
+Every error names what was wrong, where, and what was expected, so that a
+message read in a Dataflow log is enough to find the bad input.
+"""
+
+from __future__ import annotations
+
+
+class BeamTFRecordError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class SchemaError(BeamTFRecordError, ValueError):
+    """A schema (feature spec) is malformed: a bad dtype, shape or option."""
+
+
+class SampleError(BeamTFRecordError, ValueError):
+    """One sample cannot be written: it names the sample, the feature and the expectation.
+
+    Attributes:
+        sample_key: the stable key of the sample (its source path, row id...).
+        feature: the feature name, or None when the problem is the whole sample.
+        expected: what the schema asks for.
+        got: a short description of what was found.
+    """
+
+    def __init__(self, sample_key: str, feature: str | None, expected: str, got: str) -> None:
+        self.sample_key = sample_key
+        self.feature = feature
+        self.expected = expected
+        self.got = got
+        where = f"feature {feature!r}: " if feature is not None else ""
+        super().__init__(f"{where}expected {expected}, got {got} in sample {sample_key!r}")
+
+
+class SampleReadError(BeamTFRecordError, OSError):
+    """The payload of a sample (a file it points to) could not be read."""
+
+    def __init__(self, sample_key: str, feature: str | None, path: str, reason: str) -> None:
+        self.sample_key = sample_key
+        self.feature = feature
+        self.path = path
+        self.reason = reason
+        where = f"feature {feature!r}: " if feature is not None else ""
+        super().__init__(f"{where}cannot read {path!r} ({reason}) in sample {sample_key!r}")
+
+
+class ManifestError(BeamTFRecordError, ValueError):
+    """A manifest is missing, unreadable or malformed."""
+
+
+class ManifestVersionError(ManifestError):
+    """A manifest was written by a format version this code does not read."""
+
+    def __init__(self, found: object, supported: int) -> None:
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"manifest format version {found!r} is not supported; this beam-tfrecord reads version {supported}"
+        )
+
+
+class UnknownSplitError(ManifestError, LookupError):
+    """A split name that the dataset does not have."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        self.known = known
+        super().__init__(f"split {name!r} is not in this dataset; it has {known}")
+
+
+class DatasetNotFoundError(BeamTFRecordError, FileNotFoundError):
+    """No published dataset (no manifest) exists at a path."""
+
+
+class ShardNameError(BeamTFRecordError, ValueError):
+    """A file name does not follow the shard naming template."""
+
+
+class ShardingError(BeamTFRecordError, ValueError):
+    """Sharding options are inconsistent, or a plan cannot meet them."""
+
+
+class CorruptShardError(BeamTFRecordError):
+    """A shard's bytes do not match the TFRecord framing or the manifest.
+
+    Attributes:
+        shard: the shard's path.
+        offset: byte offset (in the uncompressed record stream) where the problem was found,
+            or None when the problem concerns the whole file (size, checksum, count).
+        reason: what was wrong.
+    """
+
+    def __init__(self, shard: str, reason: str, offset: int | None = None) -> None:
+        self.shard = shard
+        self.offset = offset
+        self.reason = reason
+        at = f" at offset {offset}" if offset is not None else ""
+        super().__init__(f"shard {shard!r}{at}: {reason}")
+
+
+class RejectedSamplesError(BeamTFRecordError):
+    """More samples were rejected than the job allows; the dataset was not published."""
+
+    def __init__(self, num_rejected: int, num_inputs: int, max_fraction: float, dead_letter_path: str,
+                 examples: list[str]) -> None:
+        self.num_rejected = num_rejected
+        self.num_inputs = num_inputs
+        self.max_fraction = max_fraction
+        self.dead_letter_path = dead_letter_path
+        shown = "\n  ".join(examples)
+        super().__init__(
+            f"{num_rejected} of {num_inputs} input samples were rejected, more than the allowed fraction "
+            f"{max_fraction:g}; the dataset was NOT published. Every reason is in {dead_letter_path}. "
+            f"First reasons:\n  {shown}\n(Allow skipping with --max_rejected_fraction.)"
+        )

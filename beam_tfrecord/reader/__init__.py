@@ -1,0 +1,1 @@
+"""Readers: turn a published dataset back into batches (tf.data first)."""

@@ -1,0 +1,1 @@
+"""Sources: PTransforms that turn raw inputs into ``Sample``s with stable keys."""

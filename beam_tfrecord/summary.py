@@ -1,0 +1,42 @@
+"""Human-readable summaries of a manifest (for ``inspect`` and the end of a build)."""
+
+from __future__ import annotations
+
+from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.core.schema import feature_to_json
+
+
+def _size(num_bytes: int) -> str:
+    value = float(num_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{num_bytes} B"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def describe(manifest: Manifest, location: str, *, show_shards: bool = True) -> str:
+    lines = [
+        f"dataset {manifest.dataset_name!r} at {location}",
+        f"  {manifest.num_written} records written, {manifest.num_rejected} rejected, of {manifest.num_inputs} "
+        f"inputs; compression {manifest.compression.value or 'none'}; manifest v{manifest.version}, "
+        f"beam-tfrecord {manifest.tool_version}, {manifest.created_at}",
+    ]
+    if manifest.dead_letters:
+        lines.append(f"  rejected samples and reasons: {manifest.dead_letters}")
+    for split in manifest.splits:
+        lines.append(f"  split {split.name}: {split.num_records} records in {len(split.shards)} shards, "
+                     f"{_size(split.num_bytes)}, balance spread {split.balance_spread:.2%}")
+        if show_shards:
+            for shard in split.shards:
+                lines.append(f"    {shard.filename}  {shard.num_records} records  {_size(shard.num_bytes)}  "
+                             f"sha256 {shard.sha256[:12]}")
+    lines.append("  schema:")
+    for name, feature in {**manifest.schema.features, **manifest.schema.sequence_features}.items():
+        fields = {k: v for k, v in feature_to_json(feature).items() if k != "kind" and v not in (None, False)}
+        if "names" in fields and len(fields["names"]) > 8:
+            fields["names"] = fields["names"][:8] + ["..."]
+        detail = ", ".join(f"{k}={v}" for k, v in fields.items())
+        seq = " (per step)" if name in manifest.schema.sequence_features else ""
+        lines.append(f"    {name}: {feature.KIND}{seq} {detail}")
+    return "\n".join(lines)

@@ -1,0 +1,49 @@
+"""Verification: read every record of every shard and check it against the manifest."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from beam_tfrecord import storage
+from beam_tfrecord.core.framing import FRAMING_BYTES, iter_records
+from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.errors import CorruptShardError
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    num_shards: int
+    num_records: int
+    num_bytes: int
+
+
+def verify_dataset(dataset_dir: str) -> VerifyReport:
+    """Checks size, SHA-256, every record's CRCs and the record count of every shard.
+
+    Raises:
+        CorruptShardError: naming the first shard (and offset, for framing errors) that fails.
+    """
+    manifest = load_manifest(dataset_dir)
+    records = 0
+    for shard in manifest.shards:
+        path = storage.join(dataset_dir, shard.filename)
+        if not storage.exists(path):
+            raise CorruptShardError(path, "listed in the manifest but missing")
+        sha256, size = storage.sha256_and_size(path)
+        if size != shard.num_bytes:
+            raise CorruptShardError(path, f"size {size} bytes, manifest says {shard.num_bytes}")
+        if sha256 != shard.sha256:
+            raise CorruptShardError(path, f"SHA-256 {sha256} differs from the manifest's {shard.sha256}")
+        count = 0
+        record_bytes = 0
+        with storage.open_read(path, manifest.compression) as stream:
+            for data in iter_records(stream, name=path):
+                count += 1
+                record_bytes += len(data) + FRAMING_BYTES
+        if count != shard.num_records:
+            raise CorruptShardError(path, f"{count} records, manifest says {shard.num_records}")
+        if record_bytes != shard.num_record_bytes:
+            raise CorruptShardError(path, f"{record_bytes} record bytes, manifest says {shard.num_record_bytes}")
+        records += count
+    return VerifyReport(num_shards=len(manifest.shards), num_records=records,
+                        num_bytes=sum(s.num_bytes for s in manifest.shards))

@@ -1,0 +1,1 @@
+"""Runnable Beam jobs: thin ``run(argv=None)`` entry points over library transforms."""

@@ -1,0 +1,57 @@
+"""Options shared by every dataset-building job, and the one way they become a writer."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
+from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
+from beam_tfrecord.core.schema import Schema
+
+
+class DatasetOutputOptions(PipelineOptions):
+    """Where and how the dataset is written (every job takes these)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--output", help="dataset directory to write (local path or gs://bucket/dir)")
+        parser.add_argument("--dataset_name", default="data", help="name used in shard file names")
+        parser.add_argument("--splits", default="train=1.0",
+                            help="NAME=FRACTION,... (stable by key hash) or NAME=COUNT,...,NAME=* (exact counts)")
+        parser.add_argument("--target_shard_bytes", type=int, default=DEFAULT_TARGET_SHARD_BYTES,
+                            help="aim for shards of this many uncompressed bytes")
+        parser.add_argument("--max_shard_bytes", type=int, default=None,
+                            help="hard cap on a shard's uncompressed bytes (default: 2 x target)")
+        parser.add_argument("--num_shards", type=int, default=None,
+                            help="exactly this many shards per split instead of sizing by target")
+        parser.add_argument("--compression", default="none", choices=["none", "gzip", "zlib"],
+                            help="shard compression")
+        parser.add_argument("--salt", default=DEFAULT_SALT, help="hash salt for split assignment and order")
+        parser.add_argument("--max_rejected_fraction", type=float, default=0.0,
+                            help="publish anyway if at most this fraction of samples is rejected")
+        parser.add_argument("--spill_run_mib", type=int, default=64,
+                            help="MiB of encoded records a worker buffers before spilling a sorted run")
+
+
+def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], **extra) -> WriteTFRecordDataset:
+    """The writer transform configured from the shared options."""
+    if not options.output:
+        raise SystemExit("--output is required (a local directory or gs://bucket/dir)")
+    return WriteTFRecordDataset(
+        options.output, schema=schema, dataset_name=options.dataset_name,
+        splits=SplitConfig.parse(options.splits),
+        sharding=ShardingConfig(target_shard_bytes=options.target_shard_bytes,
+                                max_shard_bytes=options.max_shard_bytes, num_shards=options.num_shards),
+        compression=Compression.parse(options.compression), salt=options.salt,
+        max_rejected_fraction=options.max_rejected_fraction, spill_run_bytes=options.spill_run_mib << 20,
+        command=tuple(command), **extra)
+
+
+def quiet_logging() -> None:
+    """Keeps the console to what a user needs: warnings and errors, no per-stage chatter."""
+    logging.getLogger().setLevel(logging.WARNING)
