@@ -115,3 +115,50 @@ class RejectedSamplesError(BeamTFRecordError):
             f"{max_fraction:g}; the dataset was NOT published. Every reason is in {dead_letter_path}. "
             f"First reasons:\n  {shown}\n(Allow skipping with --max_rejected_fraction.)"
         )
+
+
+class MalformedRowError(SampleError):
+    """A manifest row (CSV/JSONL/Parquet) cannot be turned into a sample, e.g. too few columns."""
+
+
+class PathOutsideRootError(SampleReadError):
+    """A manifest points to a file outside the root the user restricted paths to."""
+
+    def __init__(self, sample_key: str, feature: str | None, path: str, root: str) -> None:
+        super().__init__(sample_key, feature, path, f"it resolves outside the allowed root {root!r}")
+        self.root = root
+
+
+class SourceError(BeamTFRecordError, ValueError):
+    """A source (manifest, array file, folder) is unusable as a whole: no files, no header, bad options."""
+
+
+class ImageDecodeError(BeamTFRecordError, ValueError):
+    """Image bytes could not be decoded (truncated, corrupt, or not an image at all)."""
+
+
+class ReaderError(BeamTFRecordError, ValueError):
+    """Read options are invalid: a malformed split expression, a bad worker index or batch size."""
+
+
+class MissingShardError(CorruptShardError, FileNotFoundError):
+    """A shard the manifest lists is not on storage."""
+
+    def __init__(self, shard: str) -> None:
+        super().__init__(shard, "listed in the manifest but missing from storage")
+
+
+class FeatureTransformError(BeamTFRecordError, ValueError):
+    """A per-feature transform (decode, resize...) failed on one sample's value.
+
+    Attributes:
+        sample_key: the sample's key.
+        feature: the feature whose transform failed.
+        cause: the exception the transform raised.
+    """
+
+    def __init__(self, sample_key: str, feature: str, cause: BaseException) -> None:
+        self.sample_key = sample_key
+        self.feature = feature
+        self.cause = cause
+        super().__init__(f"feature {feature!r}: {cause} in sample {sample_key!r}")

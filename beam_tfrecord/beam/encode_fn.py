@@ -18,7 +18,7 @@ from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.runs import RunIndex, encode_run
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.errors import SampleError, SampleReadError
+from beam_tfrecord.errors import FeatureTransformError, SampleError, SampleReadError
 
 import numpy as np
 
@@ -26,7 +26,8 @@ DEAD_LETTERS = "dead_letters"
 _NAMESPACE = "beam_tfrecord"
 
 # A per-feature function applied after files are loaded and before validation (e.g. decode and
-# resize an image). Whatever it raises sends the sample to the dead letters with stage DECODE.
+# resize an image). Whatever it raises sends the sample to the dead letters with stage DECODE, with a
+# message naming the feature. Absent (None) values are not transformed.
 FeatureTransform = Callable[[Any], Any]
 
 
@@ -72,9 +73,11 @@ class EncodeToRunsFn(beam.DoFn):
         self._buffer: list[tuple[int, bytes]] = []
         self._buffered_bytes = 0
 
-    def process(self, element: Sample | list[Sample]) -> Iterator[Any]:
+    def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[Any]:
         for sample in element if isinstance(element, list) else (element,):
-            outcome = self._encode_one(sample)
+            # Sources emit a DeadLetter for an input they could not even turn into a sample
+            # (a malformed row, a path outside the allowed root), so every input is counted here.
+            outcome = sample if isinstance(sample, DeadLetter) else self._encode_one(sample)
             if isinstance(outcome, DeadLetter):
                 self._rejected[outcome.stage].inc()
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, outcome)
@@ -95,12 +98,14 @@ class EncodeToRunsFn(beam.DoFn):
             sample = load_file_refs(sample)
             stage = Stage.DECODE
             if self._transforms:
-                sample = Sample(sample.key, {name: self._transforms[name](value) if name in self._transforms
-                                             else value for name, value in sample.values.items()})
+                sample = self._transform(sample)
             stage = Stage.VALIDATE
             record = self._encoder.encode(sample)
         except (SampleError, SampleReadError) as err:
             return DeadLetter.from_error(sample.key, stage, err)
+        except FeatureTransformError as err:  # named after the transform's own error type
+            return DeadLetter(key=sample.key, stage=stage, error_type=type(err.cause).__name__,
+                              message=str(err), feature=err.feature)
         except Exception as err:  # a user transform or decoder failing is a per-sample problem
             if stage is Stage.VALIDATE:
                 raise
@@ -111,6 +116,17 @@ class EncodeToRunsFn(beam.DoFn):
                                                   "(the hard shard-size cap)", f"{len(framed)} bytes")
             return DeadLetter.from_error(sample.key, Stage.ENCODE, error)
         return key_hash(sample.key, self._salt), framed
+
+    def _transform(self, sample: Sample) -> Sample:
+        values = dict(sample.values)
+        for name, transform in self._transforms.items():
+            if values.get(name) is None:
+                continue  # absent: the encoder applies the default or rejects it
+            try:
+                values[name] = transform(values[name])
+            except Exception as err:  # whatever a decoder raises is this sample's problem
+                raise FeatureTransformError(sample.key, name, err) from err
+        return Sample(sample.key, values)
 
     def _flush(self) -> RunIndex:
         entries = sorted(self._buffer)

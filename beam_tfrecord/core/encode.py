@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 
 from beam_tfrecord.core import proto
+from beam_tfrecord.core.image_ops import check_decodable
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import (ClassLabel, DType, Feature, FixedList, Image, ImageFormat, Scalar, Schema,
                                        Tensor, VarList)
-from beam_tfrecord.errors import SampleError
+from beam_tfrecord.errors import ImageDecodeError, SampleError
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -199,6 +200,12 @@ def _image_filler(feature: Image) -> _Filler:
             if shape != feature.shape:
                 raise SampleError(key, name, f"{feature.format.value} image of shape {feature.shape}",
                                   f"shape {shape}")
+        if feature.check_decode:
+            try:
+                check_decodable(data)
+            except ImageDecodeError as err:
+                raise SampleError(key, name, f"a complete, decodable {feature.format.value} image",
+                                  str(err).removeprefix("cannot decode ")) from err
         dest.bytes_list.value.append(data)
 
     return fill

@@ -166,16 +166,23 @@ class Tensor:
 class Image:
     """An encoded image (JPEG, PNG...), stored as its bytes.
 
+    By default the writer checks the signature (and, with a shape, the header) only, which is
+    cheap; ``check_decode`` decodes every image in full to catch truncated or corrupt files.
+
     Attributes:
         format: the encoding every sample must have.
         shape: (height, width, channels) that every image must decode to, or None for any size.
+        check_decode: decode each image completely when validating (slower; catches truncation).
     """
 
     KIND: ClassVar[str] = "image"
     format: ImageFormat
     shape: tuple[int, int, int] | None = None
+    check_decode: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.check_decode, bool):
+            raise SchemaError(f"Image: check_decode must be a bool, got {self.check_decode!r}")
         if self.shape is not None:
             shape = tuple(self.shape)
             if len(shape) != 3 or any(not isinstance(d, int) or d < 1 for d in shape):
@@ -213,6 +220,9 @@ FEATURE_TYPES: tuple[type, ...] = (Scalar, FixedList, VarList, Tensor, Image, Cl
 SEQUENCE_FEATURE_TYPES: tuple[type, ...] = (Scalar, FixedList, VarList)
 _BY_KIND: dict[str, type] = {cls.KIND: cls for cls in FEATURE_TYPES}
 _ENUM_FIELDS: dict[str, type[enum.Enum]] = {"dtype": DType, "format": ImageFormat}
+# Fields added after the first manifest version: left out of the JSON while at their default, so
+# schemas that do not use them serialize exactly as before.
+_OMIT_AT_DEFAULT: frozenset[str] = frozenset({"check_decode"})
 
 
 def feature_to_json(feature: Feature) -> dict[str, Any]:
@@ -220,6 +230,8 @@ def feature_to_json(feature: Feature) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": feature.KIND}
     for field in dataclasses.fields(feature):
         value = getattr(feature, field.name)
+        if field.name in _OMIT_AT_DEFAULT and value == field.default:
+            continue
         if isinstance(value, enum.Enum):
             value = value.value
         elif isinstance(value, tuple):
@@ -247,22 +259,24 @@ def feature_from_json(name: str, data: Mapping[str, Any]) -> Feature:
         raise SchemaError(f"feature {name!r}: unknown kind {data['kind']!r}; known: {sorted(_BY_KIND)}")
     kwargs: dict[str, Any] = {}
     names = {f.name for f in dataclasses.fields(cls)}
-    for key, value in data.items():
-        if key == "kind":
-            continue
-        if key not in names:
-            raise SchemaError(f"feature {name!r}: unknown field {key!r} for kind {cls.KIND!r}")
-        if key == "dtype" and cls is Tensor:
-            value = TensorDType(value)
-        elif key in _ENUM_FIELDS:
-            value = _ENUM_FIELDS[key](value)
-        elif key in ("shape", "names") and value is not None:
-            value = tuple(value)
-        elif key == "default":
-            value = _decode_default(value)
-        kwargs[key] = value
     try:
+        for key, value in data.items():
+            if key == "kind":
+                continue
+            if key not in names:
+                raise SchemaError(f"feature {name!r}: unknown field {key!r} for kind {cls.KIND!r}")
+            if key == "dtype" and cls is Tensor:
+                value = TensorDType(value)
+            elif key in _ENUM_FIELDS:
+                value = _ENUM_FIELDS[key](value)
+            elif key in ("shape", "names") and value is not None:
+                value = tuple(value)
+            elif key == "default":
+                value = _decode_default(value)
+            kwargs[key] = value
         return cls(**kwargs)
+    except SchemaError:
+        raise
     except (TypeError, ValueError) as err:
         raise SchemaError(f"feature {name!r}: {err}") from err
 

@@ -1,21 +1,30 @@
-"""tf.data parse specs built from the schema: nobody writes a feature_description by hand."""
+"""tf.data parse specs and batch decoding built from the schema: nobody writes a feature_description.
+
+``make_batch_parser`` returns one function that turns a batch of serialized records (a 1-d string
+tensor) into a dict of batched tensors: one ``parse_example`` / ``parse_sequence_example`` call per
+batch, then raw-bytes tensors restored to dtype and N-d shape, images decoded if asked, and
+variable-length features left ragged or padded.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow's first import: keep logs quiet
 
 import tensorflow as tf  # noqa: E402
 
-from beam_tfrecord.core.schema import (ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema,  # noqa: E402
-                                       Tensor, VarList)
+from beam_tfrecord.core.schema import (ClassLabel, DType, Feature, FixedList, Image, Scalar,  # noqa: E402
+                                       Schema, Tensor, VarList)
+from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen  # noqa: E402
 
 TF_DTYPES = {DType.INT64: tf.int64, DType.FLOAT32: tf.float32, DType.BYTES: tf.string, DType.STRING: tf.string}
+ParsedBatch = dict[str, "tf.Tensor | tf.RaggedTensor"]
 
 
 def parse_feature(feature: Feature) -> tf.io.FixedLenFeature | tf.io.RaggedFeature:
-    """The parse spec of one context feature."""
+    """The parse spec of one (context) feature."""
     if isinstance(feature, Scalar):
         return tf.io.FixedLenFeature([], TF_DTYPES[feature.dtype], default_value=feature.default)
     if isinstance(feature, FixedList):
@@ -30,27 +39,80 @@ def parse_feature(feature: Feature) -> tf.io.FixedLenFeature | tf.io.RaggedFeatu
     raise TypeError(f"no parse spec for {feature!r}")
 
 
-def parse_sequence_feature(feature: Feature) -> tf.io.FixedLenSequenceFeature | tf.io.RaggedFeature:
-    """The parse spec of one per-step feature of a SequenceExample."""
-    if isinstance(feature, Scalar):
-        return tf.io.RaggedFeature(TF_DTYPES[feature.dtype], row_splits_dtype=tf.int64)
-    if isinstance(feature, FixedList):
-        return tf.io.RaggedFeature(TF_DTYPES[feature.dtype], row_splits_dtype=tf.int64)
-    if isinstance(feature, VarList):
-        return tf.io.RaggedFeature(TF_DTYPES[feature.dtype], row_splits_dtype=tf.int64)
-    raise TypeError(f"no sequence parse spec for {feature!r}")
-
-
 def feature_description(schema: Schema) -> dict[str, tf.io.FixedLenFeature | tf.io.RaggedFeature]:
     """The ``tf.io.parse_example`` spec of a schema's (context) features."""
     return {name: parse_feature(feature) for name, feature in schema.features.items()}
 
 
-def restore_tensors(schema: Schema, parsed: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-    """Decodes raw-bytes tensors back to their dtype and N-d shape (batch dimension first)."""
-    out = dict(parsed)
-    for name, feature in schema.features.items():
-        if isinstance(feature, Tensor):
-            flat = tf.io.decode_raw(parsed[name], tf.as_dtype(feature.dtype.value), little_endian=True)
-            out[name] = tf.reshape(flat, [-1, *feature.shape])
-    return out
+def sequence_description(schema: Schema) -> dict[str, tf.io.RaggedFeature]:
+    """The per-step parse spec of a SequenceExample schema (each parses to [batch, (steps), (values)])."""
+    return {name: tf.io.RaggedFeature(TF_DTYPES[feature.dtype], row_splits_dtype=tf.int64)
+            for name, feature in schema.sequence_features.items()}
+
+
+def _restore_steps(feature: Feature, steps: tf.RaggedTensor) -> tf.RaggedTensor:
+    """[batch, (steps), (values)] -> [batch, (steps)] for scalars, [batch, (steps), length] for fixed lists."""
+    if isinstance(feature, Scalar):
+        return tf.RaggedTensor.from_row_splits(steps.values.values, steps.row_splits, validate=False)
+    if isinstance(feature, FixedList):
+        values = tf.reshape(steps.values.values, [-1, feature.length])
+        return tf.RaggedTensor.from_row_splits(values, steps.row_splits, validate=False)
+    return steps
+
+
+def _decode_image(shape: tuple[int, int, int], decoding: ImageDecoding, encoded: tf.Tensor) -> tf.Tensor:
+    """Decodes (and resizes) a batch of encoded images to [batch, height, width, channels]."""
+    resize = decoding.size is not None
+
+    def decode_one(data: tf.Tensor) -> tf.Tensor:
+        image = tf.io.decode_image(data, channels=shape[2], expand_animations=False)
+        if resize:
+            image = tf.cast(tf.clip_by_value(tf.round(tf.image.resize(image, shape[:2])), 0, 255), tf.uint8)
+        return tf.ensure_shape(image, shape)
+
+    images = tf.map_fn(decode_one, encoded, fn_output_signature=tf.TensorSpec(shape, tf.uint8))
+    if decoding.pixel_type is PixelType.FLOAT32:
+        images = tf.cast(images, tf.float32) / 255.0
+    return images
+
+
+def _pad(value: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
+    return value.to_tensor() if isinstance(value, tf.RaggedTensor) else value
+
+
+def make_batch_parser(schema: Schema, *, var_len: VarLen = VarLen.RAGGED,
+                      image_decoding: ImageDecoding | None = None) -> Callable[[tf.Tensor], ParsedBatch]:
+    """The function that parses a batch of serialized records into a dict of batched tensors.
+
+    Args:
+        schema: the dataset's schema (from its manifest).
+        var_len: ragged or padded variable-length features.
+        image_decoding: decode ``Image`` features to pixels; None keeps the encoded bytes.
+
+    Raises:
+        ReaderError: when images must be decoded but their size is neither fixed nor given.
+    """
+    context_spec = feature_description(schema)
+    sequence_spec = sequence_description(schema)
+    image_shapes = ({name: image_decoding.output_shape(name, f) for name, f in schema.features.items()
+                     if isinstance(f, Image)} if image_decoding is not None else {})
+
+    def parse(records: tf.Tensor) -> ParsedBatch:
+        if sequence_spec:
+            context, steps, _ = tf.io.parse_sequence_example(records, context_features=context_spec or None,
+                                                             sequence_features=sequence_spec)
+            out = dict(context)
+            out.update({name: _restore_steps(schema.sequence_features[name], value) for name, value in steps.items()})
+        else:
+            out = dict(tf.io.parse_example(records, context_spec))
+        for name, feature in schema.features.items():
+            if isinstance(feature, Tensor):
+                flat = tf.io.decode_raw(out[name], tf.as_dtype(feature.dtype.value), little_endian=True)
+                out[name] = tf.reshape(flat, [-1, *feature.shape])
+            elif name in image_shapes:
+                out[name] = _decode_image(image_shapes[name], image_decoding, out[name])
+        if var_len is VarLen.PADDED:
+            out = {name: _pad(value) for name, value in out.items()}
+        return out
+
+    return parse

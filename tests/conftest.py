@@ -1,0 +1,13 @@
+"""Shared fixtures: a small sample image folder, built once per test session."""
+
+import pytest
+
+from pipelines.make_sample_images import write_sample_images
+
+
+@pytest.fixture(scope="session")
+def sample_images(tmp_path_factory) -> str:
+    """300 deterministic 64x64 JPEGs in three class folders."""
+    root = tmp_path_factory.mktemp("images")
+    write_sample_images(str(root), per_class=100, size=64, seed=0)
+    return str(root)
