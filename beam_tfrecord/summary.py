@@ -30,7 +30,7 @@ def describe(manifest: Manifest, location: str, *, show_shards: bool = True) -> 
         if show_shards:
             for shard in split.shards:
                 lines.append(f"    {shard.filename}  {shard.num_records} records  {_size(shard.num_bytes)}  "
-                             f"sha256 {shard.sha256[:12]}")
+                             f"crc32c {shard.crc32c}")
     lines.append("  schema:")
     for name, feature in {**manifest.schema.features, **manifest.schema.sequence_features}.items():
         fields = {k: v for k, v in feature_to_json(feature).items() if k != "kind" and v not in (None, False)}

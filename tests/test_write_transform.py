@@ -5,7 +5,7 @@ import os
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
 from beam_tfrecord import (ClassLabel, DType, Scalar, Schema, ShardingConfig, SplitConfig, Tensor, TensorDType,
@@ -41,7 +41,7 @@ def _read_split(out: str, split: str) -> dict[str, tuple[int, bytes]]:
 def test_publishes_a_balanced_manifest_and_every_sample(tmp_path):
     out = str(tmp_path / "ds")
     samples = _samples(2_000)
-    with TestPipeline() as pipeline:
+    with BeamTestPipeline() as pipeline:
         manifests = (pipeline
                      | beam.Create([samples[i:i + 100] for i in range(0, 2_000, 100)])  # chunks of rows
                      | WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse("train=0.9,test=0.1"),
@@ -66,7 +66,7 @@ def test_publishes_a_balanced_manifest_and_every_sample(tmp_path):
 def test_mixed_order_no_class_pure_shards(tmp_path):
     out = str(tmp_path / "ds")
     samples = sorted(_samples(1_000), key=lambda s: s.values["label"])  # arrives sorted by class
-    with TestPipeline() as pipeline:
+    with BeamTestPipeline() as pipeline:
         _ = pipeline | beam.Create(samples) | WriteTFRecordDataset(
             out, schema=SCHEMA, sharding=ShardingConfig(target_shard_bytes=50_000))
     manifest = load_manifest(out)
@@ -82,7 +82,7 @@ def test_bad_samples_fail_the_job_by_default_and_nothing_is_published(tmp_path):
     samples = _samples(20) + [Sample("bad-label", {"pixels": np.zeros((8, 8, 3), np.uint8), "label": "zebra",
                                                    "weight": 1.0})]
     with pytest.raises(Exception) as info:
-        with TestPipeline() as pipeline:
+        with BeamTestPipeline() as pipeline:
             _ = pipeline | beam.Create(samples) | WriteTFRecordDataset(out, schema=SCHEMA)
     assert "RejectedSamplesError" in repr(info.value) or isinstance(info.value, RejectedSamplesError)
     assert "1 of 21 input samples were rejected" in str(info.value)
@@ -96,7 +96,7 @@ def test_bad_samples_within_the_threshold_go_to_dead_letters(tmp_path):
     out = str(tmp_path / "ds")
     samples = _samples(20) + [Sample("nan-weight", {"pixels": np.zeros((8, 8, 3), np.uint8), "label": 1,
                                                    "weight": float("nan")})]
-    with TestPipeline() as pipeline:
+    with BeamTestPipeline() as pipeline:
         _ = pipeline | beam.Create(samples) | WriteTFRecordDataset(out, schema=SCHEMA, max_rejected_fraction=0.1)
     manifest = load_manifest(out)
     assert (manifest.num_inputs, manifest.num_written, manifest.num_rejected) == (21, 20, 1)

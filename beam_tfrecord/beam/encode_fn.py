@@ -33,7 +33,7 @@ FeatureTransform = Callable[[Any], Any]
 
 def load_file_refs(sample: Sample) -> Sample:
     """Replaces every FileRef value with the file's bytes; raises SampleReadError naming the file."""
-    if not any(isinstance(v, FileRef) for v in sample.values.values()):
+    if FileRef not in set(map(type, sample.values.values())):
         return sample
     values = dict(sample.values)
     for name, value in sample.values.items():
@@ -74,19 +74,22 @@ class EncodeToRunsFn(beam.DoFn):
         self._buffered_bytes = 0
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[Any]:
+        encoded = 0
+        encode_one = self._encode_one
         for sample in element if isinstance(element, list) else (element,):
             # Sources emit a DeadLetter for an input they could not even turn into a sample
             # (a malformed row, a path outside the allowed root), so every input is counted here.
-            outcome = sample if isinstance(sample, DeadLetter) else self._encode_one(sample)
-            if isinstance(outcome, DeadLetter):
+            outcome = sample if sample.__class__ is DeadLetter else encode_one(sample)
+            if outcome.__class__ is DeadLetter:
                 self._rejected[outcome.stage].inc()
                 yield beam.pvalue.TaggedOutput(DEAD_LETTERS, outcome)
                 continue
-            self._encoded.inc()
+            encoded += 1
             self._buffer.append(outcome)
             self._buffered_bytes += len(outcome[1])
             if self._buffered_bytes >= self._run_bytes:
                 yield self._flush()
+        self._encoded.inc(encoded)
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._buffer:

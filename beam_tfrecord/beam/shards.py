@@ -83,11 +83,11 @@ class WriteShardFn(beam.DoFn):
                     pending, pending_bytes = [], 0
         writer.write(b"".join(pending))
         record_bytes += pending_bytes
-        sha256 = writer.close()
+        crc32c = writer.close()
         if count != task.spec.num_records or record_bytes != task.spec.num_record_bytes:
             raise CorruptShardError(task.temp_path, f"wrote {count} records / {record_bytes} bytes, the plan "
                                                     f"expected {task.spec.num_records} / {task.spec.num_record_bytes}")
         self._records.inc(count)
         self._bytes.inc(writer.num_bytes)
         yield ShardInfo(filename=task.filename, split=task.spec.split, index=task.spec.index, num_records=count,
-                        num_bytes=writer.num_bytes, num_record_bytes=record_bytes, sha256=sha256)
+                        num_bytes=writer.num_bytes, num_record_bytes=record_bytes, crc32c=crc32c)

@@ -260,8 +260,8 @@ class SampleEncoder:
         key, values = sample
         if not isinstance(values, Mapping):
             raise SampleError(key, None, "a mapping of feature names to values", describe(values))
-        unknown = [name for name in values if name not in self._known]
-        if unknown:
+        if not self._known.issuperset(values):
+            unknown = [name for name in values if name not in self._known]
             raise SampleError(key, unknown[0], f"only schema features {sorted(self._known)}",
                               "a feature the schema does not declare")
         if self._sequence:

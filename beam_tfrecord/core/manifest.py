@@ -31,7 +31,9 @@ class ShardInfo:
         num_records: records in it.
         num_bytes: its size on storage (compressed, if compressed).
         num_record_bytes: uncompressed framed bytes (what the planner balances).
-        sha256: hex SHA-256 of the file as stored.
+        crc32c: CRC32C of the file as stored, 8 hex digits. CRC32C rather than SHA-256: it is
+            hardware-accelerated (~20x faster on every shard byte) and it is the checksum GCS keeps
+            for every object, so a gs:// copy can be checked against its metadata.
     """
 
     filename: str
@@ -40,7 +42,7 @@ class ShardInfo:
     num_records: int
     num_bytes: int
     num_record_bytes: int
-    sha256: str
+    crc32c: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,7 +61,11 @@ class RunSlice:
 
 def encode_run(entries: list[tuple[int, bytes]]) -> bytes:
     """Serializes (hash, framed record) entries, which must already be sorted."""
-    return b"".join(h.to_bytes(HASH_BYTES, "little") + framed for h, framed in entries)
+    parts: list[bytes] = []
+    for key_hash, framed in entries:
+        parts.append(key_hash.to_bytes(HASH_BYTES, "little"))
+        parts.append(framed)
+    return b"".join(parts)
 
 
 def iter_run(stream: BinaryIO, num_bytes: int, *, name: str) -> Iterator[tuple[int, bytes]]:

@@ -1,0 +1,190 @@
+"""Write benchmark: (a) single-process tf.train.Example + TFRecordWriter, (b) naive Beam
+(Create -> Map(serialize) -> WriteToTFRecord(num_shards=8)), (c) beam-tfrecord's writer on the
+DirectRunner, on the same data in one run. Prints records/s, MB/s, peak RSS and c/a, c/b.
+
+    python benchmarks/write_benchmark.py                       # both workloads, full size
+    python benchmarks/write_benchmark.py --records 100000 --blobs 1000   # quicker
+
+Each variant runs in its own process; peak RSS is the whole process tree's (workers included),
+sampled every 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import workloads  # noqa: E402
+from measure import child_env, run_measured  # noqa: E402
+
+VARIANTS = ("a_single_process", "b_naive_beam", "c_beam_tfrecord")
+
+
+# ----- the variants (each runs in a child process) -----
+
+def _tf_example(image: bytes, label: int):
+    import tensorflow as tf
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+    })).SerializeToString()
+
+
+def _inputs(workload: str, args: argparse.Namespace):
+    """Yields (key, image bytes, label) for the workload, the same for every variant."""
+    if workload == "small":
+        for index in range(workloads.num_chunks(args.records)):
+            keys, images, labels = workloads.small_chunk(index, args.records)
+            for key, image, label in zip(keys, images, labels.tolist()):
+                yield key, image.tobytes(), label
+    else:
+        for i, path in enumerate(workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)):
+            with open(path, "rb") as handle:
+                yield os.path.basename(path), handle.read(), i % 10
+
+
+def run_a(workload: str, args: argparse.Namespace, out: str) -> None:
+    import tensorflow as tf
+
+    os.makedirs(out, exist_ok=True)
+    with tf.io.TFRecordWriter(os.path.join(out, "data.tfrecord")) as writer:
+        for _, image, label in _inputs(workload, args):
+            writer.write(_tf_example(image, label))
+
+
+def _small_records(index: int, total: int):
+    keys, images, labels = workloads.small_chunk(index, total)
+    return [(image.tobytes(), label) for image, label in zip(images, labels.tolist())]
+
+
+def _read_blob(path: str, label: int):
+    with open(path, "rb") as handle:
+        return handle.read(), label
+
+
+def run_b(workload: str, args: argparse.Namespace, out: str) -> None:
+    import apache_beam as beam
+
+    with beam.Pipeline(argv=["--runner=DirectRunner"]) as pipeline:
+        if workload == "small":
+            rows = (pipeline | beam.Create(range(workloads.num_chunks(args.records)))
+                    | beam.FlatMap(_small_records, args.records))
+        else:
+            paths = workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
+            rows = pipeline | beam.Create([(p, i % 10) for i, p in enumerate(paths)]) | beam.MapTuple(_read_blob)
+        _ = (rows | beam.MapTuple(_tf_example)
+             | beam.io.WriteToTFRecord(os.path.join(out, "data"), num_shards=8))
+
+
+def _small_samples(index: int, total: int):
+    from beam_tfrecord import Sample
+
+    keys, images, labels = workloads.small_chunk(index, total)
+    return [Sample(key, {"image": image, "label": label}) for key, image, label in zip(keys, images, labels.tolist())]
+
+
+def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
+    import apache_beam as beam
+
+    from beam_tfrecord import (ClassLabel, FileRef, Sample, Scalar, Schema, ShardingConfig, Tensor, TensorDType,
+                               WriteTFRecordDataset, DType)
+
+    options = ["--runner=DirectRunner", *args.c_options.split()]
+    sharding = ShardingConfig(target_shard_bytes=args.target_shard_mib << 20)
+    with beam.Pipeline(argv=options) as pipeline:
+        if workload == "small":
+            schema = Schema({"image": Tensor(TensorDType.UINT8, workloads.IMAGE_SHAPE),
+                             "label": ClassLabel(tuple(str(i) for i in range(10)))})
+            samples = (pipeline | beam.Create(range(workloads.num_chunks(args.records)))
+                       | beam.Map(_small_samples, args.records))  # one element = a chunk of 1,000 samples
+        else:
+            schema = Schema({"image": Scalar(DType.BYTES), "label": Scalar(DType.INT64)})
+            paths = workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
+            samples = pipeline | beam.Create([Sample(os.path.basename(p), {"image": FileRef(p), "label": i % 10})
+                                              for i, p in enumerate(paths)])
+        _ = samples | WriteTFRecordDataset(out, schema=schema, sharding=sharding)
+
+
+# ----- the driver -----
+
+def _measure(variant: str, workload: str, args: argparse.Namespace, out: str) -> dict:
+    """Runs one variant in a child process; returns its time, peak process-tree RSS and output size."""
+    command = [sys.executable, __file__, "--child", variant, "--workload", workload, "--out", out,
+               "--records", str(args.records), "--blobs", str(args.blobs), "--blob_kib", str(args.blob_kib),
+               "--blob_dir", args.blob_dir, "--c_options", args.c_options,
+               "--target_shard_mib", str(args.target_shard_mib)]
+    measured = run_measured(command, env=child_env(HERE))
+    seconds = json.loads(measured.stdout.strip().splitlines()[-1])["seconds"]
+    written = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(out) for f in files
+                  if ".tfrecord" in f or f.startswith("data-"))
+    return {"variant": variant, "seconds": seconds, "peak_rss_mb": measured.peak_rss_bytes / 2**20, "bytes": written}
+
+
+def _report(workload: str, records: int, results: list[dict]) -> None:
+    print(f"\nworkload {workload}: {records} records")
+    print(f"  {'variant':<18} {'seconds':>8} {'records/s':>11} {'MB/s':>8} {'peak RSS MB':>12}")
+    for r in results:
+        print(f"  {r['variant']:<18} {r['seconds']:8.2f} {records / r['seconds']:11,.0f} "
+              f"{r['bytes'] / 1e6 / r['seconds']:8.1f} {r['peak_rss_mb']:12,.0f}")
+    by = {r["variant"]: records / r["seconds"] for r in results}
+    a, b, c = (by.get(v) for v in VARIANTS)
+    if a and c:
+        print(f"  c/a = {c / a:.2f}")
+    if b and c:
+        print(f"  c/b = {c / b:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default="small,blobs")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--records", type=int, default=1_000_000, help="small records")
+    parser.add_argument("--blobs", type=int, default=5_000)
+    parser.add_argument("--blob_kib", type=int, default=200)
+    parser.add_argument("--blob_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_bench_blobs"))
+    parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_bench_out"))
+    parser.add_argument("--c_options", default="--direct_running_mode=multi_processing --direct_num_workers=2",
+                        help="pipeline options for variant (c): its best local settings")
+    parser.add_argument("--target_shard_mib", type=int, default=128)
+    parser.add_argument("--child", choices=VARIANTS)
+    parser.add_argument("--workload", choices=["small", "blobs"])
+    parser.add_argument("--out")
+    args = parser.parse_args()
+
+    if args.child:
+        runner = {"a_single_process": run_a, "b_naive_beam": run_b, "c_beam_tfrecord": run_c}[args.child]
+        if args.workload == "small":
+            import tensorflow  # noqa: F401  (import time is not part of any variant's figure)
+        if args.workload == "blobs":
+            workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
+        start = time.perf_counter()
+        runner(args.workload, args, args.out)
+        print(json.dumps({"seconds": time.perf_counter() - start}))
+        return
+
+    for workload in args.workloads.split(","):
+        if workload == "blobs":
+            workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
+            subprocess.run(["cat", *workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)],
+                           stdout=subprocess.DEVNULL, check=True)  # warm the page cache for every variant alike
+        results = []
+        for variant in args.variants.split(","):
+            out = os.path.join(args.work_dir, f"{workload}-{variant}")
+            shutil.rmtree(out, ignore_errors=True)
+            results.append(_measure(variant, workload, args, out))
+            shutil.rmtree(out, ignore_errors=True)
+        _report(workload, args.records if workload == "small" else args.blobs, results)
+
+
+if __name__ == "__main__":
+    main()
