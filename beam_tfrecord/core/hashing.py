@@ -6,11 +6,20 @@ input, and keeps a sample in the same split when new samples are added on a refr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 
+@functools.lru_cache(maxsize=16)
+def _keyed(salt: str) -> "hashlib._Hash":
+    return hashlib.blake2b(digest_size=8, key=salt.encode("utf-8")[:64])
+
+
 def key_hash(key: str, salt: str) -> int:
-    """A uniform 64-bit unsigned hash of ``key``, salted so different datasets shuffle differently."""
-    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8,
-                             key=salt.encode("utf-8")[:64]).digest()
-    return int.from_bytes(digest, "big")
+    """A uniform 64-bit unsigned hash of ``key``, salted so different datasets shuffle differently.
+
+    BLAKE2b keyed with the salt; the keyed state is built once per salt and copied per key.
+    """
+    hasher = _keyed(salt).copy()
+    hasher.update(key.encode("utf-8", "surrogatepass"))
+    return int.from_bytes(hasher.digest(), "big")
