@@ -38,6 +38,31 @@ class DatasetOutputOptions(PipelineOptions):
                             help="MiB of encoded records a worker buffers before spilling a sorted run")
 
 
+_SECRET_WORDS = ("token", "secret", "password", "passwd", "credential", "api_key", "private_key")
+
+
+def redact_command(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command line with the value of any option that looks secret replaced by ``<redacted>``.
+
+    The manifest records the command that produced a dataset; credentials never belong there.
+    """
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        secret = arg.startswith("-") and any(word in name.lower() for word in _SECRET_WORDS)
+        if secret and eq:
+            out.append(f"{name}=<redacted>")
+        else:
+            out.append(arg)
+            hide_next = secret
+    return tuple(out)
+
+
 def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], **extra) -> WriteTFRecordDataset:
     """The writer transform configured from the shared options."""
     if not options.output:
@@ -49,7 +74,7 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
                                 max_shard_bytes=options.max_shard_bytes, num_shards=options.num_shards),
         compression=Compression.parse(options.compression), salt=options.salt,
         max_rejected_fraction=options.max_rejected_fraction, spill_run_bytes=options.spill_run_mib << 20,
-        command=tuple(command), **extra)
+        command=redact_command(command), **extra)
 
 
 def quiet_logging() -> None:

@@ -103,3 +103,12 @@ def test_bad_samples_within_the_threshold_go_to_dead_letters(tmp_path):
     lines = open(os.path.join(out, manifest.dead_letters)).read().splitlines()
     assert len(lines) == 1 and '"stage": "validate"' in lines[0] and '"feature": "weight"' in lines[0]
     assert "expected float32 scalar that is finite" in lines[0]
+
+
+def test_secrets_in_the_command_line_are_redacted():
+    from pipelines.common import redact_command
+
+    assert redact_command(["job", "--output", "gs://b/d", "--access_token=abc", "--db_password", "hunter2",
+                           "--dataset_name", "x"]) == (
+        "job", "--output", "gs://b/d", "--access_token=<redacted>", "--db_password", "<redacted>",
+        "--dataset_name", "x")

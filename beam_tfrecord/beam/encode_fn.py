@@ -13,14 +13,13 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.encode import SampleEncoder
-from beam_tfrecord.core.framing import frame
+from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.runs import RunIndex, encode_run
+from beam_tfrecord.core.runs import RunIndex, encode_run, make_entry
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import FeatureTransformError, SampleError, SampleReadError
 
-import numpy as np
 
 DEAD_LETTERS = "dead_letters"
 _NAMESPACE = "beam_tfrecord"
@@ -70,7 +69,7 @@ class EncodeToRunsFn(beam.DoFn):
         self._encoder = SampleEncoder(self._schema)
 
     def start_bundle(self) -> None:
-        self._buffer: list[tuple[int, bytes]] = []
+        self._buffer: list[bytes] = []  # run entries: hash prefix + framed record
         self._buffered_bytes = 0
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[Any]:
@@ -86,7 +85,7 @@ class EncodeToRunsFn(beam.DoFn):
                 continue
             encoded += 1
             self._buffer.append(outcome)
-            self._buffered_bytes += len(outcome[1])
+            self._buffered_bytes += len(outcome)
             if self._buffered_bytes >= self._run_bytes:
                 yield self._flush()
         self._encoded.inc(encoded)
@@ -95,7 +94,7 @@ class EncodeToRunsFn(beam.DoFn):
         if self._buffer:
             yield WindowedValue(self._flush(), MIN_TIMESTAMP, [GlobalWindow()])
 
-    def _encode_one(self, sample: Sample) -> tuple[int, bytes] | DeadLetter:
+    def _encode_one(self, sample: Sample) -> bytes | DeadLetter:
         stage = Stage.READ
         try:
             sample = load_file_refs(sample)
@@ -113,12 +112,11 @@ class EncodeToRunsFn(beam.DoFn):
             if stage is Stage.VALIDATE:
                 raise
             return DeadLetter.from_error(sample.key, stage, err)
-        framed = frame(record)
-        if len(framed) > self._max_record_bytes:
+        if framed_size(len(record)) > self._max_record_bytes:
             error = SampleError(sample.key, None, f"a record of at most {self._max_record_bytes} bytes "
-                                                  "(the hard shard-size cap)", f"{len(framed)} bytes")
+                                                  "(the hard shard-size cap)", f"{framed_size(len(record))} bytes")
             return DeadLetter.from_error(sample.key, Stage.ENCODE, error)
-        return key_hash(sample.key, self._salt), framed
+        return make_entry(key_hash(sample.key, self._salt), record)
 
     def _transform(self, sample: Sample) -> Sample:
         values = dict(sample.values)
@@ -132,13 +130,12 @@ class EncodeToRunsFn(beam.DoFn):
         return Sample(sample.key, values)
 
     def _flush(self) -> RunIndex:
-        entries = sorted(self._buffer)
+        entries = sorted(self._buffer)  # entries start with the big-endian hash: bytes order is hash order
         path = storage.join(self._runs_dir, f"{uuid.uuid4().hex}.run")
         with storage.open_write(path) as handle:
             handle.write(encode_run(entries))
         self._runs.inc()
-        index = RunIndex(path=path, hashes=np.fromiter((h for h, _ in entries), dtype=np.uint64, count=len(entries)),
-                         framed_sizes=np.fromiter((len(f) for _, f in entries), dtype=np.int64, count=len(entries)))
+        index = RunIndex.of_entries(path, entries)
         self._buffer = []
         self._buffered_bytes = 0
         return index

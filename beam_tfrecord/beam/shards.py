@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 
@@ -13,7 +12,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
-from beam_tfrecord.core.runs import RunIndex, RunSlice, iter_run
+from beam_tfrecord.core.runs import RunIndex, RunSlice, merge_slices
 from beam_tfrecord.errors import CorruptShardError
 
 _NAMESPACE = "beam_tfrecord"
@@ -43,13 +42,9 @@ def shard_tasks(plan: DatasetPlan, runs: Sequence[RunIndex], *, dataset_name: st
     tasks = []
     for spec in plan.shards:
         filename = str(ShardName(dataset_name, spec.split, spec.index, spec.count, compression))
-        sources = []
-        for run in runs:
-            start, end, count = run.byte_range(spec.hash_lo, spec.hash_hi)
-            if count:
-                sources.append(RunSlice(run.path, start, end, count))
-        tasks.append(ShardTask(spec, filename, storage.join(shards_dir, filename), tuple(sorted(sources,
-                                                                                                key=lambda s: s.path))))
+        slices = (run.slice(spec.hash_lo, spec.hash_hi) for run in runs)
+        sources = tuple(sorted((s for s in slices if s.num_entries), key=lambda s: s.path))
+        tasks.append(ShardTask(spec, filename, storage.join(shards_dir, filename), sources))
     return tasks
 
 
@@ -72,8 +67,8 @@ class WriteShardFn(beam.DoFn):
             for source in task.sources:
                 handle = stack.enter_context(storage.open_read(source.path))
                 handle.seek(source.start)
-                streams.append(iter_run(handle, source.end - source.start, name=source.path))
-            for _, framed in heapq.merge(*streams):
+                streams.append(handle)
+            for framed in merge_slices(streams, task.sources):
                 pending.append(framed)
                 pending_bytes += len(framed)
                 count += 1
