@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import uuid
 import zlib
 from typing import BinaryIO
 
+import google_crc32c
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -51,19 +52,41 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     rename([temp], [path])
 
 
+@functools.lru_cache(maxsize=1)
+def _gcs():
+    """One GCS client per process, for single-object copy and delete.
+
+    Beam's ``GcsFileSystem.rename``/``delete`` send JSON-API *batch* requests, which local GCS
+    emulators (fake-gcs-server) answer with an empty multipart body; one request per object
+    works on both real GCS and the emulator. A copy also replaces its destination in one step,
+    so a renamed-over pointer file (``LATEST``) is never missing.
+    """
+    from apache_beam.io.gcp.gcsio import GcsIO  # needs the [gcp] extra only when gs:// is used
+
+    return GcsIO()
+
+
+def _is_gcs(path: str) -> bool:
+    return FileSystems.get_scheme(path) == "gs"
+
+
 def rename(sources: list[str], destinations: list[str]) -> None:
-    """Renames files, replacing existing destinations (GCS: copy then delete)."""
+    """Renames files, replacing existing destinations (GCS: copy over, then delete the source)."""
     if not sources:
         return
-    existing = [d for d in destinations if FileSystems.exists(d)]
-    if existing and FileSystems.get_scheme(destinations[0]) == "gs":
-        FileSystems.delete(existing)  # GCS rename refuses to overwrite
+    if _is_gcs(sources[0]):
+        for source, destination in zip(sources, destinations, strict=True):
+            _gcs().rename(source, destination)
+        return
     FileSystems.rename(sources, destinations)
 
 
 def delete_if_exists(paths: list[str]) -> None:
     present = [p for p in paths if FileSystems.exists(p)]
-    if present:
+    if present and _is_gcs(present[0]):
+        for path in present:
+            _gcs().delete(path)
+    elif present:
         FileSystems.delete(present)
 
 
@@ -83,15 +106,15 @@ def list_files(pattern: str) -> list[tuple[str, int]]:
     return sorted((m.path, m.size_in_bytes) for m in result.metadata_list)
 
 
-def sha256_and_size(path: str, chunk_bytes: int = 8 << 20) -> tuple[str, int]:
-    """Hex SHA-256 and size of a file as stored."""
-    digest = hashlib.sha256()
+def crc32c_and_size(path: str, chunk_bytes: int = 8 << 20) -> tuple[str, int]:
+    """CRC32C (8 hex digits) and size of a file as stored."""
+    digest = google_crc32c.Checksum()
     size = 0
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         while chunk := handle.read(chunk_bytes):
             digest.update(chunk)
             size += len(chunk)
-    return digest.hexdigest(), size
+    return digest.hexdigest().decode("ascii"), size
 
 
 class HashingWriter:
@@ -104,7 +127,7 @@ class HashingWriter:
 
     def __init__(self, raw: BinaryIO, compression: Compression) -> None:
         self._raw = raw
-        self._digest = hashlib.sha256()
+        self._digest = google_crc32c.Checksum()
         self.num_bytes = 0
         self._compressor = (zlib.compressobj(6, zlib.DEFLATED, _ZLIB_WBITS[compression])
                             if compression is not Compression.NONE else None)
@@ -119,8 +142,8 @@ class HashingWriter:
         self._store(self._compressor.compress(data) if self._compressor else data)
 
     def close(self) -> str:
-        """Flushes, closes the raw handle and returns the hex SHA-256 of the stored bytes."""
+        """Flushes, closes the raw handle and returns the CRC32C (8 hex digits) of the stored bytes."""
         if self._compressor:
             self._store(self._compressor.flush())
         self._raw.close()
-        return self._digest.hexdigest()
+        return self._digest.hexdigest().decode("ascii")

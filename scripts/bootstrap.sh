@@ -9,11 +9,14 @@ STAMP="$VENV/.installed-$(sha256sum "$ROOT/setup.py" | cut -c1-16)"
 if [ ! -f "$STAMP" ]; then
   echo "setting up $VENV (first run: about 2 minutes)..." >&2
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" >&2 || true
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check -e "$ROOT[test,parquet]" 2>&1 \
-    | grep -vE "is ignored|^\s*$" >&2 || true
-  "$VENV/bin/python" -c "import beam_tfrecord, apache_beam, tensorflow" 2>/dev/null \
-    || { echo "installation failed: see pip output above" >&2; exit 1; }
+  LOG="$VENV/install.log"
+  if ! { "$VENV/bin/pip" install --disable-pip-version-check --upgrade pip \
+         && "$VENV/bin/pip" install --disable-pip-version-check -e "$ROOT[test,parquet]" \
+         && "$VENV/bin/pip" install --disable-pip-version-check "torch==2.13.0"; } >"$LOG" 2>&1; then
+    grep -v "is ignored" "$LOG" | tail -40 >&2
+    echo "installation failed; the full log is $LOG" >&2
+    exit 1
+  fi
   touch "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
