@@ -1,8 +1,15 @@
 """Shared fixtures: a small sample image folder, built once per test session."""
 
+import os
+
 import pytest
 
 from pipelines.make_sample_images import write_sample_images
+
+# Functions defined in test modules are pickled by reference; worker subprocesses of the
+# multi-processing and portable runners must be able to import them as pytest does.
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.get("PYTHONPATH")]))
 
 
 @pytest.fixture(scope="session")
