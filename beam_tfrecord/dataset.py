@@ -1,21 +1,92 @@
-"""Finding and loading a published dataset's manifest."""
+"""Finding and loading a published dataset's manifest.
+
+A path given to a reader is either a dataset directory (it holds ``manifest.json``) or a
+versioned dataset *root* written by scheduled refreshes::
+
+    ROOT/LATEST                    one line: the id of the newest complete version
+    ROOT/versions/<id>/manifest.json, shards...
+
+A root resolves to ``ROOT/versions/<LATEST>``. A version becomes visible only through LATEST,
+and LATEST is replaced in one step after the version's manifest is written, so a reader given
+the root never sees a half-written version.
+"""
 
 from __future__ import annotations
 
+import re
+import weakref
+
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
-from beam_tfrecord.errors import DatasetNotFoundError
+from beam_tfrecord.errors import DatasetNotFoundError, LatestPointerError
+
+LATEST_FILENAME = "LATEST"
+VERSIONS_DIRNAME = "versions"
+# 20260131T020000.000Z-1a2b3c (UTC, milliseconds; ids without milliseconds are read too): sorts by time.
+VERSION_ID_PATTERN = re.compile(r"\d{8}T\d{6}(?:\.\d{3})?Z-[0-9a-f]{6}")
+
+# id(manifest) -> (path the caller gave, directory the manifest was read from). It pins a root
+# to the version whose manifest was loaded, so shard_paths() never mixes a manifest with the
+# shards of a version published in between.
+_LOADED_FROM: dict[int, tuple[str, str]] = {}
+
+
+def version_dir(root: str, version_id: str) -> str:
+    """``ROOT/versions/<version_id>``."""
+    return storage.join(root, VERSIONS_DIRNAME, version_id)
+
+
+def read_latest(root: str) -> str | None:
+    """The version id LATEST names, or None when ``root`` has no LATEST file.
+
+    Raises:
+        LatestPointerError: when LATEST holds anything but one well-formed version id.
+    """
+    path = storage.join(root, LATEST_FILENAME)
+    if not storage.exists(path):
+        return None
+    text = storage.read_bytes(path).decode("utf-8", errors="replace").strip()
+    if not VERSION_ID_PATTERN.fullmatch(text):
+        raise LatestPointerError(root, f"holds {text[:80]!r}, expected a version id like "
+                                       "20260131T020000.000Z-1a2b3c")
+    return text
+
+
+def resolve_dataset_dir(path: str) -> str:
+    """The directory that holds the manifest: ``path`` itself, or its latest version for a root.
+
+    Raises:
+        LatestPointerError: when ``path`` is a root whose LATEST is corrupt.
+    """
+    latest = read_latest(path)
+    return path if latest is None else version_dir(path, latest)
 
 
 def load_manifest(dataset_dir: str) -> Manifest:
-    """Loads the manifest of the dataset at ``dataset_dir``; only a manifest makes a dataset."""
-    path = storage.join(dataset_dir, MANIFEST_FILENAME)
+    """Loads the manifest of the dataset at ``dataset_dir``; only a manifest makes a dataset.
+
+    ``dataset_dir`` may be a versioned root (see the module docstring): its latest version is loaded.
+    """
+    resolved = resolve_dataset_dir(dataset_dir)
+    path = storage.join(resolved, MANIFEST_FILENAME)
     if not storage.exists(path):
+        if resolved != dataset_dir:
+            raise LatestPointerError(dataset_dir, f"names {resolved!r}, which has no {MANIFEST_FILENAME}")
         raise DatasetNotFoundError(f"no published dataset at {dataset_dir!r}: {MANIFEST_FILENAME} is missing "
                                    "(a build that did not finish leaves none)")
-    return Manifest.loads(storage.read_bytes(path))
+    manifest = Manifest.loads(storage.read_bytes(path))
+    key = id(manifest)
+    _LOADED_FROM[key] = (dataset_dir, resolved)
+    weakref.finalize(manifest, _LOADED_FROM.pop, key, None)
+    return manifest
 
 
 def shard_paths(dataset_dir: str, manifest: Manifest, split: str) -> list[str]:
-    """Full paths of a split's shards, in index order."""
-    return [storage.join(dataset_dir, shard.filename) for shard in manifest.split(split).shards]
+    """Full paths of a split's shards, in index order.
+
+    For a root, the shards are those of the version ``manifest`` was loaded from (when it came
+    from ``load_manifest``), otherwise of the version LATEST names now.
+    """
+    given, resolved = _LOADED_FROM.get(id(manifest), (None, None))
+    directory = resolved if given == dataset_dir else resolve_dataset_dir(dataset_dir)
+    return [storage.join(directory, shard.filename) for shard in manifest.split(split).shards]

@@ -162,3 +162,25 @@ class FeatureTransformError(BeamTFRecordError, ValueError):
         self.feature = feature
         self.cause = cause
         super().__init__(f"feature {feature!r}: {cause} in sample {sample_key!r}")
+
+
+class RefreshError(BeamTFRecordError):
+    """A versioned dataset root (ROOT/LATEST, ROOT/versions/<id>/) is inconsistent or cannot be refreshed."""
+
+
+class LatestPointerError(RefreshError, ValueError):
+    """A dataset root's LATEST pointer is unreadable or names a version that is not complete.
+
+    Attributes:
+        root: the dataset root.
+        reason: what was wrong with the pointer.
+    """
+
+    def __init__(self, root: str, reason: str) -> None:
+        self.root = root
+        self.reason = reason
+        super().__init__(f"dataset root {root!r}: LATEST pointer {reason}")
+
+
+class AudioDecodeError(BeamTFRecordError, ValueError):
+    """Audio bytes could not be decoded (not a WAV file, truncated, unsupported encoding)."""

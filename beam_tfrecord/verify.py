@@ -6,7 +6,7 @@ import dataclasses
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.framing import FRAMING_BYTES, iter_records
-from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
 from beam_tfrecord.errors import CorruptShardError
 
 
@@ -24,6 +24,7 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
     Raises:
         CorruptShardError: naming the first shard (and offset, for framing errors) that fails.
     """
+    dataset_dir = resolve_dataset_dir(dataset_dir)  # a refresh root means its latest complete version
     manifest = load_manifest(dataset_dir)
     records = 0
     for shard in manifest.shards:

@@ -1,8 +1,8 @@
 """Read benchmark: the tutorials' recipe vs the raw record rate vs ``read_dataset``, on the same shards.
 
 Builds (once, with the project's Beam writer) a dataset of ~3 KB records, CIFAR-like: a 32x32x3
-uint8 ``Tensor`` and a ``ClassLabel``. Then, in one run, times a full pass of each reader after
-a warm-up pass (so every mode reads from the page cache):
+uint8 ``Tensor`` and a ``ClassLabel``. Then, in one run, times full passes of each reader, mode
+after mode, after a warm-up round (so every mode reads from the page cache), and keeps the best:
 
   (a) tutorial: TFRecordDataset(files) -> map(parse_single_example + decode_raw) -> batch(32)
   (b) raw:      TFRecordDataset(files) -> batch(1024), no parsing (the practical limit)
@@ -10,7 +10,7 @@ a warm-up pass (so every mode reads from the page cache):
 
 and prints records/s and the ratios c/a and c/b (c at batch 1024, as b, and at batch 32, as a).
 
-Run: python benchmarks/read_benchmark.py [--records 200000] [--dir /tmp/bt_read_bench] [--repeats 3]
+Run: python benchmarks/read_benchmark.py [--records 200000] [--dir /tmp/bt_read_bench] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import tensorflow as tf  # noqa: E402
 from beam_tfrecord import (ClassLabel, Sample, Schema, ShardingConfig, Tensor, TensorDType,  # noqa: E402
                            WriteTFRecordDataset, read_dataset)
 from beam_tfrecord.dataset import load_manifest, shard_paths  # noqa: E402
-from beam_tfrecord.errors import DatasetNotFoundError  # noqa: E402
+from beam_tfrecord.errors import BeamTFRecordError  # noqa: E402
 
 SCHEMA = Schema(features={"image": Tensor(TensorDType.UINT8, (32, 32, 3)),
                           "label": ClassLabel(tuple(f"class_{i}" for i in range(10)))})
@@ -47,7 +47,7 @@ def build(path: str, num_records: int) -> None:
     try:
         if load_manifest(path).split("train").num_records == num_records:
             return
-    except DatasetNotFoundError:
+    except BeamTFRecordError:  # none yet, or written by an older format: rebuild
         pass
     started = time.perf_counter()
     with beam.Pipeline() as pipeline:
@@ -73,25 +73,32 @@ def raw(files: list[str]) -> tf.data.Dataset:
     return tf.data.TFRecordDataset(files).batch(1024)
 
 
-def records_per_second(make: Callable[[], tf.data.Dataset], num_records: int, repeats: int) -> float:
-    """Best of ``repeats`` full passes (after one warm-up pass), iterated from Python like a training loop."""
-    best = float("inf")
-    for attempt in range(repeats + 1):
-        dataset = make()
-        started = time.perf_counter()
-        for _ in dataset:
-            pass
-        elapsed = time.perf_counter() - started
-        if attempt:
-            best = min(best, elapsed)
-    return num_records / best
+def measure(modes: dict[str, Callable[[], tf.data.Dataset]], num_records: int,
+            rounds: int) -> dict[str, tuple[float, float]]:
+    """(records/s, CPU microseconds per record) of each mode: the best of ``rounds`` full passes.
+
+    Passes are iterated from Python like a training loop. Rounds go mode after mode (a, b, c, a,
+    b, c...), after one warm-up round, so that a busy moment on a shared machine hits every mode
+    alike rather than one of them. CPU time (all threads of this process) is the noise-robust view.
+    """
+    best = {name: (float("inf"), float("inf")) for name in modes}
+    for round_index in range(rounds + 1):
+        for name, make in modes.items():
+            dataset = make()
+            started, cpu_started = time.perf_counter(), time.process_time()
+            for _ in dataset:
+                pass
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+            if round_index:
+                best[name] = (min(best[name][0], elapsed), min(best[name][1], cpu))
+    return {name: (num_records / wall, cpu * 1e6 / num_records) for name, (wall, cpu) in best.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--dir", default="/tmp/bt_read_bench")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
 
     build(args.dir, args.records)
@@ -101,18 +108,20 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{split.num_records} records of {split.num_bytes / split.num_records / 1000:.2f} KB "
           f"in {len(files)} shards ({split.num_bytes / 1e6:.0f} MB), {os.cpu_count()} CPUs, TF {tf.__version__}")
 
-    rates = {
-        "a": records_per_second(lambda: tutorial(files), split.num_records, args.repeats),
-        "b": records_per_second(lambda: raw(files), split.num_records, args.repeats),
-        "c1024": records_per_second(lambda: read_dataset(args.dir, batch_size=1024), split.num_records, args.repeats),
-        "c32": records_per_second(lambda: read_dataset(args.dir, batch_size=32), split.num_records, args.repeats),
-    }
-    print(f"(a) tutorial map(parse_single_example).batch(32): {rates['a']:>10,.0f} records/s")
-    print(f"(b) raw TFRecordDataset.batch(1024), no parsing:   {rates['b']:>10,.0f} records/s")
-    print(f"(c) read_dataset(batch_size=1024):                 {rates['c1024']:>10,.0f} records/s")
-    print(f"(c) read_dataset(batch_size=32):                   {rates['c32']:>10,.0f} records/s")
-    print(f"c/a = {rates['c1024'] / rates['a']:.2f} (batch 1024), {rates['c32'] / rates['a']:.2f} (batch 32)")
-    print(f"c/b = {rates['c1024'] / rates['b']:.2f} (batch 1024), {rates['c32'] / rates['b']:.2f} (batch 32)")
+    rates = measure({
+        "a": lambda: tutorial(files),
+        "b": lambda: raw(files),
+        "c1024": lambda: read_dataset(args.dir, batch_size=1024),
+        "c32": lambda: read_dataset(args.dir, batch_size=32),
+    }, split.num_records, args.rounds)
+    labels = {"a": "(a) tutorial map(parse_single_example).batch(32)", "b": "(b) raw TFRecordDataset.batch(1024)",
+              "c1024": "(c) read_dataset(batch_size=1024)", "c32": "(c) read_dataset(batch_size=32)"}
+    for name, label in labels.items():
+        print(f"{label:<50} {rates[name][0]:>10,.0f} records/s  {rates[name][1]:5.2f} CPU us/record")
+    a, b, c1024, c32 = (rates[n][0] for n in ("a", "b", "c1024", "c32"))
+    print(f"c/a = {c1024 / a:.2f} (batch 1024), {c32 / a:.2f} (batch 32)")
+    print(f"c/b = {c1024 / b:.2f} (batch 1024), {c32 / b:.2f} (batch 32)")
+    print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

@@ -9,12 +9,14 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema
 from beam_tfrecord.summary import describe
 from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging
+from pipelines.source_options import SchemaOptions
 
 
 class ImageFolderOptions(PipelineOptions):
@@ -23,6 +25,26 @@ class ImageFolderOptions(PipelineOptions):
         parser.add_argument("--input", help="image folder root: ROOT/<label>/<file> (local or gs://)")
         parser.add_argument("--image_format", default=None, choices=[f.value for f in ImageFormat],
                             help="image encoding every file must have (default: the most common extension)")
+        parser.add_argument("--resize", default=None, metavar="HEIGHTxWIDTH",
+                            help="decode, resize to HEIGHTxWIDTH and re-encode (default: pass bytes through)")
+        parser.add_argument("--channels", type=int, default=3, choices=[1, 3, 4],
+                            help="with --resize: output channels (4 needs --encode png)")
+        parser.add_argument("--encode", default="jpeg", choices=["jpeg", "png"], help="with --resize: output format")
+        parser.add_argument("--jpeg_quality", type=int, default=90, help="with --resize --encode jpeg: quality 1-95")
+        parser.add_argument("--resize_method", default="bilinear", choices=[m.value for m in ResizeMethod],
+                            help="with --resize: resampling filter")
+
+
+def resize_from_options(source: ImageFolderOptions) -> ResizeImage | None:
+    """The ResizeImage transform the options ask for, or None to pass bytes through."""
+    if not source.resize:
+        return None
+    try:
+        height, width = (int(part) for part in source.resize.lower().split("x"))
+    except ValueError as err:
+        raise SystemExit(f"--resize must be HEIGHTxWIDTH, e.g. 224x224; got {source.resize!r}") from err
+    return ResizeImage(height, width, channels=source.channels, output_format=ImageFormat(source.encode),
+                       jpeg_quality=source.jpeg_quality, method=ResizeMethod(source.resize_method))
 
 
 def run(argv: Sequence[str] | None = None) -> Manifest:
@@ -31,15 +53,21 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
     options = PipelineOptions(argv)
     source = options.view_as(ImageFolderOptions)
     output = options.view_as(DatasetOutputOptions)
+    checks = options.view_as(SchemaOptions)
+    if checks.schema:
+        raise SystemExit("--schema is not used by build_image_dataset: the schema comes from the folder names")
     if not source.input:
         raise SystemExit("--input is required: an image folder ROOT/<label>/<file>")
     image_format = ImageFormat(source.image_format) if source.image_format else guess_format(source.input)
-    schema = image_folder_schema(source.input, image_format)
+    resize = resize_from_options(source)
+    schema = image_folder_schema(source.input, image_format, resize=resize, check_decode=checks.check_decode)
+    transforms = {"image": resize} if resize is not None else {}
     quiet_logging()
     with beam.Pipeline(options=options) as pipeline:
         _ = (pipeline
              | "ReadImageFolder" >> ReadImageFolder(source.input)
-             | "WriteDataset" >> make_writer(output, schema, ["build_image_dataset", *argv]))
+             | "WriteDataset" >> make_writer(output, schema, ["build_image_dataset", *argv],
+                                             feature_transforms=transforms))
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
     return manifest

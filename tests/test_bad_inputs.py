@@ -57,7 +57,8 @@ def write_corpus(root: str) -> dict[str, tuple[str, str, str | None, str]]:
         handle.write(files["img/good.jpg"])
     good = "img/good.jpg,img/mask.png,cat,3,0.5"
     rows = [
-        f"good-1,{good},plain,", f"good-2,{good},\"two\nlines, quoted\",", "good-3,img/good.jpg,img/mask.png,dog,4,1.5,,",
+        f"good-1,{good},plain,", f"good-2,{good},\"two\nlines, quoted\",",
+        "good-3,img/good.jpg,img/mask.png,dog,4,1.5,,",
         "missing-file,img/missing.jpg,img/mask.png,cat,1,0.5,,",
         "zero-byte,img/empty.jpg,img/mask.png,cat,1,0.5,,",
         "truncated-jpeg,img/truncated.jpg,img/mask.png,cat,1,0.5,,",
@@ -88,7 +89,7 @@ def write_corpus(root: str) -> dict[str, tuple[str, str, str | None, str]]:
                            "(OSError: image file is truncated"),
         "truncated-png": ("validate", "SampleError", "mask",
                           f"feature 'mask': expected a complete, decodable png image, got image of {truncated_png} "
-                          "bytes (OSError: image file is truncated) in sample 'truncated-png'"),
+                          "bytes (OSError: Truncated File Read) in sample 'truncated-png'"),
         "text-as-jpg": ("validate", "SampleError", "photo",
                         photo + "jpeg image bytes, got 32 bytes starting b'these ar', not a jpeg signature "
                         "in sample 'text-as-jpg'"),

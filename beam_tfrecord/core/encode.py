@@ -146,7 +146,13 @@ def _tensor_filler(feature: Tensor) -> _Filler:
     target = np.dtype(feature.dtype.value).newbyteorder("<")
     what = f"{feature.dtype.value} array of shape {feature.shape}"
 
+    shape = feature.shape
+    check_finite = feature.dtype.is_float and not feature.allow_non_finite
+
     def fill(key: str, name: str, value: Any, dest: Any) -> None:
+        if value.__class__ is np.ndarray and value.dtype == target and value.shape == shape and not check_finite:
+            dest.bytes_list.value.append(value.tobytes())  # the common case: already the right array
+            return
         if isinstance(value, np.ndarray):
             array = value
             if array.dtype != target and not np.can_cast(array.dtype, target, casting="safe"):
@@ -258,7 +264,7 @@ class SampleEncoder:
     def encode(self, sample: Sample) -> bytes:
         """Returns the serialized record for one sample; raises SampleError on any mismatch."""
         key, values = sample
-        if not isinstance(values, Mapping):
+        if values.__class__ is not dict and not isinstance(values, Mapping):
             raise SampleError(key, None, "a mapping of feature names to values", describe(values))
         if not self._known.issuperset(values):
             unknown = [name for name in values if name not in self._known]

@@ -45,6 +45,9 @@ def decode_image(data: bytes) -> Any:
         raise ImageDecodeError("cannot decode an empty (0-byte) image")
     pil = _pil()
     try:
+        if data[:8] == b"\x89PNG\r\n\x1a\n":
+            with pil.open(io.BytesIO(data)) as structure:
+                structure.verify()  # PNG: every chunk's CRC, up to IEND (decoding alone stops early)
         image = pil.open(io.BytesIO(data))
         image.load()  # a full decode: Pillow reads headers lazily and finds truncation only here
     except Exception as err:  # Pillow raises OSError, SyntaxError, ValueError... for bad input

@@ -7,6 +7,7 @@ the inferred schema as JSON so that the user can check it and pin it (``--schema
   text -> ``Scalar(STRING)``; bytes -> ``Scalar(BYTES)``;
 - flat lists of numbers -> ``VarList``; nested lists of one shape -> ``Tensor``;
 - file columns -> ``Image`` when every path has the same image extension, else ``Scalar(BYTES)``;
+  a text column whose every value is a path with one image extension is an ``Image`` (file) column;
 - a scalar column with missing values gets a zero default (0, 0.0, "" or b"").
 
 Class labels cannot be inferred from a sample (the full list of names is needed): pin them.
@@ -62,6 +63,11 @@ def _file_feature(name: str, paths: list[Any]) -> Feature:
     return Scalar(DType.BYTES)
 
 
+def _all_image_paths(values: list[Any]) -> bool:
+    return all(posixpath.splitext(v.strip())[1].lower() in IMAGE_EXTENSIONS and " " not in v.strip()
+               for v in values)
+
+
 def _list_feature(name: str, values: list[list[Any]]) -> Feature:
     shapes = set()
     flat: list[Any] = []
@@ -73,8 +79,8 @@ def _list_feature(name: str, values: list[list[Any]]) -> Feature:
     if dtype is None:
         if all(isinstance(v, str) for v in flat):
             return VarList(DType.STRING)
-        raise SchemaError(f"column {name!r}: cannot infer a type for lists holding {sorted({type(v).__name__ for v in flat})}"
-                          "; pin it in a schema")
+        kinds = sorted({type(v).__name__ for v in flat})
+        raise SchemaError(f"column {name!r}: cannot infer a type for lists holding {kinds}; pin it in a schema")
     if all(len(shape) == 1 for shape in shapes):
         return VarList(dtype)
     if len(shapes) == 1:
@@ -102,7 +108,7 @@ def infer_column(name: str, values: list[Any], *, missing: bool, is_file: bool) 
             else:
                 raise SchemaError(f"column {name!r}: mixed value types {sorted(k.__name__ for k in kinds)}; "
                                   "pin it in a schema")
-        feature = Scalar(dtype)
+        feature = _file_feature(name, values) if dtype is DType.STRING and _all_image_paths(values) else Scalar(dtype)
     if missing and isinstance(feature, Scalar):
         return Scalar(feature.dtype, default=_ZERO[feature.dtype])
     return feature

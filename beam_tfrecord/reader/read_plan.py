@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
-from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.dataset import load_manifest, shard_paths
 from beam_tfrecord.reader.slicing import ReadSegment, partition, resolve_split
 
 
@@ -15,12 +15,13 @@ class ReadPlan:
     """One worker's share of a split expression.
 
     Attributes:
-        dataset_dir: the dataset directory.
+        dataset_dir: the path the reader was given (a dataset directory or a versioned root).
         manifest: its manifest.
         split: the split expression read (``"train[:10%]+validation"``).
         num_workers: workers sharing the records.
         worker_index: this worker.
         segments: this worker's records, in order.
+        paths: shard file name -> full path (in the version the manifest was loaded from).
     """
 
     dataset_dir: str
@@ -29,6 +30,7 @@ class ReadPlan:
     num_workers: int
     worker_index: int
     segments: tuple[ReadSegment, ...]
+    paths: Mapping[str, str]
 
     @property
     def num_records(self) -> int:
@@ -37,7 +39,7 @@ class ReadPlan:
 
     def path(self, segment: ReadSegment) -> str:
         """The full path of a segment's shard."""
-        return storage.join(self.dataset_dir, segment.shard.filename)
+        return self.paths[segment.shard.filename]
 
 
 def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_index: int = 0,
@@ -45,7 +47,7 @@ def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_i
     """Plans what worker ``worker_index`` of ``num_workers`` reads of ``split``.
 
     Args:
-        path: dataset directory (the one holding manifest.json).
+        path: dataset directory (the one holding manifest.json) or a versioned dataset root.
         split: split expression, e.g. ``"train"``, ``"train[:10%]"``, ``"train[1000:2000]+validation"``.
         num_workers: workers sharing the records; each gets ``total // num_workers`` of them.
         worker_index: this worker, in ``[0, num_workers)``.
@@ -58,7 +60,9 @@ def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_i
     """
     manifest = manifest if manifest is not None else load_manifest(path)
     segments = partition(resolve_split(manifest, split), num_workers=num_workers, worker_index=worker_index)
-    return ReadPlan(path, manifest, split, num_workers, worker_index, segments)
+    paths = {shard.filename: full for split_info in manifest.splits
+             for shard, full in zip(split_info.shards, shard_paths(path, manifest, split_info.name))}
+    return ReadPlan(path, manifest, split, num_workers, worker_index, segments, paths)
 
 
 def num_examples(path: str, *, split: str = "train", num_workers: int = 1) -> int:

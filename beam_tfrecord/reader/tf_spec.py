@@ -2,8 +2,8 @@
 
 ``make_batch_parser`` returns one function that turns a batch of serialized records (a 1-d string
 tensor) into a dict of batched tensors: one ``parse_example`` / ``parse_sequence_example`` call per
-batch, then raw-bytes tensors restored to dtype and N-d shape, images decoded if asked, and
-variable-length features left ragged or padded.
+batch, then raw-bytes tensors restored to dtype and N-d shape and images decoded if asked.
+Variable-length features stay ragged; ``pad_var_len`` pads them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tensorflow as tf  # noqa: E402
 
 from beam_tfrecord.core.schema import (ClassLabel, DType, Feature, FixedList, Image, Scalar,  # noqa: E402
                                        Schema, Tensor, VarList)
-from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen  # noqa: E402
+from beam_tfrecord.reader.options import ImageDecoding, PixelType  # noqa: E402
 
 TF_DTYPES = {DType.INT64: tf.int64, DType.FLOAT32: tf.float32, DType.BYTES: tf.string, DType.STRING: tf.string}
 ParsedBatch = dict[str, "tf.Tensor | tf.RaggedTensor"]
@@ -76,17 +76,19 @@ def _decode_image(shape: tuple[int, int, int], decoding: ImageDecoding, encoded:
     return images
 
 
-def _pad(value: tf.Tensor | tf.RaggedTensor) -> tf.Tensor:
-    return value.to_tensor() if isinstance(value, tf.RaggedTensor) else value
+def pad_var_len(batch: ParsedBatch) -> dict[str, tf.Tensor]:
+    """Pads every ragged feature of a batch to the longest in the batch (zeros, empty strings)."""
+    return {name: value.to_tensor() if isinstance(value, tf.RaggedTensor) else value for name, value in batch.items()}
 
 
-def make_batch_parser(schema: Schema, *, var_len: VarLen = VarLen.RAGGED,
-                      image_decoding: ImageDecoding | None = None) -> Callable[[tf.Tensor], ParsedBatch]:
+def make_batch_parser(schema: Schema, *, image_decoding: ImageDecoding | None = None
+                      ) -> Callable[[tf.Tensor], ParsedBatch]:
     """The function that parses a batch of serialized records into a dict of batched tensors.
+
+    Variable-length features come back ragged (see ``pad_var_len``).
 
     Args:
         schema: the dataset's schema (from its manifest).
-        var_len: ragged or padded variable-length features.
         image_decoding: decode ``Image`` features to pixels; None keeps the encoded bytes.
 
     Raises:
@@ -111,8 +113,6 @@ def make_batch_parser(schema: Schema, *, var_len: VarLen = VarLen.RAGGED,
                 out[name] = tf.reshape(flat, [-1, *feature.shape])
             elif name in image_shapes:
                 out[name] = _decode_image(image_shapes[name], image_decoding, out[name])
-        if var_len is VarLen.PADDED:
-            out = {name: _pad(value) for name, value in out.items()}
         return out
 
     return parse

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 from beam_tfrecord import storage
@@ -37,9 +38,17 @@ def list_inputs(pattern: str) -> list[tuple[str, str]]:
     The relative name (the path below the glob's fixed folder) is what sources use in sample
     keys, so keys do not change when the data moves to another folder or bucket.
     """
+    if "://" not in pattern:
+        pattern = os.path.abspath(pattern)  # local matches come back absolute
     base = glob_base(pattern)
     files = [(path[len(base):] if path.startswith(base) else path, path)
              for path, _ in storage.list_files(pattern)]
     if not files:
         raise SourceError(f"no input files match {pattern!r}")
     return files
+
+
+def per_file(element: tuple[str, str], read: Callable[[str, str], Iterable[T]]) -> Iterable[T]:
+    """Calls ``read(name, path)`` for a (name, path) element (``FlatMap`` glue; bind options with partial)."""
+    name, path = element
+    return read(name, path)

@@ -2,17 +2,21 @@
 
 Class names are the sub-folder names, sorted; they are listed when the pipeline is built (so
 they can go into the schema and manifest), and files are listed again by the pipeline itself.
-Image bytes are passed through unchanged: each sample carries a FileRef that the encoder reads.
+Image bytes are passed through unchanged by default: each sample carries a FileRef that the encoder
+reads. To decode, resize and re-encode instead, give the writer ``feature_transforms={"image":
+ResizeImage(...)}`` and build the schema with ``image_folder_schema(..., resize=...)``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import apache_beam as beam
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.image_ops import ResizeImage
 from beam_tfrecord.core.samples import FileRef, Sample
 from beam_tfrecord.core.schema import ClassLabel, Image, ImageFormat, Schema
 from beam_tfrecord.errors import SchemaError
@@ -45,9 +49,22 @@ def class_names(root: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def image_folder_schema(root: str, image_format: ImageFormat) -> Schema:
-    """Schema of an image folder: one image feature and a class label with the folder names."""
-    return Schema({"image": Image(image_format), "label": ClassLabel(class_names(root))})
+def image_folder_schema(root: str, image_format: ImageFormat, *, resize: ResizeImage | None = None,
+                        check_decode: bool = False) -> Schema:
+    """Schema of an image folder: one image feature and a class label with the folder names.
+
+    Args:
+        root: the folder (its sub-folders are the classes).
+        image_format: the format of the files (passed through unchanged).
+        resize: when images are decoded, resized and re-encoded (pass the same object as the
+            writer's ``feature_transforms={"image": resize}``), the schema records its output
+            format and decoded shape instead.
+        check_decode: decode every image in full while validating (catches truncated files).
+    """
+    image = resize.feature() if resize is not None else Image(image_format)
+    if check_decode:
+        image = dataclasses.replace(image, check_decode=True)
+    return Schema({"image": image, "label": ClassLabel(class_names(root))})
 
 
 def _samples(root: str) -> Iterator[Sample]:

@@ -78,12 +78,15 @@ class RowOptions:
             rejected when the feature is required).
         allowed_root: when set, every file a row points to must resolve inside this folder; other
             rows are rejected at stage ``read`` (``PathOutsideRootError``).
+        restrict_to_manifest_dir: every file a row points to must resolve inside the folder of
+            its manifest (checked per manifest file; combines with ``allowed_root``).
     """
 
     key_column: str | None = None
     file_columns: frozenset[str] = frozenset()
     missing_values: tuple[str, ...] = ("",)
     allowed_root: str | None = None
+    restrict_to_manifest_dir: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "file_columns", frozenset(self.file_columns))
@@ -216,9 +219,12 @@ class RowConverter:
             error = MalformedRowError(key, name, "a file path or URI", f"{type(cell).__name__} {cell!r}")
             return DeadLetter.from_error(key, Stage.READ, error)
         path = resolve_path(base_dir, cell.strip())
-        root = self._options.allowed_root
-        if root is not None and not is_inside(path, root):
-            return DeadLetter.from_error(key, Stage.READ, PathOutsideRootError(key, name, path, root))
+        roots = [self._options.allowed_root] if self._options.allowed_root is not None else []
+        if self._options.restrict_to_manifest_dir:
+            roots.append(base_dir)
+        for root in roots:
+            if not is_inside(path, root):
+                return DeadLetter.from_error(key, Stage.READ, PathOutsideRootError(key, name, path, root))
         return FileRef(path)
 
 

@@ -1,0 +1,103 @@
+"""A ``torch.utils.data.IterableDataset`` over a published dataset (PyTorch is an optional extra).
+
+Work is split twice, both times by the manifest's per-shard record counts: first between DDP
+ranks (every rank gets exactly the same number of examples, so no rank waits for another at the
+end of an epoch), then between the DataLoader workers of a rank (near-equal runs, which together
+are exactly that rank's examples). Examples are dicts of NumPy values (see ``numpy_decode``);
+``collate`` turns a list of them into a batch of tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed
+import torch.utils.data
+
+from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.reader.numpy_decode import Example
+from beam_tfrecord.reader.numpy_reader import iter_examples, mix_seed
+from beam_tfrecord.reader.options import ImageDecoding, check_positive
+from beam_tfrecord.reader.read_plan import plan_read
+from beam_tfrecord.reader.slicing import split_evenly, sub_range
+
+
+def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    if (rank is None) != (world_size is None):
+        raise ReaderError(f"pass rank and world_size together, got rank={rank!r}, world_size={world_size!r}")
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class TFRecordIterableDataset(torch.utils.data.IterableDataset):
+    """Examples of a split expression for one DDP rank, split between its DataLoader workers.
+
+    ``len(dataset)`` is the rank's number of examples per epoch, the same on every rank. Call
+    ``set_epoch(epoch)`` before each epoch (as with ``DistributedSampler``) to reshuffle.
+
+    Args:
+        path: dataset directory (the one holding manifest.json), local or ``gs://``.
+        split: split expression: ``"train"``, ``"train[:10%]"``, ``"train+validation"``.
+        rank: this process's rank; default from ``torch.distributed`` if initialized, else 0.
+        world_size: number of ranks; default from ``torch.distributed`` if initialized, else 1.
+        shuffle: shuffle shard order and records, reproducibly from ``seed`` and the epoch.
+        seed: shuffle seed, the same on every rank.
+        shuffle_buffer: records held in each worker's shuffle buffer.
+        image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
+        verify: check every record's CRCs.
+    """
+
+    def __init__(self, path: str, *, split: str = "train", rank: int | None = None, world_size: int | None = None,
+                 shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 10_000,
+                 image_decoding: ImageDecoding | None = None, verify: bool = True) -> None:
+        super().__init__()
+        check_positive("shuffle_buffer", shuffle_buffer)
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self.plan = plan_read(path, split=split, num_workers=self.world_size, worker_index=self.rank)
+        self.shuffle = shuffle
+        self.seed = seed
+        self.shuffle_buffer = shuffle_buffer
+        self.image_decoding = image_decoding
+        self.verify = verify
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch, which (with the seed) decides the shuffle order."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.plan.num_records
+
+    def __iter__(self) -> Iterator[Example]:
+        info = torch.utils.data.get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        start, stop = split_evenly(self.plan.num_records, num_workers, worker)
+        return iter_examples(self.plan, segments=sub_range(self.plan.segments, start, stop), shuffle=self.shuffle,
+                             seed=mix_seed(self.seed, self.epoch, self.rank, worker),
+                             shuffle_buffer=self.shuffle_buffer, image_decoding=self.image_decoding,
+                             verify=self.verify)
+
+
+def collate(examples: Sequence[Example]) -> dict[str, Any]:
+    """Batches examples: equal-shape numeric arrays are stacked into tensors, anything else becomes a list.
+
+    Variable-length features (and bytes) stay lists of per-example values; pad them as the model needs.
+    """
+    if not examples:
+        return {}
+    out: dict[str, Any] = {}
+    for name in examples[0]:
+        values = [example[name] for example in examples]
+        first = values[0]
+        if (isinstance(first, np.ndarray) and first.dtype != object
+                and all(isinstance(v, np.ndarray) and v.shape == first.shape for v in values)):
+            out[name] = torch.from_numpy(np.stack(values))
+        else:
+            out[name] = values
+    return out

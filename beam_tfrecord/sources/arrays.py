@@ -1,0 +1,224 @@
+"""NumPy inputs: ``.npy``/``.npz`` files, in-memory arrays, and Python iterables or generators.
+
+Every array's first axis indexes samples (``x: [N, 28, 28]``, ``y: [N]``). Samples leave in
+chunks (lists of ``Sample``), so a million small vectors cost a few thousand Beam elements.
+Keys are ``<file name>:<index>`` for files and ``<key_prefix><index>`` (zero-padded) in memory,
+stable as long as the input and its order are.
+
+``.npy`` files are streamed in row chunks (memory stays at one chunk); ``.npz`` members are
+loaded whole (NumPy cannot stream a zip member), so keep ``.npz`` files to a few hundred MB.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import math
+import posixpath
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, BinaryIO
+
+import apache_beam as beam
+import numpy as np
+
+from beam_tfrecord import storage
+from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.errors import SourceError
+from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, chunked, list_inputs, per_file
+
+ArrayMap = Mapping[str, np.ndarray]
+
+
+def _check_lengths(where: str, arrays: ArrayMap) -> int:
+    if not arrays:
+        raise SourceError(f"{where}: no arrays")
+    lengths = {name: (np.shape(a)[0] if np.ndim(a) else None) for name, a in arrays.items()}
+    if None in lengths.values() or len(set(lengths.values())) != 1:
+        shapes = {name: np.shape(a) for name, a in arrays.items()}
+        raise SourceError(f"{where}: every array needs the same first (sample) axis, got shapes {shapes}")
+    return next(iter(lengths.values()))
+
+
+def _per_sample(array: np.ndarray) -> list[Any]:
+    """Per-sample values of a chunk: Python scalars for 1-d arrays (cheap to pickle), else sub-arrays."""
+    return array.tolist() if array.ndim == 1 and array.dtype.kind in "biuf" else list(array)
+
+
+def samples_from_arrays(arrays: ArrayMap, *, key_prefix: str, start: int, key_width: int) -> list[Sample]:
+    """Samples ``start .. start+len`` of aligned array chunks, keyed ``<key_prefix><index>``."""
+    length = _check_lengths(key_prefix or "arrays", arrays)
+    columns = {name: _per_sample(np.asarray(a)) for name, a in arrays.items()}
+    return [Sample(f"{key_prefix}{start + i:0{key_width}d}", {name: column[i] for name, column in columns.items()})
+            for i in range(length)]
+
+
+def _npy_row_chunks(handle: BinaryIO, chunk_rows: int, name: str) -> Iterator[np.ndarray]:
+    """Streams a .npy file as arrays of up to ``chunk_rows`` rows (first axis)."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(handle)
+        shape, fortran_order, dtype = (fmt.read_array_header_1_0(handle) if version == (1, 0)
+                                       else fmt.read_array_header_2_0(handle))
+    except ValueError as err:
+        raise SourceError(f"{name}: not a .npy file ({err})") from err
+    if dtype.hasobject:
+        raise SourceError(f"{name}: object arrays are not supported (they need pickle); save a numeric or "
+                          "fixed-width string dtype")
+    if not shape:
+        raise SourceError(f"{name}: a 0-d array has no sample axis")
+    if fortran_order:  # rows are not contiguous: read it whole
+        whole = np.frombuffer(handle.read(), dtype=dtype, count=math.prod(shape)).reshape(shape, order="F")
+        for start in range(0, shape[0], chunk_rows):
+            yield np.ascontiguousarray(whole[start:start + chunk_rows])
+        return
+    row_bytes = dtype.itemsize * math.prod(shape[1:])
+    for start in range(0, shape[0], chunk_rows):
+        rows = min(chunk_rows, shape[0] - start)
+        data = handle.read(rows * row_bytes)
+        if len(data) != rows * row_bytes:
+            raise SourceError(f"{name}: truncated .npy file: expected {shape[0]} rows of {row_bytes} bytes, "
+                              f"the data ends in row {start + len(data) // max(row_bytes, 1)}")
+        yield np.frombuffer(data, dtype=dtype).reshape((rows, *shape[1:]))
+
+
+def read_numpy_file(name: str, path: str, *, npy_feature: str = "x",
+                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[list[Sample]]:
+    """Chunks of samples from one .npy (feature ``npy_feature``) or .npz (a feature per member)."""
+    width = 9
+    with storage.open_read(path) as handle:
+        if posixpath.splitext(path)[1].lower() == ".npz":
+            try:
+                with np.load(io.BytesIO(handle.read()), allow_pickle=False) as npz:
+                    arrays = {member: npz[member] for member in npz.files}
+            except ValueError as err:
+                raise SourceError(f"{name}: cannot load .npz ({err})") from err
+            total = _check_lengths(name, arrays)
+            for start in range(0, total, chunk_size):
+                part = {k: a[start:start + chunk_size] for k, a in arrays.items()}
+                yield samples_from_arrays(part, key_prefix=f"{name}:", start=start, key_width=width)
+            return
+        start = 0
+        for rows in _npy_row_chunks(handle, chunk_size, name):
+            yield samples_from_arrays({npy_feature: rows}, key_prefix=f"{name}:", start=start, key_width=width)
+            start += len(rows)
+
+
+class ReadNumpyFiles(beam.PTransform):
+    """``.npy`` / ``.npz`` files -> chunks of samples.
+
+    A ``.npy`` file holds one feature (named ``npy_feature``); a ``.npz`` file holds one feature
+    per member, all with the same number of samples.
+
+    Args:
+        pattern: file or glob, local or ``gs://``.
+        npy_feature: the feature name for the array of a ``.npy`` file.
+        chunk_size: samples per Beam element.
+    """
+
+    def __init__(self, pattern: str, *, npy_feature: str = "x", chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+        super().__init__()
+        if chunk_size < 1:
+            raise SourceError(f"chunk_size must be >= 1, got {chunk_size}")
+        self._pattern = pattern
+        self._npy_feature = npy_feature
+        self._chunk_size = chunk_size
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
+            pipeline
+            | "Pattern" >> beam.Create([self._pattern])
+            | "ListFiles" >> beam.FlatMap(list_inputs)
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ReadArrays" >> beam.FlatMap(per_file, functools.partial(
+                read_numpy_file, npy_feature=self._npy_feature, chunk_size=self._chunk_size))
+            # [Sample]: up to chunk_size samples per element.
+            | "SpreadChunks" >> beam.Reshuffle()
+        )
+
+
+class SamplesFromArrays(beam.PTransform):
+    """In-memory arrays (first axis = samples) -> chunks of samples: the tutorials' simple case.
+
+    The arrays travel inside the pipeline definition, so this suits data that fits in memory
+    (tens of MB on Dataflow); write larger data to ``.npy`` files and use ``ReadNumpyFiles``.
+
+    Args:
+        arrays: feature name -> array, all with the same length.
+        key_prefix: prefix of the keys ``<key_prefix><index>``.
+        chunk_size: samples per Beam element.
+    """
+
+    def __init__(self, arrays: ArrayMap, *, key_prefix: str = "", chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+        super().__init__()
+        if chunk_size < 1:
+            raise SourceError(f"chunk_size must be >= 1, got {chunk_size}")
+        arrays = {name: np.asarray(a) for name, a in arrays.items()}
+        total = _check_lengths("SamplesFromArrays", arrays)
+        width = max(9, len(str(total)))
+        self._chunks = [samples_from_arrays({k: a[s:s + chunk_size] for k, a in arrays.items()},
+                                            key_prefix=key_prefix, start=s, key_width=width)
+                        for s in range(0, total, chunk_size)]
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        return pipeline | "CreateChunks" >> beam.Create(self._chunks)
+
+
+def _keyed(items: Iterable[Mapping[str, Any] | Sample], key_prefix: str) -> Iterator[Sample]:
+    for index, item in enumerate(items):
+        if isinstance(item, Sample):
+            yield item
+        elif isinstance(item, Mapping):
+            yield Sample(f"{key_prefix}{index:09d}", dict(item))
+        else:
+            raise SourceError(f"item {index}: expected a Sample or a mapping of feature names to values, "
+                              f"got {type(item).__name__}")
+
+
+def _generate_chunks(_: Any, make: Callable[[], Iterable[Any]], key_prefix: str,
+                     chunk_size: int) -> Iterator[list[Sample]]:
+    return chunked(_keyed(make(), key_prefix), chunk_size)
+
+
+class SamplesFromIterable(beam.PTransform):
+    """Samples from Python: a callable returning an iterable (run on a worker), or an iterable.
+
+    Items are ``Sample`` (with their own keys) or dicts of feature values, keyed
+    ``<key_prefix><index>`` in iteration order, so the iteration must be deterministic for keys
+    (and hence splits) to be stable. A callable (e.g. a generator function) is called once, on
+    one worker, and streams; a plain iterable or generator object is consumed at construction.
+
+    Args:
+        source: a zero-argument callable returning an iterable, or an iterable.
+        key_prefix: prefix of generated keys.
+        chunk_size: samples per Beam element.
+    """
+
+    def __init__(self, source: Callable[[], Iterable[Any]] | Iterable[Any], *, key_prefix: str = "",
+                 chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+        super().__init__()
+        if chunk_size < 1:
+            raise SourceError(f"chunk_size must be >= 1, got {chunk_size}")
+        self._key_prefix = key_prefix
+        self._chunk_size = chunk_size
+        self._make = source if callable(source) else None
+        self._chunks = None if callable(source) else list(chunked(_keyed(source, key_prefix), chunk_size))
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        if self._chunks is not None:
+            return pipeline | "CreateChunks" >> beam.Create(self._chunks)
+        return (
+            pipeline
+            | "Start" >> beam.Create([None])
+            | "Generate" >> beam.FlatMap(_generate_chunks, self._make, self._key_prefix, self._chunk_size)
+            | "SpreadChunks" >> beam.Reshuffle()
+        )
+
+
+def peek_arrays(path: str, *, npy_feature: str = "x", rows: int = 16) -> dict[str, np.ndarray]:
+    """The first ``rows`` samples of a .npy / .npz file as arrays (for schema inference)."""
+    name = posixpath.basename(path)
+    with storage.open_read(path) as handle:
+        if posixpath.splitext(path)[1].lower() == ".npz":
+            with np.load(io.BytesIO(handle.read()), allow_pickle=False) as npz:
+                return {member: npz[member][:rows] for member in npz.files}
+        return {npy_feature: next(_npy_row_chunks(handle, rows, name))}

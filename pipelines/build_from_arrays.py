@@ -1,0 +1,63 @@
+"""NumPy files (.npy / .npz) -> TFRecord dataset. ``python -m pipelines.build_from_arrays``.
+
+Without ``--schema`` the schema is inferred from the first file (dtypes and per-sample shapes)
+and printed as JSON so that it can be pinned with ``--schema FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_tfrecord.core.infer import infer_array_schema, schema_json_text
+from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
+from beam_tfrecord.sources.chunks import list_inputs
+from beam_tfrecord.summary import describe
+from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging
+from pipelines.source_options import SchemaOptions, load_schema
+
+
+class ArrayOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--arrays", help=".npy / .npz file or glob (local or gs://); axis 0 indexes samples")
+        parser.add_argument("--npy_feature", default="x", help="feature name of a .npy file's array")
+
+
+def run(argv: Sequence[str] | None = None) -> Manifest:
+    """Builds the dataset, prints what was written and returns the manifest."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    options = PipelineOptions(argv)
+    source = options.view_as(ArrayOptions)
+    checks = options.view_as(SchemaOptions)
+    output = options.view_as(DatasetOutputOptions)
+    if not source.arrays:
+        raise SystemExit("--arrays is required: .npy / .npz files (file or glob)")
+    try:
+        if checks.schema:
+            schema = load_schema(checks.schema)
+        else:
+            schema = infer_array_schema(peek_arrays(list_inputs(source.arrays)[0][1], npy_feature=source.npy_feature))
+            print(f"Inferred schema (save it to a file and pass --schema FILE to pin it):\n{schema_json_text(schema)}")
+    except BeamTFRecordError as err:
+        raise SystemExit(f"build_from_arrays: {type(err).__name__}: {err}") from err
+    quiet_logging()
+    with beam.Pipeline(options=options) as pipeline:
+        _ = (pipeline
+             | "ReadNumpyFiles" >> ReadNumpyFiles(source.arrays, npy_feature=source.npy_feature,
+                                                  chunk_size=checks.chunk_size)
+             | "WriteDataset" >> make_writer(output, schema, ["build_from_arrays", *argv]))
+    manifest = load_manifest(output.output)
+    print(describe(manifest, output.output))
+    return manifest
+
+
+if __name__ == "__main__":
+    run()

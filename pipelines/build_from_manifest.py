@@ -1,0 +1,148 @@
+"""CSV / JSONL / Parquet manifest -> TFRecord dataset. ``python -m pipelines.build_from_manifest``.
+
+Without ``--schema`` the schema is inferred from the first rows of the first manifest and
+printed as JSON: check it, save it, and pin it with ``--schema FILE`` for production runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import posixpath
+import sys
+from collections.abc import Iterator, Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_tfrecord import storage
+from beam_tfrecord.core.infer import infer_schema, schema_json_text
+from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.sources.chunks import list_inputs
+from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows
+from beam_tfrecord.sources.rows import RowOptions
+from beam_tfrecord.sources.tabular import ReadCsvManifest, ReadJsonlManifest, iter_csv_dicts
+from beam_tfrecord.summary import describe
+from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging
+from pipelines.source_options import SchemaOptions, load_schema, parse_bool, with_check_decode
+
+
+class ManifestFormat(enum.Enum):
+    CSV = "csv"
+    JSONL = "jsonl"
+    PARQUET = "parquet"
+
+    @classmethod
+    def from_path(cls, path: str) -> "ManifestFormat":
+        extension = posixpath.splitext(path.removesuffix("*"))[1].lower().lstrip(".")
+        aliases = {"csv": cls.CSV, "tsv": cls.CSV, "jsonl": cls.JSONL, "ndjson": cls.JSONL, "json": cls.JSONL,
+                   "parquet": cls.PARQUET, "pq": cls.PARQUET}
+        if extension not in aliases:
+            raise SystemExit(f"cannot tell the manifest format of {path!r} from its extension; pass --format")
+        return aliases[extension]
+
+
+class ManifestOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--manifest", help="CSV / JSONL / Parquet manifest file or glob (local or gs://)")
+        parser.add_argument("--format", default=None, choices=[f.value for f in ManifestFormat],
+                            help="manifest format (default: from the file extension)")
+        parser.add_argument("--infer_rows", type=int, default=1000, help="rows read to infer a schema")
+        parser.add_argument("--key_column", default=None,
+                            help="column with a unique, stable key per row (default: FILE:ROW_NUMBER)")
+        parser.add_argument("--file_columns", default="",
+                            help="comma-separated columns holding file paths/URIs to load as bytes "
+                                 "(image features always are)")
+        parser.add_argument("--missing_values", default="",
+                            help="comma-separated CSV cells meaning 'absent' (default: the empty cell)")
+        parser.add_argument("--allowed_root", default=None,
+                            help="reject rows pointing to files outside this folder")
+        parser.add_argument("--restrict_paths", type=parse_bool, nargs="?", const=True, default=False,
+                            help="reject rows pointing to files outside their manifest's folder "
+                                 "(--restrict_paths or --restrict_paths=true|false)")
+        parser.add_argument("--csv_delimiter", default=",", help="CSV field delimiter")
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _jsonl_objects(path: str, limit: int) -> Iterator[dict]:
+    """The first ``limit`` JSON objects of a JSONL file; lines that are not objects are left to the job."""
+    count = 0
+    with storage.open_read(path) as handle:
+        for line in handle:
+            if count >= limit:
+                return
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                count += 1
+                yield row
+
+
+def infer_manifest_schema(pattern: str, fmt: ManifestFormat, source: ManifestOptions) -> Schema:
+    """Infers the schema from the first rows of the first manifest file."""
+    _, first = list_inputs(pattern)[0]
+    limit = source.infer_rows
+    if fmt is ManifestFormat.CSV:
+        rows = list(iter_csv_dicts(first, delimiter=source.csv_delimiter, limit=limit))
+    elif fmt is ManifestFormat.JSONL:
+        rows = list(_jsonl_objects(first, limit))
+    else:
+        rows = list(iter_parquet_rows(first, limit=limit))
+    exclude = [source.key_column] if source.key_column else []
+    return infer_schema(rows, from_text=fmt is ManifestFormat.CSV, file_columns=_split(source.file_columns),
+                        exclude=exclude, missing_values=tuple(source.missing_values.split(",")))
+
+
+def run(argv: Sequence[str] | None = None) -> Manifest:
+    """Builds the dataset, prints what was written and returns the manifest."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    options = PipelineOptions(argv)
+    source = options.view_as(ManifestOptions)
+    checks = options.view_as(SchemaOptions)
+    output = options.view_as(DatasetOutputOptions)
+    if not source.manifest:
+        raise SystemExit("--manifest is required: a CSV, JSONL or Parquet manifest (file or glob)")
+    fmt = ManifestFormat(source.format) if source.format else ManifestFormat.from_path(source.manifest)
+    try:
+        if checks.schema:
+            schema = load_schema(checks.schema)
+        else:
+            schema = infer_manifest_schema(source.manifest, fmt, source)
+            print(f"Inferred schema (save it to a file and pass --schema FILE to pin it):\n{schema_json_text(schema)}")
+    except BeamTFRecordError as err:
+        raise SystemExit(f"build_from_manifest: {type(err).__name__}: {err}") from err
+    if checks.check_decode:
+        schema = with_check_decode(schema)
+    row_options = RowOptions(key_column=source.key_column, file_columns=frozenset(_split(source.file_columns)),
+                             missing_values=tuple(source.missing_values.split(",")),
+                             allowed_root=source.allowed_root, restrict_to_manifest_dir=source.restrict_paths)
+    reader = {
+        ManifestFormat.CSV: lambda: ReadCsvManifest(source.manifest, schema=schema, options=row_options,
+                                                    delimiter=source.csv_delimiter, chunk_size=checks.chunk_size),
+        ManifestFormat.JSONL: lambda: ReadJsonlManifest(source.manifest, schema=schema, options=row_options,
+                                                        chunk_size=checks.chunk_size),
+        ManifestFormat.PARQUET: lambda: ReadParquetManifest(source.manifest, schema=schema, options=row_options,
+                                                            chunk_size=checks.chunk_size),
+    }[fmt]()
+    quiet_logging()
+    with beam.Pipeline(options=options) as pipeline:
+        _ = (pipeline
+             | f"Read{fmt.name.title()}Manifest" >> reader
+             | "WriteDataset" >> make_writer(output, schema, ["build_from_manifest", *argv]))
+    manifest = load_manifest(output.output)
+    print(describe(manifest, output.output))
+    return manifest
+
+
+if __name__ == "__main__":
+    run()

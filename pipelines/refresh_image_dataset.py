@@ -1,0 +1,127 @@
+"""Scheduled refresh of an image-folder dataset into a versioned root. ``python -m pipelines.refresh_image_dataset``.
+
+Each run fingerprints ``--input`` at launch and compares it with the fingerprint in the manifest
+of ``--dataset_root``'s LATEST version: unchanged inputs end the run at once ("nothing to do");
+otherwise the job builds ``ROOT/versions/<new id>/``, moves ``ROOT/LATEST`` to it as the
+pipeline's last step and deletes versions beyond ``--keep_versions``. The same job runs on the
+DirectRunner, the portable runner, Dataflow (Flex Template, ``deploy/dataflow``) and Flink
+(``deploy/flink``): only pipeline options change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_tfrecord.core.schema import ImageFormat
+from beam_tfrecord.refresh import (DEFAULT_KEEP_VERSIONS, FINGERPRINT_KEY, RefreshAction, RefreshPlan,
+                                   apply_retention, commit_version, fingerprint_inputs, plan_refresh,
+                                   publish_version)
+from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema
+from pipelines.build_image_dataset import ImageFolderOptions, resize_from_options
+from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging
+from pipelines.source_options import SchemaOptions, parse_bool
+
+
+class RefreshOptions(PipelineOptions):
+    """Where versions live and how many are kept."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--dataset_root", help="versioned dataset root: ROOT/LATEST and ROOT/versions/<id>/ "
+                                                   "(local path or gs://bucket/dir); readers take ROOT")
+        parser.add_argument("--keep_versions", type=int, default=DEFAULT_KEEP_VERSIONS,
+                            help="complete versions to keep; older ones are deleted after a new one is published")
+        parser.add_argument("--force", type=parse_bool, nargs="?", const=True, default=False,
+                            help="rebuild even when the inputs are unchanged (--force or --force=true)")
+
+
+# The option classes the job reads, in the order the Flex Template lists them. Options of these
+# classes that the job does not take are listed with the reason; passing one is an error.
+JOB_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
+    ImageFolderOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions)
+JOB_REJECTED_OPTIONS: dict[str, str] = {
+    "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
+    "schema": "the schema comes from the class folder names",
+    "chunk_size": "images are one sample per Beam element",
+}
+
+
+def job_option_actions() -> list[argparse.Action]:
+    """The argparse actions of the options a user passes to this job (besides runner options)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    for options_class in JOB_OPTION_CLASSES:
+        options_class._add_argparse_args(parser)  # Beam's hook for PipelineOptions subclasses
+    return [action for action in parser._actions if action.dest not in JOB_REJECTED_OPTIONS]
+
+
+def job_option_names() -> list[str]:
+    """Names (without ``--``) of the options a user passes to this job."""
+    return [action.dest for action in job_option_actions()]
+
+
+def _recorded_command(options: PipelineOptions) -> list[str]:
+    """The job's own non-default options, for the manifest. Runner options (projects, accounts,
+    endpoints) are left out, so nothing environment-specific or secret is recorded."""
+    given = options.get_all_options(drop_default=True)
+    return ["refresh_image_dataset", *(f"--{name}={given[name]}" for name in job_option_names() if name in given)]
+
+
+def _validated(options: PipelineOptions) -> tuple[RefreshOptions, ImageFolderOptions, DatasetOutputOptions]:
+    refresh, source, output = (options.view_as(c) for c in (RefreshOptions, ImageFolderOptions, DatasetOutputOptions))
+    if not refresh.dataset_root:
+        raise SystemExit("--dataset_root is required: the versioned dataset root (local path or gs://bucket/dir)")
+    if not source.input:
+        raise SystemExit("--input is required: an image folder ROOT/<label>/<file>")
+    given = options.get_all_options(drop_default=True)
+    for name, reason in JOB_REJECTED_OPTIONS.items():
+        if given.get(name) is not None:
+            raise SystemExit(f"--{name} is not an option of the refresh job: {reason}")
+    if refresh.keep_versions < 1:
+        raise SystemExit(f"--keep_versions must be >= 1, got {refresh.keep_versions}")
+    return refresh, source, output
+
+
+def run(argv: Sequence[str] | None = None) -> RefreshPlan:
+    """Refreshes the dataset (or does nothing when the inputs are unchanged); returns the decision taken."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    options = PipelineOptions(argv)
+    refresh, source, output = _validated(options)
+    root = refresh.dataset_root
+    fingerprint = fingerprint_inputs([source.input.rstrip("/") + "/*/*"])
+    plan = plan_refresh(root, fingerprint, force=refresh.force)
+    print(f"refresh {root}: {plan.action.value}: {plan.reason}")
+    if plan.action is not RefreshAction.BUILD:
+        if plan.action is RefreshAction.ADOPT:
+            commit_version(root, plan.version_id)
+        # Also on SKIP: a run killed after moving LATEST may have left old or unfinished versions.
+        deleted = apply_retention(root, refresh.keep_versions)
+        if deleted:
+            print(f"refresh {root}: retention deleted versions {deleted}")
+        return plan
+
+    image_format = ImageFormat(source.image_format) if source.image_format else guess_format(source.input)
+    resize = resize_from_options(source)
+    schema = image_folder_schema(source.input, image_format, resize=resize,
+                                 check_decode=options.view_as(SchemaOptions).check_decode)
+    output.output = plan.version_dir
+    metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id}
+    quiet_logging()
+    with beam.Pipeline(options=options) as pipeline:
+        _ = (pipeline
+             | "ReadImageFolder" >> ReadImageFolder(source.input)
+             | "WriteVersion" >> make_writer(output, schema, _recorded_command(options), metadata=metadata,
+                                             feature_transforms={"image": resize} if resize is not None else {})
+             # the published Manifest of the new version
+             | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
+                                            keep_versions=refresh.keep_versions))
+    print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions})")
+    return plan
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,59 @@
+"""Options shared by several build jobs.
+
+Beam parses every ``PipelineOptions`` subclass that has been imported, so an option may be
+defined only once per process: jobs that share an option view this class instead of
+redefining it (each job's own input flag has a distinct name for the same reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_tfrecord import storage
+from beam_tfrecord.core.schema import Image, Schema
+from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE
+
+
+_TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no"})
+
+
+def parse_bool(text: str) -> bool:
+    """A flag given alone or as ``--flag=true|false`` (the form Flex Templates and schedulers pass)."""
+    value = text.strip().lower()
+    if value in _TRUE | _FALSE:
+        return value in _TRUE
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+class SchemaOptions(PipelineOptions):
+    """How samples are checked: a pinned schema, full image decoding, chunking of small samples."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--schema", default=None,
+                            help="schema JSON file (as printed by inference, or a dataset's manifest.json); "
+                                 "default: infer it from the input and print it")
+        parser.add_argument("--check_decode", type=parse_bool, nargs="?", const=True, default=False,
+                            help="decode every image in full to reject truncated or corrupt files "
+                                 "(--check_decode or --check_decode=true|false)")
+        parser.add_argument("--chunk_size", type=int, default=DEFAULT_CHUNK_SIZE,
+                            help="small samples (rows, vectors) per Beam element")
+
+
+def load_schema(path: str) -> Schema:
+    """A schema from a JSON file: a schema object, or a whole dataset manifest holding one."""
+    try:
+        data = json.loads(storage.read_bytes(path))
+        return Schema.from_json(data.get("schema", data) if isinstance(data, dict) else data)
+    except (OSError, ValueError, BeamTFRecordError) as err:
+        raise SystemExit(f"--schema {path!r}: cannot load a schema ({type(err).__name__}: {err})") from err
+
+
+def with_check_decode(schema: Schema) -> Schema:
+    """The schema with full-decode validation turned on for every image feature."""
+    return Schema({name: Image(f.format, f.shape, check_decode=True) if isinstance(f, Image) else f
+                   for name, f in schema.features.items()}, schema.sequence_features)

@@ -1,0 +1,68 @@
+"""The refresh job end to end (local paths): versions, LATEST, no-op, --force, retention."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from beam_tfrecord.dataset import load_manifest, read_latest, resolve_dataset_dir
+from beam_tfrecord.refresh import RefreshAction, list_versions
+from beam_tfrecord.verify import verify_dataset
+from pipelines import refresh_image_dataset
+
+
+def _refresh(images: str, root: str, *extra: str):
+    return refresh_image_dataset.run(["--input", images, "--dataset_root", root, "--keep_versions=2", *extra])
+
+
+def test_refresh_builds_skips_rebuilds_and_retains(images: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    root = str(tmp_path / "root")
+    first = _refresh(images, root)
+    assert first.action is RefreshAction.BUILD and read_latest(root) == first.version_id
+    assert verify_dataset(resolve_dataset_dir(root)).num_records == 30
+
+    capsys.readouterr()
+    unchanged = _refresh(images, root)
+    assert (unchanged.action, unchanged.version_id) == (RefreshAction.SKIP, first.version_id)
+    assert "nothing to do" in capsys.readouterr().out
+    assert list_versions(root).complete == (first.version_id,)
+
+    Path(images, "square", "0001.jpg").unlink()  # raw data changes
+    second = _refresh(images, root)
+    assert second.action is RefreshAction.BUILD
+    assert load_manifest(root).num_written == 29
+
+    forced = _refresh(images, root, "--force")
+    assert forced.action is RefreshAction.BUILD and read_latest(root) == forced.version_id
+    assert list_versions(root).complete == (second.version_id, forced.version_id)  # keep_versions=2
+    manifest = load_manifest(root)
+    assert manifest.metadata["version_id"] == forced.version_id
+    assert manifest.command[0] == "refresh_image_dataset" and "--force=True" in manifest.command
+
+
+def test_refresh_rejects_output_option(images: str, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--output is not an option of the refresh job: the job writes"):
+        _refresh(images, str(tmp_path / "root"), "--output", str(tmp_path / "elsewhere"))
+
+
+@pytest.mark.parametrize("flag, expected", [("--force", True), ("--force=true", True), ("--force=false", False),
+                                            ("--keep_versions=2", False)])
+def test_force_flag_forms(flag: str, expected: bool) -> None:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    assert PipelineOptions([flag]).view_as(refresh_image_dataset.RefreshOptions).force is expected
+
+
+def test_unchanged_run_still_cleans_up_after_a_killed_run(images: str, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    first = _refresh(images, str(root))
+    abandoned = root / "versions" / "20000101T000000.000Z-aaaaaa"  # what a run killed mid-write leaves
+    shutil.copytree(first.version_dir, abandoned)
+    (abandoned / "manifest.json").unlink()
+    (root / "LATEST.tmp-0123456789ab").write_text("garbage")  # killed while moving LATEST
+    assert _refresh(images, str(root)).action is RefreshAction.SKIP
+    assert list_versions(str(root)).incomplete == ()
+    assert sorted(p.name for p in root.iterdir()) == ["LATEST", "versions"]

@@ -1,0 +1,154 @@
+"""Versioned roots: fingerprints, version ids, the LATEST pointer, adoption and retention."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from beam_tfrecord.dataset import load_manifest, read_latest, resolve_dataset_dir, shard_paths
+from beam_tfrecord.errors import DatasetNotFoundError, LatestPointerError, RefreshError
+from beam_tfrecord.refresh import (InputFile, InputFingerprint, RefreshAction, apply_retention, commit_version,
+                                   fingerprint_inputs, list_versions, new_version_id, plan_refresh,
+                                   stored_fingerprint)
+
+IDS = ["20260101T000000.000Z-aaaaaa", "20260102T000000.000Z-bbbbbb", "20260103T000000.000Z-cccccc",
+       "20260104T000000.000Z-dddddd", "20260105T000000.000Z-eeeeee"]
+BASE = [InputFile("gs://b/x/a.jpg", 10, 1.0), InputFile("gs://b/x/b.jpg", 20, 2.0)]
+
+
+@pytest.mark.parametrize("changed", [
+    pytest.param([InputFile("gs://b/x/a.jpg", 11, 1.0), BASE[1]], id="size"),
+    pytest.param([InputFile("gs://b/x/a.jpg", 10, 1.5), BASE[1]], id="update-time"),
+    pytest.param([InputFile("gs://b/x/c.jpg", 10, 1.0), BASE[1]], id="renamed"),
+    pytest.param([*BASE, InputFile("gs://b/x/d.jpg", 1, 3.0)], id="added"),
+    pytest.param(BASE[:1], id="removed"),
+])
+def test_fingerprint_changes_with_any_input_change(changed: list[InputFile]) -> None:
+    assert InputFingerprint.of(changed) != InputFingerprint.of(BASE)
+
+
+def test_fingerprint_ignores_listing_order_and_round_trips() -> None:
+    fingerprint = InputFingerprint.of(BASE)
+    assert InputFingerprint.of(BASE[::-1]) == fingerprint
+    assert InputFingerprint.from_json(fingerprint.to_json()) == fingerprint
+    assert (fingerprint.num_files, fingerprint.num_bytes) == (2, 30)
+    with pytest.raises(RefreshError, match="malformed input fingerprint"):
+        InputFingerprint.from_json({"sha256": "x"})
+
+
+def test_fingerprint_inputs_sees_local_mtime(images: str) -> None:
+    before = fingerprint_inputs([images + "/*/*"])
+    assert before.num_files == 30
+    path = Path(images, "circle", "0000.jpg")
+    os.utime(path, (path.stat().st_atime, path.stat().st_mtime + 60))
+    assert fingerprint_inputs([images + "/*/*"]) != before
+
+
+UTC = datetime.timezone.utc
+
+
+def test_version_ids_sort_by_time() -> None:
+    early = new_version_id(datetime.datetime(2026, 1, 31, 2, 0, 0, 999_999, tzinfo=UTC), "ffffff")
+    late = new_version_id(datetime.datetime(2026, 1, 31, 2, 0, 1, tzinfo=UTC), "000000")
+    assert early == "20260131T020000.999Z-ffffff" and early < late
+    with pytest.raises(RefreshError, match="bad version id"):
+        new_version_id(token="XYZ")
+
+
+@pytest.mark.parametrize("clock", [
+    pytest.param(datetime.datetime(2026, 1, 31, 2, 0, 0, 500_000, tzinfo=UTC), id="same-millisecond"),
+    pytest.param(datetime.datetime(2026, 1, 30, tzinfo=UTC), id="clock-behind"),
+])
+def test_new_version_id_is_after_existing_ones(clock: datetime.datetime) -> None:
+    existing = ["20260131T020000.500Z-ffffff", "20260131T020000.100Z-aaaaaa"]
+    version_id = new_version_id(clock, "000000", after=existing)
+    assert version_id == "20260131T020000.501Z-000000" and version_id > max(existing)
+
+
+def _root_with(tmp_path: Path, built_version: Path, complete: list[str], incomplete: list[str] = (),
+               latest: str | None = None) -> str:
+    root = tmp_path / "root"
+    for version_id in complete:
+        shutil.copytree(built_version, root / "versions" / version_id)
+    for version_id in incomplete:  # what a killed build leaves: shards and temp files, no manifest
+        shutil.copytree(built_version, root / "versions" / version_id)
+        (root / "versions" / version_id / "manifest.json").unlink()
+    if latest:
+        commit_version(str(root), latest)
+    return str(root)
+
+
+def test_root_resolves_to_latest_version(tmp_path: Path, built_version: Path) -> None:
+    root = _root_with(tmp_path, built_version, IDS[:2], latest=IDS[0])
+    assert resolve_dataset_dir(root) == f"{root}/versions/{IDS[0]}"
+    manifest = load_manifest(root)
+    commit_version(root, IDS[1])  # a new version is published after the manifest was loaded
+    assert all(p.startswith(f"{root}/versions/{IDS[0]}/") for p in shard_paths(root, manifest, "train"))
+    assert all(p.startswith(f"{root}/versions/{IDS[1]}/") for p in shard_paths(root, load_manifest(root), "train"))
+    assert resolve_dataset_dir(str(built_version)) == str(built_version)  # a plain dataset dir is itself
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage\n", b"20260101T000000.000Z-aaaaaa\x00junk", b"../../etc\n"],
+                         ids=["empty", "garbage", "torn", "path"])
+def test_corrupt_latest_is_a_typed_error(tmp_path: Path, built_version: Path, content: bytes) -> None:
+    root = _root_with(tmp_path, built_version, IDS[:1], latest=IDS[0])
+    Path(root, "LATEST").write_bytes(content)
+    with pytest.raises(LatestPointerError, match="LATEST pointer holds"):
+        load_manifest(root)
+
+
+def test_unfinished_version_is_never_read(tmp_path: Path, built_version: Path) -> None:
+    root = _root_with(tmp_path, built_version, [], incomplete=IDS[:1])
+    with pytest.raises(DatasetNotFoundError):
+        load_manifest(root)
+    with pytest.raises(LatestPointerError, match="has no manifest.json"):
+        commit_version(root, IDS[0])
+    assert read_latest(root) is None
+
+
+def test_latest_naming_a_deleted_version_is_a_typed_error(tmp_path: Path, built_version: Path) -> None:
+    root = _root_with(tmp_path, built_version, IDS[:1], latest=IDS[0])
+    shutil.rmtree(Path(root, "versions", IDS[0]))
+    with pytest.raises(LatestPointerError, match="which has no manifest.json"):
+        load_manifest(root)
+
+
+def test_retention_keeps_newest_and_removes_abandoned(tmp_path: Path, built_version: Path) -> None:
+    root = _root_with(tmp_path, built_version, complete=[IDS[0], IDS[2], IDS[3]], incomplete=[IDS[1], IDS[4]],
+                      latest=IDS[3])
+    assert apply_retention(root, keep_versions=2) == [IDS[0], IDS[1]]
+    listing = list_versions(root)
+    assert listing.complete == (IDS[2], IDS[3])
+    assert listing.incomplete == (IDS[4],)  # newer than LATEST: a run may be writing it
+    assert apply_retention(root, keep_versions=2) == []
+    with pytest.raises(RefreshError, match="keep_versions must be >= 1"):
+        apply_retention(root, keep_versions=0)
+
+
+def test_retention_never_deletes_latest(tmp_path: Path, built_version: Path) -> None:
+    root = _root_with(tmp_path, built_version, complete=IDS[:3], latest=IDS[1])
+    assert apply_retention(root, keep_versions=1) == [IDS[0]]
+    assert list_versions(root).complete == (IDS[1], IDS[2])
+
+
+def test_plan_adopts_a_complete_unpublished_version(tmp_path: Path, built_version: Path) -> None:
+    fingerprint = stored_fingerprint(load_manifest(str(built_version)))
+    root = _root_with(tmp_path, built_version, complete=[IDS[1]])  # crashed between manifest and LATEST
+    plan = plan_refresh(root, fingerprint)
+    assert (plan.action, plan.version_id, plan.latest) == (RefreshAction.ADOPT, IDS[1], None)
+    commit_version(root, plan.version_id)
+    assert plan_refresh(root, fingerprint).action is RefreshAction.SKIP
+    assert plan_refresh(root, fingerprint, force=True).action is RefreshAction.BUILD
+    assert plan_refresh(root, InputFingerprint.of(BASE)).action is RefreshAction.BUILD
+
+
+def test_ids_without_milliseconds_are_still_read(tmp_path: Path, built_version: Path) -> None:
+    legacy = "20260101T000000Z-abcdef"
+    root = _root_with(tmp_path, built_version, [legacy], latest=legacy)
+    assert resolve_dataset_dir(root).endswith(legacy)
+    assert new_version_id(datetime.datetime(2025, 1, 1, tzinfo=UTC), "000000", after=[legacy]) == \
+        "20260101T000000.001Z-000000"
