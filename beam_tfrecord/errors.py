@@ -184,3 +184,17 @@ class LatestPointerError(RefreshError, ValueError):
 
 class AudioDecodeError(BeamTFRecordError, ValueError):
     """Audio bytes could not be decoded (not a WAV file, truncated, unsupported encoding)."""
+
+
+class InputChangedError(BeamTFRecordError):
+    """A file-backed sample read again while writing its shard no longer gives the planned record.
+
+    Large file-backed records are read from their source twice (validated, then written); a file
+    changed or deleted in between would make the shard differ from the plan, so the job fails.
+    """
+
+    def __init__(self, sample_key: str, reason: str) -> None:
+        self.sample_key = sample_key
+        self.reason = reason
+        super().__init__(f"input of sample {sample_key!r} changed while the job ran: {reason}; "
+                         "re-run the job once the inputs are stable")

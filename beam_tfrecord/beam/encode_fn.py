@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import pickle
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import apache_beam as beam
@@ -12,37 +13,16 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.encode import SampleEncoder
+from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.runs import RunIndex, encode_run, make_entry
-from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
+from beam_tfrecord.core.runs import RunIndex, encode_run, make_record_entry, make_reference_entry
+from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.errors import FeatureTransformError, SampleError, SampleReadError
-
+from beam_tfrecord.errors import SampleError
 
 DEAD_LETTERS = "dead_letters"
 _NAMESPACE = "beam_tfrecord"
-
-# A per-feature function applied after files are loaded and before validation (e.g. decode and
-# resize an image). Whatever it raises sends the sample to the dead letters with stage DECODE, with a
-# message naming the feature. Absent (None) values are not transformed.
-FeatureTransform = Callable[[Any], Any]
-
-
-def load_file_refs(sample: Sample) -> Sample:
-    """Replaces every FileRef value with the file's bytes; raises SampleReadError naming the file."""
-    if FileRef not in set(map(type, sample.values.values())):
-        return sample
-    values = dict(sample.values)
-    for name, value in sample.values.items():
-        if isinstance(value, FileRef):
-            try:
-                values[name] = storage.read_bytes(value.path)
-            except Exception as err:  # FileSystems raises BeamIOError, OSError and GCS client errors
-                reason = f"{type(err).__name__}: {err}"
-                raise SampleReadError(sample.key, name, value.path, reason[:300]) from err
-    return Sample(sample.key, values)
 
 
 class EncodeToRunsFn(beam.DoFn):
@@ -53,8 +33,9 @@ class EncodeToRunsFn(beam.DoFn):
     """
 
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
-                 run_bytes: int, feature_transforms: Mapping[str, FeatureTransform]) -> None:
+                 run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int) -> None:
         self._schema = schema
+        self._reread_min_bytes = reread_min_bytes
         self._runs_dir = runs_dir
         self._salt = salt
         self._max_record_bytes = max_record_bytes
@@ -66,10 +47,12 @@ class EncodeToRunsFn(beam.DoFn):
         self._runs = beam.metrics.Metrics.counter(_NAMESPACE, "spill_runs")
 
     def setup(self) -> None:
-        self._encoder = SampleEncoder(self._schema)
+        self._builder = RecordBuilder(self._schema, self._transforms)
+        # Records rebuilt by the shard writers must come out byte-identical: never re-run transforms.
+        self._reread = self._reread_min_bytes > 0 and not self._builder.has_transforms
 
     def start_bundle(self) -> None:
-        self._buffer: list[bytes] = []  # run entries: hash prefix + framed record
+        self._buffer: list[bytes] = []  # run entries (see core/runs.py)
         self._buffered_bytes = 0
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[Any]:
@@ -95,39 +78,20 @@ class EncodeToRunsFn(beam.DoFn):
             yield WindowedValue(self._flush(), MIN_TIMESTAMP, [GlobalWindow()])
 
     def _encode_one(self, sample: Sample) -> bytes | DeadLetter:
-        stage = Stage.READ
-        try:
-            sample = load_file_refs(sample)
-            stage = Stage.DECODE
-            if self._transforms:
-                sample = self._transform(sample)
-            stage = Stage.VALIDATE
-            record = self._encoder.encode(sample)
-        except (SampleError, SampleReadError) as err:
-            return DeadLetter.from_error(sample.key, stage, err)
-        except FeatureTransformError as err:  # named after the transform's own error type
-            return DeadLetter(key=sample.key, stage=stage, error_type=type(err.cause).__name__,
-                              message=str(err), feature=err.feature)
-        except Exception as err:  # a user transform or decoder failing is a per-sample problem
-            if stage is Stage.VALIDATE:
-                raise
-            return DeadLetter.from_error(sample.key, stage, err)
-        if framed_size(len(record)) > self._max_record_bytes:
+        record = self._builder.build(sample)
+        if record.__class__ is DeadLetter:
+            return record
+        size = framed_size(len(record))
+        if size > self._max_record_bytes:
             error = SampleError(sample.key, None, f"a record of at most {self._max_record_bytes} bytes "
-                                                  "(the hard shard-size cap)", f"{framed_size(len(record))} bytes")
+                                                  "(the hard shard-size cap)", f"{size} bytes")
             return DeadLetter.from_error(sample.key, Stage.ENCODE, error)
-        return make_entry(key_hash(sample.key, self._salt), record)
-
-    def _transform(self, sample: Sample) -> Sample:
-        values = dict(sample.values)
-        for name, transform in self._transforms.items():
-            if values.get(name) is None:
-                continue  # absent: the encoder applies the default or rejects it
-            try:
-                values[name] = transform(values[name])
-            except Exception as err:  # whatever a decoder raises is this sample's problem
-                raise FeatureTransformError(sample.key, name, err) from err
-        return Sample(sample.key, values)
+        hashed = key_hash(sample.key, self._salt)
+        if self._reread and size >= self._reread_min_bytes and has_file_refs(sample):
+            # Large and file-backed: spill the reference; the shard writer reads the file again,
+            # so the payload is written once, straight into its shard.
+            return make_reference_entry(hashed, size, pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
+        return make_record_entry(hashed, record)
 
     def _flush(self) -> RunIndex:
         entries = sorted(self._buffer)  # entries start with the big-endian hash: bytes order is hash order

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+import pickle
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 
 import apache_beam as beam
@@ -12,8 +13,12 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
-from beam_tfrecord.core.runs import RunIndex, RunSlice, merge_slices
-from beam_tfrecord.errors import CorruptShardError
+from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
+from beam_tfrecord.core.framing import frame
+from beam_tfrecord.core.runs import RECORD, RunIndex, RunSlice, entry_kind, entry_record, entry_reference, merge_slices
+from beam_tfrecord.core.samples import DeadLetter, Sample
+from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.errors import CorruptShardError, InputChangedError
 
 _NAMESPACE = "beam_tfrecord"
 _WRITE_CHUNK_BYTES = 4 << 20
@@ -49,18 +54,29 @@ def shard_tasks(plan: DatasetPlan, runs: Sequence[RunIndex], *, dataset_name: st
 
 
 class WriteShardFn(beam.DoFn):
-    """Writes one shard from its run slices; yields its ShardInfo (with the temp path's checksum)."""
+    """Writes one shard from its run slices; yields its ShardInfo (with the file's checksum).
 
-    def __init__(self, compression: Compression) -> None:
+    RECORD entries are copied as they are; REFERENCE entries are rebuilt from their source files
+    (see core/runs.py) and must come out exactly the size the plan expects.
+    """
+
+    def __init__(self, schema: Schema, compression: Compression,
+                 feature_transforms: Mapping[str, FeatureTransform]) -> None:
+        self._schema = schema
         self._compression = compression
+        self._transforms = dict(feature_transforms)
         self._records = beam.metrics.Metrics.counter(_NAMESPACE, "records_written")
+        self._reread = beam.metrics.Metrics.counter(_NAMESPACE, "records_reread_from_source")
         self._bytes = beam.metrics.Metrics.counter(_NAMESPACE, "shard_bytes_written")
+
+    def setup(self) -> None:
+        self._builder = RecordBuilder(self._schema, self._transforms)
 
     def process(self, task: ShardTask) -> Iterator[ShardInfo]:
         writer = storage.HashingWriter(storage.open_write(task.temp_path), self._compression)
         count = 0
         record_bytes = 0
-        pending: list[bytes] = []
+        pending: list[bytes | memoryview] = []
         pending_bytes = 0
         with ExitStack() as stack:
             streams = []
@@ -68,7 +84,8 @@ class WriteShardFn(beam.DoFn):
                 handle = stack.enter_context(storage.open_read(source.path))
                 handle.seek(source.start)
                 streams.append(handle)
-            for framed in merge_slices(streams, task.sources):
+            for entry in merge_slices(streams, task.sources):
+                framed = entry_record(entry) if entry_kind(entry) == RECORD else self._rebuild(entry)
                 pending.append(framed)
                 pending_bytes += len(framed)
                 count += 1
@@ -86,3 +103,15 @@ class WriteShardFn(beam.DoFn):
         self._bytes.inc(writer.num_bytes)
         yield ShardInfo(filename=task.filename, split=task.spec.split, index=task.spec.index, num_records=count,
                         num_bytes=writer.num_bytes, num_record_bytes=record_bytes, crc32c=crc32c)
+
+    def _rebuild(self, entry: bytes) -> bytes:
+        planned_size, sample_pickle = entry_reference(entry)
+        sample: Sample = pickle.loads(sample_pickle)
+        record = self._builder.build(sample)
+        if isinstance(record, DeadLetter):
+            raise InputChangedError(sample.key, f"it was valid when first read, now: {record.message}")
+        framed = frame(record)
+        if len(framed) != planned_size:
+            raise InputChangedError(sample.key, f"its record is {len(framed)} bytes, {planned_size} when first read")
+        self._reread.inc()
+        return framed

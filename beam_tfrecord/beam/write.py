@@ -9,7 +9,8 @@ from typing import Any
 import apache_beam as beam
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.encode_fn import DEAD_LETTERS, EncodeToRunsFn, FeatureTransform
+from beam_tfrecord.beam.encode_fn import DEAD_LETTERS, EncodeToRunsFn
+from beam_tfrecord.beam.records import FeatureTransform
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.shards import WriteShardFn, shard_tasks
 from beam_tfrecord.core.manifest import Manifest
@@ -21,6 +22,7 @@ from beam_tfrecord.errors import ShardingError
 
 import numpy as np
 
+KiB = 2**10
 MiB = 2**20
 DEFAULT_SALT = "beam-tfrecord"
 
@@ -59,6 +61,10 @@ class WriteTFRecordDataset(beam.PTransform):
             is rejected; 0.0 fails on any bad sample.
         feature_transforms: per-feature functions applied before validation (decode, resize...).
         spill_run_bytes: records buffered per worker before a sorted run is written.
+        reread_min_bytes: file-backed records at least this large are not spilled: their shard
+            writer reads the files again (validated the same way, checked against the planned
+            size), so the payload is written once. 0 spills everything. Not used with
+            ``feature_transforms``.
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
         command: the command line to record in the manifest.
         metadata: extra facts to record in the manifest.
@@ -69,13 +75,15 @@ class WriteTFRecordDataset(beam.PTransform):
                  compression: Compression = Compression.NONE, salt: str = DEFAULT_SALT,
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
-                 spill_run_bytes: int = 64 * MiB, temp_dir: str | None = None,
+                 spill_run_bytes: int = 64 * MiB, reread_min_bytes: int = 64 * KiB, temp_dir: str | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if not 0.0 <= max_rejected_fraction <= 1.0:
             raise ShardingError(f"max_rejected_fraction must be in [0, 1], got {max_rejected_fraction}")
         if spill_run_bytes < 1:
             raise ShardingError(f"spill_run_bytes must be >= 1, got {spill_run_bytes}")
+        if reread_min_bytes < 0:
+            raise ShardingError(f"reread_min_bytes must be >= 0, got {reread_min_bytes}")
         ShardName(dataset_name, "train", 0, 1)  # validates the dataset name early
         unknown = set(feature_transforms or {}) - set(schema.features) - set(schema.sequence_features)
         if unknown:
@@ -89,6 +97,7 @@ class WriteTFRecordDataset(beam.PTransform):
         self._salt = salt
         self._feature_transforms = dict(feature_transforms or {})
         self._spill_run_bytes = spill_run_bytes
+        self._reread_min_bytes = reread_min_bytes
         run_id = uuid.uuid4().hex[:12]
         self._temp_dir = temp_dir or storage.join(output_dir, f".tmp-beam-tfrecord-{run_id}")
         self._publish_settings = PublishSettings(
@@ -100,7 +109,8 @@ class WriteTFRecordDataset(beam.PTransform):
         encoded = samples | "EncodeToRuns" >> beam.ParDo(EncodeToRunsFn(
             self._schema, runs_dir=storage.join(self._temp_dir, "runs"), salt=self._salt,
             max_record_bytes=self._sharding.cap, run_bytes=self._spill_run_bytes,
-            feature_transforms=self._feature_transforms)).with_outputs(DEAD_LETTERS, main="runs")
+            feature_transforms=self._feature_transforms, reread_min_bytes=self._reread_min_bytes,
+        )).with_outputs(DEAD_LETTERS, main="runs")
         # RunIndex per spilled run: a path plus 16 bytes (hash, size) per record, no payload.
         run_list = encoded.runs | "CollectRunIndex" >> beam.combiners.ToList()
         plan = run_list | "PlanShards" >> beam.Map(_plan, self._splits, self._sharding)
@@ -112,7 +122,8 @@ class WriteTFRecordDataset(beam.PTransform):
             # ShardTask: (shard spec, run slices); spread over workers.
             | "SpreadTasks" >> beam.Reshuffle()
         )
-        shard_infos = tasks | "WriteShards" >> beam.ParDo(WriteShardFn(self._compression))
+        shard_infos = tasks | "WriteShards" >> beam.ParDo(
+            WriteShardFn(self._schema, self._compression, self._feature_transforms))
         dead_letters = encoded[DEAD_LETTERS] | "CollectDeadLetters" >> beam.combiners.ToList()
         return (
             plan

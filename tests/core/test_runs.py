@@ -6,11 +6,12 @@ import itertools
 import pytest
 
 from beam_tfrecord.core.framing import frame
-from beam_tfrecord.core.runs import RunIndex, encode_run, make_entry, merge_slices
+from beam_tfrecord.core.runs import (REFERENCE, RunIndex, encode_run, entry_kind, entry_record, entry_reference,
+                                     make_record_entry, make_reference_entry, merge_slices)
 
 
 def _run(path: str, items: list[tuple[int, bytes]]) -> tuple[RunIndex, bytes]:
-    entries = sorted(make_entry(h, record) for h, record in items)
+    entries = sorted(make_record_entry(h, record) for h, record in items)
     return RunIndex.of_entries(path, entries), encode_run(entries)
 
 
@@ -21,16 +22,26 @@ def _merge(runs: list[tuple[RunIndex, bytes]], lo: int = 0, hi: int = 2**64) -> 
         stream = io.BytesIO(data)
         stream.seek(piece.start)
         streams.append(stream)
-    return [bytes(framed) for framed in merge_slices(streams, slices)]
+    return [bytes(entry_record(entry)) for entry in merge_slices(streams, slices)]
 
 
 def test_index_and_slice_byte_ranges():
     index, data = _run("r", [(30, b"c"), (10, b"a"), (20, b"bb")])
     assert index.hashes.tolist() == [10, 20, 30]
     assert index.framed_sizes.tolist() == [17, 18, 17]
+    assert index.entry_sizes.tolist() == [26, 27, 26]  # + 8 bytes of hash and 1 of kind
     middle = index.slice(15, 30)
-    assert (middle.start, middle.end, middle.num_entries) == (25, 25 + 26, 1)
-    assert data[middle.start + 8:middle.end] == frame(b"bb")
+    assert (middle.start, middle.end, middle.num_entries) == (26, 26 + 27, 1)
+    assert data[middle.start + 9:middle.end] == frame(b"bb")
+
+
+def test_reference_entries_plan_by_record_size_and_read_by_entry_size():
+    entries = sorted([make_record_entry(1, b"abc"), make_reference_entry(2, 250_000, b"pickled sample")])
+    index = RunIndex.of_entries("r", entries)
+    assert index.framed_sizes.tolist() == [19, 250_000]
+    assert index.entry_sizes.tolist() == [28, 9 + 8 + len(b"pickled sample")]
+    assert entry_kind(entries[1]) == REFERENCE
+    assert entry_reference(entries[1]) == (250_000, b"pickled sample")
 
 
 @pytest.mark.parametrize("with_ties", [False, True], ids=["distinct-hashes", "duplicate-keys"])

@@ -1,0 +1,87 @@
+"""Large file-backed records are written once: rebuilt from their files by the shard writer.
+
+The output must be byte-identical to spilling every record, and a file that changes between the
+two reads must fail the job rather than produce a shard that differs from the plan.
+"""
+
+import os
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+
+from beam_tfrecord import (DType, FileRef, Scalar, Schema, ShardingConfig, WriteTFRecordDataset, load_manifest,
+                           verify_dataset)
+from beam_tfrecord.beam.shards import ShardTask, WriteShardFn
+from beam_tfrecord.core.framing import framed_size
+from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.plan import ShardSpec
+from beam_tfrecord.core.runs import RunIndex, encode_run, make_reference_entry
+from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.errors import InputChangedError
+
+SCHEMA = Schema({"blob": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
+
+
+@pytest.fixture(scope="module")
+def blob_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("blobs")
+    rng = np.random.default_rng(3)
+    paths = []
+    for i in range(60):
+        path = root / f"blob-{i:03d}.bin"
+        path.write_bytes(rng.bytes(int(rng.integers(1_000, 200_000))))  # some under, most over 64 KiB
+        paths.append(str(path))
+    return paths
+
+
+def _build(out: str, paths: list[str], reread_min_bytes: int) -> dict[str, int]:
+    pipeline = beam.Pipeline(argv=["--runner=DirectRunner"])
+    _ = (pipeline
+         | beam.Create([Sample(os.path.basename(p), {"blob": FileRef(p), "index": i}) for i, p in enumerate(paths)])
+         | WriteTFRecordDataset(out, schema=SCHEMA, sharding=ShardingConfig(target_shard_bytes=1_000_000),
+                                reread_min_bytes=reread_min_bytes))
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = result.metrics().query(MetricsFilter().with_namespace("beam_tfrecord"))["counters"]
+    return {c.key.metric.name: c.committed for c in counters}
+
+
+def test_reread_output_equals_spilled_output(blob_files, tmp_path):
+    spilled, reread = str(tmp_path / "spilled"), str(tmp_path / "reread")
+    _build(spilled, blob_files, reread_min_bytes=0)
+    counters = _build(reread, blob_files, reread_min_bytes=64 * 1024)
+    large = sum(os.path.getsize(p) >= 64 * 1024 for p in blob_files)
+    assert counters["records_reread_from_source"] == large > 0
+    a, b = load_manifest(spilled), load_manifest(reread)
+    assert [(s.filename, s.crc32c) for s in a.shards] == [(s.filename, s.crc32c) for s in b.shards]
+    assert len(b.shards) >= 3 and verify_dataset(reread).num_records == 60
+
+
+def test_a_file_changed_between_the_two_reads_fails_the_shard(tmp_path):
+    source = tmp_path / "source.bin"
+    source.write_bytes(b"x" * 100_000)
+    sample = Sample("source.bin", {"blob": FileRef(str(source)), "index": 7})
+    import pickle
+
+    from beam_tfrecord.core.encode import SampleEncoder
+
+    record = SampleEncoder(SCHEMA).encode(Sample("source.bin", {"blob": source.read_bytes(), "index": 7}))
+    entry = make_reference_entry(5, framed_size(len(record)), pickle.dumps(sample))
+    run_path = tmp_path / "one.run"
+    run_path.write_bytes(encode_run([entry]))
+    index = RunIndex.of_entries(str(run_path), [entry])
+    spec = ShardSpec("train", 0, 1, 0, 2**64, 1, framed_size(len(record)))
+    task = ShardTask(spec, "d-train.tfrecord-00000-of-00001", str(tmp_path / "shard"), (index.slice(0, 2**64),))
+    fn = WriteShardFn(SCHEMA, Compression.NONE, {})
+    fn.setup()
+
+    assert len(list(fn.process(task))) == 1  # unchanged: the shard is written as planned
+    source.write_bytes(b"y" * 90_000)
+    changed = framed_size(len(SampleEncoder(SCHEMA).encode(Sample("source.bin", {"blob": b"y" * 90_000, "index": 7}))))
+    with pytest.raises(InputChangedError, match=f"its record is {changed} bytes, {framed_size(len(record))} when first"):
+        list(fn.process(task))
+    source.unlink()
+    with pytest.raises(InputChangedError, match="it was valid when first read, now: .*cannot read"):
+        list(fn.process(task))
