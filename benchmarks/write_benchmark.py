@@ -5,8 +5,8 @@ DirectRunner, on the same data in one run. Prints records/s, MB/s, peak RSS and 
     python benchmarks/write_benchmark.py                       # both workloads, full size
     python benchmarks/write_benchmark.py --records 100000 --blobs 1000   # quicker
 
-Each variant runs in its own process, after an ``os.sync()``; its time excludes interpreter and
-library imports. Peak RSS is the whole process tree's (workers included), sampled every 50 ms.
+Each run is its own process, after an ``os.sync()``; its time excludes interpreter and library
+imports. (a) and (c) run ``--repeats`` times (median shown); (b) once. Peak RSS is the whole process tree's (workers included), sampled every 50 ms.
 """
 
 from __future__ import annotations
@@ -132,10 +132,10 @@ def _measure(variant: str, workload: str, args: argparse.Namespace, out: str) ->
 
 def _report(workload: str, records: int, results: list[dict]) -> None:
     print(f"\nworkload {workload}: {records} records")
-    print(f"  {'variant':<18} {'seconds':>8} {'records/s':>11} {'MB/s':>8} {'peak RSS MB':>12}")
+    print(f"  {'variant':<18} {'seconds':>8} {'records/s':>11} {'MB/s':>8} {'peak RSS MB':>12}  runs")
     for r in results:
         print(f"  {r['variant']:<18} {r['seconds']:8.2f} {records / r['seconds']:11,.0f} "
-              f"{r['bytes'] / 1e6 / r['seconds']:8.1f} {r['peak_rss_mb']:12,.0f}")
+              f"{r['bytes'] / 1e6 / r['seconds']:8.1f} {r['peak_rss_mb']:12,.0f}  {r['runs']} (median)")
     by = {r["variant"]: records / r["seconds"] for r in results}
     a, b, c = (by.get(v) for v in VARIANTS)
     if a and c:
@@ -160,6 +160,8 @@ def main() -> None:
                              "than the second core gives on a 5-second job)")
     parser.add_argument("--c_options", default="", help=argparse.SUPPRESS)  # set per workload for the child
     parser.add_argument("--target_shard_mib", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of (a) and (c), median reported; (b) runs once (minutes, ~16 GB RSS)")
     parser.add_argument("--child", choices=VARIANTS)
     parser.add_argument("--workload", choices=["small", "blobs"])
     parser.add_argument("--out")
@@ -178,17 +180,20 @@ def main() -> None:
 
     for workload in args.workloads.split(","):
         if workload == "blobs":
-            workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
-            subprocess.run(["cat", *workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)],
-                           stdout=subprocess.DEVNULL, check=True)  # warm the page cache for every variant alike
+            paths = workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
+            subprocess.run(["cat", *paths], stdout=subprocess.DEVNULL, check=True)  # inputs in page cache for all
         results = []
         for variant in args.variants.split(","):
-            out = os.path.join(args.work_dir, f"{workload}-{variant}")
-            shutil.rmtree(out, ignore_errors=True)
-            os.sync()  # every variant starts with no dirty pages of the previous one left to write back
-            args.c_options = args.c_options_small if workload == "small" else args.c_options_blobs
-            results.append(_measure(variant, workload, args, out))
-            shutil.rmtree(out, ignore_errors=True)
+            runs = []
+            for _ in range(1 if variant == "b_naive_beam" else args.repeats):
+                out = os.path.join(args.work_dir, f"{workload}-{variant}")
+                shutil.rmtree(out, ignore_errors=True)
+                os.sync()  # every run starts with no dirty pages of the previous one left to write back
+                args.c_options = args.c_options_small if workload == "small" else args.c_options_blobs
+                runs.append(_measure(variant, workload, args, out))
+                shutil.rmtree(out, ignore_errors=True)
+            median = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+            results.append({**median, "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "runs": len(runs)})
         _report(workload, args.records if workload == "small" else args.blobs, results)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.errors import SourceError
-from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, chunked, list_inputs, per_file
+from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
 
 ArrayMap = Mapping[str, np.ndarray]
 
@@ -117,23 +117,14 @@ class ReadNumpyFiles(beam.PTransform):
 
     def __init__(self, pattern: str, *, npy_feature: str = "x", chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
         super().__init__()
-        if chunk_size < 1:
-            raise SourceError(f"chunk_size must be >= 1, got {chunk_size}")
         self._pattern = pattern
         self._npy_feature = npy_feature
-        self._chunk_size = chunk_size
+        self._chunk_size = check_chunk_size(chunk_size)
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
-        return (
-            pipeline
-            | "Pattern" >> beam.Create([self._pattern])
-            | "ListFiles" >> beam.FlatMap(list_inputs)
-            | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadArrays" >> beam.FlatMap(per_file, functools.partial(
-                read_numpy_file, npy_feature=self._npy_feature, chunk_size=self._chunk_size))
-            # [Sample]: up to chunk_size samples per element.
-            | "SpreadChunks" >> beam.Reshuffle()
-        )
+        # [Sample]: up to chunk_size samples per element.
+        return pipeline | "ReadArrays" >> ReadEachFile(self._pattern, functools.partial(
+            read_numpy_file, npy_feature=self._npy_feature, chunk_size=self._chunk_size))
 
 
 class SamplesFromArrays(beam.PTransform):
@@ -150,8 +141,7 @@ class SamplesFromArrays(beam.PTransform):
 
     def __init__(self, arrays: ArrayMap, *, key_prefix: str = "", chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
         super().__init__()
-        if chunk_size < 1:
-            raise SourceError(f"chunk_size must be >= 1, got {chunk_size}")
+        check_chunk_size(chunk_size)
         arrays = {name: np.asarray(a) for name, a in arrays.items()}
         total = _check_lengths("SamplesFromArrays", arrays)
         width = max(9, len(str(total)))
@@ -196,8 +186,7 @@ class SamplesFromIterable(beam.PTransform):
     def __init__(self, source: Callable[[], Iterable[Any]] | Iterable[Any], *, key_prefix: str = "",
                  chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
         super().__init__()
-        if chunk_size < 1:
-            raise SourceError(f"chunk_size must be >= 1, got {chunk_size}")
+        check_chunk_size(chunk_size)
         self._key_prefix = key_prefix
         self._chunk_size = chunk_size
         self._make = source if callable(source) else None

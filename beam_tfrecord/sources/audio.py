@@ -24,7 +24,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, Scalar, Schema, VarList
 from beam_tfrecord.errors import AudioDecodeError, SampleReadError
-from beam_tfrecord.sources.chunks import list_inputs, per_file
+from beam_tfrecord.sources.chunks import ReadEachFile, list_inputs
 
 AUDIO_EXTENSIONS = (".wav",)
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
@@ -153,12 +153,7 @@ class ReadAudioFiles(beam.PTransform):
         self._labels = labels_from_folders
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
-        return (
-            pipeline
-            | "Root" >> beam.Create([self._root])
-            | "ListFiles" >> beam.FlatMap(_audio_files)
-            # (relative name, path): one element per file, spread over workers.
-            | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadAudio" >> beam.FlatMap(per_file, functools.partial(
-                _sample, decode=self._decode, labels=self._labels))
-        )
+        # Sample: one per file.
+        return pipeline | "ReadAudio" >> ReadEachFile(
+            self._root, functools.partial(_sample, decode=self._decode, labels=self._labels),
+            list_files=_audio_files, spread_output=False)

@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
+import apache_beam as beam
+
 from beam_tfrecord import storage
 from beam_tfrecord.errors import SourceError
 
@@ -52,3 +54,45 @@ def per_file(element: tuple[str, str], read: Callable[[str, str], Iterable[T]]) 
     """Calls ``read(name, path)`` for a (name, path) element (``FlatMap`` glue; bind options with partial)."""
     name, path = element
     return read(name, path)
+
+
+def check_chunk_size(chunk_size: int) -> int:
+    """Returns ``chunk_size`` after checking it is at least 1 (sources call it in constructors)."""
+    if chunk_size < 1:
+        raise SourceError(f"chunk_size must be >= 1, got {chunk_size}")
+    return chunk_size
+
+
+class ReadEachFile(beam.PTransform):
+    """The shape every file-based source shares: list the files of a glob (or root), spread them
+    over workers, read each one with ``read``, and spread what it yields again.
+
+    Args:
+        pattern: what ``list_files`` takes (a glob, or a root folder), local or ``gs://``.
+        read: ``read(name, path)`` yielding what the source emits (samples, chunks of samples,
+            dead letters), or a DoFn taking ``(name, path)`` elements.
+        list_files: ``pattern -> [(name, path)]``; default ``list_inputs``.
+        spread_output: reshuffle the output (chunks of small rows from a few big files); leave
+            off when every file gives one sample.
+    """
+
+    def __init__(self, pattern: str, read: Callable[[str, str], Iterable[T]] | beam.DoFn, *,
+                 list_files: Callable[[str], list[tuple[str, str]]] = list_inputs,
+                 spread_output: bool = True) -> None:
+        super().__init__()
+        self._pattern = pattern
+        self._read = read
+        self._list_files = list_files
+        self._spread_output = spread_output
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        files = (
+            pipeline
+            | "Pattern" >> beam.Create([self._pattern])
+            | "ListFiles" >> beam.FlatMap(self._list_files)
+            # (name relative to the pattern, path): one element per file, spread over workers.
+            | "SpreadFiles" >> beam.Reshuffle()
+        )
+        read = beam.ParDo(self._read) if isinstance(self._read, beam.DoFn) else beam.FlatMap(per_file, self._read)
+        output = files | "ReadFiles" >> read
+        return output | "SpreadOutput" >> beam.Reshuffle() if self._spread_output else output

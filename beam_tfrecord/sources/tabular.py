@@ -26,7 +26,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import MalformedRowError, SourceError
-from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, chunked, list_inputs
+from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
 from beam_tfrecord.sources.rows import RowConverter, RowOptions, check_header, parent_dir
 
 Row = Sample | DeadLetter
@@ -151,23 +151,13 @@ class ReadRows(beam.PTransform):
 
     def __init__(self, pattern: str, read_rows: RowReader, *, chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
         super().__init__()
-        if chunk_size < 1:
-            raise SourceError(f"chunk_size must be >= 1, got {chunk_size}")
         self._pattern = pattern
         self._read_rows = read_rows
-        self._chunk_size = chunk_size
+        self._chunk_size = check_chunk_size(chunk_size)
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
-        return (
-            pipeline
-            | "Pattern" >> beam.Create([self._pattern])
-            | "ListFiles" >> beam.FlatMap(list_inputs)
-            # (name relative to the glob, path): one element per file, spread over workers.
-            | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadRows" >> beam.ParDo(_ReadRowsFn(self._read_rows, self._chunk_size))
-            # [Sample | DeadLetter]: chunks of up to chunk_size rows.
-            | "SpreadChunks" >> beam.Reshuffle()
-        )
+        # [Sample | DeadLetter]: chunks of up to chunk_size rows.
+        return pipeline | "ReadRows" >> ReadEachFile(self._pattern, _ReadRowsFn(self._read_rows, self._chunk_size))
 
 
 class ReadCsvManifest(ReadRows):

@@ -18,7 +18,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import DType, Scalar, Schema, VarList
 from beam_tfrecord.errors import SampleReadError, SourceError
-from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, chunked, list_inputs, per_file
+from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
 
 # str -> token ids. Must be picklable (a module-level function or a callable object).
 Tokenizer = Callable[[str], Sequence[int]]
@@ -85,8 +85,7 @@ class ReadTextFiles(beam.PTransform):
     def __init__(self, pattern: str, *, unit: TextUnit = TextUnit.FILE, tokenizer: Tokenizer | None = None,
                  chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
         super().__init__()
-        if chunk_size < 1:
-            raise SourceError(f"chunk_size must be >= 1, got {chunk_size}")
+        check_chunk_size(chunk_size)
         if tokenizer is not None and not callable(tokenizer):
             raise SourceError(f"tokenizer must be callable, got {type(tokenizer).__name__}")
         self._pattern = pattern
@@ -95,13 +94,6 @@ class ReadTextFiles(beam.PTransform):
         self._chunk_size = chunk_size
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
-        return (
-            pipeline
-            | "Pattern" >> beam.Create([self._pattern])
-            | "ListFiles" >> beam.FlatMap(list_inputs)
-            | "SpreadFiles" >> beam.Reshuffle()
-            | "ReadText" >> beam.FlatMap(per_file, functools.partial(
-                read_text_file, unit=self._unit, tokenizer=self._tokenizer, chunk_size=self._chunk_size))
-            # [Sample | DeadLetter]: a file, or up to chunk_size lines, per element.
-            | "SpreadChunks" >> beam.Reshuffle()
-        )
+        # [Sample | DeadLetter]: a file, or up to chunk_size lines, per element.
+        return pipeline | "ReadText" >> ReadEachFile(self._pattern, functools.partial(
+            read_text_file, unit=self._unit, tokenizer=self._tokenizer, chunk_size=self._chunk_size))
