@@ -10,18 +10,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.core.infer import infer_array_schema, schema_json_text
+from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.dataset import load_manifest
-from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
 from beam_tfrecord.sources.chunks import list_inputs
-from beam_tfrecord.summary import describe
-from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging
-from pipelines.source_options import SchemaOptions, load_schema
+from pipelines.common import build_dataset
+from pipelines.source_options import SchemaOptions, pinned_or_inferred
 
 
 class ArrayOptions(PipelineOptions):
@@ -37,26 +33,12 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
     options = PipelineOptions(argv)
     source = options.view_as(ArrayOptions)
     checks = options.view_as(SchemaOptions)
-    output = options.view_as(DatasetOutputOptions)
     if not source.arrays:
         raise SystemExit("--arrays is required: .npy / .npz files (file or glob)")
-    try:
-        if checks.schema:
-            schema = load_schema(checks.schema)
-        else:
-            schema = infer_array_schema(peek_arrays(list_inputs(source.arrays)[0][1], npy_feature=source.npy_feature))
-            print(f"Inferred schema (save it to a file and pass --schema FILE to pin it):\n{schema_json_text(schema)}")
-    except BeamTFRecordError as err:
-        raise SystemExit(f"build_from_arrays: {type(err).__name__}: {err}") from err
-    quiet_logging()
-    with beam.Pipeline(options=options) as pipeline:
-        _ = (pipeline
-             | "ReadNumpyFiles" >> ReadNumpyFiles(source.arrays, npy_feature=source.npy_feature,
-                                                  chunk_size=checks.chunk_size)
-             | "WriteDataset" >> make_writer(output, schema, ["build_from_arrays", *argv]))
-    manifest = load_manifest(output.output)
-    print(describe(manifest, output.output))
-    return manifest
+    schema = pinned_or_inferred(checks, lambda: infer_array_schema(
+        peek_arrays(list_inputs(source.arrays)[0][1], npy_feature=source.npy_feature)), job="build_from_arrays")
+    read = ReadNumpyFiles(source.arrays, npy_feature=source.npy_feature, chunk_size=checks.chunk_size)
+    return build_dataset(options, read, schema, ["build_from_arrays", *argv])
 
 
 if __name__ == "__main__":

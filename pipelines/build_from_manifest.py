@@ -13,22 +13,18 @@ import posixpath
 import sys
 from collections.abc import Iterator, Sequence
 
-import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.infer import infer_schema, schema_json_text
+from beam_tfrecord.core.infer import infer_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.dataset import load_manifest
-from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.sources.chunks import list_inputs
 from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows
 from beam_tfrecord.sources.rows import RowOptions
 from beam_tfrecord.sources.tabular import ReadCsvManifest, ReadJsonlManifest, iter_csv_dicts
-from beam_tfrecord.summary import describe
-from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging
-from pipelines.source_options import SchemaOptions, load_schema, parse_bool, with_check_decode
+from pipelines.common import build_dataset
+from pipelines.source_options import SchemaOptions, parse_bool, pinned_or_inferred, with_check_decode
 
 
 class ManifestFormat(enum.Enum):
@@ -109,18 +105,11 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
     options = PipelineOptions(argv)
     source = options.view_as(ManifestOptions)
     checks = options.view_as(SchemaOptions)
-    output = options.view_as(DatasetOutputOptions)
     if not source.manifest:
         raise SystemExit("--manifest is required: a CSV, JSONL or Parquet manifest (file or glob)")
     fmt = ManifestFormat(source.format) if source.format else ManifestFormat.from_path(source.manifest)
-    try:
-        if checks.schema:
-            schema = load_schema(checks.schema)
-        else:
-            schema = infer_manifest_schema(source.manifest, fmt, source)
-            print(f"Inferred schema (save it to a file and pass --schema FILE to pin it):\n{schema_json_text(schema)}")
-    except BeamTFRecordError as err:
-        raise SystemExit(f"build_from_manifest: {type(err).__name__}: {err}") from err
+    schema = pinned_or_inferred(checks, lambda: infer_manifest_schema(source.manifest, fmt, source),
+                                job="build_from_manifest")
     if checks.check_decode:
         schema = with_check_decode(schema)
     row_options = RowOptions(key_column=source.key_column, file_columns=frozenset(_split(source.file_columns)),
@@ -134,14 +123,7 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
         ManifestFormat.PARQUET: lambda: ReadParquetManifest(source.manifest, schema=schema, options=row_options,
                                                             chunk_size=checks.chunk_size),
     }[fmt]()
-    quiet_logging()
-    with beam.Pipeline(options=options) as pipeline:
-        _ = (pipeline
-             | f"Read{fmt.name.title()}Manifest" >> reader
-             | "WriteDataset" >> make_writer(output, schema, ["build_from_manifest", *argv]))
-    manifest = load_manifest(output.output)
-    print(describe(manifest, output.output))
-    return manifest
+    return build_dataset(options, reader, schema, ["build_from_manifest", *argv])
 
 
 if __name__ == "__main__":

@@ -6,16 +6,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat
-from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema
-from beam_tfrecord.summary import describe
-from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging
+from pipelines.common import build_dataset
 from pipelines.source_options import SchemaOptions
 
 
@@ -52,7 +49,6 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
     argv = list(sys.argv[1:] if argv is None else argv)
     options = PipelineOptions(argv)
     source = options.view_as(ImageFolderOptions)
-    output = options.view_as(DatasetOutputOptions)
     checks = options.view_as(SchemaOptions)
     if checks.schema:
         raise SystemExit("--schema is not used by build_image_dataset: the schema comes from the folder names")
@@ -62,15 +58,8 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
     resize = resize_from_options(source)
     schema = image_folder_schema(source.input, image_format, resize=resize, check_decode=checks.check_decode)
     transforms = {"image": resize} if resize is not None else {}
-    quiet_logging()
-    with beam.Pipeline(options=options) as pipeline:
-        _ = (pipeline
-             | "ReadImageFolder" >> ReadImageFolder(source.input)
-             | "WriteDataset" >> make_writer(output, schema, ["build_image_dataset", *argv],
-                                             feature_transforms=transforms))
-    manifest = load_manifest(output.output)
-    print(describe(manifest, output.output))
-    return manifest
+    return build_dataset(options, ReadImageFolder(source.input), schema, ["build_image_dataset", *argv],
+                         feature_transforms=transforms)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,16 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
+from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.summary import describe
 
 
 class DatasetOutputOptions(PipelineOptions):
@@ -80,3 +84,24 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
 def quiet_logging() -> None:
     """Keeps the console to what a user needs: warnings and errors, no per-stage chatter."""
     logging.getLogger().setLevel(logging.WARNING)
+
+
+def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schema, command: Sequence[str],
+                  **writer_options) -> Manifest:
+    """Runs ``read | writer`` on the options' runner, prints what was written, returns the manifest.
+
+    Args:
+        options: the job's pipeline options (runner options and DatasetOutputOptions included).
+        read: the source transform (a PBegin -> samples).
+        schema: the feature spec.
+        command: the command line to record in the manifest (secrets are redacted).
+        **writer_options: further WriteTFRecordDataset arguments (e.g. feature_transforms).
+    """
+    output = options.view_as(DatasetOutputOptions)
+    writer = make_writer(output, schema, command, **writer_options)
+    quiet_logging()
+    with beam.Pipeline(options=options) as pipeline:
+        _ = pipeline | "Read" >> read | "WriteDataset" >> writer
+    manifest = load_manifest(output.output)
+    print(describe(manifest, output.output))
+    return manifest

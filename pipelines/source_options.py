@@ -12,7 +12,10 @@ import json
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from collections.abc import Callable
+
 from beam_tfrecord import storage
+from beam_tfrecord.core.infer import schema_json_text
 from beam_tfrecord.core.schema import Image, Schema
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE
@@ -57,3 +60,19 @@ def with_check_decode(schema: Schema) -> Schema:
     """The schema with full-decode validation turned on for every image feature."""
     return Schema({name: Image(f.format, f.shape, check_decode=True) if isinstance(f, Image) else f
                    for name, f in schema.features.items()}, schema.sequence_features)
+
+
+def pinned_or_inferred(checks: SchemaOptions, infer: Callable[[], Schema], *, job: str) -> Schema:
+    """The schema from ``--schema``, or inferred by ``infer()`` and printed so the user can pin it.
+
+    Raises:
+        SystemExit: naming the job and the error, when the schema cannot be loaded or inferred.
+    """
+    try:
+        if checks.schema:
+            return load_schema(checks.schema)
+        schema = infer()
+    except BeamTFRecordError as err:
+        raise SystemExit(f"{job}: {type(err).__name__}: {err}") from err
+    print(f"Inferred schema (save it to a file and pass --schema FILE to pin it):\n{schema_json_text(schema)}")
+    return schema
