@@ -16,7 +16,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.runs import RunIndex, encode_run, make_record_entry, make_reference_entry
+from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import SampleError
@@ -97,7 +97,8 @@ class EncodeToRunsFn(beam.DoFn):
         entries = sorted(self._buffer)  # entries start with the big-endian hash: bytes order is hash order
         path = storage.join(self._runs_dir, f"{uuid.uuid4().hex}.run")
         with storage.open_write(path) as handle:
-            handle.write(encode_run(entries))
+            for entry in entries:  # no joined copy of the whole run: the buffered handle batches writes
+                handle.write(entry)
         self._runs.inc()
         index = RunIndex.of_entries(path, entries)
         self._buffer = []
