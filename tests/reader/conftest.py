@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
+import shutil
 
 import apache_beam as beam
 import numpy as np
@@ -187,3 +189,14 @@ def expected_sequence():
 @pytest.fixture(scope="session")
 def assert_example():
     return assert_example_equal
+
+
+@pytest.fixture
+def damaged_copy(counted, tmp_path):
+    """A private copy of the counted dataset, and the path and bytes of its first test shard."""
+    root = str(tmp_path / "copy")
+    shutil.copytree(counted.path, root)
+    shard = load_manifest(root).split("test").shards[0]
+    path = os.path.join(root, shard.filename)
+    with open(path, "rb") as handle:
+        return root, path, handle.read()

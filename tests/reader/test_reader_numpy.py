@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from beam_tfrecord.core.framing import FRAMING_BYTES, frame
-from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType
@@ -72,14 +71,9 @@ def test_bad_shuffle_buffer_is_rejected(counted):
 
 
 @pytest.fixture
-def damaged(counted, tmp_path):
-    """A private copy of the counted dataset and the path and record offsets of its first test shard."""
-    root = str(tmp_path / "copy")
-    shutil.copytree(counted.path, root)
-    shard = load_manifest(root).split("test").shards[0]
-    path = os.path.join(root, shard.filename)
-    with open(path, "rb") as handle:
-        data = handle.read()
+def damaged(damaged_copy):
+    """``damaged_copy`` plus the record offsets of its first test shard."""
+    root, path, data = damaged_copy
     offsets = [0]
     while offsets[-1] < len(data):
         length = int.from_bytes(data[offsets[-1]:offsets[-1] + 8], "little")

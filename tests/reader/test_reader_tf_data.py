@@ -3,7 +3,6 @@
 import io
 import os
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -225,17 +224,6 @@ def test_parallel_reads_read_the_same_records(counted):
     sequential = _keys(read_dataset(counted.path, num_workers=2, worker_index=1))
     parallel = _keys(read_dataset(counted.path, num_workers=2, worker_index=1, num_parallel_reads=4))
     assert sorted(sequential) == sorted(parallel) and sequential != parallel
-
-
-@pytest.fixture
-def damaged_copy(counted, tmp_path):
-    """A private copy of the counted dataset, and the path and bytes of its first test shard."""
-    root = str(tmp_path / "copy")
-    shutil.copytree(counted.path, root)
-    shard = load_manifest(root).split("test").shards[0]
-    path = os.path.join(root, shard.filename)
-    with open(path, "rb") as handle:
-        return root, path, handle.read()
 
 
 def _read_all(root: str) -> None:
