@@ -44,12 +44,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "read_dataset":
-        from beam_tfrecord.reader.tf_data import read_dataset
+    if name in ("read_dataset", "TFRecordIterableDataset", "collate"):
+        from beam_tfrecord import reader  # loads TensorFlow or PyTorch lazily, on first use
 
-        return read_dataset
-    if name in ("TFRecordIterableDataset", "collate"):
-        from beam_tfrecord.reader import torch_dataset
-
-        return getattr(torch_dataset, name)
+        return getattr(reader, name)
     raise AttributeError(f"module 'beam_tfrecord' has no attribute {name!r}")

@@ -13,11 +13,12 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from beam_tfrecord import (DType, FileRef, Scalar, Schema, ShardingConfig, WriteTFRecordDataset, load_manifest,
                            verify_dataset)
+from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.shards import ShardTask, WriteShardFn
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.plan import ShardSpec
-from beam_tfrecord.core.runs import RunIndex, encode_run, make_reference_entry
+from beam_tfrecord.core.runs import RunIndex, make_reference_entry, write_run
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.errors import InputChangedError
 
@@ -44,7 +45,7 @@ def _build(out: str, paths: list[str], reread_min_bytes: int) -> dict[str, int]:
                                 reread_min_bytes=reread_min_bytes))
     result = pipeline.run()
     result.wait_until_finish()
-    counters = result.metrics().query(MetricsFilter().with_namespace("beam_tfrecord"))["counters"]
+    counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
     return {c.key.metric.name: c.committed for c in counters}
 
 
@@ -70,7 +71,8 @@ def test_a_file_changed_between_the_two_reads_fails_the_shard(tmp_path):
     record = SampleEncoder(SCHEMA).encode(Sample("source.bin", {"blob": source.read_bytes(), "index": 7}))
     entry = make_reference_entry(5, framed_size(len(record)), pickle.dumps(sample))
     run_path = tmp_path / "one.run"
-    run_path.write_bytes(encode_run([entry]))
+    with open(run_path, "wb") as handle:
+        write_run(handle, [entry])
     index = RunIndex.of_entries(str(run_path), [entry])
     spec = ShardSpec("train", 0, 1, 0, 2**64, 1, framed_size(len(record)))
     task = ShardTask(spec, "d-train.tfrecord-00000-of-00001", str(tmp_path / "shard"), (index.slice(0, 2**64),))

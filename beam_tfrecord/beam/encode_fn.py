@@ -13,16 +13,16 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry
+from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry, write_run
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import SampleError
 
 DEAD_LETTERS = "dead_letters"
-_NAMESPACE = "beam_tfrecord"
 
 
 class EncodeToRunsFn(beam.DoFn):
@@ -41,10 +41,10 @@ class EncodeToRunsFn(beam.DoFn):
         self._max_record_bytes = max_record_bytes
         self._run_bytes = run_bytes
         self._transforms = dict(feature_transforms)
-        self._encoded = beam.metrics.Metrics.counter(_NAMESPACE, "samples_encoded")
-        self._rejected = {stage: beam.metrics.Metrics.counter(_NAMESPACE, f"samples_rejected_{stage.value}")
+        self._encoded = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "samples_encoded")
+        self._rejected = {stage: beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"samples_rejected_{stage.value}")
                           for stage in Stage}
-        self._runs = beam.metrics.Metrics.counter(_NAMESPACE, "spill_runs")
+        self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
 
     def setup(self) -> None:
         self._builder = RecordBuilder(self._schema, self._transforms)
@@ -97,8 +97,7 @@ class EncodeToRunsFn(beam.DoFn):
         entries = sorted(self._buffer)  # entries start with the big-endian hash: bytes order is hash order
         path = storage.join(self._runs_dir, f"{uuid.uuid4().hex}.run")
         with storage.open_write(path) as handle:
-            for entry in entries:  # no joined copy of the whole run: the buffered handle batches writes
-                handle.write(entry)
+            write_run(handle, entries)
         self._runs.inc()
         index = RunIndex.of_entries(path, entries)
         self._buffer = []

@@ -10,6 +10,7 @@ from contextlib import ExitStack
 import apache_beam as beam
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
@@ -20,7 +21,6 @@ from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
 
-_NAMESPACE = "beam_tfrecord"
 _WRITE_CHUNK_BYTES = 4 << 20
 
 
@@ -65,9 +65,9 @@ class WriteShardFn(beam.DoFn):
         self._schema = schema
         self._compression = compression
         self._transforms = dict(feature_transforms)
-        self._records = beam.metrics.Metrics.counter(_NAMESPACE, "records_written")
-        self._reread = beam.metrics.Metrics.counter(_NAMESPACE, "records_reread_from_source")
-        self._bytes = beam.metrics.Metrics.counter(_NAMESPACE, "shard_bytes_written")
+        self._records = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_written")
+        self._reread = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_reread_from_source")
+        self._bytes = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shard_bytes_written")
 
     def setup(self) -> None:
         self._builder = RecordBuilder(self._schema, self._transforms)

@@ -125,9 +125,11 @@ class RunIndex:
                         self.entry_sizes[a:b])
 
 
-def encode_run(entries: Sequence[bytes]) -> bytes:
-    """Serializes entries, which must already be sorted."""
-    return b"".join(entries)
+def write_run(handle: BinaryIO, entries: Sequence[bytes]) -> None:
+    """Writes sorted entries as one run, entry by entry (a buffered handle batches the writes; no
+    run-sized joined copy)."""
+    for entry in entries:
+        handle.write(entry)
 
 
 def _iter_slice(stream: BinaryIO, run: RunSlice) -> Iterator[bytes]:

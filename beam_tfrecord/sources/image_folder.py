@@ -30,20 +30,20 @@ def _root(root: str) -> str:
     return root.rstrip("/") + "/"
 
 
-def list_image_files(root: str) -> list[tuple[str, str, int]]:
-    """(relative path 'label/file', absolute path, size) of every file two levels below root."""
+def list_image_files(root: str) -> list[tuple[str, str]]:
+    """(relative path 'label/file', absolute path) of every file two levels below root."""
     base = _root(root)
     files = []
-    for path, size in storage.list_files(base + "*/*"):
+    for path, _ in storage.list_files(base + "*/*"):
         relative = path[len(base):] if path.startswith(base) else posixpath.relpath(path, base)
         if relative.count("/") == 1 and not relative.split("/")[1].startswith("."):
-            files.append((relative, path, size))
+            files.append((relative, path))
     return files
 
 
 def class_names(root: str) -> tuple[str, ...]:
     """Sorted sub-folder names of root that hold at least one file."""
-    names = sorted({relative.split("/")[0] for relative, _, _ in list_image_files(root)})
+    names = sorted({relative.split("/")[0] for relative, _ in list_image_files(root)})
     if not names:
         raise SchemaError(f"no class folders with files under {root!r}; expected root/<label>/<file>")
     return tuple(names)
@@ -68,7 +68,7 @@ def image_folder_schema(root: str, image_format: ImageFormat, *, resize: ResizeI
 
 
 def _samples(root: str) -> Iterator[Sample]:
-    for relative, path, _ in list_image_files(root):
+    for relative, path in list_image_files(root):
         label = relative.split("/")[0]
         yield Sample(key=relative, values={"image": FileRef(path), "label": label})
 
@@ -97,7 +97,7 @@ class ReadImageFolder(beam.PTransform):
 def guess_format(root: str, default: ImageFormat = ImageFormat.JPEG) -> ImageFormat:
     """The most common image extension under root (the schema needs one format)."""
     counts: dict[ImageFormat, int] = {}
-    for relative, _, _ in list_image_files(root):
+    for relative, _ in list_image_files(root):
         fmt = IMAGE_EXTENSIONS.get(posixpath.splitext(relative)[1].lower())
         if fmt is not None:
             counts[fmt] = counts.get(fmt, 0) + 1

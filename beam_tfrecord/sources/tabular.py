@@ -25,6 +25,7 @@ import apache_beam as beam
 from beam_tfrecord import storage
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.errors import MalformedRowError, SourceError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
 from beam_tfrecord.sources.rows import RowConverter, RowOptions, check_header, parent_dir
@@ -129,7 +130,7 @@ class _ReadRowsFn(beam.DoFn):
     def __init__(self, read_rows: RowReader, chunk_size: int) -> None:
         self._read_rows = read_rows
         self._chunk_size = chunk_size
-        self._rows = beam.metrics.Metrics.counter("beam_tfrecord", "manifest_rows_read")
+        self._rows = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "manifest_rows_read")
 
     def process(self, element: tuple[str, str]) -> Iterator[list[Row]]:
         name, path = element

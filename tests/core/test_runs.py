@@ -6,13 +6,15 @@ import itertools
 import pytest
 
 from beam_tfrecord.core.framing import frame
-from beam_tfrecord.core.runs import (REFERENCE, RunIndex, encode_run, entry_kind, entry_record, entry_reference,
-                                     make_record_entry, make_reference_entry, merge_slices)
+from beam_tfrecord.core.runs import (REFERENCE, RunIndex, entry_kind, entry_record, entry_reference,
+                                     make_record_entry, make_reference_entry, merge_slices, write_run)
 
 
 def _run(path: str, items: list[tuple[int, bytes]]) -> tuple[RunIndex, bytes]:
     entries = sorted(make_record_entry(h, record) for h, record in items)
-    return RunIndex.of_entries(path, entries), encode_run(entries)
+    run = io.BytesIO()
+    write_run(run, entries)
+    return RunIndex.of_entries(path, entries), run.getvalue()
 
 
 def _merge(runs: list[tuple[RunIndex, bytes]], lo: int = 0, hi: int = 2**64) -> list[bytes]:
