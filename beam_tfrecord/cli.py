@@ -46,8 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] and argv[0] in _JOBS:
         import importlib
 
-        importlib.import_module(_JOBS[argv[0]]).run(argv[1:])  # the Beam job, imported only when building
-        return 0
+        from pipelines.common import run_as_command  # the Beam jobs are imported only when building
+
+        job = importlib.import_module(_JOBS[argv[0]])
+        return run_as_command(job.run, argv[1:], prog=f"beam-tfrecord {argv[0]}")
     args = _parser().parse_args(argv)
     try:
         if args.command == "inspect":

@@ -16,7 +16,7 @@ from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
 from beam_tfrecord.sources.chunks import list_inputs
-from pipelines.common import build_dataset
+from pipelines.common import build_dataset, run_as_command
 from pipelines.source_options import SchemaOptions, pinned_or_inferred
 
 
@@ -42,4 +42,4 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
 
 
 if __name__ == "__main__":
-    run()
+    sys.exit(run_as_command(run, prog="build_from_arrays"))

@@ -23,7 +23,7 @@ from beam_tfrecord.sources.chunks import list_inputs
 from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows
 from beam_tfrecord.sources.rows import RowOptions
 from beam_tfrecord.sources.tabular import ReadCsvManifest, ReadJsonlManifest, iter_csv_dicts
-from pipelines.common import build_dataset
+from pipelines.common import build_dataset, run_as_command
 from pipelines.source_options import SchemaOptions, parse_bool, pinned_or_inferred, with_check_decode
 
 
@@ -127,4 +127,4 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
 
 
 if __name__ == "__main__":
-    run()
+    sys.exit(run_as_command(run, prog="build_from_manifest"))

@@ -12,7 +12,7 @@ from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema
-from pipelines.common import build_dataset
+from pipelines.common import build_dataset, run_as_command
 from pipelines.source_options import SchemaOptions
 
 
@@ -63,4 +63,4 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
 
 
 if __name__ == "__main__":
-    run()
+    sys.exit(run_as_command(run, prog="build_image_dataset"))

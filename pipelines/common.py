@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -15,6 +16,7 @@ from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, 
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.summary import describe
 
 
@@ -82,8 +84,14 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
 
 
 def quiet_logging() -> None:
-    """Keeps the console to what a user needs: warnings and errors, no per-stage chatter."""
+    """Keeps the console to what a user needs: warnings and errors, no per-stage chatter.
+
+    Beam's DoFn runner also logs every exception a DoFn raises, with its traceback, before it
+    re-raises it; the re-raised exception carries the same traceback (and ``run_as_command``
+    turns ours into their message), so that log line only repeats it.
+    """
     logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
 
 
 def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schema, command: Sequence[str],
@@ -105,3 +113,32 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
     return manifest
+
+
+def _our_error(err: BaseException) -> BeamTFRecordError | None:
+    """The first beam-tfrecord error on ``err``'s chain (runners wrap what a DoFn raised)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        if isinstance(current, BeamTFRecordError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def run_as_command(run: Callable[[list[str] | None], object], argv: Sequence[str] | None = None, *,
+                   prog: str) -> int:
+    """Runs a job from the command line: a beam-tfrecord error (bad samples over the threshold, a
+    corrupt shard...) prints its own message rather than the runner's traceback, and the exit code
+    is 1. Other errors propagate unchanged.
+    """
+    try:
+        run(None if argv is None else list(argv))
+    except Exception as err:
+        ours = _our_error(err)
+        if ours is None:
+            raise
+        print(f"{prog}: {type(ours).__name__}: {ours}", file=sys.stderr)
+        return 1
+    return 0

@@ -108,3 +108,21 @@ def test_cli_build_and_inspect_as_a_user_runs_them(sample_images, tmp_path):
 def test_missing_dataset_is_reported_clearly(tmp_path, capsys):
     assert cli.main(["inspect", str(tmp_path)]) == 1
     assert "no published dataset" in capsys.readouterr().err
+
+
+def test_cli_reports_rejected_samples_without_a_traceback(tmp_path):
+    from pipelines.make_sample_images import write_sample_images
+
+    images = tmp_path / "images"
+    write_sample_images(str(images), per_class=2, size=16)
+    (images / "circle" / "notes.jpg").write_text("not an image")
+    out = tmp_path / "ds"
+    build = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", str(images),
+                            "--output", str(out)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 1
+    err = build.stderr
+    assert err.startswith("beam-tfrecord build: RejectedSamplesError: 1 of 7 input samples were rejected")
+    assert ("circle/notes.jpg [validate] feature 'image': expected jpeg image bytes, got 12 bytes starting "
+            "b'not an i', not a jpeg signature in sample 'circle/notes.jpg'") in err
+    assert "Traceback" not in err
+    assert not (out / "manifest.json").exists()
