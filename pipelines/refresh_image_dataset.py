@@ -23,7 +23,7 @@ from beam_tfrecord.refresh import (DEFAULT_KEEP_VERSIONS, FINGERPRINT_KEY, Refre
                                    publish_version)
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema
 from pipelines.build_image_dataset import ImageFolderOptions, resize_from_options
-from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging, run_as_command
+from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging
 from pipelines.source_options import SchemaOptions, parse_bool
 
 
@@ -124,4 +124,4 @@ def run(argv: Sequence[str] | None = None) -> RefreshPlan:
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_command(run, prog="refresh_image_dataset"))
+    run()
