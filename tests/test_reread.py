@@ -74,9 +74,10 @@ def test_a_file_changed_between_the_two_reads_fails_the_shard(tmp_path):
     with open(run_path, "wb") as handle:
         write_run(handle, [entry])
     index = RunIndex.of_entries(str(run_path), [entry])
+    (tmp_path / "one.run.idx").write_bytes(index.to_bytes())
     spec = ShardSpec("train", 0, 1, 0, 2**64, 1, framed_size(len(record)))
-    task = ShardTask(spec, "d-train.tfrecord-00000-of-00001", str(tmp_path / "shard"), (index.slice(0, 2**64),))
-    fn = WriteShardFn(SCHEMA, Compression.NONE, {})
+    task = ShardTask(spec, "d-train.tfrecord-00000-of-00001", str(tmp_path / "shard"), (index.locate(0, 2**64),))
+    fn = WriteShardFn(SCHEMA, Compression.NONE, {}, direct_io=True)
     fn.setup()
 
     assert len(list(fn.process(task))) == 1  # unchanged: the shard is written as planned

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import pickle
 import uuid
 from collections.abc import Iterator, Mapping
@@ -12,12 +13,12 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_tfrecord import storage
+from beam_tfrecord import direct_io, storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry, write_run
+from beam_tfrecord.core.runs import RunIndex, SpilledRun, make_record_entry, make_reference_entry, write_run
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import SampleError
@@ -29,17 +30,20 @@ class EncodeToRunsFn(beam.DoFn):
     """Loads, transforms, validates and encodes samples; spills records into sorted runs.
 
     Input: a ``Sample`` or a list of them (chunks keep per-element overhead low for small rows).
-    Main output: one ``RunIndex`` per spilled run. Tagged output ``dead_letters``: ``DeadLetter``.
+    Main output: one ``SpilledRun`` per run written (its index is a file beside it). Tagged output ``dead_letters``: ``DeadLetter``.
+    Memory: up to two runs per worker (one being encoded, one being written).
     """
 
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
-                 run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int) -> None:
+                 run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
+                 direct_io: bool) -> None:
         self._schema = schema
         self._reread_min_bytes = reread_min_bytes
         self._runs_dir = runs_dir
         self._salt = salt
         self._max_record_bytes = max_record_bytes
         self._run_bytes = run_bytes
+        self._direct_io = direct_io
         self._transforms = dict(feature_transforms)
         self._encoded = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "samples_encoded")
         self._rejected = {stage: beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"samples_rejected_{stage.value}")
@@ -50,10 +54,16 @@ class EncodeToRunsFn(beam.DoFn):
         self._builder = RecordBuilder(self._schema, self._transforms)
         # Records rebuilt by the shard writers must come out byte-identical: never re-run transforms.
         self._reread = self._reread_min_bytes > 0 and not self._builder.has_transforms
+        # Runs are written by a thread while the next one is encoded (file writes release the GIL).
+        self._run_writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill-run")
+
+    def teardown(self) -> None:
+        self._run_writer.shutdown(wait=True)
 
     def start_bundle(self) -> None:
         self._buffer: list[bytes] = []  # run entries (see core/runs.py)
         self._buffered_bytes = 0
+        self._writing: concurrent.futures.Future | None = None
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[Any]:
         encoded = 0
@@ -76,6 +86,7 @@ class EncodeToRunsFn(beam.DoFn):
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._buffer:
             yield WindowedValue(self._flush(), MIN_TIMESTAMP, [GlobalWindow()])
+        self._wait_for_run()  # the bundle (and every run index it emitted) counts only once its runs are on storage
 
     def _encode_one(self, sample: Sample) -> bytes | DeadLetter:
         record = self._builder.build(sample)
@@ -93,13 +104,26 @@ class EncodeToRunsFn(beam.DoFn):
             return make_reference_entry(hashed, size, pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
         return make_record_entry(hashed, record)
 
-    def _flush(self) -> RunIndex:
+    def _flush(self) -> SpilledRun:
+        """Sorts the buffer and starts writing it as a run; at most one run is being written at a time."""
         entries = sorted(self._buffer)  # entries start with the big-endian hash: bytes order is hash order
-        path = storage.join(self._runs_dir, f"{uuid.uuid4().hex}.run")
-        with storage.open_write(path) as handle:
-            write_run(handle, entries)
-        self._runs.inc()
-        index = RunIndex.of_entries(path, entries)
+        run = SpilledRun(storage.join(self._runs_dir, f"{uuid.uuid4().hex}.run"), len(entries))
+        index = RunIndex.of_entries(run.path, entries)
+        self._wait_for_run()
+        self._writing = self._run_writer.submit(self._write_run, run, entries, index)
+        self._runs.inc()  # metrics are per thread: counted here, not in the writing thread
         self._buffer = []
         self._buffered_bytes = 0
-        return index
+        return run
+
+    def _write_run(self, run: SpilledRun, entries: list[bytes], index: RunIndex) -> None:
+        with direct_io.open_write(run.path, direct=self._direct_io) as handle:
+            write_run(handle, entries)
+        with storage.open_write(run.index_path) as handle:
+            handle.write(index.to_bytes())
+
+    def _wait_for_run(self) -> None:
+        """Waits for the run being written, raising its error if the write failed."""
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()

@@ -23,7 +23,7 @@ FeatureTransform = Callable[[Any], Any]
 
 
 def has_file_refs(sample: Sample) -> bool:
-    return FileRef in set(map(type, sample.values.values()))
+    return FileRef in map(type, sample.values.values())
 
 
 def load_file_refs(sample: Sample) -> Sample:

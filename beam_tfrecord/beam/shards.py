@@ -9,14 +9,15 @@ from contextlib import ExitStack
 
 import apache_beam as beam
 
-from beam_tfrecord import storage
+from beam_tfrecord import direct_io, storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.core.framing import frame
-from beam_tfrecord.core.runs import RECORD, RunIndex, RunSlice, entry_kind, entry_record, entry_reference, merge_slices
+from beam_tfrecord.core.runs import (HASH_BYTES, HEADER_BYTES, RECORD, RunIndex, RunSlice, SliceRef,
+                                     entry_reference, merge_slices)
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
@@ -32,13 +33,14 @@ class ShardTask:
         spec: the planned shard (split, index, hash range, expected records and bytes).
         filename: final file name in the dataset directory.
         temp_path: where to write it before publication.
-        sources: the slice of every run that holds records of this shard.
+        sources: where each run's part of this shard is (byte range and index range; the hashes
+            and sizes are read from the runs' index files by the writer, not carried here).
     """
 
     spec: ShardSpec
     filename: str
     temp_path: str
-    sources: tuple[RunSlice, ...]
+    sources: tuple[SliceRef, ...]
 
 
 def shard_tasks(plan: DatasetPlan, runs: Sequence[RunIndex], *, dataset_name: str, compression: Compression,
@@ -47,7 +49,7 @@ def shard_tasks(plan: DatasetPlan, runs: Sequence[RunIndex], *, dataset_name: st
     tasks = []
     for spec in plan.shards:
         filename = str(ShardName(dataset_name, spec.split, spec.index, spec.count, compression))
-        slices = (run.slice(spec.hash_lo, spec.hash_hi) for run in runs)
+        slices = (run.locate(spec.hash_lo, spec.hash_hi) for run in runs)
         sources = tuple(sorted((s for s in slices if s.num_entries), key=lambda s: s.path))
         tasks.append(ShardTask(spec, filename, storage.join(shards_dir, filename), sources))
     return tasks
@@ -61,8 +63,9 @@ class WriteShardFn(beam.DoFn):
     """
 
     def __init__(self, schema: Schema, compression: Compression,
-                 feature_transforms: Mapping[str, FeatureTransform]) -> None:
+                 feature_transforms: Mapping[str, FeatureTransform], *, direct_io: bool) -> None:
         self._schema = schema
+        self._direct_io = direct_io
         self._compression = compression
         self._transforms = dict(feature_transforms)
         self._records = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_written")
@@ -73,19 +76,20 @@ class WriteShardFn(beam.DoFn):
         self._builder = RecordBuilder(self._schema, self._transforms)
 
     def process(self, task: ShardTask) -> Iterator[ShardInfo]:
-        writer = storage.HashingWriter(storage.open_write(task.temp_path), self._compression)
+        writer = storage.HashingWriter(direct_io.open_write(task.temp_path, direct=self._direct_io), self._compression)
         count = 0
         record_bytes = 0
         pending: list[bytes | memoryview] = []
         pending_bytes = 0
+        slices = [self._load_slice(ref) for ref in task.sources]
         with ExitStack() as stack:
             streams = []
-            for source in task.sources:
-                handle = stack.enter_context(storage.open_read(source.path))
+            for source in slices:
+                handle = stack.enter_context(direct_io.open_read(source.path, direct=self._direct_io))
                 handle.seek(source.start)
                 streams.append(handle)
-            for entry in merge_slices(streams, task.sources):
-                framed = entry_record(entry) if entry_kind(entry) == RECORD else self._rebuild(entry)
+            for entry in merge_slices(streams, slices):
+                framed = entry[HEADER_BYTES:] if entry[HASH_BYTES] == RECORD else self._rebuild(entry)
                 pending.append(framed)
                 pending_bytes += len(framed)
                 count += 1
@@ -104,7 +108,14 @@ class WriteShardFn(beam.DoFn):
         yield ShardInfo(filename=task.filename, split=task.spec.split, index=task.spec.index, num_records=count,
                         num_bytes=writer.num_bytes, num_record_bytes=record_bytes, crc32c=crc32c)
 
-    def _rebuild(self, entry: bytes) -> bytes:
+    @staticmethod
+    def _load_slice(ref: SliceRef) -> RunSlice:
+        offset, length = ref.index_bytes
+        with storage.open_read(ref.index_path) as handle:
+            handle.seek(offset)
+            return ref.resolve(handle.read(length))
+
+    def _rebuild(self, entry: bytes | memoryview) -> bytes:
         planned_size, sample_pickle = entry_reference(entry)
         sample: Sample = pickle.loads(sample_pickle)
         record = self._builder.build(sample)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -16,7 +16,7 @@ from beam_tfrecord.beam.shards import WriteShardFn, shard_tasks
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig, plan_dataset
-from beam_tfrecord.core.runs import RunIndex
+from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ShardingError
 
@@ -27,10 +27,22 @@ MiB = 2**20
 DEFAULT_SALT = "beam-tfrecord"
 
 
+PLAN = "plan"
+
+
 def _plan(runs: list[RunIndex], splits: SplitConfig, sharding: ShardingConfig) -> DatasetPlan:
     hashes = np.concatenate([r.hashes for r in runs]) if runs else np.zeros(0, np.uint64)
     sizes = np.concatenate([r.framed_sizes for r in runs]) if runs else np.zeros(0, np.int64)
     return plan_dataset(hashes, sizes, splits, sharding)
+
+
+def _plan_shards(spilled: list[SpilledRun], splits: SplitConfig, sharding: ShardingConfig, *, dataset_name: str,
+                 compression: Compression, shards_dir: str) -> Iterator[Any]:
+    """The plan (tagged output ``plan``) and one ShardTask per planned shard (main output)."""
+    runs = [RunIndex.from_bytes(run.path, storage.read_bytes(run.index_path)) for run in spilled]
+    plan = _plan(runs, splits, sharding)
+    yield beam.pvalue.TaggedOutput(PLAN, plan)
+    yield from shard_tasks(plan, runs, dataset_name=dataset_name, compression=compression, shards_dir=shards_dir)
 
 
 def _publish(plan: DatasetPlan, shard_infos: list, dead_letters: list, settings: PublishSettings) -> Manifest:
@@ -60,11 +72,15 @@ class WriteTFRecordDataset(beam.PTransform):
         max_rejected_fraction: fail (and do not publish) when more than this fraction of inputs
             is rejected; 0.0 fails on any bad sample.
         feature_transforms: per-feature functions applied before validation (decode, resize...).
-        spill_run_bytes: records buffered per worker before a sorted run is written.
+        spill_run_bytes: records buffered per worker before a sorted run is written (while it is
+            written, the next run fills: up to twice this much per worker).
         reread_min_bytes: file-backed records at least this large are not spilled: their shard
             writer reads the files again (validated the same way, checked against the planned
             size), so the payload is written once. 0 spills everything. Not used with
             ``feature_transforms``.
+        direct_io: on local Linux filesystems, write spill runs and shards and read runs with
+            ``O_DIRECT``, bypassing the page cache (see ``beam_tfrecord.direct_io``); elsewhere,
+            and where a filesystem refuses it, ordinary buffered I/O. The bytes are the same.
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
         command: the command line to record in the manifest.
         metadata: extra facts to record in the manifest.
@@ -75,7 +91,8 @@ class WriteTFRecordDataset(beam.PTransform):
                  compression: Compression = Compression.NONE, salt: str = DEFAULT_SALT,
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
-                 spill_run_bytes: int = 64 * MiB, reread_min_bytes: int = 64 * KiB, temp_dir: str | None = None,
+                 spill_run_bytes: int = 64 * MiB, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
+                 temp_dir: str | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if not 0.0 <= max_rejected_fraction <= 1.0:
@@ -98,6 +115,7 @@ class WriteTFRecordDataset(beam.PTransform):
         self._feature_transforms = dict(feature_transforms or {})
         self._spill_run_bytes = spill_run_bytes
         self._reread_min_bytes = reread_min_bytes
+        self._direct_io = direct_io
         run_id = uuid.uuid4().hex[:12]
         self._temp_dir = temp_dir or storage.join(output_dir, f".tmp-beam-tfrecord-{run_id}")
         self._publish_settings = PublishSettings(
@@ -110,20 +128,19 @@ class WriteTFRecordDataset(beam.PTransform):
             self._schema, runs_dir=storage.join(self._temp_dir, "runs"), salt=self._salt,
             max_record_bytes=self._sharding.cap, run_bytes=self._spill_run_bytes,
             feature_transforms=self._feature_transforms, reread_min_bytes=self._reread_min_bytes,
+            direct_io=self._direct_io,
         )).with_outputs(DEAD_LETTERS, main="runs")
-        # RunIndex per spilled run: a path plus 16 bytes (hash, size) per record, no payload.
-        run_list = encoded.runs | "CollectRunIndex" >> beam.combiners.ToList()
-        plan = run_list | "PlanShards" >> beam.Map(_plan, self._splits, self._sharding)
-        tasks = (
-            plan
-            | "ShardTasks" >> beam.FlatMap(
-                shard_tasks, beam.pvalue.AsSingleton(run_list), dataset_name=self._dataset_name,
-                compression=self._compression, shards_dir=storage.join(self._temp_dir, "shards"))
-            # ShardTask: (shard spec, run slices); spread over workers.
-            | "SpreadTasks" >> beam.Reshuffle()
-        )
+        # SpilledRun: a run's path and entry count; the planner reads hashes and sizes from its index file.
+        run_list = encoded.runs | "CollectRuns" >> beam.combiners.ToList()
+        planned = run_list | "PlanShards" >> beam.FlatMap(
+            _plan_shards, self._splits, self._sharding, dataset_name=self._dataset_name,
+            compression=self._compression, shards_dir=storage.join(self._temp_dir, "shards"),
+        ).with_outputs(PLAN, main="tasks")
+        plan = planned[PLAN]
+        # ShardTask: (shard spec, run slices); spread over workers.
+        tasks = planned.tasks | "SpreadTasks" >> beam.Reshuffle()
         shard_infos = tasks | "WriteShards" >> beam.ParDo(
-            WriteShardFn(self._schema, self._compression, self._feature_transforms))
+            WriteShardFn(self._schema, self._compression, self._feature_transforms, direct_io=self._direct_io))
         dead_letters = encoded[DEAD_LETTERS] | "CollectDeadLetters" >> beam.combiners.ToList()
         return (
             plan

@@ -144,13 +144,15 @@ def _list_filler(feature: FixedList | VarList) -> _Filler:
 
 def _tensor_filler(feature: Tensor) -> _Filler:
     target = np.dtype(feature.dtype.value).newbyteorder("<")
+    native = np.dtype(feature.dtype.value)  # NumPy's shared instance: an identity check is the fast path
     what = f"{feature.dtype.value} array of shape {feature.shape}"
 
     shape = feature.shape
     check_finite = feature.dtype.is_float and not feature.allow_non_finite
 
     def fill(key: str, name: str, value: Any, dest: Any) -> None:
-        if value.__class__ is np.ndarray and value.dtype == target and value.shape == shape and not check_finite:
+        if (value.__class__ is np.ndarray and (value.dtype is native or value.dtype == target)
+                and value.shape == shape and not check_finite):
             dest.bytes_list.value.append(value.tobytes())  # the common case: already the right array
             return
         if isinstance(value, np.ndarray):
@@ -221,7 +223,12 @@ def _class_label_filler(feature: ClassLabel) -> _Filler:
     index = {name: i for i, name in enumerate(feature.names)}
     what = f"a class id in [0, {feature.num_classes}) or one of the class names {list(feature.names)[:10]}"
 
+    num_classes = feature.num_classes
+
     def fill(key: str, name: str, value: Any, dest: Any) -> None:
+        if value.__class__ is int and 0 <= value < num_classes:  # the common case: a valid class id
+            dest.int64_list.value.append(value)
+            return
         if isinstance(value, str):
             if value not in index:
                 raise SampleError(key, name, what, f"unknown class name {value!r}")

@@ -16,8 +16,10 @@ hash, then by content), one kind byte, then
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import heapq
+import operator
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
@@ -29,8 +31,15 @@ from beam_tfrecord.errors import CorruptShardError
 HASH_BYTES = 8
 HEADER_BYTES = HASH_BYTES + 1  # hash + kind
 HASH_SPACE = 2**64
+MERGE_GROUP_BYTES = 16 << 20  # bytes of run data a shard writer holds at a time
+INDEX_SUFFIX = ".idx"
+# A run's index file: one fixed-size item per entry, in run order, so any range of entries is
+# one contiguous read.
+_INDEX_ITEM = np.dtype([("hash", "<u8"), ("framed_size", "<i8"), ("entry_size", "<i8")])
 RECORD = 0
 REFERENCE = 1
+_HEADER = operator.itemgetter(slice(0, HEADER_BYTES))
+_HEADER_ITEM = np.dtype([("hash", ">u8"), ("kind", "u1")])
 _RECORD_KIND = bytes([RECORD])
 _REFERENCE_KIND = bytes([REFERENCE])
 
@@ -91,6 +100,63 @@ class RunSlice:
 
 
 @dataclasses.dataclass(frozen=True)
+class SpilledRun:
+    """A run on storage, as the pipeline passes it around: a path and an entry count.
+
+    Its index (hash and sizes of every entry) is in a file beside it, ``path + INDEX_SUFFIX``, so
+    no per-record data travels through the runner's shuffle.
+    """
+
+    path: str
+    num_entries: int
+
+    @property
+    def index_path(self) -> str:
+        return self.path + INDEX_SUFFIX
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceRef:
+    """Where one shard's part of one run is: a byte range of the run and an entry range of its index.
+
+    Attributes:
+        path: the run file.
+        start: first byte of the slice in the run.
+        end: one past its last byte.
+        first: index of its first entry.
+        stop: one past its last entry.
+    """
+
+    path: str
+    start: int
+    end: int
+    first: int
+    stop: int
+
+    @property
+    def num_entries(self) -> int:
+        return self.stop - self.first
+
+    @property
+    def index_path(self) -> str:
+        return self.path + INDEX_SUFFIX
+
+    @property
+    def index_bytes(self) -> tuple[int, int]:
+        """(offset, length) of this slice's items in the run's index file."""
+        return self.first * _INDEX_ITEM.itemsize, self.num_entries * _INDEX_ITEM.itemsize
+
+    def resolve(self, index_items: bytes) -> RunSlice:
+        """The slice with its hashes and entry sizes, from the bytes at ``index_bytes`` of the index."""
+        items = np.frombuffer(index_items, dtype=_INDEX_ITEM)
+        if len(items) != self.num_entries:
+            raise CorruptShardError(self.index_path, f"expected {self.num_entries} index items from entry "
+                                                     f"{self.first}, found {len(items)}")
+        return RunSlice(self.path, self.start, self.end, items["hash"].astype(np.uint64),
+                        items["entry_size"].astype(np.int64))
+
+
+@dataclasses.dataclass(frozen=True)
 class RunIndex:
     """What the planner needs to know about one run: its path and, per entry, hash and sizes.
 
@@ -108,28 +174,59 @@ class RunIndex:
 
     @classmethod
     def of_entries(cls, path: str, entries: Sequence[bytes]) -> "RunIndex":
-        """The index of sorted entries (as written by ``encode_run``)."""
-        prefixes = b"".join(entry[:HASH_BYTES] for entry in entries)
-        count = len(entries)
-        return cls(path=path, hashes=np.frombuffer(prefixes, dtype=">u8").astype(np.uint64),
-                   framed_sizes=np.fromiter(map(_framed_size, entries), dtype=np.int64, count=count),
-                   entry_sizes=np.fromiter(map(len, entries), dtype=np.int64, count=count))
+        """The index of sorted entries (as written by ``write_run``)."""
+        headers = np.frombuffer(b"".join(map(_HEADER, entries)), dtype=_HEADER_ITEM)
+        entry_sizes = np.fromiter(map(len, entries), dtype=np.int64, count=len(entries))
+        framed_sizes = entry_sizes - HEADER_BYTES  # a RECORD entry holds its framed record after the header
+        for i in np.flatnonzero(headers["kind"] != RECORD).tolist():
+            framed_sizes[i] = _framed_size(entries[i])
+        return cls(path=path, hashes=headers["hash"].astype(np.uint64), framed_sizes=framed_sizes,
+                   entry_sizes=entry_sizes)
 
-    def slice(self, hash_lo: int, hash_hi: int) -> RunSlice:
-        """The entries with hash in [hash_lo, hash_hi)."""
+    def to_bytes(self) -> bytes:
+        """The index file's content (see ``SliceRef.index_bytes`` for reading part of it)."""
+        items = np.empty(len(self.hashes), dtype=_INDEX_ITEM)
+        items["hash"], items["framed_size"], items["entry_size"] = self.hashes, self.framed_sizes, self.entry_sizes
+        return items.tobytes()
+
+    @classmethod
+    def from_bytes(cls, path: str, data: bytes) -> "RunIndex":
+        """The index of the run at ``path`` from its index file's content."""
+        if len(data) % _INDEX_ITEM.itemsize:
+            raise CorruptShardError(path + INDEX_SUFFIX, f"{len(data)} bytes is not a whole number of "
+                                                         f"{_INDEX_ITEM.itemsize}-byte index items")
+        items = np.frombuffer(data, dtype=_INDEX_ITEM)
+        return cls(path, items["hash"].astype(np.uint64), items["framed_size"].astype(np.int64),
+                   items["entry_size"].astype(np.int64))
+
+    def locate(self, hash_lo: int, hash_hi: int) -> SliceRef:
+        """Where the entries with hash in [hash_lo, hash_hi) are."""
         a = int(np.searchsorted(self.hashes, np.uint64(hash_lo), side="left"))
         b = (len(self.hashes) if hash_hi >= HASH_SPACE
              else int(np.searchsorted(self.hashes, np.uint64(hash_hi), side="left")))
         start = int(self.entry_sizes[:a].sum())
-        return RunSlice(self.path, start, start + int(self.entry_sizes[a:b].sum()), self.hashes[a:b],
-                        self.entry_sizes[a:b])
+        return SliceRef(self.path, start, start + int(self.entry_sizes[a:b].sum()), a, b)
+
+    def slice(self, hash_lo: int, hash_hi: int) -> RunSlice:
+        """The entries with hash in [hash_lo, hash_hi), with their hashes and sizes."""
+        ref = self.locate(hash_lo, hash_hi)
+        return RunSlice(self.path, ref.start, ref.end, self.hashes[ref.first:ref.stop],
+                        self.entry_sizes[ref.first:ref.stop])
 
 
-def write_run(handle: BinaryIO, entries: Sequence[bytes]) -> None:
-    """Writes sorted entries as one run, entry by entry (a buffered handle batches the writes; no
-    run-sized joined copy)."""
+def write_run(handle: BinaryIO, entries: Sequence[bytes | memoryview], *, chunk_bytes: int = 1 << 20) -> None:
+    """Writes sorted entries as one run, joined into writes of about ``chunk_bytes`` (few calls, no
+    run-sized copy)."""
+    chunk: list[bytes] = []
+    size = 0
     for entry in entries:
-        handle.write(entry)
+        chunk.append(entry)
+        size += len(entry)
+        if size >= chunk_bytes:
+            handle.write(b"".join(chunk))
+            chunk, size = [], 0
+    if chunk:
+        handle.write(b"".join(chunk))
 
 
 def _iter_slice(stream: BinaryIO, run: RunSlice) -> Iterator[bytes]:
@@ -141,21 +238,57 @@ def _iter_slice(stream: BinaryIO, run: RunSlice) -> Iterator[bytes]:
         yield entry
 
 
-def merge_slices(streams: Sequence[BinaryIO], slices: Sequence[RunSlice]) -> Iterator[bytes]:
+def merge_slices(streams: Sequence[BinaryIO], slices: Sequence[RunSlice], *,
+                 group_bytes: int = MERGE_GROUP_BYTES) -> Iterator[bytes | memoryview]:
     """Yields the entries of all slices in (hash, content) order.
 
-    The order is computed from the slices' hashes with NumPy; only when two entries share a
-    hash (a duplicated key) does it fall back to comparing entries, so ties are broken by content
-    and the output never depends on which run held which entry.
+    The order is computed from the slices' hashes with NumPy. The output is cut into groups of
+    about ``group_bytes``; each group reads its part of every slice in one call (a slice's
+    entries are consumed front to back, so that part is contiguous) and yields views into those
+    reads, so memory stays bounded by two groups (a thread reads the next group while this one is
+    yielded) whatever the shard size. Only when two
+    entries share a hash (a duplicated key) does it fall back to comparing entries one by one,
+    so ties are broken by content and the output never depends on which run held which entry.
     """
-    if not slices:
+    if not slices or not any(s.num_entries for s in slices):
         return
     hashes = np.concatenate([s.hashes for s in slices])
-    which = np.concatenate([np.full(s.num_entries, i, np.int32) for i, s in enumerate(slices)])
+    which = np.concatenate([np.full(s.num_entries, i, np.int64) for i, s in enumerate(slices)])
     order = np.argsort(hashes, kind="stable")
-    iterators = [_iter_slice(stream, s) for stream, s in zip(streams, slices)]
     if len(hashes) > 1 and bool((np.diff(hashes[order]) == 0).any()):
-        yield from heapq.merge(*iterators)
+        yield from heapq.merge(*(_iter_slice(stream, s) for stream, s in zip(streams, slices)))
         return
-    for index in which[order].tolist():
-        yield next(iterators[index])
+    sizes = np.concatenate([s.entry_sizes for s in slices]).astype(np.int64)
+    counts = [s.num_entries for s in slices]
+    starts_all = np.concatenate([[0], np.cumsum(sizes)])  # where each entry starts in all slices laid end to end
+    offsets = starts_all[:-1] - np.repeat(starts_all[np.cumsum([0, *counts[:-1]])], counts)  # ... in its own slice
+    sources, starts, lengths = which[order], offsets[order], sizes[order]
+    cumulative = np.cumsum(lengths)
+    cuts = np.searchsorted(cumulative, np.arange(group_bytes, int(cumulative[-1]), group_bytes), side="right")
+    groups = [(lo, hi) for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)]) if lo < hi]
+    wanted = [np.bincount(sources[lo:hi], weights=lengths[lo:hi], minlength=len(slices)).astype(np.int64)
+              for lo, hi in groups]  # bytes each group needs from each slice
+
+    def read_group(needed: np.ndarray) -> list[memoryview | None]:
+        views: list[memoryview | None] = [None] * len(slices)
+        for i in np.flatnonzero(needed).tolist():
+            data = streams[i].read(int(needed[i]))
+            if len(data) < needed[i]:
+                raise CorruptShardError(slices[i].path, f"truncated spill run (expected {int(needed[i])} more bytes)")
+            views[i] = memoryview(data)
+        return views
+
+    consumed = np.zeros(len(slices), np.int64)  # bytes of each slice read so far
+    # While one group is being yielded, a thread reads the next (file reads release the GIL).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-read") as reader:
+        next_read = reader.submit(read_group, wanted[0])
+        for number, (lo, hi) in enumerate(groups):
+            views = next_read.result()
+            if number + 1 < len(groups):
+                next_read = reader.submit(read_group, wanted[number + 1])
+            group_sources = sources[lo:hi]
+            relative = starts[lo:hi] - consumed[group_sources]
+            consumed += wanted[number]
+            for i, start, end in zip(group_sources.tolist(), relative.tolist(),
+                                     (relative + lengths[lo:hi]).tolist()):
+                yield views[i][start:end]  # type: ignore[index]

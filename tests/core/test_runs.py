@@ -6,6 +6,7 @@ import itertools
 import pytest
 
 from beam_tfrecord.core.framing import frame
+from beam_tfrecord.errors import CorruptShardError
 from beam_tfrecord.core.runs import (REFERENCE, RunIndex, entry_kind, entry_record, entry_reference,
                                      make_record_entry, make_reference_entry, merge_slices, write_run)
 
@@ -17,14 +18,14 @@ def _run(path: str, items: list[tuple[int, bytes]]) -> tuple[RunIndex, bytes]:
     return RunIndex.of_entries(path, entries), run.getvalue()
 
 
-def _merge(runs: list[tuple[RunIndex, bytes]], lo: int = 0, hi: int = 2**64) -> list[bytes]:
+def _merge(runs: list[tuple[RunIndex, bytes]], lo: int = 0, hi: int = 2**64, **options) -> list[bytes]:
     slices = [index.slice(lo, hi) for index, _ in runs]
     streams = []
     for (index, data), piece in zip(runs, slices):
         stream = io.BytesIO(data)
         stream.seek(piece.start)
         streams.append(stream)
-    return [bytes(entry_record(entry)) for entry in merge_slices(streams, slices)]
+    return [bytes(entry_record(entry)) for entry in merge_slices(streams, slices, **options)]
 
 
 def test_index_and_slice_byte_ranges():
@@ -62,3 +63,47 @@ def test_merge_order_is_independent_of_which_run_holds_what(with_ties):
 def test_merge_of_a_hash_range_only():
     runs = [_run("a", [(1, b"x"), (5, b"y")]), _run("b", [(2, b"z"), (9, b"w")])]
     assert _merge(runs, 2, 9) == [frame(b"z"), frame(b"y")]
+
+
+@pytest.mark.parametrize("group_bytes", [1, 40, 100, 1 << 20], ids=["entry-per-group", "small", "medium", "one-group"])
+def test_merge_in_groups_reads_each_slice_front_to_back(group_bytes):
+    """Groups cut anywhere (even inside an entry's bytes) give the same order and bytes."""
+    runs = [_run(name, [(h, f"{name}-{h}".encode() * (h % 7 + 1)) for h in range(offset, 400, 3)])
+            for name, offset in (("a", 0), ("b", 1), ("c", 2))]
+    runs.append(_run("empty", []))
+    expected = _merge(runs)  # the default group size holds everything at once
+    assert len(expected) == 400
+    assert _merge(runs, group_bytes=group_bytes) == expected
+    assert _merge(runs, 50, 300, group_bytes=group_bytes) == expected[50:300]
+
+
+def test_merge_of_a_truncated_run_names_the_run():
+    index, data = _run("runs/broken.run", [(1, b"x" * 100), (5, b"y" * 100)])
+    with pytest.raises(CorruptShardError, match="runs/broken.run.*truncated spill run"):
+        _merge([(index, data[:-10])])
+
+
+def test_index_file_round_trip_and_ranged_slices():
+    index, _ = _run("runs/a.run", [(h, b"r" * (h % 5)) for h in (40, 10, 30, 20, 50)])
+    data = index.to_bytes()
+    assert len(data) == 24 * 5
+    again = RunIndex.from_bytes("runs/a.run", data)
+    for name in ("hashes", "framed_sizes", "entry_sizes"):
+        assert getattr(again, name).tolist() == getattr(index, name).tolist()
+    ref = index.locate(20, 45)
+    assert (ref.first, ref.stop, ref.index_path) == (1, 4, "runs/a.run.idx")
+    offset, length = ref.index_bytes
+    resolved = ref.resolve(data[offset:offset + length])
+    expected = index.slice(20, 45)
+    assert (resolved.start, resolved.end) == (expected.start, expected.end)
+    assert resolved.hashes.tolist() == expected.hashes.tolist() == [20, 30, 40]
+    assert resolved.entry_sizes.tolist() == expected.entry_sizes.tolist()
+
+
+def test_damaged_index_files_name_the_index():
+    index, _ = _run("runs/a.run", [(1, b"x"), (2, b"y")])
+    with pytest.raises(CorruptShardError, match=r"runs/a.run.idx.*47 bytes is not a whole number of 24-byte"):
+        RunIndex.from_bytes("runs/a.run", index.to_bytes()[:-1])
+    ref = index.locate(0, 2**64)
+    with pytest.raises(CorruptShardError, match=r"runs/a.run.idx.*expected 2 index items from entry 0, found 1"):
+        ref.resolve(index.to_bytes()[:24])

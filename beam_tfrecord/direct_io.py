@@ -1,0 +1,193 @@
+"""Page-cache-bypassing (``O_DIRECT``) reads and writes for the writer's big sequential files.
+
+Spill runs are written once and read once; shards are written once and not read again by the
+job. Through the page cache, every byte of them first has to be given a fresh page of memory:
+on the 2-core VMs this project is measured on, that costs ~2.6 s of kernel CPU per GB written
+(``dd bs=4M`` of 3 GB: 8.1 s system time buffered, 0.25 s with ``oflag=direct``), so a job
+that spills 3 GB and writes 3 GB spent more CPU in the kernel than in Python. With ``O_DIRECT``
+the device's DMA moves the bytes and the CPU stays free for encoding.
+
+``O_DIRECT`` needs the buffer address, file offset and length aligned to the device's block
+size. Data is staged in a page-aligned anonymous ``mmap`` and moved in whole blocks; the last
+partial block of a file is written after switching the descriptor back to buffered mode.
+Anything this cannot serve (``gs://``, non-Linux systems, filesystems that refuse ``O_DIRECT``
+such as some tmpfs versions) falls back to the ordinary ``storage`` handles, with the same bytes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import fcntl
+import io
+import mmap
+import os
+from typing import BinaryIO
+
+from apache_beam.io.filesystems import FileSystems
+
+from beam_tfrecord import storage
+
+ALIGN_BYTES = 4096  # a multiple of every common logical block size (512, 4096)
+BUFFER_BYTES = 4 << 20
+_O_DIRECT = getattr(os, "O_DIRECT", 0)
+
+
+def _is_local(path: str) -> bool:
+    return FileSystems.get_scheme(path) is None
+
+
+def _open_direct(path: str, flags: int) -> int | None:
+    """A descriptor opened with O_DIRECT, or None where this system or filesystem has none."""
+    if not _O_DIRECT or not _is_local(path):
+        return None
+    try:
+        return os.open(path, flags | _O_DIRECT, 0o644)
+    except OSError as err:
+        if err.errno == errno.EINVAL:  # the filesystem does not support O_DIRECT
+            return None
+        raise
+
+
+def open_write(path: str, *, direct: bool = True) -> BinaryIO:
+    """Opens ``path`` for writing (parent folders created), bypassing the page cache when it can."""
+    if direct and _is_local(path):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fd = _open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        if fd is not None:
+            return DirectWriter(fd)
+    return storage.open_write(path)
+
+
+def open_read(path: str, *, direct: bool = True, buffer_bytes: int = 1 << 20) -> BinaryIO:
+    """Opens ``path`` for reading (seekable), bypassing the page cache when it can."""
+    fd = _open_direct(path, os.O_RDONLY) if direct else None
+    if fd is None:
+        return storage.open_read(path)
+    return io.BufferedReader(DirectReader(fd, buffer_bytes), buffer_size=buffer_bytes)
+
+
+class DirectWriter(io.RawIOBase):
+    """Writes through an O_DIRECT descriptor in aligned blocks; ``close`` writes the unaligned tail.
+
+    Two page-aligned buffers: while a thread writes a full one to the device (``os.write``
+    releases the GIL), the caller fills the other, so encoding overlaps the device's time. An
+    error of a background write is raised by the next ``write`` or by ``close``. Not seekable:
+    spill runs and shards are written front to back.
+    """
+
+    def __init__(self, fd: int, buffer_bytes: int = BUFFER_BYTES) -> None:
+        super().__init__()
+        self._fd = fd
+        self._buffers = [mmap.mmap(-1, buffer_bytes) for _ in range(2)]  # page-aligned, as O_DIRECT requires
+        self._views = [memoryview(b) for b in self._buffers]
+        self._current = 0
+        self._used = 0
+        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="direct-write")
+        self._pending: concurrent.futures.Future | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        source = data if isinstance(data, bytes) else memoryview(data).cast("B")
+        size = len(source)
+        done = 0
+        view = self._views[self._current]
+        capacity = len(view)
+        while done < size:
+            take = min(capacity - self._used, size - done)
+            view[self._used:self._used + take] = source[done:done + take]
+            self._used += take
+            done += take
+            if self._used == capacity:
+                self._wait()
+                self._pending = self._writer.submit(self._write_all, view)
+                self._current = 1 - self._current
+                self._used = 0
+                view = self._views[self._current]
+        return size
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def _write_all(self, block: memoryview) -> None:
+        written = os.write(self._fd, block)
+        if written != len(block):
+            raise OSError(errno.EIO, f"short direct write: {written} of {len(block)} bytes")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._wait()
+            view = self._views[self._current]
+            aligned = self._used - self._used % ALIGN_BYTES
+            if aligned:
+                self._write_all(view[:aligned])
+            if self._used > aligned:  # the tail is not a whole block: write it buffered
+                flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+                fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~_O_DIRECT)
+                self._write_all(view[aligned:self._used])
+        finally:
+            self._writer.shutdown(wait=True)
+            for view, buffer in zip(self._views, self._buffers):
+                view.release()
+                buffer.close()
+            os.close(self._fd)
+            super().close()
+
+
+class DirectReader(io.RawIOBase):
+    """Reads through an O_DIRECT descriptor: aligned block reads into a bounce buffer, copied out.
+
+    Seekable. Wrap it in ``io.BufferedReader`` (``open_read`` does) for small reads.
+    """
+
+    def __init__(self, fd: int, buffer_bytes: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
+        self._buffer = mmap.mmap(-1, buffer_bytes + 2 * ALIGN_BYTES)
+        self._view = memoryview(self._buffer)
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise OSError(errno.EINVAL, f"negative seek position {base + offset}")
+        self._position = base + offset
+        return self._position
+
+    def readinto(self, target: bytearray | memoryview) -> int:  # type: ignore[override]
+        out = memoryview(target).cast("B")
+        wanted = min(len(out), self._size - self._position, len(self._view) - 2 * ALIGN_BYTES)
+        if wanted <= 0:
+            return 0
+        start = self._position - self._position % ALIGN_BYTES
+        end = -(-(self._position + wanted) // ALIGN_BYTES) * ALIGN_BYTES
+        got = os.preadv(self._fd, [self._view[:end - start]], start)
+        skip = self._position - start
+        count = max(0, min(wanted, got - skip))
+        out[:count] = self._view[skip:skip + count]
+        self._position += count
+        return count
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._view.release()
+        self._buffer.close()
+        os.close(self._fd)
+        super().close()
