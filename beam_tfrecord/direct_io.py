@@ -85,6 +85,7 @@ class DirectWriter(io.RawIOBase):
         self._used = 0
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="direct-write")
         self._pending: concurrent.futures.Future | None = None
+        self._failed = False  # a write failed and was reported: close only releases resources
 
     def writable(self) -> bool:
         return True
@@ -111,7 +112,11 @@ class DirectWriter(io.RawIOBase):
     def _wait(self) -> None:
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            pending.result()
+            try:
+                pending.result()
+            except OSError:
+                self._failed = True
+                raise
 
     def _write_all(self, block: memoryview) -> None:
         written = os.write(self._fd, block)
@@ -123,21 +128,22 @@ class DirectWriter(io.RawIOBase):
             return
         try:
             self._wait()
-            view = self._views[self._current]
-            aligned = self._used - self._used % ALIGN_BYTES
-            if aligned:
-                self._write_all(view[:aligned])
-            if self._used > aligned:  # the tail is not a whole block: write it buffered
-                flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
-                fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~_O_DIRECT)
-                self._write_all(view[aligned:self._used])
+            if not self._failed:
+                self._write_tail()
         finally:
             self._writer.shutdown(wait=True)
-            for view, buffer in zip(self._views, self._buffers):
-                view.release()
-                buffer.close()
             os.close(self._fd)
-            super().close()
+            super().close()  # the buffers go with this object (a traceback may still hold a view)
+
+    def _write_tail(self) -> None:
+        view = self._views[self._current]
+        aligned = self._used - self._used % ALIGN_BYTES
+        if aligned:
+            self._write_all(view[:aligned])
+        if self._used > aligned:  # the tail is not a whole block: write it buffered
+            flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+            fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~_O_DIRECT)
+            self._write_all(view[aligned:self._used])
 
 
 class DirectReader(io.RawIOBase):

@@ -32,13 +32,14 @@ def _chunk(index: int) -> list[Sample]:
         "text": "word " * int(rng.integers(1, 30))}) for i in range(100)]
 
 
-def _build(out: str, options: list[str]) -> None:
+def _build(out: str, options: list[str], *, direct_io: bool = True) -> None:
     with beam.Pipeline(argv=options) as pipeline:
         _ = (pipeline
              | beam.Create(range(30))
              | beam.Map(_chunk)
              | WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse("train=0.8,validation=0.2"),
-                                    sharding=ShardingConfig(target_shard_bytes=60_000), spill_run_bytes=40_000))
+                                    sharding=ShardingConfig(target_shard_bytes=60_000), spill_run_bytes=40_000,
+                                    direct_io=direct_io))
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,8 @@ def outputs(tmp_path_factory):
         _build(built[name], options)
     built["direct-in-memory-again"] = str(root / "again")
     _build(built["direct-in-memory-again"], MODES["direct-in-memory"])
+    built["buffered-io"] = str(root / "buffered-io")  # page cache instead of O_DIRECT: same bytes
+    _build(built["buffered-io"], MODES["direct-in-memory"], direct_io=False)
     return built
 
 
@@ -57,7 +60,8 @@ def _fingerprint(out: str) -> list[tuple[str, int, int, str]]:
     return [(s.filename, s.num_records, s.num_bytes, s.crc32c) for s in load_manifest(out).shards]
 
 
-@pytest.mark.parametrize("mode", ["direct-in-memory-again", "direct-multi-processing", "portable-loopback"])
+@pytest.mark.parametrize("mode", ["direct-in-memory-again", "buffered-io", "direct-multi-processing",
+                                  "portable-loopback"])
 def test_shards_are_byte_identical_to_the_in_memory_run(outputs, mode):
     reference = outputs["direct-in-memory"]
     assert _fingerprint(outputs[mode]) == _fingerprint(reference)

@@ -37,11 +37,15 @@ def blob_files(tmp_path_factory):
     return paths
 
 
-def _build(out: str, paths: list[str], reread_min_bytes: int) -> dict[str, int]:
+def _build(out: str, paths: list[str], reread_min_bytes: int, *, sizes: dict[str, int] | None = None,
+           schema: Schema = SCHEMA) -> dict[str, int]:
+    """Builds the dataset; ``sizes`` (path -> listed size) are given to the FileRefs when set."""
+    sizes = sizes or {}
     pipeline = beam.Pipeline(argv=["--runner=DirectRunner"])
     _ = (pipeline
-         | beam.Create([Sample(os.path.basename(p), {"blob": FileRef(p), "index": i}) for i, p in enumerate(paths)])
-         | WriteTFRecordDataset(out, schema=SCHEMA, sharding=ShardingConfig(target_shard_bytes=1_000_000),
+         | beam.Create([Sample(os.path.basename(p), {"blob": FileRef(p, sizes.get(p)), "index": i})
+                        for i, p in enumerate(paths)])
+         | WriteTFRecordDataset(out, schema=schema, sharding=ShardingConfig(target_shard_bytes=1_000_000),
                                 reread_min_bytes=reread_min_bytes))
     result = pipeline.run()
     result.wait_until_finish()
@@ -58,6 +62,36 @@ def test_reread_output_equals_spilled_output(blob_files, tmp_path):
     a, b = load_manifest(spilled), load_manifest(reread)
     assert [(s.filename, s.crc32c) for s in a.shards] == [(s.filename, s.crc32c) for s in b.shards]
     assert len(b.shards) >= 3 and verify_dataset(reread).num_records == 60
+
+
+def test_listed_sizes_plan_large_files_without_reading_them_first(blob_files, tmp_path):
+    spilled, listed = str(tmp_path / "spilled"), str(tmp_path / "listed")
+    _build(spilled, blob_files, reread_min_bytes=0)
+    counters = _build(listed, blob_files, reread_min_bytes=64 * 1024,
+                      sizes={p: os.path.getsize(p) for p in blob_files})
+    large = sum(os.path.getsize(p) >= 64 * 1024 for p in blob_files)
+    assert counters["records_planned_from_listed_sizes"] == counters["records_reread_from_source"] == large > 0
+    a, b = load_manifest(spilled), load_manifest(listed)
+    assert [(s.filename, s.crc32c) for s in a.shards] == [(s.filename, s.crc32c) for s in b.shards]
+
+
+def test_a_wrong_listed_size_fails_the_job_naming_the_sample(blob_files, tmp_path):
+    large = next(p for p in blob_files if os.path.getsize(p) >= 64 * 1024)
+    sizes = {large: os.path.getsize(large) + 1}  # the listing says one byte more than the file has
+    with pytest.raises(Exception, match=f"{os.path.basename(large)}.*its record is .* bytes, .* when planned"):
+        _build(str(tmp_path / "out"), blob_files, reread_min_bytes=64 * 1024, sizes=sizes)
+
+
+def test_listed_sizes_are_not_used_for_features_that_check_content(blob_files, tmp_path):
+    """A string feature must be valid UTF-8: its file is read to plan it, so a wrong size is harmless."""
+    text = tmp_path / "text.txt"
+    text.write_text("é" * 50_000)
+    schema = Schema({"blob": Scalar(DType.STRING), "index": Scalar(DType.INT64)})
+    counters = _build(str(tmp_path / "out"), [str(text)], reread_min_bytes=64 * 1024, schema=schema,
+                      sizes={str(text): 7})
+    assert counters.get("records_planned_from_listed_sizes", 0) == 0
+    assert counters["records_reread_from_source"] == 1
+    assert verify_dataset(str(tmp_path / "out")).num_records == 1
 
 
 def test_a_file_changed_between_the_two_reads_fails_the_shard(tmp_path):
@@ -83,8 +117,8 @@ def test_a_file_changed_between_the_two_reads_fails_the_shard(tmp_path):
     assert len(list(fn.process(task))) == 1  # unchanged: the shard is written as planned
     source.write_bytes(b"y" * 90_000)
     changed = framed_size(len(SampleEncoder(SCHEMA).encode(Sample("source.bin", {"blob": b"y" * 90_000, "index": 7}))))
-    with pytest.raises(InputChangedError, match=f"its record is {changed} bytes, {framed_size(len(record))} when first"):
+    with pytest.raises(InputChangedError, match=f"its record is {changed} bytes, {framed_size(len(record))} when planned"):
         list(fn.process(task))
     source.unlink()
-    with pytest.raises(InputChangedError, match="it was valid when first read, now: .*cannot read"):
+    with pytest.raises(InputChangedError, match="it was valid when planned, now: .*cannot read"):
         list(fn.process(task))

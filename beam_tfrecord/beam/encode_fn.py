@@ -19,7 +19,7 @@ from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.runs import RunIndex, SpilledRun, make_record_entry, make_reference_entry, write_run
-from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
+from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import SampleError
 
@@ -49,6 +49,7 @@ class EncodeToRunsFn(beam.DoFn):
         self._rejected = {stage: beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"samples_rejected_{stage.value}")
                           for stage in Stage}
         self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
+        self._listed = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_planned_from_listed_sizes")
 
     def setup(self) -> None:
         self._builder = RecordBuilder(self._schema, self._transforms)
@@ -89,7 +90,8 @@ class EncodeToRunsFn(beam.DoFn):
         self._wait_for_run()  # the bundle (and every run index it emitted) counts only once its runs are on storage
 
     def _encode_one(self, sample: Sample) -> bytes | DeadLetter:
-        record = self._builder.build(sample)
+        stand_in = self._listed_stand_in(sample)
+        record = self._builder.build(sample if stand_in is None else stand_in)
         if record.__class__ is DeadLetter:
             return record
         size = framed_size(len(record))
@@ -98,11 +100,25 @@ class EncodeToRunsFn(beam.DoFn):
                                                   "(the hard shard-size cap)", f"{size} bytes")
             return DeadLetter.from_error(sample.key, Stage.ENCODE, error)
         hashed = key_hash(sample.key, self._salt)
-        if self._reread and size >= self._reread_min_bytes and has_file_refs(sample):
-            # Large and file-backed: spill the reference; the shard writer reads the file again,
-            # so the payload is written once, straight into its shard.
+        if stand_in is not None or (self._reread and size >= self._reread_min_bytes and has_file_refs(sample)):
+            # Large and file-backed: spill the reference; the shard writer reads the file (again,
+            # unless it was planned from its listed size), so the payload is written once,
+            # straight into its shard.
             return make_reference_entry(hashed, size, pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
         return make_record_entry(hashed, record)
+
+    def _listed_stand_in(self, sample: Sample) -> Sample | None:
+        """For a large file-backed sample whose record size follows from listed file sizes: the
+        stand-in to plan it with, so its files are read only once, by its shard writer."""
+        if not self._reread or not has_file_refs(sample):
+            return None
+        listed = [v.size_bytes for v in sample.values.values() if v.__class__ is FileRef]
+        if None in listed or sum(listed) < self._reread_min_bytes:
+            return None
+        stand_in = self._builder.stand_in(sample)
+        if stand_in is not None:
+            self._listed.inc()
+        return stand_in
 
     def _flush(self) -> SpilledRun:
         """Sorts the buffer and starts writing it as a run; at most one run is being written at a time."""

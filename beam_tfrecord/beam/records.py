@@ -13,7 +13,7 @@ from typing import Any
 from beam_tfrecord import storage
 from beam_tfrecord.core.encode import SampleEncoder
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
-from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.errors import FeatureTransformError, SampleError, SampleReadError
 
 # A per-feature function applied after files are loaded and before validation (e.g. decode and
@@ -47,6 +47,9 @@ class RecordBuilder:
     def __init__(self, schema: Schema, feature_transforms: Mapping[str, FeatureTransform]) -> None:
         self._encoder = SampleEncoder(schema)
         self._transforms = dict(feature_transforms)
+        # Features whose record size depends only on the length of their bytes, not on the content.
+        self._any_bytes = {name for name, feature in schema.features.items()
+                           if isinstance(feature, Scalar) and feature.dtype is DType.BYTES}
 
     @property
     def has_transforms(self) -> bool:
@@ -71,6 +74,24 @@ class RecordBuilder:
             if stage is Stage.VALIDATE:
                 raise
             return DeadLetter.from_error(sample.key, stage, err)
+
+    def stand_in(self, sample: Sample) -> Sample | None:
+        """The sample with each file's bytes replaced by zeros of its listed size, or None.
+
+        Its record has exactly the size of the real one, so the writer can plan a file-backed
+        sample without reading the file. Only when every file feeds a feature that takes any
+        bytes (``Scalar(DType.BYTES)``: content cannot make it invalid), carries its
+        ``size_bytes``, and no transform applies; otherwise None.
+        """
+        if self._transforms:
+            return None
+        values = dict(sample.values)
+        for name, value in sample.values.items():
+            if value.__class__ is FileRef:
+                if value.size_bytes is None or name not in self._any_bytes:
+                    return None
+                values[name] = bytes(value.size_bytes)
+        return Sample(sample.key, values)
 
     def _transform(self, sample: Sample) -> Sample:
         values = dict(sample.values)

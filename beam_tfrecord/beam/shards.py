@@ -23,6 +23,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
 
 _WRITE_CHUNK_BYTES = 4 << 20
+_JOIN_MAX_RECORD_BYTES = 64 << 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,15 +91,19 @@ class WriteShardFn(beam.DoFn):
                 streams.append(handle)
             for entry in merge_slices(streams, slices):
                 framed = entry[HEADER_BYTES:] if entry[HASH_BYTES] == RECORD else self._rebuild(entry)
-                pending.append(framed)
-                pending_bytes += len(framed)
                 count += 1
+                record_bytes += len(framed)
+                if framed.__class__ is bytes and len(framed) >= _JOIN_MAX_RECORD_BYTES:  # rebuilt, large: no copy
+                    writer.write(b"".join(pending))
+                    writer.write(framed)
+                    pending, pending_bytes = [], 0
+                    continue
+                pending.append(framed)  # small: joined into bigger writes
+                pending_bytes += len(framed)
                 if pending_bytes >= _WRITE_CHUNK_BYTES:
                     writer.write(b"".join(pending))
-                    record_bytes += pending_bytes
                     pending, pending_bytes = [], 0
         writer.write(b"".join(pending))
-        record_bytes += pending_bytes
         crc32c = writer.close()
         if count != task.spec.num_records or record_bytes != task.spec.num_record_bytes:
             raise CorruptShardError(task.temp_path, f"wrote {count} records / {record_bytes} bytes, the plan "
@@ -120,9 +125,9 @@ class WriteShardFn(beam.DoFn):
         sample: Sample = pickle.loads(sample_pickle)
         record = self._builder.build(sample)
         if isinstance(record, DeadLetter):
-            raise InputChangedError(sample.key, f"it was valid when first read, now: {record.message}")
+            raise InputChangedError(sample.key, f"it was valid when planned, now: {record.message}")
         framed = frame(record)
         if len(framed) != planned_size:
-            raise InputChangedError(sample.key, f"its record is {len(framed)} bytes, {planned_size} when first read")
+            raise InputChangedError(sample.key, f"its record is {len(framed)} bytes, {planned_size} when planned")
         self._reread.inc()
         return framed

@@ -26,9 +26,16 @@ class FileRef:
 
     Sources emit references rather than bytes, so a file is read once, by the worker that
     encodes it, and a missing or unreadable file becomes a dead letter with stage ``read``.
+
+    Attributes:
+        path: the file.
+        size_bytes: its size from a listing, if known. For a feature that takes any bytes
+            (``Scalar(DType.BYTES)``), the writer then plans the record from the size alone and
+            reads the file once, when it writes the shard (see ``WriteTFRecordDataset``).
     """
 
     path: str
+    size_bytes: int | None = None
 
 
 class Stage(enum.Enum):
