@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
-import fcntl
 import io
 import mmap
 import os
@@ -91,7 +90,7 @@ class DirectWriter(io.RawIOBase):
         return True
 
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        source = data if isinstance(data, bytes) else memoryview(data).cast("B")
+        source = memoryview(data).cast("B")  # slicing a view copies nothing
         size = len(source)
         done = 0
         view = self._views[self._current]
@@ -141,6 +140,8 @@ class DirectWriter(io.RawIOBase):
         if aligned:
             self._write_all(view[:aligned])
         if self._used > aligned:  # the tail is not a whole block: write it buffered
+            import fcntl  # POSIX only, as O_DIRECT is
+
             flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
             fcntl.fcntl(self._fd, fcntl.F_SETFL, flags & ~_O_DIRECT)
             self._write_all(view[aligned:self._used])

@@ -6,7 +6,8 @@ DirectRunner, on the same data in one run. Prints records/s, MB/s, peak RSS and 
     python benchmarks/write_benchmark.py --records 100000 --blobs 1000   # quicker
 
 Each run is its own process, after an ``os.sync()``; its time excludes interpreter and library
-imports. (a) and (c) run ``--repeats`` times (median shown); (b) once. Peak RSS is the whole process tree's (workers included), sampled every 50 ms.
+imports. (b) runs once, first; then (a) and (c) run ``--repeats`` times each, interleaved (median
+shown). Peak RSS is the whole process tree's (workers included), sampled every 50 ms.
 """
 
 from __future__ import annotations
@@ -131,6 +132,19 @@ def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
 
 # ----- the driver -----
 
+def _schedule(variants: list[str], repeats: int) -> list[str]:
+    """Run order: (b) once, first; then the repeats of the others interleaved (a, c, a, c, ...).
+
+    Interleaving exposes (a) and (c) to the same machine state: after (b) frees ~16 GB, or as
+    the page cache fills, the next runs pay for fresh memory (~2.6 s per GB here), and a block
+    of (c) runs after a block of (a) runs would carry that drift alone.
+    """
+    order = [v for v in variants if v == "b_naive_beam"]
+    for _ in range(repeats):
+        order += [v for v in variants if v != "b_naive_beam"]
+    return order
+
+
 def _measure(variant: str, workload: str, args: argparse.Namespace, out: str) -> dict:
     """Runs one variant in a child process; returns its time, peak process-tree RSS and output size."""
     command = [sys.executable, __file__, "--child", variant, "--workload", workload, "--out", out,
@@ -201,18 +215,22 @@ def main() -> None:
         if workload == "blobs":
             paths = workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
             subprocess.run(["cat", *paths], stdout=subprocess.DEVNULL, check=True)  # inputs in page cache for all
+        variants = args.variants.split(",")
+        runs: dict[str, list[dict]] = {v: [] for v in variants}
+        for variant in _schedule(variants, args.repeats):
+            out = os.path.join(args.work_dir, f"{workload}-{variant}")
+            shutil.rmtree(out, ignore_errors=True)
+            os.sync()  # every run starts with no dirty pages of the previous one left to write back
+            args.c_options = args.c_options_small if workload == "small" else args.c_options_blobs
+            measured = _measure(variant, workload, args, out)
+            print(f"  {workload} {variant}: {measured['seconds']:.2f} s", flush=True)
+            runs[variant].append(measured)
+            shutil.rmtree(out, ignore_errors=True)
         results = []
-        for variant in args.variants.split(","):
-            runs = []
-            for _ in range(1 if variant == "b_naive_beam" else args.repeats):
-                out = os.path.join(args.work_dir, f"{workload}-{variant}")
-                shutil.rmtree(out, ignore_errors=True)
-                os.sync()  # every run starts with no dirty pages of the previous one left to write back
-                args.c_options = args.c_options_small if workload == "small" else args.c_options_blobs
-                runs.append(_measure(variant, workload, args, out))
-                shutil.rmtree(out, ignore_errors=True)
-            median = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
-            results.append({**median, "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "runs": len(runs)})
+        for variant in variants:
+            median = sorted(runs[variant], key=lambda r: r["seconds"])[len(runs[variant]) // 2]
+            results.append({**median, "peak_rss_mb": max(r["peak_rss_mb"] for r in runs[variant]),
+                            "runs": len(runs[variant])})
         _report(workload, args.records if workload == "small" else args.blobs, results)
 
 
