@@ -117,7 +117,8 @@ def test_a_file_changed_between_the_two_reads_fails_the_shard(tmp_path):
     assert len(list(fn.process(task))) == 1  # unchanged: the shard is written as planned
     source.write_bytes(b"y" * 90_000)
     changed = framed_size(len(SampleEncoder(SCHEMA).encode(Sample("source.bin", {"blob": b"y" * 90_000, "index": 7}))))
-    with pytest.raises(InputChangedError, match=f"its record is {changed} bytes, {framed_size(len(record))} when planned"):
+    planned = framed_size(len(record))
+    with pytest.raises(InputChangedError, match=f"its record is {changed} bytes, {planned} when planned"):
         list(fn.process(task))
     source.unlink()
     with pytest.raises(InputChangedError, match="it was valid when planned, now: .*cannot read"):

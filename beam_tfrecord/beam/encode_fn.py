@@ -30,7 +30,8 @@ class EncodeToRunsFn(beam.DoFn):
     """Loads, transforms, validates and encodes samples; spills records into sorted runs.
 
     Input: a ``Sample`` or a list of them (chunks keep per-element overhead low for small rows).
-    Main output: one ``SpilledRun`` per run written (its index is a file beside it). Tagged output ``dead_letters``: ``DeadLetter``.
+    Main output: one ``SpilledRun`` per run written (its index is a file beside it). Tagged output
+    ``dead_letters``: ``DeadLetter``.
     Memory: up to two runs per worker (one being encoded, one being written).
     """
 

@@ -25,9 +25,7 @@ import numpy as np
 KiB = 2**10
 MiB = 2**20
 DEFAULT_SALT = "beam-tfrecord"
-
-
-PLAN = "plan"
+PLAN = "plan"  # PlanShards' tagged output: the DatasetPlan
 
 
 def _plan(runs: list[RunIndex], splits: SplitConfig, sharding: ShardingConfig) -> DatasetPlan:

@@ -245,10 +245,10 @@ def merge_slices(streams: Sequence[BinaryIO], slices: Sequence[RunSlice], *,
     The order is computed from the slices' hashes with NumPy. The output is cut into groups of
     about ``group_bytes``; each group reads its part of every slice in one call (a slice's
     entries are consumed front to back, so that part is contiguous) and yields views into those
-    reads, so memory stays bounded by two groups (a thread reads the next group while this one is
-    yielded) whatever the shard size. Only when two
-    entries share a hash (a duplicated key) does it fall back to comparing entries one by one,
-    so ties are broken by content and the output never depends on which run held which entry.
+    reads. A thread reads the next group while this one is yielded, so memory stays bounded by
+    two groups whatever the shard size. Only when two entries share a hash (a duplicated key)
+    does it fall back to comparing entries one by one, so ties are broken by content and the
+    output never depends on which run held which entry.
     """
     if not slices or not any(s.num_entries for s in slices):
         return
