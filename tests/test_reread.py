@@ -5,6 +5,7 @@ two reads must fail the job rather than produce a shard that differs from the pl
 """
 
 import os
+import re
 
 import apache_beam as beam
 import numpy as np
@@ -20,7 +21,7 @@ from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.plan import ShardSpec
 from beam_tfrecord.core.runs import RunIndex, make_reference_entry, write_run
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.errors import InputChangedError
+from beam_tfrecord.errors import InputChangedError, SourceError
 
 SCHEMA = Schema({"blob": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
 
@@ -123,3 +124,14 @@ def test_a_file_changed_between_the_two_reads_fails_the_shard(tmp_path):
     source.unlink()
     with pytest.raises(InputChangedError, match="it was valid when planned, now: .*cannot read"):
         list(fn.process(task))
+
+
+@pytest.mark.parametrize("size", [-1, 2.5, True, "7"], ids=["negative", "float", "bool", "string"])
+def test_a_listed_size_must_be_a_byte_count(size):
+    expected = f"FileRef 'x.bin': size_bytes must be a byte count >= 0 or None, got {size!r}"
+    with pytest.raises(SourceError, match=re.escape(expected)):
+        FileRef("x.bin", size)
+
+
+def test_a_numpy_listed_size_becomes_an_int():
+    assert FileRef("x.bin", np.int64(5)).size_bytes == 5 and type(FileRef("x.bin", np.int64(5)).size_bytes) is int

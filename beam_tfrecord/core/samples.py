@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import numbers
 from typing import Any, NamedTuple
+
+from beam_tfrecord.errors import SourceError
 
 
 class Sample(NamedTuple):
@@ -36,6 +39,14 @@ class FileRef:
 
     path: str
     size_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        size = self.size_bytes
+        if size is None:
+            return
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
+            raise SourceError(f"FileRef {self.path!r}: size_bytes must be a byte count >= 0 or None, got {size!r}")
+        object.__setattr__(self, "size_bytes", int(size))  # a NumPy integer from a listing becomes an int
 
 
 class Stage(enum.Enum):
