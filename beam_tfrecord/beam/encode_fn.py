@@ -19,7 +19,7 @@ from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.runs import RunIndex, SpilledRun, make_record_entry, make_reference_entry, write_run
-from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
+from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import SampleError
 
@@ -111,12 +111,9 @@ class EncodeToRunsFn(beam.DoFn):
     def _listed_stand_in(self, sample: Sample) -> Sample | None:
         """For a large file-backed sample whose record size follows from listed file sizes: the
         stand-in to plan it with, so its files are read only once, by its shard writer."""
-        if not self._reread or not has_file_refs(sample):
+        if not self._reread or not has_file_refs(sample):  # the common case for rows, checked cheaply
             return None
-        listed = [v.size_bytes for v in sample.values.values() if v.__class__ is FileRef]
-        if None in listed or sum(listed) < self._reread_min_bytes:
-            return None
-        stand_in = self._builder.stand_in(sample)
+        stand_in = self._builder.stand_in(sample, min_file_bytes=self._reread_min_bytes)
         if stand_in is not None:
             self._listed.inc()
         return stand_in

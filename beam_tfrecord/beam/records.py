@@ -75,23 +75,26 @@ class RecordBuilder:
                 raise
             return DeadLetter.from_error(sample.key, stage, err)
 
-    def stand_in(self, sample: Sample) -> Sample | None:
+    def stand_in(self, sample: Sample, *, min_file_bytes: int) -> Sample | None:
         """The sample with each file's bytes replaced by zeros of its listed size, or None.
 
         Its record has exactly the size of the real one, so the writer can plan a file-backed
         sample without reading the file. Only when every file feeds a feature that takes any
         bytes (``Scalar(DType.BYTES)``: content cannot make it invalid), carries its
-        ``size_bytes``, and no transform applies; otherwise None.
+        ``size_bytes``, the files hold at least ``min_file_bytes`` together, and no transform
+        applies; otherwise None.
         """
         if self._transforms:
             return None
-        values = dict(sample.values)
+        sizes = {}
         for name, value in sample.values.items():
             if value.__class__ is FileRef:
                 if value.size_bytes is None or name not in self._any_bytes:
                     return None
-                values[name] = bytes(value.size_bytes)
-        return Sample(sample.key, values)
+                sizes[name] = value.size_bytes
+        if not sizes or sum(sizes.values()) < min_file_bytes:
+            return None
+        return Sample(sample.key, {**sample.values, **{name: bytes(size) for name, size in sizes.items()}})
 
     def _transform(self, sample: Sample) -> Sample:
         values = dict(sample.values)

@@ -16,8 +16,8 @@ from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.core.framing import frame
-from beam_tfrecord.core.runs import (HASH_BYTES, HEADER_BYTES, RECORD, RunIndex, RunSlice, SliceRef,
-                                     entry_reference, merge_slices)
+from beam_tfrecord.core.runs import (RECORD, RunIndex, RunSlice, SliceRef, entry_kind, entry_record, entry_reference,
+                                     merge_slices)
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
@@ -90,7 +90,7 @@ class WriteShardFn(beam.DoFn):
                 handle.seek(source.start)
                 streams.append(handle)
             for entry in merge_slices(streams, slices):
-                framed = entry[HEADER_BYTES:] if entry[HASH_BYTES] == RECORD else self._rebuild(entry)
+                framed = entry_record(entry) if entry_kind(entry) == RECORD else self._rebuild(entry)
                 count += 1
                 record_bytes += len(framed)
                 if framed.__class__ is bytes and len(framed) >= _JOIN_MAX_RECORD_BYTES:  # rebuilt, large: no copy
