@@ -15,7 +15,7 @@ from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
-from beam_tfrecord.core.framing import frame
+from beam_tfrecord.core.framing import frame_parts, framed_size
 from beam_tfrecord.core.runs import (RECORD, RunIndex, RunSlice, SliceRef, entry_kind, entry_record, entry_reference,
                                      merge_slices)
 from beam_tfrecord.core.samples import DeadLetter, Sample
@@ -79,6 +79,7 @@ class WriteShardFn(beam.DoFn):
     def process(self, task: ShardTask) -> Iterator[ShardInfo]:
         writer = storage.HashingWriter(direct_io.open_write(task.temp_path, direct=self._direct_io), self._compression)
         count = 0
+        rebuilt = 0
         record_bytes = 0
         pending: list[bytes | memoryview] = []
         pending_bytes = 0
@@ -90,16 +91,24 @@ class WriteShardFn(beam.DoFn):
                 handle.seek(source.start)
                 streams.append(handle)
             for entry in merge_slices(streams, slices):
-                framed = entry_record(entry) if entry_kind(entry) == RECORD else self._rebuild(entry)
                 count += 1
-                record_bytes += len(framed)
-                if framed.__class__ is bytes and len(framed) >= _JOIN_MAX_RECORD_BYTES:  # rebuilt, large: no copy
-                    writer.write(b"".join(pending))
-                    writer.write(framed)
-                    pending, pending_bytes = [], 0
-                    continue
-                pending.append(framed)  # small: joined into bigger writes
-                pending_bytes += len(framed)
+                if entry_kind(entry) == RECORD:
+                    framed = entry_record(entry)
+                    record_bytes += len(framed)
+                    pending.append(framed)  # joined into bigger writes
+                    pending_bytes += len(framed)
+                else:
+                    record = self._rebuild(entry)
+                    rebuilt += 1
+                    record_bytes += framed_size(len(record))
+                    header, footer = frame_parts(record)
+                    if len(record) < _JOIN_MAX_RECORD_BYTES:
+                        pending += (header, record, footer)
+                        pending_bytes += framed_size(len(record))
+                    else:  # large: written as it is, without a copy
+                        writer.write(b"".join((*pending, header)))
+                        writer.write(record)
+                        pending, pending_bytes = [footer], len(footer)
                 if pending_bytes >= _WRITE_CHUNK_BYTES:
                     writer.write(b"".join(pending))
                     pending, pending_bytes = [], 0
@@ -108,6 +117,7 @@ class WriteShardFn(beam.DoFn):
         if count != task.spec.num_records or record_bytes != task.spec.num_record_bytes:
             raise CorruptShardError(task.temp_path, f"wrote {count} records / {record_bytes} bytes, the plan "
                                                     f"expected {task.spec.num_records} / {task.spec.num_record_bytes}")
+        self._reread.inc(rebuilt)  # metrics once per shard: each increment costs a lookup in Beam's tracker
         self._records.inc(count)
         self._bytes.inc(writer.num_bytes)
         yield ShardInfo(filename=task.filename, split=task.spec.split, index=task.spec.index, num_records=count,
@@ -121,13 +131,13 @@ class WriteShardFn(beam.DoFn):
             return ref.resolve(handle.read(length))
 
     def _rebuild(self, entry: bytes | memoryview) -> bytes:
+        """The record (unframed) of a REFERENCE entry, built again from its source files."""
         planned_size, sample_pickle = entry_reference(entry)
         sample: Sample = pickle.loads(sample_pickle)
         record = self._builder.build(sample)
         if isinstance(record, DeadLetter):
             raise InputChangedError(sample.key, f"it was valid when planned, now: {record.message}")
-        framed = frame(record)
-        if len(framed) != planned_size:
-            raise InputChangedError(sample.key, f"its record is {len(framed)} bytes, {planned_size} when planned")
-        self._reread.inc()
-        return framed
+        if framed_size(len(record)) != planned_size:
+            raise InputChangedError(sample.key, f"its record is {framed_size(len(record))} bytes, "
+                                                f"{planned_size} when planned")
+        return record

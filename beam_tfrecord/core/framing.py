@@ -41,6 +41,16 @@ def frame(data: bytes, prefix: bytes = b"", _crc32c=google_crc32c.value,
     return b"".join((prefix, header, data, _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)))
 
 
+def frame_parts(data: bytes, _crc32c=google_crc32c.value,
+                _pack_header=struct.Struct("<QI").pack) -> tuple[bytes, bytes]:
+    """The 12 bytes that go before ``data`` and the 4 after it in a TFRecord (``frame`` without
+    the copy of ``data``: for large records written straight to a file)."""
+    crc = _crc32c(_LENGTH.pack(len(data)))
+    header = _pack_header(len(data), (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+    crc = _crc32c(data)
+    return header, _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+
+
 def framed_size(data_bytes: int) -> int:
     """Bytes a record of ``data_bytes`` occupies in an uncompressed TFRecord file."""
     return data_bytes + FRAMING_BYTES

@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from beam_tfrecord.core.framing import FRAMING_BYTES, frame, iter_records, masked_crc
+from beam_tfrecord.core.framing import FRAMING_BYTES, frame, frame_parts, iter_records, masked_crc
 from beam_tfrecord.errors import CorruptShardError
 
 RECORDS = [b"", b"a", b"hello world", bytes(range(256)) * 40]
@@ -34,6 +34,13 @@ def test_tensorflow_reads_our_frames(tmp_path):
     path = tmp_path / "ours.tfrecord"
     path.write_bytes(b"".join(frame(r) for r in RECORDS))
     assert [r.numpy() for r in tf.data.TFRecordDataset(str(path))] == RECORDS
+
+
+def test_frame_parts_surround_the_data_as_frame_does():
+    for record in RECORDS:
+        header, footer = frame_parts(record)
+        assert (len(header), len(footer)) == (12, 4)
+        assert header + record + footer == frame(record)
 
 
 def test_iter_records_round_trip():
