@@ -54,11 +54,15 @@ def _build(out: str, paths: list[str], reread_min_bytes: int, *, sizes: dict[str
     return {c.key.metric.name: c.committed for c in counters}
 
 
-def test_reread_output_equals_spilled_output(blob_files, tmp_path):
+@pytest.mark.parametrize("reread_min_bytes", [
+    pytest.param(64 * 1024, id="large-records-written-without-a-copy"),
+    pytest.param(4 * 1024, id="records-under-64KiB-joined-with-their-framing"),
+])
+def test_reread_output_equals_spilled_output(blob_files, tmp_path, reread_min_bytes):
     spilled, reread = str(tmp_path / "spilled"), str(tmp_path / "reread")
     _build(spilled, blob_files, reread_min_bytes=0)
-    counters = _build(reread, blob_files, reread_min_bytes=64 * 1024)
-    large = sum(os.path.getsize(p) >= 64 * 1024 for p in blob_files)
+    counters = _build(reread, blob_files, reread_min_bytes=reread_min_bytes)
+    large = sum(os.path.getsize(p) >= reread_min_bytes for p in blob_files)
     assert counters["records_reread_from_source"] == large > 0
     a, b = load_manifest(spilled), load_manifest(reread)
     assert [(s.filename, s.crc32c) for s in a.shards] == [(s.filename, s.crc32c) for s in b.shards]
