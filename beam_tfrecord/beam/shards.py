@@ -100,11 +100,12 @@ class WriteShardFn(beam.DoFn):
                 else:
                     record = self._rebuild(entry)
                     rebuilt += 1
-                    record_bytes += framed_size(len(record))
+                    size = framed_size(len(record))
+                    record_bytes += size
                     header, footer = frame_parts(record)
                     if len(record) < _JOIN_MAX_RECORD_BYTES:
                         pending += (header, record, footer)
-                        pending_bytes += framed_size(len(record))
+                        pending_bytes += size
                     else:  # large: written as it is, without a copy
                         writer.write(b"".join((*pending, header)))
                         writer.write(record)
@@ -137,7 +138,7 @@ class WriteShardFn(beam.DoFn):
         record = self._builder.build(sample)
         if isinstance(record, DeadLetter):
             raise InputChangedError(sample.key, f"it was valid when planned, now: {record.message}")
-        if framed_size(len(record)) != planned_size:
-            raise InputChangedError(sample.key, f"its record is {framed_size(len(record))} bytes, "
-                                                f"{planned_size} when planned")
+        size = framed_size(len(record))
+        if size != planned_size:
+            raise InputChangedError(sample.key, f"its record is {size} bytes, {planned_size} when planned")
         return record

@@ -27,28 +27,23 @@ def masked_crc(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def frame(data: bytes, prefix: bytes = b"", _crc32c=google_crc32c.value,
-          _pack_header=struct.Struct("<QI").pack) -> bytes:
-    """``data`` as one framed TFRecord, after ``prefix`` (e.g. a sort key) if one is given.
-
-    The hot path of every writer: the mask is inlined (it is ``masked_crc``) to save two calls,
-    and the prefix is joined in the same copy.
-    """
-    length = _LENGTH.pack(len(data))
-    crc = _crc32c(length)
-    header = _pack_header(len(data), (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
-    crc = _crc32c(data)
-    return b"".join((prefix, header, data, _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)))
-
-
 def frame_parts(data: bytes, _crc32c=google_crc32c.value,
                 _pack_header=struct.Struct("<QI").pack) -> tuple[bytes, bytes]:
-    """The 12 bytes that go before ``data`` and the 4 after it in a TFRecord (``frame`` without
-    the copy of ``data``: for large records written straight to a file)."""
+    """The 12 bytes that go before ``data`` and the 4 after it in a TFRecord.
+
+    The hot path of every writer: the mask is inlined (it is ``masked_crc``) to save two calls.
+    Large records are written as header, data, footer, without copying ``data``.
+    """
     crc = _crc32c(_LENGTH.pack(len(data)))
     header = _pack_header(len(data), (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
     crc = _crc32c(data)
     return header, _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+
+
+def frame(data: bytes, prefix: bytes = b"") -> bytes:
+    """``data`` as one framed TFRecord, after ``prefix`` (e.g. a sort key) if one is given, in one copy."""
+    header, footer = frame_parts(data)
+    return b"".join((prefix, header, data, footer))
 
 
 def framed_size(data_bytes: int) -> int:
