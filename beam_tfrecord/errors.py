@@ -82,6 +82,10 @@ class ShardingError(BeamTFRecordError, ValueError):
     """Sharding options are inconsistent, or a plan cannot meet them."""
 
 
+class WriterOptionError(BeamTFRecordError, ValueError):
+    """An option of the writer (not of sharding) is out of range, or does not fit the runner."""
+
+
 class CorruptShardError(BeamTFRecordError):
     """A shard's bytes do not match the TFRecord framing or the manifest.
 

@@ -11,7 +11,7 @@ if [ ! -f "$STAMP" ]; then
   "$PYTHON" -m venv "$VENV"
   LOG="$VENV/install.log"
   if ! { "$VENV/bin/pip" install --disable-pip-version-check --upgrade pip \
-         && "$VENV/bin/pip" install --disable-pip-version-check -e "$ROOT[test,parquet]" \
+         && "$VENV/bin/pip" install --disable-pip-version-check -e "$ROOT[test,parquet,dask]" \
          && "$VENV/bin/pip" install --disable-pip-version-check "torch==2.13.0"; } >"$LOG" 2>&1; then
     grep -v "is ignored" "$LOG" | tail -40 >&2
     echo "installation failed; the full log is $LOG" >&2

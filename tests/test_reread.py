@@ -15,11 +15,11 @@ from apache_beam.metrics.metric import MetricsFilter
 from beam_tfrecord import (DType, FileRef, Scalar, Schema, ShardingConfig, WriteTFRecordDataset, load_manifest,
                            verify_dataset)
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.shards import ShardTask, WriteShardFn
+from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.plan import ShardSpec
-from beam_tfrecord.core.runs import RunIndex, make_reference_entry, write_run
+from beam_tfrecord.core.runs import make_reference_entry
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.errors import InputChangedError, SourceError
 
@@ -109,25 +109,20 @@ def test_a_file_changed_between_the_two_reads_fails_the_shard(tmp_path):
 
     record = SampleEncoder(SCHEMA).encode(Sample("source.bin", {"blob": source.read_bytes(), "index": 7}))
     entry = make_reference_entry(5, framed_size(len(record)), pickle.dumps(sample))
-    run_path = tmp_path / "one.run"
-    with open(run_path, "wb") as handle:
-        write_run(handle, [entry])
-    index = RunIndex.of_entries(str(run_path), [entry])
-    (tmp_path / "one.run.idx").write_bytes(index.to_bytes())
     spec = ShardSpec("train", 0, 1, 0, 2**64, 1, framed_size(len(record)))
-    task = ShardTask(spec, "d-train.tfrecord-00000-of-00001", str(tmp_path / "shard"), (index.locate(0, 2**64),))
-    fn = WriteShardFn(SCHEMA, Compression.NONE, {}, direct_io=True)
-    fn.setup()
+    target = ShardTarget(spec, "d-train.tfrecord-00000-of-00001", str(tmp_path / "shard"))
+    writer = ShardFileWriter(SCHEMA, Compression.NONE, {}, direct_io=True)
 
-    assert len(list(fn.process(task))) == 1  # unchanged: the shard is written as planned
+    info, stats = writer.write(target, [entry])  # unchanged: the shard is written as planned
+    assert (info.num_records, stats.rebuilt) == (1, 1)
     source.write_bytes(b"y" * 90_000)
     changed = framed_size(len(SampleEncoder(SCHEMA).encode(Sample("source.bin", {"blob": b"y" * 90_000, "index": 7}))))
     planned = framed_size(len(record))
     with pytest.raises(InputChangedError, match=f"its record is {changed} bytes, {planned} when planned"):
-        list(fn.process(task))
+        writer.write(target, [entry])
     source.unlink()
     with pytest.raises(InputChangedError, match="it was valid when planned, now: .*cannot read"):
-        list(fn.process(task))
+        writer.write(target, [entry])
 
 
 @pytest.mark.parametrize("size", [-1, 2.5, True, "7"], ids=["negative", "float", "bool", "string"])

@@ -5,6 +5,10 @@ the directory does not look like a finished dataset; shards are renamed into pla
 files of the old dataset are removed; the dead-letter file and then the manifest are written,
 each to a temporary name and renamed. A crash at any step leaves no manifest, or the old one
 untouched, never a manifest that lists missing or foreign shards.
+
+Publication may run again (a runner retrying the step after a lost worker): a manifest already
+carrying this run's id means it finished, and it is returned as it is; a shard already moved
+into place (checked by size and CRC32C) is not moved again.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from beam_tfrecord import storage
 from beam_tfrecord._version import __version__
 from beam_tfrecord.core.manifest import (DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo,
                                          SplitInfo)
 from beam_tfrecord.core.naming import Compression
-from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, balance_spread
+from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig, balance_spread, plan_dataset
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import BeamTFRecordError, RejectedSamplesError
@@ -44,6 +50,7 @@ class PublishSettings:
     max_rejected_fraction: float
     command: tuple[str, ...]
     metadata: Mapping[str, Any]
+    splits: SplitConfig
 
 
 def _read_old_manifest(path: str) -> Manifest | None:
@@ -56,10 +63,31 @@ def _read_old_manifest(path: str) -> Manifest | None:
         return None
 
 
-def publish(settings: PublishSettings, plan: DatasetPlan, shard_infos: Sequence[ShardInfo],
+def _move_shards(settings: PublishSettings, shard_infos: Sequence[ShardInfo]) -> None:
+    """Renames finished shards into place; one already there from an earlier attempt is left as it is."""
+    sources, destinations = [], []
+    for info in shard_infos:
+        source = storage.join(settings.temp_dir, "shards", info.filename)
+        destination = storage.join(settings.output_dir, info.filename)
+        if not storage.exists(source) and storage.exists(destination) and \
+                storage.crc32c_and_size(destination) == (info.crc32c, info.num_bytes):
+            continue
+        sources.append(source)
+        destinations.append(destination)
+    storage.rename(sources, destinations)
+
+
+def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Sequence[ShardInfo],
             dead_letters: Sequence[DeadLetter]) -> Manifest:
-    """Checks the rejection threshold, then publishes the dataset. Returns the manifest written."""
+    """Checks the rejection threshold, then publishes the dataset. Returns the manifest written.
+
+    ``plan`` is None when no record was encoded (the plan of nothing is made here).
+    """
     out = settings.output_dir
+    manifest_path = storage.join(out, MANIFEST_FILENAME)
+    old = _read_old_manifest(manifest_path)
+    if old is not None and old.run_id == settings.run_id:
+        return old  # this run published already; this is a re-execution
     rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
     num_inputs = sum(s.num_records for s in shard_infos) + len(rejected)
     dead_lines = "".join(json.dumps(d.to_json(), sort_keys=True) + "\n" for d in rejected)
@@ -69,6 +97,8 @@ def publish(settings: PublishSettings, plan: DatasetPlan, shard_infos: Sequence[
         storage.delete_tree(settings.temp_dir)
         raise RejectedSamplesError(len(rejected), num_inputs, settings.max_rejected_fraction, path,
                                    [f"{d.key} [{d.stage.value}] {d.message}" for d in rejected[:5]])
+    if plan is None:
+        plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.splits, settings.sharding)
 
     by_split: dict[str, list[ShardInfo]] = {}
     for info in sorted(shard_infos, key=lambda s: (s.split, s.index)):
@@ -78,11 +108,9 @@ def publish(settings: PublishSettings, plan: DatasetPlan, shard_infos: Sequence[
         raise BeamTFRecordError(f"shards written {sorted((s.split, s.index) for s in shard_infos)} differ from "
                                 f"the plan {sorted(planned)}")
 
-    manifest_path = storage.join(out, MANIFEST_FILENAME)
-    old = _read_old_manifest(manifest_path)
     storage.delete_if_exists([manifest_path])  # unpublish first: from here on nothing looks finished
     names = [s.filename for s in shard_infos]
-    storage.rename([storage.join(settings.temp_dir, "shards", n) for n in names], [storage.join(out, n) for n in names])
+    _move_shards(settings, shard_infos)
     if old is not None:
         stale = {s.filename for s in old.shards} - set(names)
         if old.dead_letters and not rejected:
@@ -109,6 +137,7 @@ def publish(settings: PublishSettings, plan: DatasetPlan, shard_infos: Sequence[
         sharding={"target_shard_bytes": settings.sharding.target_shard_bytes,
                   "max_shard_bytes": settings.sharding.cap, "num_shards": settings.sharding.num_shards},
         metadata=settings.metadata,
+        run_id=settings.run_id,
     )
     storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))
     storage.delete_tree(settings.temp_dir)

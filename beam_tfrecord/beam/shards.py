@@ -1,23 +1,30 @@
-"""Shard tasks and WriteShardFn: merge each run's slice of a shard, in hash order, into one file."""
+"""Shard writing for both fan-in paths: entries in (hash, content) order -> one shard file.
+
+``ShardFileWriter`` (a plain class) writes a shard from its entries and checks it against the
+plan. The spill path's ``WriteShardFromRunsFn`` merges the shard's slice of every run (found in
+the runs' index files); the shuffle path's ``WriteShardFromGroupFn`` sorts the entries the
+runner's shuffle brought together. Entries sort the same way in both, so the files are equal.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 
 import apache_beam as beam
+import numpy as np
 
 from beam_tfrecord import direct_io, storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
+from beam_tfrecord.core.framing import frame_parts, framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
-from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
-from beam_tfrecord.core.framing import frame_parts, framed_size
-from beam_tfrecord.core.runs import (RECORD, RunIndex, RunSlice, SliceRef, entry_kind, entry_record, entry_reference,
-                                     merge_slices)
+from beam_tfrecord.core.runs import (HASH_BYTES, RECORD, RunIndex, SpilledRun, entry_kind, entry_record,
+                                     entry_reference, merge_slices)
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
@@ -27,109 +34,87 @@ _JOIN_MAX_RECORD_BYTES = 64 << 10
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardTask:
-    """Everything one worker needs to write one shard.
+class ShardTarget:
+    """Where one planned shard is written, and under which name it is published.
 
     Attributes:
         spec: the planned shard (split, index, hash range, expected records and bytes).
         filename: final file name in the dataset directory.
         temp_path: where to write it before publication.
-        sources: where each run's part of this shard is (byte range and index range; the hashes
-            and sizes are read from the runs' index files by the writer, not carried here).
     """
 
     spec: ShardSpec
     filename: str
     temp_path: str
-    sources: tuple[SliceRef, ...]
 
-
-def shard_tasks(plan: DatasetPlan, runs: Sequence[RunIndex], *, dataset_name: str, compression: Compression,
-                shards_dir: str) -> list[ShardTask]:
-    """One task per planned shard, with the byte range of each run that feeds it."""
-    tasks = []
-    for spec in plan.shards:
+    @classmethod
+    def of(cls, spec: ShardSpec, *, dataset_name: str, compression: Compression, shards_dir: str) -> "ShardTarget":
         filename = str(ShardName(dataset_name, spec.split, spec.index, spec.count, compression))
-        slices = (run.locate(spec.hash_lo, spec.hash_hi) for run in runs)
-        sources = tuple(sorted((s for s in slices if s.num_entries), key=lambda s: s.path))
-        tasks.append(ShardTask(spec, filename, storage.join(shards_dir, filename), sources))
-    return tasks
+        return cls(spec, filename, storage.join(shards_dir, filename))
 
 
-class WriteShardFn(beam.DoFn):
-    """Writes one shard from its run slices; yields its ShardInfo (with the file's checksum).
+@dataclasses.dataclass
+class ShardStats:
+    """What a shard writer did, for the counters."""
 
-    RECORD entries are copied as they are; REFERENCE entries are rebuilt from their source files
-    (see core/runs.py) and must come out exactly the size the plan expects.
+    records: int = 0
+    rebuilt: int = 0
+    stored_bytes: int = 0
+
+
+class ShardFileWriter:
+    """Writes shards from entries. RECORD entries are copied as they are; REFERENCE entries are
+    rebuilt from their source files (see core/runs.py) and must come out exactly the size the
+    plan expects. Build in ``DoFn.setup``.
     """
 
-    def __init__(self, schema: Schema, compression: Compression,
-                 feature_transforms: Mapping[str, FeatureTransform], *, direct_io: bool) -> None:
-        self._schema = schema
-        self._direct_io = direct_io
+    def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
+                 *, direct_io: bool) -> None:
+        self._builder = RecordBuilder(schema, feature_transforms)
         self._compression = compression
-        self._transforms = dict(feature_transforms)
-        self._records = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_written")
-        self._reread = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_reread_from_source")
-        self._bytes = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shard_bytes_written")
+        self._direct_io = direct_io
 
-    def setup(self) -> None:
-        self._builder = RecordBuilder(self._schema, self._transforms)
-
-    def process(self, task: ShardTask) -> Iterator[ShardInfo]:
-        writer = storage.HashingWriter(direct_io.open_write(task.temp_path, direct=self._direct_io), self._compression)
-        count = 0
-        rebuilt = 0
+    def write(self, target: ShardTarget, entries: Iterable[bytes | memoryview]) -> tuple[ShardInfo, ShardStats]:
+        """Writes ``entries`` (in shard order) to ``target.temp_path``, replacing any earlier attempt."""
+        writer = storage.HashingWriter(direct_io.open_write(target.temp_path, direct=self._direct_io),
+                                       self._compression)
+        stats = ShardStats()
         record_bytes = 0
         pending: list[bytes | memoryview] = []
         pending_bytes = 0
-        slices = [self._load_slice(ref) for ref in task.sources]
-        with ExitStack() as stack:
-            streams = []
-            for source in slices:
-                handle = stack.enter_context(direct_io.open_read(source.path, direct=self._direct_io))
-                handle.seek(source.start)
-                streams.append(handle)
-            for entry in merge_slices(streams, slices):
-                count += 1
-                if entry_kind(entry) == RECORD:
-                    framed = entry_record(entry)
-                    record_bytes += len(framed)
-                    pending.append(framed)  # joined into bigger writes
-                    pending_bytes += len(framed)
-                else:
-                    record = self._rebuild(entry)
-                    rebuilt += 1
-                    size = framed_size(len(record))
-                    record_bytes += size
-                    header, footer = frame_parts(record)
-                    if len(record) < _JOIN_MAX_RECORD_BYTES:
-                        pending += (header, record, footer)
-                        pending_bytes += size
-                    else:  # large: written as it is, without a copy
-                        writer.write(b"".join((*pending, header)))
-                        writer.write(record)
-                        pending, pending_bytes = [footer], len(footer)
-                if pending_bytes >= _WRITE_CHUNK_BYTES:
-                    writer.write(b"".join(pending))
-                    pending, pending_bytes = [], 0
+        for entry in entries:
+            stats.records += 1
+            if entry_kind(entry) == RECORD:
+                framed = entry_record(entry)
+                record_bytes += len(framed)
+                pending.append(framed)  # joined into bigger writes
+                pending_bytes += len(framed)
+            else:
+                record = self._rebuild(entry)
+                stats.rebuilt += 1
+                size = framed_size(len(record))
+                record_bytes += size
+                header, footer = frame_parts(record)
+                if len(record) < _JOIN_MAX_RECORD_BYTES:
+                    pending += (header, record, footer)
+                    pending_bytes += size
+                else:  # large: written as it is, without a copy
+                    writer.write(b"".join((*pending, header)))
+                    writer.write(record)
+                    pending, pending_bytes = [footer], len(footer)
+            if pending_bytes >= _WRITE_CHUNK_BYTES:
+                writer.write(b"".join(pending))
+                pending, pending_bytes = [], 0
         writer.write(b"".join(pending))
         crc32c = writer.close()
-        if count != task.spec.num_records or record_bytes != task.spec.num_record_bytes:
-            raise CorruptShardError(task.temp_path, f"wrote {count} records / {record_bytes} bytes, the plan "
-                                                    f"expected {task.spec.num_records} / {task.spec.num_record_bytes}")
-        self._reread.inc(rebuilt)  # metrics once per shard: each increment costs a lookup in Beam's tracker
-        self._records.inc(count)
-        self._bytes.inc(writer.num_bytes)
-        yield ShardInfo(filename=task.filename, split=task.spec.split, index=task.spec.index, num_records=count,
-                        num_bytes=writer.num_bytes, num_record_bytes=record_bytes, crc32c=crc32c)
-
-    @staticmethod
-    def _load_slice(ref: SliceRef) -> RunSlice:
-        offset, length = ref.index_bytes
-        with storage.open_read(ref.index_path) as handle:
-            handle.seek(offset)
-            return ref.resolve(handle.read(length))
+        spec = target.spec
+        if stats.records != spec.num_records or record_bytes != spec.num_record_bytes:
+            raise CorruptShardError(target.temp_path, f"wrote {stats.records} records / {record_bytes} bytes, the "
+                                                      f"plan expected {spec.num_records} / {spec.num_record_bytes}")
+        stats.stored_bytes = writer.num_bytes
+        info = ShardInfo(filename=target.filename, split=spec.split, index=spec.index, num_records=stats.records,
+                         num_bytes=writer.num_bytes, num_record_bytes=record_bytes, crc32c=crc32c)
+        return info, stats
 
     def _rebuild(self, entry: bytes | memoryview) -> bytes:
         """The record (unframed) of a REFERENCE entry, built again from its source files."""
@@ -142,3 +127,76 @@ class WriteShardFn(beam.DoFn):
         if size != planned_size:
             raise InputChangedError(sample.key, f"its record is {size} bytes, {planned_size} when planned")
         return record
+
+
+class _WriteShardFn(beam.DoFn):
+    """What both shard-writing DoFns share: the writer, built in ``setup``, naming and counters."""
+
+    def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
+                 *, dataset_name: str, shards_dir: str, direct_io: bool) -> None:
+        self._schema = schema
+        self._compression = compression
+        self._transforms = dict(feature_transforms)
+        self._dataset_name = dataset_name
+        self._shards_dir = shards_dir
+        self._direct_io = direct_io
+        self._records = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_written")
+        self._reread = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_reread_from_source")
+        self._bytes = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shard_bytes_written")
+
+    def setup(self) -> None:
+        self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io)
+
+    def _write(self, spec: ShardSpec, entries: Iterable[bytes | memoryview]) -> ShardInfo:
+        target = ShardTarget.of(spec, dataset_name=self._dataset_name, compression=self._compression,
+                                shards_dir=self._shards_dir)
+        info, stats = self._writer.write(target, entries)
+        self._reread.inc(stats.rebuilt)  # metrics once per shard: each increment costs a lookup in Beam's tracker
+        self._records.inc(stats.records)
+        self._bytes.inc(stats.stored_bytes)
+        return info
+
+
+class WriteShardFromRunsFn(_WriteShardFn):
+    """Spill path: a ``ShardSpec`` in, its ``ShardInfo`` out; merges the shard's slice of every run.
+
+    The runs arrive as a side input (O(runs)); each run's slice is found in its index file here,
+    so the plan step sends only the shard specs.
+    """
+
+    def process(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> Iterator[ShardInfo]:
+        slices = []
+        for run in sorted(runs, key=lambda r: r.path):
+            index = RunIndex.from_bytes(run.path, storage.read_bytes(run.index_path))
+            piece = index.slice(spec.hash_lo, spec.hash_hi)
+            if piece.num_entries:
+                slices.append(piece)
+        with ExitStack() as stack:
+            streams = []
+            for piece in slices:
+                handle = stack.enter_context(direct_io.open_read(piece.path, direct=self._direct_io))
+                handle.seek(piece.start)
+                streams.append(handle)
+            yield self._write(spec, merge_slices(streams, slices))
+
+
+def key_by_shard(batch, plan: DatasetPlan | None) -> Iterator[tuple[int, bytes]]:
+    """(shard number in ``plan.shards``, entry) for each entry of an ``EncodedBatch``."""
+    if not batch.entries:
+        return
+    if plan is None:
+        raise CorruptShardError("<plan>", "records were encoded but no plan was made")
+    hashes = np.frombuffer(b"".join(e[:HASH_BYTES] for e in batch.entries), dtype=">u8")
+    yield from zip(plan.shard_numbers(hashes).tolist(), batch.entries)
+
+
+class WriteShardFromGroupFn(_WriteShardFn):
+    """Shuffle path: ``(shard number, entries)`` from the runner's GroupByKey in, its ``ShardInfo`` out.
+
+    The entries are sorted here (bytes order is (hash, content) order, as the spill path's merge
+    gives), so a worker holds one shard's entries at a time: at most ``max_shard_bytes`` of them.
+    """
+
+    def process(self, group: tuple[int, Iterable[bytes]], plan: DatasetPlan) -> Iterator[ShardInfo]:
+        number, entries = group
+        yield self._write(plan.shards[number], sorted(entries))

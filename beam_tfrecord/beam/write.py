@@ -2,52 +2,113 @@
 
 from __future__ import annotations
 
+import enum
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.encode_fn import DEAD_LETTERS, EncodeToRunsFn
-from beam_tfrecord.beam.records import FeatureTransform
+from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
+from beam_tfrecord.beam.entries import EncodedBatch
+from beam_tfrecord.beam.planning import PlanDataset
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.shards import WriteShardFn, shard_tasks
+from beam_tfrecord.beam.records import FeatureTransform
+from beam_tfrecord.beam.shards import WriteShardFromGroupFn, WriteShardFromRunsFn, key_by_shard
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import Compression, ShardName
-from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig, plan_dataset
-from beam_tfrecord.core.runs import RunIndex, SpilledRun
+from beam_tfrecord.core.plan import MiB, DatasetPlan, ShardingConfig, SplitConfig
+from beam_tfrecord.core.runs import SpilledRun
+from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.errors import ShardingError
-
-import numpy as np
+from beam_tfrecord.errors import ShardingError, WriterOptionError
 
 KiB = 2**10
-MiB = 2**20
 DEFAULT_SALT = "beam-tfrecord"
-PLAN = "plan"  # PlanShards' tagged output: the DatasetPlan
 
 
-def _plan(runs: list[RunIndex], splits: SplitConfig, sharding: ShardingConfig) -> DatasetPlan:
-    hashes = np.concatenate([r.hashes for r in runs]) if runs else np.zeros(0, np.uint64)
-    sizes = np.concatenate([r.framed_sizes for r in runs]) if runs else np.zeros(0, np.int64)
-    return plan_dataset(hashes, sizes, splits, sharding)
+class FanIn(enum.Enum):
+    """How a shard's records come together.
 
-
-def _plan_shards(_: None, spilled: list[SpilledRun], splits: SplitConfig, sharding: ShardingConfig, *,
-                 dataset_name: str, compression: Compression, shards_dir: str) -> Iterator[Any]:
-    """The plan (tagged output ``plan``) and one ShardTask per planned shard (main output).
-
-    Called once, for the single element of a one-element Create; ``spilled`` is every run (a side input).
+    SPILL: workers spill hash-sorted runs to storage; each shard writer merges its slice of every
+        run. For runners whose GroupByKey holds everything in memory (the DirectRunner, Prism, the
+        portable runner's embedded job service): memory stays bounded by the run size.
+    SHUFFLE: records keyed by shard go through the runner's disk-backed shuffle (Dataflow Shuffle,
+        Flink's and Spark's sort-based shuffles, Dask's); a shard writer reads one group.
+    AUTO: SPILL on local runners, SHUFFLE on every other.
     """
-    runs = [RunIndex.from_bytes(run.path, storage.read_bytes(run.index_path)) for run in spilled]
-    plan = _plan(runs, splits, sharding)
-    yield beam.pvalue.TaggedOutput(PLAN, plan)
-    yield from shard_tasks(plan, runs, dataset_name=dataset_name, compression=compression, shards_dir=shards_dir)
+
+    AUTO = "auto"
+    SPILL = "spill"
+    SHUFFLE = "shuffle"
+
+    @classmethod
+    def parse(cls, text: str) -> "FanIn":
+        try:
+            return cls(text.strip().lower())
+        except ValueError as err:
+            raise WriterOptionError(f"fan_in must be one of {[m.value for m in cls]}, got {text!r}") from err
 
 
-def _publish(plan: DatasetPlan, shard_infos: list, dead_letters: list, settings: PublishSettings) -> Manifest:
-    return publish(settings, plan, shard_infos, dead_letters)
+# Runners whose GroupByKey keeps every buffered element in memory, with no spill to disk.
+_IN_MEMORY_SHUFFLE_RUNNERS = frozenset({"DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner",
+                                        "FnApiRunner", "PrismRunner", "InteractiveRunner", "TestDirectRunner"})
+# Runners that lose what a DoFn emits in finish_bundle (the spill path's last run of a bundle).
+_NO_FINISH_BUNDLE_OUTPUT_RUNNERS = frozenset({"DaskRunner"})
+
+
+def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
+    """The fan-in path for ``pipeline``'s runner (``fan_in`` unless it is AUTO).
+
+    Raises:
+        WriterOptionError: SPILL forced on a runner that drops ``finish_bundle`` output (Dask).
+    """
+    runner = type(pipeline.runner).__name__
+    if fan_in is FanIn.SPILL and runner in _NO_FINISH_BUNDLE_OUTPUT_RUNNERS:
+        raise WriterOptionError(f"fan_in=spill cannot run on the {runner}: it drops elements a DoFn emits in "
+                                "finish_bundle, where a bundle's last spill run is emitted; use fan_in=shuffle")
+    if fan_in is not FanIn.AUTO:
+        return fan_in
+    if runner == "PortableRunner":
+        endpoint = pipeline.options.get_all_options().get("job_endpoint")
+        return FanIn.SPILL if endpoint in (None, "embed") else FanIn.SHUFFLE
+    return FanIn.SPILL if runner in _IN_MEMORY_SHUFFLE_RUNNERS else FanIn.SHUFFLE
+
+
+def _is_run(element: Any) -> bool:
+    return element.__class__ is SpilledRun
+
+
+def _is_dead_letter(element: Any) -> bool:
+    return element.__class__ is DeadLetter
+
+
+def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
+    return batch.dead_letters
+
+
+def _shards_of(plan: DatasetPlan) -> Iterable[Any]:
+    return plan.shards
+
+
+# Publication's inputs arrive as one group (a GroupByKey on one key rather than side inputs, which
+# the Dask runner computes again inside each task that reads them): (kind, value).
+_START, _PLAN, _SHARD, _DEAD = "start", "plan", "shard", "dead"
+
+
+def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings) -> Manifest:
+    _, items = group
+    plans, shards, dead = [], [], []
+    for kind, value in items:
+        {_PLAN: plans, _SHARD: shards, _DEAD: dead, _START: []}[kind].append(value)
+    if len(plans) > 1:
+        raise ShardingError(f"expected at most one plan, got {len(plans)}")
+    return publish(settings, plans[0] if plans else None, shards, dead)
+
+
+def _tag(kind: str) -> beam.Map:
+    return beam.Map(lambda value: (None, (kind, value)))
 
 
 class WriteTFRecordDataset(beam.PTransform):
@@ -56,11 +117,12 @@ class WriteTFRecordDataset(beam.PTransform):
     Input: a PCollection of ``Sample`` (or of lists of ``Sample``, for small rows). Output: a
     PCollection holding the published ``Manifest``.
 
-    Stages: encode and spill records into hash-sorted runs (payload written once, memory
-    bounded by ``spill_run_bytes`` per worker) -> plan splits and shards from hashes and sizes
-    only -> write each shard by merging its slice of every run -> publish (rename shards, write
-    the manifest last). No GroupByKey carries payload bytes, so the local runner's in-memory
-    shuffle stays small whatever the data size.
+    Stages: encode -> plan splits and shards from merged summaries (a hash-bucket histogram,
+    refined only where a boundary falls; see ``beam_tfrecord.beam.planning``) -> bring each
+    shard's records together (``FanIn``) and write it -> publish (rename shards, write the
+    manifest last). On local runners records are spilled into hash-sorted runs and merged by
+    each shard writer, so no GroupByKey carries payload bytes; on distributed runners they go
+    through the runner's shuffle keyed by shard. Both give byte-identical shards.
 
     Args:
         output_dir: dataset directory (local or ``gs://``).
@@ -82,6 +144,7 @@ class WriteTFRecordDataset(beam.PTransform):
         direct_io: on local Linux filesystems, write spill runs and shards and read runs with
             ``O_DIRECT``, bypassing the page cache (see ``beam_tfrecord.direct_io``); elsewhere,
             and where a filesystem refuses it, ordinary buffered I/O. The bytes are the same.
+        fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
         command: the command line to record in the manifest.
         metadata: extra facts to record in the manifest.
@@ -93,19 +156,21 @@ class WriteTFRecordDataset(beam.PTransform):
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = 64 * MiB, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
-                 temp_dir: str | None = None,
+                 fan_in: FanIn = FanIn.AUTO, temp_dir: str | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if not 0.0 <= max_rejected_fraction <= 1.0:
-            raise ShardingError(f"max_rejected_fraction must be in [0, 1], got {max_rejected_fraction}")
+            raise WriterOptionError(f"max_rejected_fraction must be in [0, 1], got {max_rejected_fraction}")
         if spill_run_bytes < 1:
-            raise ShardingError(f"spill_run_bytes must be >= 1, got {spill_run_bytes}")
+            raise WriterOptionError(f"spill_run_bytes must be >= 1, got {spill_run_bytes}")
         if reread_min_bytes < 0:
-            raise ShardingError(f"reread_min_bytes must be >= 0, got {reread_min_bytes}")
+            raise WriterOptionError(f"reread_min_bytes must be >= 0, got {reread_min_bytes}")
+        if not isinstance(fan_in, FanIn):
+            raise WriterOptionError(f"fan_in must be a FanIn, got {fan_in!r}")
         ShardName(dataset_name, "train", 0, 1)  # validates the dataset name early
         unknown = set(feature_transforms or {}) - set(schema.features) - set(schema.sequence_features)
         if unknown:
-            raise ShardingError(f"feature_transforms name features not in the schema: {sorted(unknown)}")
+            raise WriterOptionError(f"feature_transforms name features not in the schema: {sorted(unknown)}")
         self._output_dir = output_dir
         self._schema = schema
         self._dataset_name = dataset_name
@@ -117,36 +182,68 @@ class WriteTFRecordDataset(beam.PTransform):
         self._spill_run_bytes = spill_run_bytes
         self._reread_min_bytes = reread_min_bytes
         self._direct_io = direct_io
+        self._fan_in = fan_in
         run_id = uuid.uuid4().hex[:12]
         self._temp_dir = temp_dir or storage.join(output_dir, f".tmp-beam-tfrecord-{run_id}")
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, salt=salt, sharding=self._sharding,
-            max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}))
+            max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
+            splits=self._splits)
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
-        encoded = samples | "EncodeToRuns" >> beam.ParDo(EncodeToRunsFn(
-            self._schema, runs_dir=storage.join(self._temp_dir, "runs"), salt=self._salt,
-            max_record_bytes=self._sharding.cap, run_bytes=self._spill_run_bytes,
-            feature_transforms=self._feature_transforms, reread_min_bytes=self._reread_min_bytes,
-            direct_io=self._direct_io,
-        )).with_outputs(DEAD_LETTERS, main="runs")
-        # SpilledRun: a run's path and entry count; the planner reads hashes and sizes from its index
-        # file. The runs reach the one planner as a side input: a ToList (a global combine with its
-        # default-value branch) would add a stage and ~0.1 s of pipeline set-up per job.
-        plan_shards = beam.FlatMap(
-            _plan_shards, beam.pvalue.AsList(encoded.runs), self._splits, self._sharding,
-            dataset_name=self._dataset_name, compression=self._compression,
-            shards_dir=storage.join(self._temp_dir, "shards"),
-        ).with_outputs(PLAN, main="tasks")
-        planned = samples.pipeline | "StartPlan" >> beam.Create([None]) | "PlanShards" >> plan_shards
-        plan = planned[PLAN]
-        # ShardTask: (shard spec, run slices); spread over workers.
-        tasks = planned.tasks | "SpreadTasks" >> beam.Reshuffle()
-        shard_infos = tasks | "WriteShards" >> beam.ParDo(
-            WriteShardFn(self._schema, self._compression, self._feature_transforms, direct_io=self._direct_io))
+        if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
+            shard_infos, dead_letters, plan = self._spill(samples)
+        else:
+            shard_infos, dead_letters, plan = self._shuffle(samples)
+        start = samples.pipeline | "StartPublish" >> beam.Create([None])
         return (
-            plan
-            | "Publish" >> beam.Map(_publish, beam.pvalue.AsList(shard_infos),
-                                    beam.pvalue.AsList(encoded[DEAD_LETTERS]), self._publish_settings)
+            (start | "TagStart" >> _tag(_START), plan | "TagPlan" >> _tag(_PLAN),
+             shard_infos | "TagShards" >> _tag(_SHARD), dead_letters | "TagDeadLetters" >> _tag(_DEAD))
+            | "Gather" >> beam.Flatten()
+            | "ForPublish" >> beam.GroupByKey()  # (None, [(kind, value)]): one group, whatever is empty
+            | "Publish" >> beam.Map(_publish_group, self._publish_settings)
         )
+
+    def _encode_options(self) -> dict[str, Any]:
+        return dict(salt=self._salt, max_record_bytes=self._sharding.cap, feature_transforms=self._feature_transforms,
+                    reread_min_bytes=self._reread_min_bytes)
+
+    def _shard_options(self) -> dict[str, Any]:
+        return dict(dataset_name=self._dataset_name, shards_dir=storage.join(self._temp_dir, "shards"),
+                    direct_io=self._direct_io)
+
+    def _spill(self, samples: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection]:
+        encoded = samples | "EncodeToRuns" >> beam.ParDo(EncodeToRunsFn(
+            self._schema, runs_dir=storage.join(self._temp_dir, "runs"), run_bytes=self._spill_run_bytes,
+            direct_io=self._direct_io, **self._encode_options()))
+        # SpilledRun | DeadLetter, told apart by type (one output: see encode_fn's docstring).
+        runs = encoded | "Runs" >> beam.Filter(_is_run)
+        dead_letters = encoded | "DeadLetters" >> beam.Filter(_is_dead_letter)
+        plan = runs | "Plan" >> PlanDataset(self._splits, self._sharding)
+        shard_infos = (
+            plan
+            | "ShardSpecs" >> beam.FlatMap(_shards_of)
+            | "SpreadShards" >> beam.Reshuffle()
+            # ShardSpec; every run (path and entry count) is a side input: O(shards + runs) in all.
+            | "WriteShards" >> beam.ParDo(WriteShardFromRunsFn(self._schema, self._compression,
+                                                                 self._feature_transforms, **self._shard_options()),
+                                          beam.pvalue.AsList(runs))
+        )
+        return shard_infos, dead_letters, plan
+
+    def _shuffle(self, samples: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection]:
+        batches = samples | "Encode" >> beam.ParDo(EncodeToBatchesFn(self._schema, **self._encode_options()))
+        # EncodedBatch: the entries and dead letters of one input element.
+        dead_letters = batches | "DeadLetters" >> beam.FlatMap(_dead_letters_of)
+        plan = batches | "Plan" >> PlanDataset(self._splits, self._sharding)
+        plan_view = beam.pvalue.AsSingleton(plan, default_value=None)
+        shard_infos = (
+            batches
+            | "KeyByShard" >> beam.FlatMap(key_by_shard, plan_view)
+            | "ByShard" >> beam.GroupByKey()  # (shard number, [entry]): the runner's shuffle moves the payload
+            | "WriteShards" >> beam.ParDo(WriteShardFromGroupFn(self._schema, self._compression,
+                                                                  self._feature_transforms, **self._shard_options()),
+                                          beam.pvalue.AsSingleton(plan))
+        )
+        return shard_infos, dead_letters, plan

@@ -87,6 +87,7 @@ class Manifest:
         salt: the hash salt that ordered and split the records.
         sharding: the sharding options used (target, cap, count).
         metadata: free-form extra facts (e.g. input fingerprint for refreshes).
+        run_id: the writing job's run id; publication executed again finds its own manifest by it.
         version: manifest format version.
     """
 
@@ -103,6 +104,7 @@ class Manifest:
     salt: str
     sharding: Mapping[str, Any]
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    run_id: str | None = None
     version: int = MANIFEST_VERSION
 
     def __post_init__(self) -> None:
@@ -146,6 +148,7 @@ class Manifest:
                 for s in self.splits
             ],
             "metadata": dict(self.metadata),
+            "run_id": self.run_id,
         }
 
     def dumps(self) -> str:
@@ -169,7 +172,7 @@ class Manifest:
                 tool_version=data["tool_version"], command=tuple(data["command"]),
                 num_inputs=int(data["num_inputs"]), num_rejected=int(data["num_rejected"]),
                 dead_letters=data.get("dead_letters"), salt=data["salt"], sharding=dict(data["sharding"]),
-                metadata=dict(data.get("metadata", {})), version=int(data["version"]),
+                metadata=dict(data.get("metadata", {})), run_id=data.get("run_id"), version=int(data["version"]),
             )
         except (KeyError, TypeError) as err:
             raise ManifestError(f"malformed manifest: missing or bad field {err}") from err

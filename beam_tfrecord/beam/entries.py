@@ -1,0 +1,93 @@
+"""EntryEncoder: one sample to one spill entry (see core/runs.py), or to a dead letter.
+
+Both fan-in paths encode through this class, so a record is the same entry whether it is
+spilled into a run (DirectRunner) or sent through the runner's shuffle (distributed runners),
+and both give byte-identical shards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Mapping
+
+import numpy as np
+
+from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
+from beam_tfrecord.core.framing import framed_size
+from beam_tfrecord.core.hashing import key_hash
+from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry
+from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
+from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.errors import SampleError
+
+
+class EntryEncoder:
+    """Loads, transforms, validates and encodes samples into entries. Build in ``DoFn.setup``.
+
+    Args:
+        schema: the feature spec.
+        salt: hash salt of the keys.
+        max_record_bytes: the hard shard cap; a larger record is a dead letter (stage ``encode``).
+        feature_transforms: per-feature functions applied before validation.
+        reread_min_bytes: file-backed records at least this large become REFERENCE entries (their
+            shard writer reads the files again); 0 turns this off, and so do transforms.
+    """
+
+    def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,
+                 feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int) -> None:
+        self._builder = RecordBuilder(schema, feature_transforms)
+        self._salt = salt
+        self._max_record_bytes = max_record_bytes
+        self._reread_min_bytes = reread_min_bytes
+        # Records rebuilt by the shard writers must come out byte-identical: never re-run transforms.
+        self._reread = reread_min_bytes > 0 and not self._builder.has_transforms
+        self.num_listed = 0  # records planned from listed file sizes (read once, by their shard writer)
+
+    def encode(self, sample: Sample) -> bytes | DeadLetter:
+        """The sample's entry, or its dead letter."""
+        stand_in = self._listed_stand_in(sample)
+        record = self._builder.build(sample if stand_in is None else stand_in)
+        if record.__class__ is DeadLetter:
+            return record  # type: ignore[return-value]
+        size = framed_size(len(record))  # type: ignore[arg-type]
+        if size > self._max_record_bytes:
+            error = SampleError(sample.key, None, f"a record of at most {self._max_record_bytes} bytes "
+                                                  "(the hard shard-size cap)", f"{size} bytes")
+            return DeadLetter.from_error(sample.key, Stage.ENCODE, error)
+        hashed = key_hash(sample.key, self._salt)
+        if stand_in is not None or (self._reread and size >= self._reread_min_bytes and has_file_refs(sample)):
+            # Large and file-backed: spill the reference; the shard writer reads the file (again,
+            # unless it was planned from its listed size), so the payload is written once,
+            # straight into its shard.
+            return make_reference_entry(hashed, size, pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
+        return make_record_entry(hashed, record)  # type: ignore[arg-type]
+
+    def _listed_stand_in(self, sample: Sample) -> Sample | None:
+        """For a large file-backed sample whose record size follows from listed file sizes: the
+        stand-in to plan it with, so its files are read only once, by its shard writer."""
+        if not self._reread or not has_file_refs(sample):  # the common case for rows, checked cheaply
+            return None
+        stand_in = self._builder.stand_in(sample, min_file_bytes=self._reread_min_bytes)
+        if stand_in is not None:
+            self.num_listed += 1
+        return stand_in
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedBatch:
+    """The entries and dead letters of one input element (a sample or a chunk of them).
+
+    The element type of the shuffle path: the planner summarises its entries' hashes and sizes,
+    and each entry is then keyed by its shard for the runner's shuffle.
+    """
+
+    entries: tuple[bytes, ...]
+    dead_letters: tuple[DeadLetter, ...] = ()
+
+    def index(self) -> tuple[np.ndarray, np.ndarray]:
+        """(uint64 hashes, int64 framed sizes) of the entries, in entry order."""
+        if not self.entries:
+            return np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        index = RunIndex.of_entries("", self.entries)
+        return index.hashes, index.framed_sizes
