@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
+from beam_tfrecord.beam.dask_cluster import local_cluster_for
+from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.core.manifest import Manifest
@@ -42,6 +44,10 @@ class DatasetOutputOptions(PipelineOptions):
                             help="publish anyway if at most this fraction of samples is rejected")
         parser.add_argument("--spill_run_mib", type=int, default=64,
                             help="MiB of encoded records a worker buffers before spilling a sorted run")
+        parser.add_argument("--fan_in", default="auto", choices=[f.value for f in FanIn],
+                            help="how a shard's records come together: spill (sorted runs merged by each shard "
+                                 "writer; local runners), shuffle (the runner's shuffle keyed by shard; "
+                                 "Dataflow, Flink, Spark, Dask) or auto (chosen from the runner)")
 
 
 _SECRET_WORDS = ("token", "secret", "password", "passwd", "credential", "api_key", "private_key")
@@ -80,7 +86,20 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
                                 max_shard_bytes=options.max_shard_bytes, num_shards=options.num_shards),
         compression=Compression.parse(options.compression), salt=options.salt,
         max_rejected_fraction=options.max_rejected_fraction, spill_run_bytes=options.spill_run_mib << 20,
-        command=redact_command(command), **extra)
+        fan_in=FanIn.parse(options.fan_in), command=redact_command(command), **extra)
+
+
+@contextlib.contextmanager
+def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
+    """``with beam.Pipeline(options)``, plus a local Dask cluster for the DaskRunner when it names none."""
+    with local_cluster_for(options) as address:
+        pipeline = beam.Pipeline(options=options)
+        try:
+            with pipeline:
+                yield pipeline
+        finally:
+            if address is not None and getattr(pipeline, "result", None) is not None:
+                pipeline.result.client.close()  # the runner's client, before its cluster stops
 
 
 def quiet_logging() -> None:
@@ -108,7 +127,7 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
     output = options.view_as(DatasetOutputOptions)
     writer = make_writer(output, schema, command, **writer_options)
     quiet_logging()
-    with beam.Pipeline(options=options) as pipeline:
+    with job_pipeline(options) as pipeline:
         _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))

@@ -23,7 +23,7 @@ from beam_tfrecord.refresh import (DEFAULT_KEEP_VERSIONS, FINGERPRINT_KEY, Refre
                                    publish_version)
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema
 from pipelines.build_image_dataset import ImageFolderOptions, resize_from_options
-from pipelines.common import DatasetOutputOptions, make_writer, quiet_logging
+from pipelines.common import DatasetOutputOptions, job_pipeline, make_writer, quiet_logging
 from pipelines.source_options import SchemaOptions, parse_bool
 
 
@@ -111,7 +111,7 @@ def run(argv: Sequence[str] | None = None) -> RefreshPlan:
     output.output = plan.version_dir
     metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id}
     quiet_logging()
-    with beam.Pipeline(options=options) as pipeline:
+    with job_pipeline(options) as pipeline:
         _ = (pipeline
              | "ReadImageFolder" >> ReadImageFolder(source.input)
              | "WriteVersion" >> make_writer(output, schema, _recorded_command(options), metadata=metadata,

@@ -19,7 +19,8 @@ from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.core.plan import (CutRequests, DatasetPlan, ShardingConfig, ShardRound, SplitConfig,
                                      SplitRound, plan_shards, start_plan)
 from beam_tfrecord.core.runs import RunIndex, SpilledRun
-from beam_tfrecord.core.summary import BucketGrid, Cut, HashHistogram, refine_bucket
+from beam_tfrecord.core.summary import BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
+from beam_tfrecord.errors import ShardingError
 
 IndexSource = SpilledRun | EncodedBatch
 
@@ -100,6 +101,52 @@ class _RefineRound(beam.PTransform):
         )
 
 
+def bucket_records(source: IndexSource, grid: BucketGrid) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """(bucket, (hashes, sizes)) of every record of a source, one element per bucket it touches."""
+    hashes, sizes = index_of(source)
+    buckets = grid.bucket_of(hashes)
+    order = np.argsort(buckets, kind="stable")
+    hashes, sizes, buckets = hashes[order], sizes[order], buckets[order]
+    starts = np.flatnonzero(np.diff(buckets, prepend=-1))
+    for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(buckets)]):
+        yield int(buckets[a]), (hashes[a:b], sizes[a:b])
+
+
+def _targets_by_bucket(planning_round: SplitRound | ShardRound) -> Iterator[tuple[int, CutTarget]]:
+    return ((target.bucket, target) for target in planning_round.targets)
+
+
+def _cut_joined(group: tuple[int, Iterable[CutTarget | tuple[np.ndarray, np.ndarray]]], grid: BucketGrid) -> list[Cut]:
+    """The cuts of one bucket from its joined group: the round's targets there and its records."""
+    bucket, values = group
+    targets, parts = [], []
+    for value in values:
+        (targets if isinstance(value, CutTarget) else parts).append(value)
+    if not targets:
+        return []
+    hashes = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
+    sizes = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+    return refine_bucket(grid, bucket, hashes, sizes, targets)
+
+
+def _keyed_by_none(value: object) -> tuple[None, object]:
+    return None, value
+
+
+def _round_and_cuts(group: tuple[None, Iterable[object]]) -> tuple[SplitRound | ShardRound, list[Cut]]:
+    _, values = group
+    rounds, cuts = [], []
+    for value in values:
+        (cuts if isinstance(value, Cut) else rounds).append(value)
+    if len(rounds) != 1:
+        raise ShardingError(f"expected one planning round to join its cuts with, got {len(rounds)}")
+    return rounds[0], cuts
+
+
+def _joined_step(group: tuple[None, Iterable[object]], step):
+    return step(*_round_and_cuts(group))
+
+
 def _plan_shards(split_round: SplitRound, cuts: list[Cut]) -> ShardRound:
     return plan_shards(split_round, cuts)
 
@@ -109,23 +156,58 @@ def _finish(shard_round: ShardRound, cuts: list[Cut]) -> DatasetPlan:
 
 
 class PlanDataset(beam.PTransform):
-    """Index sources -> one ``DatasetPlan`` (none for empty input). See the module docstring."""
+    """Index sources -> one ``DatasetPlan`` (none for empty input). See the module docstring.
 
-    def __init__(self, splits: SplitConfig, sharding: ShardingConfig) -> None:
+    Args:
+        splits: how records are divided into splits.
+        sharding: shard sizing.
+        side_inputs: True: each round's requests reach the workers as a side input, and only the
+            records of requested buckets are shuffled. False (for runners whose side inputs are
+            recomputed per task, like Dask's): every record's hash and size is shuffled by bucket and
+            joined with the round's targets by a GroupByKey; rounds meet their cuts the same way.
+    """
+
+    def __init__(self, splits: SplitConfig, sharding: ShardingConfig, *, side_inputs: bool = True) -> None:
         super().__init__()
         self._splits = splits
         self._sharding = sharding
+        self._side_inputs = side_inputs
 
     def expand(self, sources: beam.PCollection) -> beam.PCollection:
-        histogram = sources | "Summarize" >> beam.CombineGlobally(SummarizeFn(self._splits.bucket_grid())
-                                                                   ).without_defaults()
+        grid = self._splits.bucket_grid()
+        histogram = sources | "Summarize" >> beam.CombineGlobally(SummarizeFn(grid)).without_defaults()
         split_round = (histogram
                        | "DropEmpty" >> beam.Filter(lambda h: h is not None)
                        | "StartPlan" >> beam.Map(start_plan, self._splits, self._sharding))
+        records = None if self._side_inputs else sources | "ByBucket" >> beam.FlatMap(bucket_records, grid)
         if self._splits.is_ratio:  # ratio splits are unions of buckets: nothing to refine
             shard_round = split_round | "PlanShards" >> beam.Map(_plan_shards, [])
         else:
-            split_cuts = sources | "RefineSplits" >> _RefineRound(split_round)
-            shard_round = split_round | "PlanShards" >> beam.Map(_plan_shards, beam.pvalue.AsList(split_cuts))
-        shard_cuts = sources | "RefineShards" >> _RefineRound(shard_round)
-        return shard_round | "FinishPlan" >> beam.Map(_finish, beam.pvalue.AsList(shard_cuts))
+            split_cuts = self._refine("RefineSplits", split_round, sources, records, grid)
+            shard_round = self._then("PlanShards", split_round, split_cuts, _plan_shards)
+        shard_cuts = self._refine("RefineShards", shard_round, sources, records, grid)
+        return self._then("FinishPlan", shard_round, shard_cuts, _finish)
+
+    def _refine(self, label: str, planning_round: beam.PCollection, sources: beam.PCollection,
+                records: beam.PCollection | None, grid: BucketGrid) -> beam.PCollection:
+        if records is None:
+            return sources | label >> _RefineRound(planning_round)
+        targets = planning_round | f"{label}Targets" >> beam.FlatMap(_targets_by_bucket)
+        return (
+            (records, targets)
+            | f"{label}Gather" >> beam.Flatten()
+            # (bucket, [(hashes, sizes) | CutTarget])
+            | f"{label}ByBucket" >> beam.GroupByKey()
+            | f"{label}Cut" >> beam.FlatMap(_cut_joined, grid)
+        )
+
+    def _then(self, label: str, planning_round: beam.PCollection, cuts: beam.PCollection, step) -> beam.PCollection:
+        if self._side_inputs:
+            return planning_round | label >> beam.Map(step, beam.pvalue.AsList(cuts))
+        return (
+            (planning_round, cuts)
+            | f"{label}Gather" >> beam.Flatten()
+            | f"{label}Key" >> beam.Map(_keyed_by_none)
+            | f"{label}Join" >> beam.GroupByKey()  # (None, [round, Cut...])
+            | label >> beam.Map(_joined_step, step)
+        )

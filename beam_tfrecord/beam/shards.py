@@ -22,11 +22,13 @@ from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.core.framing import frame_parts, framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, ShardName
+from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
 from beam_tfrecord.core.runs import (HASH_BYTES, RECORD, RunIndex, SpilledRun, entry_kind, entry_record,
                                      entry_reference, merge_slices)
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.summary import BucketGrid
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
 
 _WRITE_CHUNK_BYTES = 4 << 20
@@ -180,23 +182,80 @@ class WriteShardFromRunsFn(_WriteShardFn):
             yield self._write(spec, merge_slices(streams, slices))
 
 
-def key_by_shard(batch, plan: DatasetPlan | None) -> Iterator[tuple[int, bytes]]:
-    """(shard number in ``plan.shards``, entry) for each entry of an ``EncodedBatch``."""
+def _entry_hashes(entries: Sequence[bytes]) -> np.ndarray:
+    return np.frombuffer(b"".join(e[:HASH_BYTES] for e in entries), dtype=">u8").astype(np.uint64)
+
+
+def key_by_shard(batch: EncodedBatch, plan: DatasetPlan | None) -> Iterator[tuple[int, bytes]]:
+    """(shard number in ``plan.shards``, entry) for each entry of a batch (the plan as a side input)."""
     if not batch.entries:
         return
     if plan is None:
         raise CorruptShardError("<plan>", "records were encoded but no plan was made")
-    hashes = np.frombuffer(b"".join(e[:HASH_BYTES] for e in batch.entries), dtype=">u8")
-    yield from zip(plan.shard_numbers(hashes).tolist(), batch.entries)
+    yield from zip(plan.shard_numbers(_entry_hashes(batch.entries)).tolist(), batch.entries)
+
+
+def entries_by_bucket(batch: EncodedBatch, grid: BucketGrid) -> Iterator[tuple[int, bytes]]:
+    """(bucket, entry) for each entry of a batch: the payload's side of the join with the plan."""
+    if batch.entries:
+        yield from zip(grid.bucket_of(_entry_hashes(batch.entries)).tolist(), batch.entries)
+
+
+def shards_by_bucket(plan: DatasetPlan, grid: BucketGrid) -> Iterator[tuple[int, BucketShards]]:
+    """(bucket, the shards that start in or cover it) for every bucket: the plan's side of the join."""
+    starts = plan.shard_starts
+    if not len(starts):
+        return
+    firsts = np.maximum(np.searchsorted(starts, grid.starts, side="right") - 1, 0)
+    lasts = np.append(np.searchsorted(starts, grid.starts[1:], side="left"), len(starts))
+    for bucket, (first, last) in enumerate(zip(firsts.tolist(), np.maximum(lasts, firsts + 1).tolist())):
+        yield bucket, BucketShards(starts[first:last], first)
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketShards:
+    """The shards a bucket's records can belong to: their hash starts, from shard number ``first``."""
+
+    starts: np.ndarray
+    first: int
+
+
+def key_joined_by_shard(group: tuple[int, Iterable[bytes | BucketShards]]) -> Iterator[tuple[int, bytes]]:
+    """(shard number, entry) for each entry of a bucket's joined group."""
+    bucket, values = group
+    shards, entries = None, []
+    for value in values:
+        if isinstance(value, BucketShards):
+            shards = value
+        else:
+            entries.append(value)
+    if not entries:
+        return
+    if shards is None:
+        raise CorruptShardError("<plan>", f"records in hash bucket {bucket} but no planned shard covers it")
+    numbers = shards.first + np.searchsorted(shards.starts, _entry_hashes(entries), side="right") - 1
+    yield from zip(numbers.tolist(), entries)
+
+
+def specs_by_number(plan: DatasetPlan) -> Iterator[tuple[int, ShardSpec]]:
+    """(shard number, spec): joined with the shard's entries, so its writer needs no side input."""
+    return enumerate(plan.shards)
 
 
 class WriteShardFromGroupFn(_WriteShardFn):
-    """Shuffle path: ``(shard number, entries)`` from the runner's GroupByKey in, its ``ShardInfo`` out.
+    """Shuffle path: ``(shard number, [ShardSpec, entry...])`` from the runner's GroupByKey in, its
+    ``ShardInfo`` out.
 
     The entries are sorted here (bytes order is (hash, content) order, as the spill path's merge
     gives), so a worker holds one shard's entries at a time: at most ``max_shard_bytes`` of them.
     """
 
-    def process(self, group: tuple[int, Iterable[bytes]], plan: DatasetPlan) -> Iterator[ShardInfo]:
-        number, entries = group
-        yield self._write(plan.shards[number], sorted(entries))
+    def process(self, group: tuple[int, Iterable[bytes | ShardSpec]]) -> Iterator[ShardInfo]:
+        number, values = group
+        specs, entries = [], []
+        for value in values:
+            (specs if isinstance(value, ShardSpec) else entries).append(value)
+        if len(specs) != 1:
+            raise CorruptShardError(f"<shard {number}>", f"expected its one planned spec, got {len(specs)}")
+        entries.sort()
+        yield self._write(specs[0], entries)

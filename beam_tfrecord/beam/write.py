@@ -15,7 +15,8 @@ from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.beam.planning import PlanDataset
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.records import FeatureTransform
-from beam_tfrecord.beam.shards import WriteShardFromGroupFn, WriteShardFromRunsFn, key_by_shard
+from beam_tfrecord.beam.shards import (WriteShardFromGroupFn, WriteShardFromRunsFn, entries_by_bucket, key_by_shard,
+                                      key_joined_by_shard, shards_by_bucket, specs_by_number)
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import MiB, DatasetPlan, ShardingConfig, SplitConfig
@@ -56,6 +57,9 @@ _IN_MEMORY_SHUFFLE_RUNNERS = frozenset({"DirectRunner", "SwitchingDirectRunner",
                                         "FnApiRunner", "PrismRunner", "InteractiveRunner", "TestDirectRunner"})
 # Runners that lose what a DoFn emits in finish_bundle (the spill path's last run of a bundle).
 _NO_FINISH_BUNDLE_OUTPUT_RUNNERS = frozenset({"DaskRunner"})
+# Runners that compute a side input again, from the start of the pipeline, inside every task that
+# reads it (Dask: a nested compute of the unoptimised graph); the shuffle path joins instead.
+_RECOMPUTED_SIDE_INPUT_RUNNERS = frozenset({"DaskRunner"})
 
 
 def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
@@ -236,14 +240,25 @@ class WriteTFRecordDataset(beam.PTransform):
         batches = samples | "Encode" >> beam.ParDo(EncodeToBatchesFn(self._schema, **self._encode_options()))
         # EncodedBatch: the entries and dead letters of one input element.
         dead_letters = batches | "DeadLetters" >> beam.FlatMap(_dead_letters_of)
-        plan = batches | "Plan" >> PlanDataset(self._splits, self._sharding)
-        plan_view = beam.pvalue.AsSingleton(plan, default_value=None)
+        side_inputs = type(samples.pipeline.runner).__name__ not in _RECOMPUTED_SIDE_INPUT_RUNNERS
+        plan = batches | "Plan" >> PlanDataset(self._splits, self._sharding, side_inputs=side_inputs)
+        if side_inputs:
+            keyed = batches | "KeyByShard" >> beam.FlatMap(key_by_shard,
+                                                           beam.pvalue.AsSingleton(plan, default_value=None))
+        else:  # the plan meets the entries in a GroupByKey by hash bucket (a second shuffle of the payload)
+            grid = self._splits.bucket_grid()
+            keyed = (
+                (batches | "EntriesByBucket" >> beam.FlatMap(entries_by_bucket, grid),
+                 plan | "ShardsByBucket" >> beam.FlatMap(shards_by_bucket, grid))
+                | "GatherBuckets" >> beam.Flatten()
+                | "ByBucket" >> beam.GroupByKey()  # (bucket, [BucketShards, entry...])
+                | "KeyByShard" >> beam.FlatMap(key_joined_by_shard)
+            )
         shard_infos = (
-            batches
-            | "KeyByShard" >> beam.FlatMap(key_by_shard, plan_view)
-            | "ByShard" >> beam.GroupByKey()  # (shard number, [entry]): the runner's shuffle moves the payload
+            (keyed, plan | "SpecsByNumber" >> beam.FlatMap(specs_by_number))
+            | "GatherShards" >> beam.Flatten()
+            | "ByShard" >> beam.GroupByKey()  # (shard number, [ShardSpec, entry...]): the runner moves the payload
             | "WriteShards" >> beam.ParDo(WriteShardFromGroupFn(self._schema, self._compression,
-                                                                  self._feature_transforms, **self._shard_options()),
-                                          beam.pvalue.AsSingleton(plan))
+                                                                  self._feature_transforms, **self._shard_options()))
         )
         return shard_infos, dead_letters, plan

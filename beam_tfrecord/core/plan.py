@@ -202,13 +202,14 @@ class DatasetPlan:
         return tuple(shard for split in self.splits for shard in split.shards)
 
     @functools.cached_property
-    def _shard_starts(self) -> np.ndarray:
+    def shard_starts(self) -> np.ndarray:
+        """uint64 ``hash_lo`` of every shard, ascending."""
         return np.array([shard.hash_lo for shard in self.shards], dtype=np.uint64)
 
     def shard_numbers(self, hashes: np.ndarray) -> np.ndarray:
         """The position in ``shards`` of the shard holding each hash (shards tile the hash space
         in order; empty splits have no shards and, by construction, no records)."""
-        numbers = np.searchsorted(self._shard_starts, np.asarray(hashes, dtype=np.uint64), side="right") - 1
+        numbers = np.searchsorted(self.shard_starts, np.asarray(hashes, dtype=np.uint64), side="right") - 1
         if len(numbers) and int(numbers.min()) < 0:
             raise ShardingError(f"hash {int(np.asarray(hashes).min())} is below every planned shard")
         return numbers
