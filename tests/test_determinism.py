@@ -1,7 +1,10 @@
-"""Same inputs + same options -> byte-identical shards, whatever the runner mode and bundling.
+"""Same inputs + same options -> byte-identical shards, whatever the runner, bundling and fan-in path.
 
 Small spill runs (many runs per worker) and small shards make every mode cut and merge
-differently; the output must not notice.
+differently; the output must not notice. The spill path (runs merged by shard writers), the
+shuffle path with side inputs (DirectRunner forced to it) and the shuffle path that joins
+instead (Beam's DaskRunner on a local cluster of 2 worker processes) all give the same files,
+dead letters and manifests, for ratio and exact-count splits.
 """
 
 import os
@@ -9,9 +12,13 @@ import os
 import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import (DType, FixedList, Scalar, Schema, ShardingConfig, SplitConfig, VarList,
                            WriteTFRecordDataset, load_manifest, verify_dataset)
+from beam_tfrecord.beam.dask_cluster import local_cluster_for
+from beam_tfrecord.beam.write import FanIn
+from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.samples import Sample
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "embedding": FixedList(DType.FLOAT32, 16),
@@ -21,7 +28,10 @@ MODES = {
     "direct-multi-processing": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
                                 "--direct_num_workers=2"],
     "portable-loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
+    "dask": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner"],
 }
+RATIO_SPLITS = "train=0.8,validation=0.2"
+COUNT_SPLITS = "train=*,validation=300,test=200"
 
 
 def _chunk(index: int) -> list[Sample]:
@@ -29,17 +39,21 @@ def _chunk(index: int) -> list[Sample]:
     return [Sample(f"item-{index:03d}-{i:03d}", {
         "id": index * 1000 + i, "embedding": rng.standard_normal(16).astype(np.float32),
         "tokens": rng.integers(0, 30_000, size=int(rng.integers(0, 40))).tolist(),
-        "text": "word " * int(rng.integers(1, 30))}) for i in range(100)]
+        "text": "word " * int(rng.integers(1, 30))}) for i in range(100)] + [
+        Sample(f"bad-{index:03d}", {"id": "not a number", "embedding": np.zeros(16, np.float32), "tokens": [],
+                                    "text": "x"})]  # one dead letter per chunk
 
 
-def _build(out: str, options: list[str], *, direct_io: bool = True) -> None:
-    with beam.Pipeline(argv=options) as pipeline:
+def _build(out: str, options: list[str], *, direct_io: bool = True, fan_in: FanIn = FanIn.AUTO,
+           splits: str = RATIO_SPLITS) -> None:
+    pipeline_options = PipelineOptions(options)
+    with local_cluster_for(pipeline_options), beam.Pipeline(options=pipeline_options) as pipeline:
         _ = (pipeline
              | beam.Create(range(30))
              | beam.Map(_chunk)
-             | WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse("train=0.8,validation=0.2"),
+             | WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse(splits),
                                     sharding=ShardingConfig(target_shard_bytes=60_000), spill_run_bytes=40_000,
-                                    direct_io=direct_io))
+                                    direct_io=direct_io, fan_in=fan_in, max_rejected_fraction=0.05))
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +67,13 @@ def outputs(tmp_path_factory):
     _build(built["direct-in-memory-again"], MODES["direct-in-memory"])
     built["buffered-io"] = str(root / "buffered-io")  # page cache instead of O_DIRECT: same bytes
     _build(built["buffered-io"], MODES["direct-in-memory"], direct_io=False)
+    built["direct-shuffle"] = str(root / "direct-shuffle")
+    _build(built["direct-shuffle"], MODES["direct-in-memory"], fan_in=FanIn.SHUFFLE)
+    for name, options, fan_in in [("count-spill", MODES["direct-in-memory"], FanIn.SPILL),
+                                  ("count-shuffle", MODES["direct-in-memory"], FanIn.SHUFFLE),
+                                  ("count-dask", MODES["dask"], FanIn.AUTO)]:
+        built[name] = str(root / name)
+        _build(built[name], options, fan_in=fan_in, splits=COUNT_SPLITS)
     return built
 
 
@@ -60,15 +81,35 @@ def _fingerprint(out: str) -> list[tuple[str, int, int, str]]:
     return [(s.filename, s.num_records, s.num_bytes, s.crc32c) for s in load_manifest(out).shards]
 
 
-@pytest.mark.parametrize("mode", ["direct-in-memory-again", "buffered-io", "direct-multi-processing",
-                                  "portable-loopback"])
-def test_shards_are_byte_identical_to_the_in_memory_run(outputs, mode):
-    reference = outputs["direct-in-memory"]
-    assert _fingerprint(outputs[mode]) == _fingerprint(reference)
-    for filename, *_ in _fingerprint(reference):
-        with open(os.path.join(reference, filename), "rb") as a, open(os.path.join(outputs[mode], filename), "rb") as b:
+def _manifest_content(out: str) -> dict:
+    """The manifest without what differs between any two runs (time, run id)."""
+    content = Manifest.loads(open(os.path.join(out, "manifest.json"), "rb").read()).to_json()
+    return {key: value for key, value in content.items() if key not in ("created_at", "run_id")}
+
+
+@pytest.mark.parametrize("mode, reference", [
+    ("direct-in-memory-again", "direct-in-memory"), ("buffered-io", "direct-in-memory"),
+    ("direct-multi-processing", "direct-in-memory"), ("portable-loopback", "direct-in-memory"),
+    ("direct-shuffle", "direct-in-memory"), ("dask", "direct-in-memory"),
+    ("count-shuffle", "count-spill"), ("count-dask", "count-spill"),
+])
+def test_shards_and_manifests_are_identical_across_runners_and_paths(outputs, mode, reference):
+    assert _fingerprint(outputs[mode]) == _fingerprint(outputs[reference])
+    for filename in [*(f for f, *_ in _fingerprint(outputs[reference])), "dead_letters.jsonl"]:
+        with open(os.path.join(outputs[reference], filename), "rb") as a, \
+                open(os.path.join(outputs[mode], filename), "rb") as b:
             assert a.read() == b.read(), filename
-    assert verify_dataset(outputs[mode]).num_records == 3_000
+    assert _manifest_content(outputs[mode]) == _manifest_content(outputs[reference])
+    assert sorted(os.listdir(outputs[mode])) == sorted(os.listdir(outputs[reference]))  # nothing left behind
+    report = verify_dataset(outputs[mode])
+    assert report.num_records == 3_000
+
+
+def test_count_splits_are_exact_on_every_path(outputs):
+    for name in ("count-spill", "count-shuffle", "count-dask"):
+        manifest = load_manifest(outputs[name])
+        assert {s.name: s.num_records for s in manifest.splits} == {"train": 2_500, "validation": 300, "test": 200}
+        assert manifest.num_rejected == 30
 
 
 def test_reference_run_has_many_shards_and_balanced_splits(outputs):
