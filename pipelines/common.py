@@ -92,14 +92,15 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
 @contextlib.contextmanager
 def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
     """``with beam.Pipeline(options)``, plus a local Dask cluster for the DaskRunner when it names none."""
-    with local_cluster_for(options) as address:
+    with local_cluster_for(options):
         pipeline = beam.Pipeline(options=options)
         try:
             with pipeline:
                 yield pipeline
         finally:
-            if address is not None and getattr(pipeline, "result", None) is not None:
-                pipeline.result.client.close()  # the runner's client, before its cluster stops
+            client = getattr(getattr(pipeline, "result", None), "client", None)
+            if client is not None:
+                client.close()  # the DaskRunner's client: it never closes it, and would retry a stopped cluster
 
 
 def quiet_logging() -> None:

@@ -16,10 +16,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import (DType, FixedList, Scalar, Schema, ShardingConfig, SplitConfig, VarList,
                            WriteTFRecordDataset, load_manifest, verify_dataset)
-from beam_tfrecord.beam.dask_cluster import local_cluster_for
 from beam_tfrecord.beam.write import FanIn
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.samples import Sample
+from pipelines.common import job_pipeline
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "embedding": FixedList(DType.FLOAT32, 16),
                  "tokens": VarList(DType.INT64), "text": Scalar(DType.STRING)})
@@ -46,8 +46,7 @@ def _chunk(index: int) -> list[Sample]:
 
 def _build(out: str, options: list[str], *, direct_io: bool = True, fan_in: FanIn = FanIn.AUTO,
            splits: str = RATIO_SPLITS) -> None:
-    pipeline_options = PipelineOptions(options)
-    with local_cluster_for(pipeline_options), beam.Pipeline(options=pipeline_options) as pipeline:
+    with job_pipeline(PipelineOptions(options)) as pipeline:
         _ = (pipeline
              | beam.Create(range(30))
              | beam.Map(_chunk)

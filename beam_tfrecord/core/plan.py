@@ -231,13 +231,20 @@ class CutRequests:
     grid: BucketGrid
     targets: tuple[CutTarget, ...]
 
-    @property
+    @functools.cached_property
     def buckets(self) -> np.ndarray:
         """Requested buckets, ascending (int64)."""
         return np.unique(np.array([t.bucket for t in self.targets], dtype=np.int64))
 
+    @functools.cached_property
+    def _by_bucket(self) -> dict[int, tuple[CutTarget, ...]]:
+        by_bucket: dict[int, list[CutTarget]] = {}
+        for target in self.targets:
+            by_bucket.setdefault(target.bucket, []).append(target)
+        return {bucket: tuple(targets) for bucket, targets in by_bucket.items()}
+
     def targets_of(self, bucket: int) -> tuple[CutTarget, ...]:
-        return tuple(t for t in self.targets if t.bucket == bucket)
+        return self._by_bucket.get(bucket, ())
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -251,8 +258,12 @@ class _Round:
     def requests(self) -> CutRequests:
         return CutRequests(self.histogram.grid, self.targets)
 
+    @functools.cached_property
+    def _cumulative(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.histogram.cumulative()
+
     def edge(self, cut: Cut) -> Edge:
-        records, num_bytes = self.histogram.cumulative()
+        records, num_bytes = self._cumulative
         return Edge(cut.hash, int(records[cut.bucket]) + cut.records_before,
                     int(num_bytes[cut.bucket]) + cut.bytes_before)
 

@@ -198,7 +198,9 @@ def refine_bucket(grid: BucketGrid, bucket: int, hashes: np.ndarray, framed_size
     """
     hashes = np.asarray(hashes, dtype=np.uint64)
     sizes = np.asarray(framed_sizes, dtype=np.int64)
-    order = np.lexsort((sizes, hashes))
+    order = np.argsort(hashes, kind="stable")
+    if len(order) > 1 and bool((np.diff(hashes[order]) == 0).any()):
+        order = np.lexsort((sizes, hashes))  # equal hashes: by size, never by arrival order
     hashes, sizes = hashes[order], sizes[order]
     if len(hashes) and (grid.bucket_of(hashes[[0, -1]]) != bucket).any():
         raise ShardingError(f"records outside bucket {bucket} were sent to refine it")

@@ -18,6 +18,7 @@ RUNNERS = {
     "direct-in-memory": ["--runner=DirectRunner", "--direct_running_mode=in_memory"],
     "direct-multi-processing": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
                                 "--direct_num_workers=2"],
+    "dask": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner"],  # workers inherit the emulator's env
 }
 
 

@@ -1,7 +1,8 @@
-"""The same job, unchanged, on three real runners gives byte-identical datasets.
+"""The same job, unchanged, on four real runners gives byte-identical datasets.
 
-DirectRunner in memory, DirectRunner with 2 worker processes, and the portable runner (an
-embedded job server with LOOPBACK workers, the same Fn API path Flink and Dataflow use).
+DirectRunner in memory, DirectRunner with 2 worker processes, the portable runner (an
+embedded job server with LOOPBACK workers, the same Fn API path Flink and Dataflow use), and
+Beam's DaskRunner on a dask.distributed LocalCluster (the shuffle fan-in path).
 Flink itself cannot run here: its job-server jar is downloaded at start (see deploy/flink).
 """
 
@@ -21,6 +22,8 @@ RUNNERS = {
     "direct-multi-processing": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
                                 "--direct_num_workers=2"],
     "portable-loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
+    # Beam's DaskRunner on a LocalCluster of 2 worker processes that the job starts and stops itself.
+    "dask": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner"],
 }
 JOB_ARGS = ["--splits=train=0.7,validation=0.2,test=0.1", "--target_shard_bytes=5000", "--compression=gzip"]
 

@@ -1,0 +1,100 @@
+"""The DaskRunner defects (Beam 2.77) the writer works around, each shown on a real LocalCluster.
+
+Each test asserts the defect is still there, next to the workaround it justifies. When Beam
+fixes one, its test fails: the workaround can then go (and this test with it).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset
+from beam_tfrecord.beam.write import FanIn
+from beam_tfrecord.errors import WriterOptionError
+from dask_fixtures import DASK_RUNNER
+
+
+def _run(address: str, build) -> None:
+    pipeline = beam.Pipeline(options=PipelineOptions([f"--runner={DASK_RUNNER}", f"--dask_client_address={address}"]))
+    build(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    result.client.close()
+
+
+def _write_lines(path: str):
+    def write(_, values):
+        Path(path).write_text("\n".join(sorted(map(str, values))))
+    return write
+
+
+def test_every_output_of_a_multi_output_pardo_goes_down_every_branch(dask_address: str, tmp_path: Path) -> None:
+    # Workaround: encoding DoFns have one output; the writer tells runs and dead letters apart by type.
+    out = tmp_path / "odd.txt"
+
+    def build(pipeline):
+        tagged = (pipeline | beam.Create(list(range(6)))
+                  | beam.FlatMap(lambda x: [x if x % 2 == 0 else beam.pvalue.TaggedOutput("odd", x)])
+                  .with_outputs("odd", main="even"))
+        _ = pipeline | "One" >> beam.Create([None]) | beam.Map(_write_lines(str(out)), beam.pvalue.AsList(tagged.odd))
+
+    _run(dask_address, build)
+    assert out.read_text().split("\n") == ["0", "1", "2", "3", "4", "5"]  # not just 1, 3, 5
+
+
+class _EmitInFinishBundle(beam.DoFn):
+    def process(self, element):
+        yield element
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindow
+        from apache_beam.utils.windowed_value import WindowedValue
+        yield WindowedValue("from finish_bundle", 0, [GlobalWindow()])
+
+
+def test_elements_emitted_in_finish_bundle_are_lost(dask_address: str, tmp_path: Path) -> None:
+    # Workaround: the shuffle path emits everything from process(); fan_in=spill is refused on Dask.
+    out = tmp_path / "out.txt"
+
+    def build(pipeline):
+        emitted = pipeline | beam.Create(["a", "b"]) | beam.ParDo(_EmitInFinishBundle())
+        _ = pipeline | "One" >> beam.Create([None]) | beam.Map(_write_lines(str(out)), beam.pvalue.AsList(emitted))
+
+    _run(dask_address, build)
+    assert out.read_text().split("\n") == ["a", "b"]
+
+
+def _mark(directory: str, value):
+    Path(directory, uuid.uuid4().hex).touch()
+    return value
+
+
+def test_a_side_input_is_computed_again_inside_each_task_that_reads_it(dask_address: str, tmp_path: Path) -> None:
+    # Workaround: on Dask the shuffle path plans and keys records through GroupByKey joins, no side inputs.
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = tmp_path / "out.txt"
+
+    def build(pipeline):
+        side = pipeline | "Side" >> beam.Create([1]) | "Count" >> beam.Map(lambda v: _mark(str(marks), v))
+        used = (pipeline | "Main" >> beam.Create(list(range(400)))  # several partitions read the side input
+                | "Use" >> beam.Map(lambda x, s: x + s[0], beam.pvalue.AsList(side)))
+        _ = pipeline | "One" >> beam.Create([None]) | beam.Map(_write_lines(str(out)), beam.pvalue.AsList(used))
+
+    _run(dask_address, build)
+    assert len(out.read_text().split("\n")) == 400
+    assert len(os.listdir(marks)) > 1  # the one-element side input was computed more than once
+
+
+def test_the_spill_path_is_refused_on_dask(dask_address: str, tmp_path: Path) -> None:
+    schema = Schema({"x": Scalar(DType.INT64)})
+    pipeline = beam.Pipeline(options=PipelineOptions([f"--runner={DASK_RUNNER}", f"--dask_client_address={dask_address}"]))
+    with pytest.raises(WriterOptionError, match="fan_in=spill cannot run on the DaskRunner: it drops elements a DoFn "
+                                                "emits in finish_bundle"):
+        _ = pipeline | beam.Create([]) | WriteTFRecordDataset(str(tmp_path / "ds"), schema=schema, fan_in=FanIn.SPILL)
