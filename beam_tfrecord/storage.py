@@ -75,6 +75,12 @@ def _is_gcs(path: str) -> bool:
     return FileSystems.get_scheme(path) == "gs"
 
 
+def make_dirs(path: str) -> None:
+    """Creates a local directory and its parents if missing (object stores have no directories)."""
+    if FileSystems.get_scheme(path) is None and not FileSystems.exists(path):
+        FileSystems.mkdirs(path)
+
+
 def rename(sources: list[str], destinations: list[str]) -> None:
     """Renames files, replacing existing destinations (GCS: copy over, then delete the source)."""
     if not sources:

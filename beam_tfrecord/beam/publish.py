@@ -65,6 +65,7 @@ def _read_old_manifest(path: str) -> Manifest | None:
 
 def _move_shards(settings: PublishSettings, shard_infos: Sequence[ShardInfo]) -> None:
     """Renames finished shards into place; one already there from an earlier attempt is left as it is."""
+    storage.make_dirs(settings.output_dir)  # a temp_dir elsewhere leaves the output directory to make
     sources, destinations = [], []
     for info in shard_infos:
         source = storage.join(settings.temp_dir, "shards", info.filename)

@@ -1,0 +1,74 @@
+"""The fan-in path follows the runner; the side-input-free planner equals the local one."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_tfrecord.beam.entries import EncodedBatch
+from beam_tfrecord.beam.planning import PlanDataset
+from beam_tfrecord.beam.write import FanIn, resolve_fan_in
+from beam_tfrecord.core.hashing import key_hash
+from beam_tfrecord.core.plan import ShardingConfig, SplitConfig, plan_dataset
+from beam_tfrecord.core.runs import make_record_entry
+from beam_tfrecord.errors import WriterOptionError
+
+# (The DataflowRunner is left out: making its pipeline looks up Google credentials, ~200 s offline.)
+
+
+@pytest.mark.parametrize("runner, options, expected", [
+    ("DirectRunner", [], FanIn.SPILL),
+    ("SwitchingDirectRunner", [], FanIn.SPILL),
+    ("PrismRunner", [], FanIn.SPILL),
+    ("PortableRunner", ["--job_endpoint=embed"], FanIn.SPILL),
+    ("PortableRunner", ["--job_endpoint=localhost:8099"], FanIn.SHUFFLE),  # a Flink or Spark job server
+    ("FlinkRunner", [], FanIn.SHUFFLE),
+    ("apache_beam.runners.dask.dask_runner.DaskRunner", [], FanIn.SHUFFLE),
+], ids=["direct", "switching-direct", "prism", "portable-embedded", "portable-job-server", "flink",
+        "dask"])
+def test_auto_picks_spill_for_in_memory_shuffles_and_shuffle_elsewhere(runner, options, expected):
+    pipeline = beam.Pipeline(runner=runner, options=PipelineOptions(options))
+    assert resolve_fan_in(FanIn.AUTO, pipeline) is expected
+    assert resolve_fan_in(FanIn.SHUFFLE, pipeline) is FanIn.SHUFFLE  # forced: kept
+
+
+def test_spill_can_be_forced_except_on_dask():
+    assert resolve_fan_in(FanIn.SPILL, beam.Pipeline(runner="FlinkRunner")) is FanIn.SPILL
+    with pytest.raises(WriterOptionError, match="fan_in=spill cannot run on the DaskRunner"):
+        resolve_fan_in(FanIn.SPILL, beam.Pipeline(runner="apache_beam.runners.dask.dask_runner.DaskRunner"))
+
+
+@pytest.mark.parametrize("text, expected", [("auto", FanIn.AUTO), (" Shuffle ", FanIn.SHUFFLE), ("spill", FanIn.SPILL)])
+def test_fan_in_parses(text, expected):
+    assert FanIn.parse(text) is expected
+
+
+def test_unknown_fan_in_is_a_typed_error_naming_the_choices():
+    with pytest.raises(WriterOptionError, match=r"fan_in must be one of \['auto', 'spill', 'shuffle'\], got 'disk'"):
+        FanIn.parse("disk")
+
+
+def _batches(n: int, per_batch: int) -> tuple[list[EncodedBatch], np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(3)
+    hashes = [key_hash(f"k{i}", "salt") for i in range(n)]
+    records = [bytes(int(size)) for size in rng.integers(50, 400, size=n)]
+    entries = [make_record_entry(h, r) for h, r in zip(hashes, records)]
+    batches = [EncodedBatch(tuple(entries[i:i + per_batch])) for i in range(0, n, per_batch)]
+    return batches, np.array(hashes, np.uint64), np.array([len(r) + 16 for r in records], np.int64)
+
+
+@pytest.mark.parametrize("side_inputs", [True, False], ids=["side-inputs", "joins"])
+@pytest.mark.parametrize("splits", ["train=0.8,test=0.2", "train=*,validation=150,test=100"], ids=["ratio", "count"])
+def test_the_pipeline_plans_what_plan_dataset_plans(side_inputs, splits):
+    batches, hashes, sizes = _batches(3_000, 37)
+    config = SplitConfig.parse(splits)
+    sharding = ShardingConfig(target_shard_bytes=40_000)
+    expected = plan_dataset(hashes, sizes, config, sharding)
+    assert len(expected.shards) > 10
+    with BeamTestPipeline() as pipeline:
+        plans = pipeline | beam.Create(batches) | PlanDataset(config, sharding, side_inputs=side_inputs)
+        assert_that(plans, equal_to([expected]))
