@@ -9,7 +9,7 @@ shard boundaries -> one ``DatasetPlan``. Empty input gives no plan (publication 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -141,6 +141,35 @@ def _round_and_cuts(group: tuple[None, Iterable[object]]) -> tuple[SplitRound | 
     if len(rounds) != 1:
         raise ShardingError(f"expected one planning round to join its cuts with, got {len(rounds)}")
     return rounds[0], cuts
+
+
+def _cuts_from(sources: Sequence[IndexSource], requests: CutRequests) -> list[Cut]:
+    """A round's cuts, from sources read one after another (each source's index read once)."""
+    if not requests.targets:
+        return []
+    parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {int(b): [] for b in requests.buckets.tolist()}
+    for source in sources:
+        for bucket, part in records_to_refine(source, requests):
+            parts[bucket].append(part)
+    empty = (np.zeros(0, np.uint64), np.zeros(0, np.int64))
+    return [cut for bucket, found in parts.items() for cut in refine((bucket, found or [empty]), requests)]
+
+
+def plan_in_one_step(sources: Sequence[IndexSource], splits: SplitConfig, sharding: ShardingConfig) -> DatasetPlan:
+    """The same plan as ``PlanDataset``, made by one worker that streams through the sources' indexes.
+
+    For the spill path, whose runs are all on one machine anyway: a pipeline stage per planning
+    round costs more there than reading the small index files. Memory: the histogram plus the
+    records of the buckets where a boundary falls (16 bytes each; ~56 MB at 1e8 records), never
+    every record at once.
+    """
+    grid = splits.bucket_grid()
+    histogram = HashHistogram.empty(grid)
+    for source in sources:
+        histogram.add(HashHistogram.of(grid, *index_of(source)))
+    split_round = start_plan(histogram, splits, sharding)
+    shard_round = plan_shards(split_round, _cuts_from(sources, split_round.requests))
+    return shard_round.finish(_cuts_from(sources, shard_round.requests))
 
 
 def _joined_step(group: tuple[None, Iterable[object]], step):

@@ -12,7 +12,7 @@ import apache_beam as beam
 from beam_tfrecord import storage
 from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
 from beam_tfrecord.beam.entries import EncodedBatch
-from beam_tfrecord.beam.planning import PlanDataset
+from beam_tfrecord.beam.planning import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.records import FeatureTransform
 from beam_tfrecord.beam.shards import (WriteShardFromGroupFn, WriteShardFromRunsFn, entries_by_bucket, key_by_shard,
@@ -90,6 +90,11 @@ def _is_dead_letter(element: Any) -> bool:
 
 def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
     return batch.dead_letters
+
+
+def _plan_runs(_: None, runs: list[SpilledRun], splits: SplitConfig, sharding: ShardingConfig) -> Iterable[DatasetPlan]:
+    if runs:
+        yield plan_in_one_step(sorted(runs, key=lambda r: r.path), splits, sharding)
 
 
 def _shards_of(plan: DatasetPlan) -> Iterable[Any]:
@@ -224,7 +229,11 @@ class WriteTFRecordDataset(beam.PTransform):
         # SpilledRun | DeadLetter, told apart by type (one output: see encode_fn's docstring).
         runs = encoded | "Runs" >> beam.Filter(_is_run)
         dead_letters = encoded | "DeadLetters" >> beam.Filter(_is_dead_letter)
-        plan = runs | "Plan" >> PlanDataset(self._splits, self._sharding)
+        # One step plans from every run's index file (read in turn, never all held): on a local
+        # runner a stage per planning round costs more than reading them. Empty input: no plan.
+        plan = (samples.pipeline
+                | "StartPlan" >> beam.Create([None])
+                | "Plan" >> beam.FlatMap(_plan_runs, beam.pvalue.AsList(runs), self._splits, self._sharding))
         shard_infos = (
             plan
             | "ShardSpecs" >> beam.FlatMap(_shards_of)
