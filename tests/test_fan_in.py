@@ -9,12 +9,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
+from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset, load_manifest
 from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.beam.planning import PlanDataset
 from beam_tfrecord.beam.write import FanIn, resolve_fan_in
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.plan import ShardingConfig, SplitConfig, plan_dataset
 from beam_tfrecord.core.runs import make_record_entry
+from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.errors import WriterOptionError
 
 # (The DataflowRunner is left out: making its pipeline looks up Google credentials, ~200 s offline.)
@@ -72,3 +74,18 @@ def test_the_pipeline_plans_what_plan_dataset_plans(side_inputs, splits):
     with BeamTestPipeline() as pipeline:
         plans = pipeline | beam.Create(batches) | PlanDataset(config, sharding, side_inputs=side_inputs)
         assert_that(plans, equal_to([expected]))
+
+
+@pytest.mark.parametrize("fan_in", [FanIn.SPILL, FanIn.SHUFFLE], ids=["spill", "shuffle"])
+@pytest.mark.parametrize("rejected", [0, 3], ids=["no-input", "all-rejected"])
+def test_nothing_to_write_publishes_an_empty_dataset(tmp_path, fan_in, rejected):
+    schema = Schema({"id": Scalar(DType.INT64)})
+    samples = [Sample(f"bad-{i}", {"id": "x"}) for i in range(rejected)]
+    out = str(tmp_path / "ds")
+    with BeamTestPipeline() as pipeline:
+        _ = (pipeline | beam.Create(samples, reshuffle=False)
+             | WriteTFRecordDataset(out, schema=schema, fan_in=fan_in, max_rejected_fraction=1.0,
+                                    splits=SplitConfig.parse("train=0.5,test=0.5")))
+    manifest = load_manifest(out)
+    assert (manifest.num_written, manifest.num_rejected, manifest.shards) == (0, rejected, ())
+    assert [s.name for s in manifest.splits] == ["train", "test"]

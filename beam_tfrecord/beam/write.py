@@ -17,7 +17,7 @@ from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.records import FeatureTransform
 from beam_tfrecord.beam.shards import (WriteShardFromGroupFn, WriteShardFromRunsFn, entries_by_bucket, key_by_shard,
                                       key_joined_by_shard, shards_by_bucket, specs_by_number)
-from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import Compression, ShardName
 from beam_tfrecord.core.plan import MiB, DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.runs import SpilledRun
@@ -92,28 +92,34 @@ def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
     return batch.dead_letters
 
 
-def _plan_runs(_: None, runs: list[SpilledRun], splits: SplitConfig, sharding: ShardingConfig) -> Iterable[DatasetPlan]:
-    if runs:
-        yield plan_in_one_step(sorted(runs, key=lambda r: r.path), splits, sharding)
+def _plan_runs(_: None, runs: list[SpilledRun], splits: SplitConfig, sharding: ShardingConfig
+               ) -> Iterable[DatasetPlan | None]:
+    """The plan of every run (a side input), or None when nothing was encoded."""
+    yield plan_in_one_step(sorted(runs, key=lambda r: r.path), splits, sharding) if runs else None
 
 
-def _shards_of(plan: DatasetPlan) -> Iterable[Any]:
-    return plan.shards
+def _shards_of(plan: DatasetPlan | None) -> Iterable[Any]:
+    return plan.shards if plan is not None else ()
 
 
-# Publication's inputs arrive as one group (a GroupByKey on one key rather than side inputs, which
-# the Dask runner computes again inside each task that reads them): (kind, value).
+def _publish(plan: DatasetPlan | None, shard_infos: list[ShardInfo], dead_letters: list[DeadLetter],
+             settings: PublishSettings) -> Manifest:
+    return publish(settings, plan, shard_infos, dead_letters)
+
+
+# On the shuffle path publication's inputs arrive as one group (a GroupByKey on one key rather than
+# side inputs, which the Dask runner computes again inside each task that reads them): (kind, value).
 _START, _PLAN, _SHARD, _DEAD = "start", "plan", "shard", "dead"
 
 
 def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings) -> Manifest:
     _, items = group
-    plans, shards, dead = [], [], []
+    found: dict[str, list[Any]] = {_START: [], _PLAN: [], _SHARD: [], _DEAD: []}
     for kind, value in items:
-        {_PLAN: plans, _SHARD: shards, _DEAD: dead, _START: []}[kind].append(value)
-    if len(plans) > 1:
-        raise ShardingError(f"expected at most one plan, got {len(plans)}")
-    return publish(settings, plans[0] if plans else None, shards, dead)
+        found[kind].append(value)
+    if len(found[_PLAN]) > 1:
+        raise ShardingError(f"expected at most one plan, got {len(found[_PLAN])}")
+    return _publish(found[_PLAN][0] if found[_PLAN] else None, found[_SHARD], found[_DEAD], settings)
 
 
 def _tag(kind: str) -> beam.Map:
@@ -202,17 +208,8 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
-            shard_infos, dead_letters, plan = self._spill(samples)
-        else:
-            shard_infos, dead_letters, plan = self._shuffle(samples)
-        start = samples.pipeline | "StartPublish" >> beam.Create([None])
-        return (
-            (start | "TagStart" >> _tag(_START), plan | "TagPlan" >> _tag(_PLAN),
-             shard_infos | "TagShards" >> _tag(_SHARD), dead_letters | "TagDeadLetters" >> _tag(_DEAD))
-            | "Gather" >> beam.Flatten()
-            | "ForPublish" >> beam.GroupByKey()  # (None, [(kind, value)]): one group, whatever is empty
-            | "Publish" >> beam.Map(_publish_group, self._publish_settings)
-        )
+            return self._spill(samples)
+        return self._shuffle(samples)
 
     def _encode_options(self) -> dict[str, Any]:
         return dict(salt=self._salt, max_record_bytes=self._sharding.cap, feature_transforms=self._feature_transforms,
@@ -222,7 +219,7 @@ class WriteTFRecordDataset(beam.PTransform):
         return dict(dataset_name=self._dataset_name, shards_dir=storage.join(self._temp_dir, "shards"),
                     direct_io=self._direct_io)
 
-    def _spill(self, samples: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection]:
+    def _spill(self, samples: beam.PCollection) -> beam.PCollection:
         encoded = samples | "EncodeToRuns" >> beam.ParDo(EncodeToRunsFn(
             self._schema, runs_dir=storage.join(self._temp_dir, "runs"), run_bytes=self._spill_run_bytes,
             direct_io=self._direct_io, **self._encode_options()))
@@ -230,7 +227,7 @@ class WriteTFRecordDataset(beam.PTransform):
         runs = encoded | "Runs" >> beam.Filter(_is_run)
         dead_letters = encoded | "DeadLetters" >> beam.Filter(_is_dead_letter)
         # One step plans from every run's index file (read in turn, never all held): on a local
-        # runner a stage per planning round costs more than reading them. Empty input: no plan.
+        # runner a stage per planning round costs more than reading them. Empty input: None.
         plan = (samples.pipeline
                 | "StartPlan" >> beam.Create([None])
                 | "Plan" >> beam.FlatMap(_plan_runs, beam.pvalue.AsList(runs), self._splits, self._sharding))
@@ -243,9 +240,11 @@ class WriteTFRecordDataset(beam.PTransform):
                                                                  self._feature_transforms, **self._shard_options()),
                                           beam.pvalue.AsList(runs))
         )
-        return shard_infos, dead_letters, plan
+        # The plan (None for empty input) meets what was written as side inputs: cheaper here than a join.
+        return plan | "Publish" >> beam.Map(_publish, beam.pvalue.AsList(shard_infos),
+                                            beam.pvalue.AsList(dead_letters), self._publish_settings)
 
-    def _shuffle(self, samples: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection, beam.PCollection]:
+    def _shuffle(self, samples: beam.PCollection) -> beam.PCollection:
         batches = samples | "Encode" >> beam.ParDo(EncodeToBatchesFn(self._schema, **self._encode_options()))
         # EncodedBatch: the entries and dead letters of one input element.
         dead_letters = batches | "DeadLetters" >> beam.FlatMap(_dead_letters_of)
@@ -270,4 +269,11 @@ class WriteTFRecordDataset(beam.PTransform):
             | "WriteShards" >> beam.ParDo(WriteShardFromGroupFn(self._schema, self._compression,
                                                                   self._feature_transforms, **self._shard_options()))
         )
-        return shard_infos, dead_letters, plan
+        start = samples.pipeline | "StartPublish" >> beam.Create([None])
+        return (
+            (start | "TagStart" >> _tag(_START), plan | "TagPlan" >> _tag(_PLAN),
+             shard_infos | "TagShards" >> _tag(_SHARD), dead_letters | "TagDeadLetters" >> _tag(_DEAD))
+            | "Gather" >> beam.Flatten()
+            | "ForPublish" >> beam.GroupByKey()  # (None, [(kind, value)]): one group, whatever is empty
+            | "Publish" >> beam.Map(_publish_group, self._publish_settings)
+        )
