@@ -43,7 +43,10 @@ class SummarizeFn(beam.CombineFn):
         return None
 
     def add_input(self, accumulator: HashHistogram | None, source: IndexSource) -> HashHistogram | None:
-        return self.merge_accumulators([accumulator, HashHistogram.of(self._grid, *index_of(source))])
+        hashes, sizes = index_of(source)
+        if not len(hashes):
+            return accumulator
+        return (accumulator or HashHistogram.empty(self._grid)).add_records(hashes, sizes)
 
     def merge_accumulators(self, accumulators: Iterable[HashHistogram | None]) -> HashHistogram | None:
         merged = None
