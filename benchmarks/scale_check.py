@@ -37,8 +37,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from beam_tfrecord.beam.planning import SummarizeFn, refine
-from beam_tfrecord.core.plan import (DatasetPlan, ShardingConfig, SplitConfig, plan_dataset, plan_shards,
-                                     start_plan)
+from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig
+from beam_tfrecord.core.planner import plan_dataset, plan_shards, start_plan
 from beam_tfrecord.core.summary import BucketGrid, HashHistogram
 
 MiB = 2**20

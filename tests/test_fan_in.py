@@ -14,7 +14,8 @@ from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.beam.planning import PlanDataset
 from beam_tfrecord.beam.write import FanIn, resolve_fan_in
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.plan import ShardingConfig, SplitConfig, plan_dataset
+from beam_tfrecord.core.plan import ShardingConfig, SplitConfig
+from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.core.runs import make_record_entry
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.errors import WriterOptionError

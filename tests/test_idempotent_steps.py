@@ -16,7 +16,8 @@ from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
 from beam_tfrecord.beam.publish import PublishSettings, _move_shards, publish
 from beam_tfrecord.beam.shards import WriteShardFromGroupFn, WriteShardFromRunsFn
 from beam_tfrecord.core.naming import Compression
-from beam_tfrecord.core.plan import DatasetPlan, plan_dataset
+from beam_tfrecord.core.plan import DatasetPlan
+from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.entries import EncodedBatch
-from beam_tfrecord.core.plan import (CutRequests, DatasetPlan, ShardingConfig, ShardRound, SplitConfig,
-                                     SplitRound, plan_shards, start_plan)
+from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig
+from beam_tfrecord.core.planner import CutRequests, ShardRound, SplitRound, plan_shards, start_plan
 from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.summary import BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
 from beam_tfrecord.errors import ShardingError

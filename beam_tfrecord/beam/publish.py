@@ -27,7 +27,8 @@ from beam_tfrecord._version import __version__
 from beam_tfrecord.core.manifest import (DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo,
                                          SplitInfo)
 from beam_tfrecord.core.naming import Compression
-from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig, balance_spread, plan_dataset
+from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
+from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import BeamTFRecordError, RejectedSamplesError

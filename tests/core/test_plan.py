@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.plan import (HASH_SPACE, ShardingConfig, SplitConfig, SplitSpec, balance_spread,
-                                     plan_dataset, split_of)
+from beam_tfrecord.core.plan import HASH_SPACE, ShardingConfig, SplitConfig, SplitSpec, balance_spread, split_of
+from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.errors import ShardingError
 
 SALT = "test"
