@@ -15,6 +15,7 @@ ratio splits, so a ratio split is an exact union of buckets and needs no refinem
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,10 +38,11 @@ class BucketGrid:
 
     @classmethod
     def with_bounds(cls, bounds: Sequence[int] = ()) -> "BucketGrid":
-        """The uniform grid of ``2**BUCKET_BITS`` buckets plus extra bucket starts ``bounds``."""
-        uniform = np.arange(2**BUCKET_BITS, dtype=np.uint64) << np.uint64(64 - BUCKET_BITS)
-        extra = np.array([b for b in bounds if 0 < b < HASH_SPACE], dtype=np.uint64)
-        return cls(np.unique(np.concatenate([uniform, extra])))
+        """The uniform grid of ``2**BUCKET_BITS`` buckets plus extra bucket starts ``bounds``.
+
+        One shared, read-only grid per set of bounds and process: every unpickled histogram refers to it.
+        """
+        return _grid_with_bounds(tuple(sorted({int(b) for b in bounds if 0 < b < HASH_SPACE})))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, BucketGrid) and np.array_equal(self.starts, other.starts)
@@ -76,6 +78,14 @@ class BucketGrid:
         if j >= self.num_buckets or int(self.starts[j]) != hash_value:
             raise ShardingError(f"hash {hash_value} is not a bucket start of this grid")
         return j
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_with_bounds(extra: tuple[int, ...]) -> BucketGrid:
+    uniform = np.arange(2**BUCKET_BITS, dtype=np.uint64) << np.uint64(64 - BUCKET_BITS)
+    starts = np.unique(np.concatenate([uniform, np.array(extra, dtype=np.uint64)]))
+    starts.setflags(write=False)
+    return BucketGrid(starts)
 
 
 @dataclasses.dataclass(eq=False)
@@ -129,7 +139,7 @@ class HashHistogram:
 
     def add(self, other: "HashHistogram") -> "HashHistogram":
         """Adds ``other`` into this histogram (in place) and returns it."""
-        if other.grid != self.grid:
+        if other.grid is not self.grid and other.grid != self.grid:
             raise ShardingError("histograms over different bucket grids cannot be merged")
         self.counts += other.counts
         self.sizes += other.sizes
