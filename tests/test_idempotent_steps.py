@@ -20,6 +20,7 @@ from beam_tfrecord.core.plan import DatasetPlan
 from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
+from beam_tfrecord.errors import CorruptShardError
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING)})
 SPLITS = SplitConfig.parse("train=0.7,test=0.3")
@@ -135,3 +136,13 @@ def test_publishing_again_after_a_crash_between_moving_shards_and_the_manifest(s
     manifest = publish(settings, plan, infos, dead)
     assert verify_dataset(settings.output_dir).num_records == 400 == manifest.num_written
     assert manifest.num_rejected == 1
+
+
+def test_a_run_index_that_does_not_match_its_run_is_a_corrupt_shard_error(spilled) -> None:
+    tmp_path, runs, _, plan = spilled
+    run = runs[0]
+    Path(run.index_path).write_bytes(Path(run.index_path).read_bytes()[:-24])  # one item short
+    fn = _shard_fn(WriteShardFromRunsFn, tmp_path / "tmp" / "shards")
+    with pytest.raises(CorruptShardError, match=rf"{run.index_path}.*expected {run.num_entries} index items, "
+                                                rf"found {run.num_entries - 1}"):
+        list(fn.process(plan.shards[0], runs))

@@ -14,11 +14,10 @@ from collections.abc import Iterable, Iterator, Sequence
 import apache_beam as beam
 import numpy as np
 
-from beam_tfrecord import storage
-from beam_tfrecord.beam.entries import EncodedBatch
+from beam_tfrecord.beam.entries import EncodedBatch, read_run_index
 from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.planner import CutRequests, ShardRound, SplitRound, plan_shards, start_plan
-from beam_tfrecord.core.runs import RunIndex, SpilledRun
+from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.summary import BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
 from beam_tfrecord.errors import ShardingError
 
@@ -29,7 +28,7 @@ def index_of(source: IndexSource) -> tuple[np.ndarray, np.ndarray]:
     """(uint64 hashes, int64 framed sizes) of a source's records."""
     if isinstance(source, EncodedBatch):
         return source.index()
-    index = RunIndex.from_bytes(source.path, storage.read_bytes(source.index_path))
+    index = read_run_index(source)
     return index.hashes, index.framed_sizes
 
 

@@ -22,9 +22,9 @@ from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.core.framing import frame_parts, framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, ShardName
-from beam_tfrecord.beam.entries import EncodedBatch
+from beam_tfrecord.beam.entries import EncodedBatch, read_run_index
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
-from beam_tfrecord.core.runs import (HASH_BYTES, RECORD, RunIndex, SpilledRun, entry_kind, entry_record,
+from beam_tfrecord.core.runs import (HASH_BYTES, RECORD, SpilledRun, entry_kind, entry_record,
                                      entry_reference, merge_slices)
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
@@ -169,8 +169,7 @@ class WriteShardFromRunsFn(_WriteShardFn):
     def process(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> Iterator[ShardInfo]:
         slices = []
         for run in sorted(runs, key=lambda r: r.path):
-            index = RunIndex.from_bytes(run.path, storage.read_bytes(run.index_path))
-            piece = index.slice(spec.hash_lo, spec.hash_hi)
+            piece = read_run_index(run).slice(spec.hash_lo, spec.hash_hi)
             if piece.num_entries:
                 slices.append(piece)
         with ExitStack() as stack:

@@ -116,47 +116,6 @@ class SpilledRun:
 
 
 @dataclasses.dataclass(frozen=True)
-class SliceRef:
-    """Where one shard's part of one run is: a byte range of the run and an entry range of its index.
-
-    Attributes:
-        path: the run file.
-        start: first byte of the slice in the run.
-        end: one past its last byte.
-        first: index of its first entry.
-        stop: one past its last entry.
-    """
-
-    path: str
-    start: int
-    end: int
-    first: int
-    stop: int
-
-    @property
-    def num_entries(self) -> int:
-        return self.stop - self.first
-
-    @property
-    def index_path(self) -> str:
-        return self.path + INDEX_SUFFIX
-
-    @property
-    def index_bytes(self) -> tuple[int, int]:
-        """(offset, length) of this slice's items in the run's index file."""
-        return self.first * _INDEX_ITEM.itemsize, self.num_entries * _INDEX_ITEM.itemsize
-
-    def resolve(self, index_items: bytes) -> RunSlice:
-        """The slice with its hashes and entry sizes, from the bytes at ``index_bytes`` of the index."""
-        items = np.frombuffer(index_items, dtype=_INDEX_ITEM)
-        if len(items) != self.num_entries:
-            raise CorruptShardError(self.index_path, f"expected {self.num_entries} index items from entry "
-                                                     f"{self.first}, found {len(items)}")
-        return RunSlice(self.path, self.start, self.end, items["hash"].astype(np.uint64),
-                        items["entry_size"].astype(np.int64))
-
-
-@dataclasses.dataclass(frozen=True)
 class RunIndex:
     """What the planner needs to know about one run: its path and, per entry, hash and sizes.
 
@@ -184,7 +143,7 @@ class RunIndex:
                    entry_sizes=entry_sizes)
 
     def to_bytes(self) -> bytes:
-        """The index file's content (see ``SliceRef.index_bytes`` for reading part of it)."""
+        """The index file's content: one fixed-size item per entry, in run order."""
         items = np.empty(len(self.hashes), dtype=_INDEX_ITEM)
         items["hash"], items["framed_size"], items["entry_size"] = self.hashes, self.framed_sizes, self.entry_sizes
         return items.tobytes()
@@ -199,19 +158,14 @@ class RunIndex:
         return cls(path, items["hash"].astype(np.uint64), items["framed_size"].astype(np.int64),
                    items["entry_size"].astype(np.int64))
 
-    def locate(self, hash_lo: int, hash_hi: int) -> SliceRef:
-        """Where the entries with hash in [hash_lo, hash_hi) are."""
+    def slice(self, hash_lo: int, hash_hi: int) -> RunSlice:
+        """The entries with hash in [hash_lo, hash_hi): their byte range in the run, hashes and sizes."""
         a = int(np.searchsorted(self.hashes, np.uint64(hash_lo), side="left"))
         b = (len(self.hashes) if hash_hi >= HASH_SPACE
              else int(np.searchsorted(self.hashes, np.uint64(hash_hi), side="left")))
         start = int(self.entry_sizes[:a].sum())
-        return SliceRef(self.path, start, start + int(self.entry_sizes[a:b].sum()), a, b)
-
-    def slice(self, hash_lo: int, hash_hi: int) -> RunSlice:
-        """The entries with hash in [hash_lo, hash_hi), with their hashes and sizes."""
-        ref = self.locate(hash_lo, hash_hi)
-        return RunSlice(self.path, ref.start, ref.end, self.hashes[ref.first:ref.stop],
-                        self.entry_sizes[ref.first:ref.stop])
+        return RunSlice(self.path, start, start + int(self.entry_sizes[a:b].sum()), self.hashes[a:b],
+                        self.entry_sizes[a:b])
 
 
 def write_run(handle: BinaryIO, entries: Sequence[bytes | memoryview], *, chunk_bytes: int = 1 << 20) -> None:
