@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from beam_tfrecord.core.manifest_checks import check_manifest_json
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, UnknownSplitError
@@ -160,6 +161,7 @@ class Manifest:
             raise ManifestError(f"a manifest must be a JSON object, got {type(data).__name__}")
         if data.get("version") != MANIFEST_VERSION:
             raise ManifestVersionError(data.get("version"), MANIFEST_VERSION)
+        check_manifest_json(data)  # untrusted until every field is checked; no file is opened before
         try:
             splits = tuple(
                 SplitInfo(name=s["name"], balance_spread=float(s.get("balance_spread", 0.0)),

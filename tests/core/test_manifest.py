@@ -11,7 +11,7 @@ from beam_tfrecord.errors import ManifestError, ManifestVersionError, UnknownSpl
 
 
 def _manifest(**changes) -> Manifest:
-    shard = ShardInfo("d-train.tfrecord-00000-of-00001", "train", 0, 3, 120, 100, "0a1b2c3d")
+    shard = ShardInfo("d-train.tfrecord-00000-of-00001.gz", "train", 0, 3, 120, 100, "0a1b2c3d")
     fields = dict(dataset_name="d", schema=Schema({"image": Image(ImageFormat.JPEG), "label": ClassLabel(("a", "b"))}),
                   splits=(SplitInfo("train", (shard,)), SplitInfo("test", ())), compression=Compression.GZIP,
                   created_at="2026-01-01T00:00:00+00:00", tool_version="0.1.0", command=("build", "--x"),

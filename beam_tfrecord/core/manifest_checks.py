@@ -1,0 +1,162 @@
+"""A manifest read from storage is untrusted input: every field is checked before anything is opened.
+
+A manifest names the files a reader opens. One copied from an untrusted bucket could name
+``../other/secret`` or ``gs://elsewhere/object``; so a shard or dead-letter file must be a plain
+file name in the dataset directory, and a shard's name must be the one the naming template
+gives its dataset, split, index, count and compression. Counts and sizes must be non-negative
+integers that add up. A violation is a ``ManifestError`` naming the field (as a JSON path) and
+the value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from beam_tfrecord.core.naming import Compression, ShardName
+from beam_tfrecord.errors import ManifestError, ShardNameError
+
+MAX_NAME_CHARS = 255  # a file name on every common filesystem and a GCS object name's last part
+MAX_TEXT_CHARS = 10_000
+TFRECORD_FRAMING_BYTES = 16
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_CRC32C = re.compile(r"[0-9a-f]{8}")
+_SHARD_FIELDS = {"filename", "split", "index", "num_records", "num_bytes", "num_record_bytes", "crc32c"}
+_TOP_FIELDS = {"version", "dataset_name", "created_at", "tool_version", "command", "compression", "num_inputs",
+               "num_written", "num_rejected", "dead_letters", "salt", "sharding", "schema", "splits", "metadata",
+               "run_id"}
+
+
+def _fail(path: str, expected: str, value: Any) -> ManifestError:
+    shown = repr(value)
+    return ManifestError(f"manifest field {path!r}: expected {expected}, got {shown[:200]}")
+
+
+def _count(data: Mapping[str, Any], key: str, path: str) -> int:
+    value = data.get(key)
+    if type(value) is not int or value < 0:  # bool is not a count
+        raise _fail(f"{path}{key}", "an integer >= 0", value)
+    return value
+
+
+def _text(data: Mapping[str, Any], key: str, path: str, *, optional: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_TEXT_CHARS:
+        raise _fail(f"{path}{key}", f"a string of at most {MAX_TEXT_CHARS} characters", value)
+    return value
+
+
+def plain_file_name(value: Any, path: str) -> str:
+    """``value`` if it names a file directly inside the dataset directory; ManifestError otherwise."""
+    if (not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS or not _PLAIN_NAME.fullmatch(value)
+            or value in (".", "..") or ".." in value):
+        raise _fail(path, "a plain file name in the dataset directory (letters, digits, '_', '-', '.'; no '/', "
+                          "'\\', '..', absolute path or URL)", value)
+    return value
+
+
+def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int, count: int,
+                 compression: Compression) -> tuple[int, int]:
+    if not isinstance(shard, Mapping):
+        raise _fail(path, "a shard object", type(shard).__name__)
+    unknown = set(shard) - _SHARD_FIELDS
+    if unknown or _SHARD_FIELDS - set(shard):
+        raise _fail(path, f"exactly the fields {sorted(_SHARD_FIELDS)}", sorted(shard))
+    filename = plain_file_name(shard["filename"], f"{path}.filename")
+    try:
+        name = ShardName.parse(filename)
+    except ShardNameError as err:
+        raise _fail(f"{path}.filename", "a shard name DATASET-SPLIT.tfrecord-SSSSS-of-NNNNN[.gz|.zz]", filename) from err
+    expected = ShardName(dataset, split, index, count, compression)
+    if name != expected:
+        raise _fail(f"{path}.filename", f"{str(expected)!r} (its dataset, split, index, count and compression)",
+                    filename)
+    if shard["split"] != split:
+        raise _fail(f"{path}.split", repr(split), shard["split"])
+    if type(shard["index"]) is not int or shard["index"] != index:
+        raise _fail(f"{path}.index", str(index), shard["index"])
+    records = _count(shard, "num_records", f"{path}.")
+    stored = _count(shard, "num_bytes", f"{path}.")
+    framed = _count(shard, "num_record_bytes", f"{path}.")
+    if framed < TFRECORD_FRAMING_BYTES * records:
+        raise _fail(f"{path}.num_record_bytes", f">= {TFRECORD_FRAMING_BYTES} x num_records "
+                                                f"({TFRECORD_FRAMING_BYTES * records})", framed)
+    if compression is Compression.NONE and stored != framed:
+        raise _fail(f"{path}.num_bytes", f"num_record_bytes ({framed}) for an uncompressed shard", stored)
+    if not isinstance(shard["crc32c"], str) or not _CRC32C.fullmatch(shard["crc32c"]):
+        raise _fail(f"{path}.crc32c", "8 lowercase hex digits", shard["crc32c"])
+    return records, stored
+
+
+def check_manifest_json(data: Mapping[str, Any]) -> None:
+    """Checks a manifest's JSON (version already checked) before any of it is used.
+
+    Raises:
+        ManifestError: naming the first field that is missing, of the wrong type or out of range.
+    """
+    unknown = set(data) - _TOP_FIELDS
+    if unknown:
+        raise _fail("(top level)", f"only the fields {sorted(_TOP_FIELDS)}", sorted(unknown))
+    dataset = _text(data, "dataset_name", "")
+    try:
+        ShardName(dataset, "train", 0, 1)  # type: ignore[arg-type]
+    except ShardNameError as err:
+        raise _fail("dataset_name", "a dataset name of letters, digits, '_' and '-'", dataset) from err
+    for key in ("created_at", "tool_version", "salt"):
+        _text(data, key, "")
+    _text(data, "run_id", "", optional=True)
+    command = data.get("command")
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command) or len(command) > 1_000:
+        raise _fail("command", "a list of strings", command)
+    try:
+        compression = Compression.parse(data["compression"]) if isinstance(data.get("compression"), str) else None
+    except ValueError:
+        compression = None
+    if compression is None:
+        raise _fail("compression", "one of 'NONE', 'GZIP', 'ZLIB'", data.get("compression"))
+    inputs, rejected = _count(data, "num_inputs", ""), _count(data, "num_rejected", "")
+    if data.get("dead_letters") is not None:
+        plain_file_name(data["dead_letters"], "dead_letters")
+    elif rejected:
+        raise _fail("dead_letters", f"the dead-letter file name ({rejected} samples were rejected)", None)
+    if not isinstance(data.get("sharding"), Mapping):
+        raise _fail("sharding", "an object", data.get("sharding"))
+    for key, value in data["sharding"].items():
+        if value is not None and (type(value) is not int or value < 0):
+            raise _fail(f"sharding.{key}", "an integer >= 0 or null", value)
+    if not isinstance(data.get("metadata", {}), Mapping):
+        raise _fail("metadata", "an object", data.get("metadata"))
+    splits = data.get("splits")
+    if not isinstance(splits, list) or not splits:
+        raise _fail("splits", "a non-empty list of splits", splits)
+    written = 0
+    names: set[str] = set()
+    for i, split in enumerate(splits):
+        path = f"splits[{i}]"
+        if not isinstance(split, Mapping) or not isinstance(split.get("shards"), list):
+            raise _fail(path, "a split object with a list of shards", split)
+        name = _text(split, "name", f"{path}.")
+        if name in names:
+            raise _fail(f"{path}.name", "a name no other split has", name)
+        names.add(name)  # type: ignore[arg-type]
+        spread = split.get("balance_spread", 0.0)
+        if type(spread) not in (int, float) or not (math.isfinite(spread) and 0.0 <= spread <= 1.0):
+            raise _fail(f"{path}.balance_spread", "a number in [0, 1]", spread)
+        shards = split["shards"]
+        records = stored = 0
+        for j, shard in enumerate(shards):
+            r, b = _check_shard(shard, f"{path}.shards[{j}]", dataset=dataset, split=name,  # type: ignore[arg-type]
+                                index=j, count=len(shards), compression=compression)
+            records, stored = records + r, stored + b
+        for key, total in (("num_records", records), ("num_bytes", stored)):
+            if key in split and split[key] != total:
+                raise _fail(f"{path}.{key}", f"the sum over its shards ({total})", split[key])
+        written += records
+    if "num_written" in data and data["num_written"] != written:
+        raise _fail("num_written", f"the sum over the splits ({written})", data["num_written"])
+    if inputs != written + rejected:
+        raise _fail("num_inputs", f"num_written + num_rejected ({written} + {rejected})", inputs)
