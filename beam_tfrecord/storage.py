@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import uuid
 import zlib
 from typing import BinaryIO
@@ -77,8 +78,8 @@ def _is_gcs(path: str) -> bool:
 
 def make_dirs(path: str) -> None:
     """Creates a local directory and its parents if missing (object stores have no directories)."""
-    if FileSystems.get_scheme(path) is None and not FileSystems.exists(path):
-        FileSystems.mkdirs(path)
+    if FileSystems.get_scheme(path) is None:
+        os.makedirs(path, exist_ok=True)  # exist_ok: two jobs may make it at once
 
 
 def rename(sources: list[str], destinations: list[str]) -> None:

@@ -6,11 +6,13 @@ import argparse
 import contextlib
 import logging
 import sys
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_tfrecord import lease
 from beam_tfrecord.beam.dask_cluster import local_cluster_for
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
@@ -20,6 +22,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.summary import describe
+from pipelines.source_options import parse_bool
 
 
 class DatasetOutputOptions(PipelineOptions):
@@ -44,6 +47,9 @@ class DatasetOutputOptions(PipelineOptions):
                             help="publish anyway if at most this fraction of samples is rejected")
         parser.add_argument("--spill_run_mib", type=int, default=64,
                             help="MiB of encoded records a worker buffers before spilling a sorted run")
+        parser.add_argument("--break_lock", type=parse_bool, nargs="?", const=True, default=False,
+                            help="take over the output's lease even if another job seems to hold it (only when "
+                                 "that job is known to be dead; --break_lock or --break_lock=true)")
         parser.add_argument("--fan_in", default="auto", choices=[f.value for f in FanIn],
                             help="how a shard's records come together: spill (sorted runs merged by each shard "
                                  "writer; local runners), shuffle (the runner's shuffle keyed by shard; "
@@ -128,7 +134,8 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
     output = options.view_as(DatasetOutputOptions)
     writer = make_writer(output, schema, command, **writer_options)
     quiet_logging()
-    with job_pipeline(options) as pipeline:
+    with lease.held(output.output, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock), \
+            job_pipeline(options) as pipeline:
         _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 from collections.abc import Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_tfrecord import lease
 from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.refresh import (DEFAULT_KEEP_VERSIONS, FINGERPRINT_KEY, RefreshAction, RefreshPlan,
                                    apply_retention, commit_version, fingerprint_inputs, plan_refresh,
@@ -91,6 +93,14 @@ def run(argv: Sequence[str] | None = None) -> RefreshPlan:
     argv = list(sys.argv[1:] if argv is None else argv)
     options = PipelineOptions(argv)
     refresh, source, output = _validated(options)
+    root = refresh.dataset_root
+    # One refresh per root at a time: the lease covers deciding, building, pointing LATEST and retention.
+    with lease.held(root, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock):
+        return _refresh(options, refresh, source, output)
+
+
+def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFolderOptions,
+             output: DatasetOutputOptions) -> RefreshPlan:
     root = refresh.dataset_root
     fingerprint = fingerprint_inputs([source.input.rstrip("/") + "/*/*"])
     plan = plan_refresh(root, fingerprint, force=refresh.force)
