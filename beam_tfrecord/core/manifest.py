@@ -183,7 +183,7 @@ class Manifest:
     def loads(cls, text: str | bytes) -> "Manifest":
         try:
             data = json.loads(text)
-        except json.JSONDecodeError as err:
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:  # bytes that are not UTF-8 (found by fuzzing)
             raise ManifestError(f"manifest is not valid JSON: {err}") from err
         return cls.from_json(data)
 

@@ -54,3 +54,9 @@ def test_malformed_manifests(text, error):
 def test_unknown_split_lists_the_known_ones():
     with pytest.raises(UnknownSplitError, match=r"split 'val' is not in this dataset; it has \['train', 'test'\]"):
         _manifest().split("val")
+
+
+def test_a_manifest_that_is_not_utf8_is_a_manifest_error():
+    data = _manifest().dumps().encode()
+    with pytest.raises(ManifestError, match="manifest is not valid JSON: 'utf-8' codec can't decode byte 0xf4"):
+        Manifest.loads(data[:40] + b"\xf4" + data[41:])
