@@ -14,7 +14,7 @@ from typing import Any
 from beam_tfrecord.core.manifest_checks import check_manifest_json
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.errors import ManifestError, ManifestVersionError, UnknownSplitError
+from beam_tfrecord.errors import ManifestError, ManifestVersionError, SchemaError, UnknownSplitError
 
 MANIFEST_VERSION = 1
 MANIFEST_FILENAME = "manifest.json"
@@ -176,6 +176,10 @@ class Manifest:
                 dead_letters=data.get("dead_letters"), salt=data["salt"], sharding=dict(data["sharding"]),
                 metadata=dict(data.get("metadata", {})), run_id=data.get("run_id"), version=int(data["version"]),
             )
+        except ManifestError:
+            raise
+        except (SchemaError, ValueError, AttributeError) as err:  # found by fuzzing: a damaged schema
+            raise ManifestError(f"manifest field 'schema': {type(err).__name__}: {err}") from err
         except (KeyError, TypeError) as err:
             raise ManifestError(f"malformed manifest: missing or bad field {err}") from err
 

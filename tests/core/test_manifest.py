@@ -60,3 +60,10 @@ def test_a_manifest_that_is_not_utf8_is_a_manifest_error():
     data = _manifest().dumps().encode()
     with pytest.raises(ManifestError, match="manifest is not valid JSON: 'utf-8' codec can't decode byte 0xf4"):
         Manifest.loads(data[:40] + b"\xf4" + data[41:])
+
+
+def test_a_damaged_schema_is_a_manifest_error_naming_the_field():
+    data = _manifest().to_json()
+    data["schema"]["features"]["label"]["kind"] = "{lass_label"
+    with pytest.raises(ManifestError, match="manifest field 'schema': "):
+        Manifest.from_json(data)
