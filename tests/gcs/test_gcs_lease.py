@@ -10,6 +10,7 @@ import pytest
 
 from beam_tfrecord import lease, storage
 from beam_tfrecord.lease import LeaseHolder, OutputLockedError
+from test_lease import _try  # the same racing acquire as locally
 
 
 def test_a_second_acquire_is_refused_and_release_frees_it(gcs_bucket: str) -> None:
@@ -20,14 +21,6 @@ def test_a_second_acquire_is_refused_and_release_frees_it(gcs_bucket: str) -> No
     first.release()
     assert not storage.exists(lease.lease_path(out))
     lease.acquire(out, run_id="run-b").release()
-
-
-def _try(out: str, run_id: str) -> bool:
-    try:
-        lease.acquire(out, run_id=run_id)
-    except OutputLockedError:
-        return False
-    return True
 
 
 def test_of_eight_racing_acquires_exactly_one_wins(gcs_bucket: str) -> None:
