@@ -89,22 +89,13 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
-def _gcs_blob(path: str):
-    from apache_beam.io.gcp.gcsio import parse_gcs_path
-
-    from beam_tfrecord.storage import _gcs
-
-    bucket, name = parse_gcs_path(path)
-    return _gcs().client.bucket(bucket).blob(name)
-
-
 def _create_exclusive(path: str, data: bytes) -> bool:
     """Creates ``path`` holding ``data`` if it does not exist, atomically; False if it exists."""
     if FileSystems.get_scheme(path) == "gs":
         from google.api_core.exceptions import PreconditionFailed
 
         try:
-            _gcs_blob(path).upload_from_string(data, if_generation_match=0)
+            storage.gcs_blob(path).upload_from_string(data, if_generation_match=0)
         except PreconditionFailed:
             return False
         return True
@@ -123,7 +114,7 @@ def _read(path: str) -> tuple[bytes, int | None] | None:
     if FileSystems.get_scheme(path) == "gs":
         from google.api_core.exceptions import NotFound
 
-        blob = _gcs_blob(path)
+        blob = storage.gcs_blob(path)
         try:
             data = blob.download_as_bytes()
         except NotFound:
@@ -142,7 +133,7 @@ def _delete_if_same(path: str, content: bytes, generation: int | None) -> None:
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:
-            _gcs_blob(path).delete(if_generation_match=generation)
+            storage.gcs_blob(path).delete(if_generation_match=generation)
         except (NotFound, PreconditionFailed):
             pass  # someone else replaced or removed it: the next create decides
         return

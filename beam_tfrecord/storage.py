@@ -72,6 +72,14 @@ def _gcs():
     return GcsIO()
 
 
+def gcs_blob(path: str):
+    """The google-cloud-storage Blob of a gs:// path, through Beam's client (for preconditioned writes)."""
+    from apache_beam.io.gcp.gcsio import parse_gcs_path
+
+    bucket, name = parse_gcs_path(path)
+    return _gcs().client.bucket(bucket).blob(name)
+
+
 def _is_gcs(path: str) -> bool:
     return FileSystems.get_scheme(path) == "gs"
 
