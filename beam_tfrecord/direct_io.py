@@ -23,8 +23,6 @@ import mmap
 import os
 from typing import BinaryIO
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_tfrecord import storage
 
 ALIGN_BYTES = 4096  # a multiple of every common logical block size (512, 4096)
@@ -33,7 +31,7 @@ _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
 def _is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) is None
+    return not storage.is_remote(path)
 
 
 def _open_direct(path: str, flags: int) -> int | None:

@@ -23,8 +23,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_tfrecord import storage
 from beam_tfrecord.errors import BeamTFRecordError
 
@@ -91,7 +89,7 @@ def _process_exists(pid: int) -> bool:
 
 def _create_exclusive(path: str, data: bytes) -> bool:
     """Creates ``path`` holding ``data`` if it does not exist, atomically; False if it exists."""
-    if FileSystems.get_scheme(path) == "gs":
+    if storage.scheme(path) == "gs":
         from google.api_core.exceptions import PreconditionFailed
 
         try:
@@ -111,7 +109,7 @@ def _create_exclusive(path: str, data: bytes) -> bool:
 
 def _read(path: str) -> tuple[bytes, int | None] | None:
     """(content, generation on gs://) of the lease, or None if there is none."""
-    if FileSystems.get_scheme(path) == "gs":
+    if storage.scheme(path) == "gs":
         from google.api_core.exceptions import NotFound
 
         blob = storage.gcs_blob(path)
@@ -129,7 +127,7 @@ def _read(path: str) -> tuple[bytes, int | None] | None:
 
 def _delete_if_same(path: str, content: bytes, generation: int | None) -> None:
     """Deletes the lease if it is still the one read (``content`` / ``generation``)."""
-    if FileSystems.get_scheme(path) == "gs":
+    if storage.scheme(path) == "gs":
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:

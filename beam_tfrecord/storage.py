@@ -1,53 +1,168 @@
-"""Storage helpers over Beam's ``FileSystems``, so local paths and ``gs://`` behave the same."""
+"""Storage: local paths and ``gs://`` behave the same, without Apache Beam or TensorFlow.
+
+Three backends, chosen by the path's scheme:
+
+- local paths: the ``os`` module;
+- ``gs://``: google-cloud-storage directly (one client per process; the ``STORAGE_EMULATOR_HOST``
+  variable points it at an emulator), so the readers work where Beam is not installed. Copies
+  and deletes are one request per object: local emulators (fake-gcs-server) answer JSON-API
+  batch requests with an empty body;
+- any other scheme (``s3://``, ``hdfs://``...): Beam's ``FileSystems``, imported on first use.
+
+Globs follow Beam's rules: ``*`` and ``?`` stay within a path segment, ``**`` crosses them.
+"""
 
 from __future__ import annotations
 
 import functools
+import gzip
+import io
 import os
+import re
+import shutil
 import uuid
 import zlib
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import google_crc32c
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from beam_tfrecord.core.naming import Compression
 
-_BEAM_COMPRESSION = {
-    Compression.NONE: CompressionTypes.UNCOMPRESSED,
-    Compression.GZIP: CompressionTypes.GZIP,
-    Compression.ZLIB: CompressionTypes.DEFLATE,  # Beam's DEFLATE is the zlib format TensorFlow calls ZLIB
-}
 _ZLIB_WBITS = {Compression.GZIP: 31, Compression.ZLIB: 15}
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_GCS_CHUNK_BYTES = 16 << 20  # resumable upload chunk and read buffer, as Beam's GCS client uses
+
+
+def scheme(path: str) -> str | None:
+    """``"gs"`` for ``gs://bucket/x``; None for a local path."""
+    match = _SCHEME.match(path)
+    return match.group(1).lower() if match else None
+
+
+def is_remote(path: str) -> bool:
+    return scheme(path) is not None
+
+
+def _split_gcs(path: str) -> tuple[str, str]:
+    bucket, _, name = path[len("gs://"):].partition("/")
+    if not bucket:
+        raise ValueError(f"{path!r} names no bucket; expected gs://BUCKET/OBJECT")
+    return bucket, name
+
+
+@functools.lru_cache(maxsize=1)
+def _gcs_client() -> Any:
+    from google.cloud import storage as gcs  # imported on first gs:// use: a local reader never pays for it
+
+    return gcs.Client()
+
+
+def gcs_blob(path: str) -> Any:
+    """The google-cloud-storage ``Blob`` of a ``gs://`` path (for preconditioned writes)."""
+    bucket, name = _split_gcs(path)
+    return _gcs_client().bucket(bucket).blob(name)
+
+
+def _beam() -> Any:
+    from apache_beam.io.filesystems import FileSystems  # other schemes need the [beam] extra
+
+    return FileSystems
 
 
 def join(base: str, *parts: str) -> str:
-    return FileSystems.join(base, *parts)
+    if not is_remote(base):
+        return os.path.join(base, *parts)
+    out = base
+    for part in parts:
+        out = f"{out.rstrip('/')}/{part.lstrip('/')}"
+    return out
 
 
 def exists(path: str) -> bool:
-    return FileSystems.exists(path)
+    if not is_remote(path):
+        return os.path.exists(path)
+    if scheme(path) == "gs":
+        return bool(gcs_blob(path).exists())
+    return bool(_beam().exists(path))
+
+
+def _open_raw_read(path: str) -> BinaryIO:
+    if not is_remote(path):
+        return open(path, "rb")
+    if scheme(path) == "gs":
+        from google.cloud.storage.fileio import BlobReader
+
+        # raw_download: the stored bytes, never a transcoded (decompressed) copy.
+        return BlobReader(gcs_blob(path), chunk_size=_GCS_CHUNK_BYTES, raw_download=True)  # type: ignore[return-value]
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return _beam().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def read_bytes(path: str) -> bytes:
-    """A whole file's bytes. Local paths are read directly: ``FileSystems.open`` costs ~10 µs
-    per call in filesystem lookup, which shows when shard writers read thousands of files."""
-    if FileSystems.get_scheme(path) is None:
+    """A whole file's bytes."""
+    if not is_remote(path):
         with open(path, "rb", buffering=0) as handle:
             return handle.readall()
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    if scheme(path) == "gs":
+        return bytes(gcs_blob(path).download_as_bytes(raw_download=True))
+    with _open_raw_read(path) as handle:
         return handle.read()
+
+
+class _ZlibReader(io.RawIOBase):
+    """A readable stream of the zlib-format (RFC 1950) data in ``raw``, decompressed as it is read."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._inflate = zlib.decompressobj(_ZLIB_WBITS[Compression.ZLIB])
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending and not self._inflate.eof:
+            chunk = self._raw.read(1 << 20)
+            self._pending = self._inflate.decompress(chunk) if chunk else self._inflate.flush()
+            if not chunk and not self._pending:
+                if not self._inflate.eof:
+                    raise EOFError("compressed file ended before the end-of-stream marker was reached")
+                break
+        count = min(len(buffer), len(self._pending))
+        buffer[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
 
 
 def open_read(path: str, compression: Compression = Compression.NONE) -> BinaryIO:
     """Opens a file for reading, decompressing as it goes."""
-    return FileSystems.open(path, compression_type=_BEAM_COMPRESSION[compression])
+    raw = _open_raw_read(path)
+    if compression is Compression.GZIP:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if compression is Compression.ZLIB:
+        return io.BufferedReader(_ZlibReader(raw), 1 << 20)  # type: ignore[return-value]
+    return raw
 
 
 def open_write(path: str) -> BinaryIO:
     """Opens a file for writing raw bytes (parent folders are created as needed)."""
-    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    if not is_remote(path):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return open(path, "wb")
+    if scheme(path) == "gs":
+        from google.cloud.storage.fileio import BlobWriter
+
+        return BlobWriter(gcs_blob(path), chunk_size=_GCS_CHUNK_BYTES, ignore_flush=True,  # type: ignore[return-value]
+                          content_type="application/octet-stream")
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return _beam().create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
@@ -58,79 +173,127 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     rename([temp], [path])
 
 
-@functools.lru_cache(maxsize=1)
-def _gcs():
-    """One GCS client per process, for single-object copy and delete.
-
-    Beam's ``GcsFileSystem.rename``/``delete`` send JSON-API *batch* requests, which local GCS
-    emulators (fake-gcs-server) answer with an empty multipart body; one request per object
-    works on both real GCS and the emulator. A copy also replaces its destination in one step,
-    so a renamed-over pointer file (``LATEST``) is never missing.
-    """
-    from apache_beam.io.gcp.gcsio import GcsIO  # needs the [gcp] extra only when gs:// is used
-
-    return GcsIO()
-
-
-def gcs_blob(path: str):
-    """The google-cloud-storage Blob of a gs:// path, through Beam's client (for preconditioned writes)."""
-    from apache_beam.io.gcp.gcsio import parse_gcs_path
-
-    bucket, name = parse_gcs_path(path)
-    return _gcs().client.bucket(bucket).blob(name)
-
-
-def _is_gcs(path: str) -> bool:
-    return FileSystems.get_scheme(path) == "gs"
-
-
 def make_dirs(path: str) -> None:
     """Creates a local directory and its parents if missing (object stores have no directories)."""
-    if FileSystems.get_scheme(path) is None:
+    if not is_remote(path):
         os.makedirs(path, exist_ok=True)  # exist_ok: two jobs may make it at once
 
 
 def rename(sources: list[str], destinations: list[str]) -> None:
-    """Renames files, replacing existing destinations (GCS: copy over, then delete the source)."""
-    if not sources:
-        return
-    if _is_gcs(sources[0]):
-        for source, destination in zip(sources, destinations, strict=True):
-            _gcs().rename(source, destination)
-        return
-    FileSystems.rename(sources, destinations)
+    """Renames files, replacing existing destinations (GCS: copy over, then delete the source).
+
+    A GCS copy replaces its destination in one step, so a renamed-over pointer file (``LATEST``)
+    is never missing.
+    """
+    for source, destination in zip(sources, destinations, strict=True):
+        if not is_remote(source):
+            os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
+            os.replace(source, destination)
+        elif scheme(source) == "gs":
+            blob = gcs_blob(source)
+            target_bucket, target_name = _split_gcs(destination)
+            blob.bucket.copy_blob(blob, _gcs_client().bucket(target_bucket), target_name)
+            blob.delete()
+        else:
+            _beam().rename([source], [destination])
 
 
 def delete_if_exists(paths: list[str]) -> None:
-    present = [p for p in paths if FileSystems.exists(p)]
-    if present and _is_gcs(present[0]):
-        for path in present:
-            _gcs().delete(path)
-    elif present:
-        FileSystems.delete(present)
+    for path in paths:
+        if not is_remote(path):
+            if os.path.lexists(path):
+                os.remove(path)
+        elif scheme(path) == "gs":
+            from google.api_core.exceptions import NotFound
+
+            try:
+                gcs_blob(path).delete()
+            except NotFound:
+                pass  # already gone: the state asked for
+        elif _beam().exists(path):
+            _beam().delete([path])
 
 
 def delete_tree(path: str) -> None:
     """Deletes a directory and everything under it; a missing directory is fine."""
     directory = path.rstrip("/")
-    if FileSystems.get_scheme(directory) == "gs":
-        matched = FileSystems.match([directory + "/**"])[0].metadata_list
-        delete_if_exists([m.path for m in matched])
-    elif FileSystems.exists(directory):
-        FileSystems.delete([directory])  # the local filesystem removes a directory tree
+    if not is_remote(directory):
+        if os.path.isdir(directory):
+            shutil.rmtree(directory)
+        return
+    delete_if_exists([p for p, _ in list_files(directory + "/**")])
 
 
-def list_files(pattern: str) -> list[tuple[str, int]]:
-    """(path, size in bytes) of every file matching a glob, sorted by path."""
-    result = FileSystems.match([pattern])[0]
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Beam's glob rules as a regular expression: ``*``/``?`` within a segment, ``**`` across."""
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        i += 1
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[" and "]" in pattern[i + 1:]:
+            end = pattern.index("]", i + 1)
+            body = pattern[i:end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(char))
+    return re.compile("".join(out))
+
+
+def list_files(pattern: str, *, include_broken: bool = False) -> list[tuple[str, int]]:
+    """(path, size in bytes) of every file matching a glob, sorted by path.
+
+    Args:
+        pattern: a path with glob characters (see ``glob_regex``).
+        include_broken: also list local entries that cannot be sized (dangling symbolic links,
+            files that vanish while listed), with size -1, so a caller can report them.
+    """
+    literal = pattern[:m.start()] if (m := _GLOB_CHARS.search(pattern)) else pattern
+    regex = glob_regex(pattern)
+    if not is_remote(pattern):
+        return _list_local(literal, regex, include_broken=include_broken)
+    if scheme(pattern) == "gs":
+        bucket, prefix = _split_gcs(literal)
+        found = ((f"gs://{bucket}/{blob.name}", int(blob.size or 0))
+                 for blob in _gcs_client().list_blobs(bucket, prefix=prefix))
+        return sorted((path, size) for path, size in found if regex.fullmatch(path))
+    result = _beam().match([pattern])[0]
     return sorted((m.path, m.size_in_bytes) for m in result.metadata_list)
+
+
+def _list_local(literal: str, regex: re.Pattern[str], *, include_broken: bool) -> list[tuple[str, int]]:
+    if os.path.isfile(literal) or os.path.islink(literal):
+        candidates = [literal]
+    else:
+        root = literal if literal.endswith(os.sep) or os.path.isdir(literal) else os.path.dirname(literal)
+        candidates = [os.path.join(folder, name) for folder, _, names in os.walk(root or ".") for name in names]
+        if not root:  # a pattern relative to the working directory: match "x.csv", not "./x.csv"
+            candidates = [os.path.relpath(path) for path in candidates]
+    out = []
+    for path in candidates:
+        if not regex.fullmatch(path):
+            continue
+        try:
+            out.append((path, os.path.getsize(path)))
+        except OSError:
+            if include_broken:
+                out.append((path, -1))
+    return sorted(out)
 
 
 def crc32c_and_size(path: str, chunk_bytes: int = 8 << 20) -> tuple[str, int]:
     """CRC32C (8 hex digits) and size of a file as stored."""
     digest = google_crc32c.Checksum()
     size = 0
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with _open_raw_read(path) as handle:
         while chunk := handle.read(chunk_bytes):
             digest.update(chunk)
             size += len(chunk)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import feature_to_json
 
+SKIPPED_INPUTS_KEY = "skipped_inputs"  # manifest metadata: files a source found but did not make samples of
+
 
 def _size(num_bytes: int) -> str:
     value = float(num_bytes)
@@ -19,11 +21,17 @@ def describe(manifest: Manifest, location: str, *, show_shards: bool = True) -> 
     lines = [
         f"dataset {manifest.dataset_name!r} at {location}",
         f"  {manifest.num_written} records written, {manifest.num_rejected} rejected, of {manifest.num_inputs} "
-        f"inputs; compression {manifest.compression.value or 'none'}; manifest v{manifest.version}, "
+        f"inputs; {manifest.file_format.value}, compression {manifest.compression.value or 'none'}; "
+        f"manifest v{manifest.version}, "
         f"beam-tfrecord {manifest.tool_version}, {manifest.created_at}",
     ]
     if manifest.dead_letters:
         lines.append(f"  rejected samples and reasons: {manifest.dead_letters}")
+    skipped = manifest.metadata.get(SKIPPED_INPUTS_KEY)
+    if isinstance(skipped, dict) and skipped.get("count"):
+        reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.get("by_reason", {}).items())
+        extensions = ", ".join(f"{ext} x{count}" for ext, count in skipped.get("by_extension", {}).items())
+        lines.append(f"  skipped {skipped['count']} files that are not samples: {reasons} (extensions: {extensions})")
     for split in manifest.splits:
         lines.append(f"  split {split.name}: {split.num_records} records in {len(split.shards)} shards, "
                      f"{_size(split.num_bytes)}, balance spread {split.balance_spread:.2%}")

@@ -16,7 +16,8 @@ from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
 from beam_tfrecord.sources.chunks import list_inputs
-from pipelines.common import build_dataset, run_as_command
+from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, run_as_command
+from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions, pinned_or_inferred
 
 
@@ -27,10 +28,18 @@ class ArrayOptions(PipelineOptions):
         parser.add_argument("--npy_feature", default="x", help="feature name of a .npy file's array")
 
 
-def run(argv: Sequence[str] | None = None) -> Manifest:
+COMMAND = JobCommand(
+    prog="python -m pipelines.build_from_arrays",
+    description="Builds a dataset from .npy / .npz files (axis 0 indexes samples).",
+    groups=(("input", ArrayOptions), ("output and sharding", DatasetOutputOptions),
+            ("schema checks", SchemaOptions), ("progress", ProgressOptions)),
+)
+
+
+def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manifest:
     """Builds the dataset, prints what was written and returns the manifest."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    options = PipelineOptions(argv)
+    options = COMMAND.parse(argv, prog=prog)
     source = options.view_as(ArrayOptions)
     checks = options.view_as(SchemaOptions)
     if not source.arrays:
@@ -42,4 +51,4 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_command(run, prog="build_from_arrays"))
+    sys.exit(run_as_command(run, prog=COMMAND.prog))

@@ -23,7 +23,8 @@ from beam_tfrecord.sources.chunks import list_inputs
 from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows
 from beam_tfrecord.sources.rows import RowOptions
 from beam_tfrecord.sources.tabular import ReadCsvManifest, ReadJsonlManifest, iter_csv_dicts
-from pipelines.common import build_dataset, run_as_command
+from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, run_as_command
+from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions, parse_bool, pinned_or_inferred, with_check_decode
 
 
@@ -99,10 +100,18 @@ def infer_manifest_schema(pattern: str, fmt: ManifestFormat, source: ManifestOpt
                         exclude=exclude, missing_values=tuple(source.missing_values.split(",")))
 
 
-def run(argv: Sequence[str] | None = None) -> Manifest:
+COMMAND = JobCommand(
+    prog="python -m pipelines.build_from_manifest",
+    description="Builds a dataset from CSV, JSONL or Parquet manifests (one row per sample).",
+    groups=(("input", ManifestOptions), ("output and sharding", DatasetOutputOptions),
+            ("schema checks", SchemaOptions), ("progress", ProgressOptions)),
+)
+
+
+def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manifest:
     """Builds the dataset, prints what was written and returns the manifest."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    options = PipelineOptions(argv)
+    options = COMMAND.parse(argv, prog=prog)
     source = options.view_as(ManifestOptions)
     checks = options.view_as(SchemaOptions)
     if not source.manifest:
@@ -127,4 +136,4 @@ def run(argv: Sequence[str] | None = None) -> Manifest:
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_command(run, prog="build_from_manifest"))
+    sys.exit(run_as_command(run, prog=COMMAND.prog))

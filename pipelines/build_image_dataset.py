@@ -11,8 +11,10 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat
-from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema
-from pipelines.common import build_dataset, run_as_command
+from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema, list_folder
+from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
+from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, run_as_command
+from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions
 
 
@@ -21,7 +23,8 @@ class ImageFolderOptions(PipelineOptions):
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--input", help="image folder root: ROOT/<label>/<file> (local or gs://)")
         parser.add_argument("--image_format", default=None, choices=[f.value for f in ImageFormat],
-                            help="image encoding every file must have (default: the most common extension)")
+                            help="image encoding every file must have, or 'any' for a folder mixing encodings "
+                                 "(default: from the extensions: their one format, or any when they mix)")
         parser.add_argument("--resize", default=None, metavar="HEIGHTxWIDTH",
                             help="decode, resize to HEIGHTxWIDTH and re-encode (default: pass bytes through)")
         parser.add_argument("--channels", type=int, default=3, choices=[1, 3, 4],
@@ -44,23 +47,33 @@ def resize_from_options(source: ImageFolderOptions) -> ResizeImage | None:
                        jpeg_quality=source.jpeg_quality, method=ResizeMethod(source.resize_method))
 
 
-def run(argv: Sequence[str] | None = None) -> Manifest:
+COMMAND = JobCommand(
+    prog="python -m pipelines.build_image_dataset",
+    description="Builds a dataset from an image folder ROOT/<label>/<file>: the label is the folder name.",
+    groups=(("input", ImageFolderOptions), ("output and sharding", DatasetOutputOptions),
+            ("schema checks", SchemaOptions), ("progress", ProgressOptions)),
+    refused=(("schema", "the schema comes from the folder names"),
+             ("chunk_size", "images are one sample per Beam element")),
+)
+
+
+def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manifest:
     """Builds the dataset, prints what was written and returns the manifest."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    options = PipelineOptions(argv)
+    options = COMMAND.parse(argv, prog=prog)
     source = options.view_as(ImageFolderOptions)
     checks = options.view_as(SchemaOptions)
-    if checks.schema:
-        raise SystemExit("--schema is not used by build_image_dataset: the schema comes from the folder names")
     if not source.input:
         raise SystemExit("--input is required: an image folder ROOT/<label>/<file>")
     image_format = ImageFormat(source.image_format) if source.image_format else guess_format(source.input)
     resize = resize_from_options(source)
     schema = image_folder_schema(source.input, image_format, resize=resize, check_decode=checks.check_decode)
     transforms = {"image": resize} if resize is not None else {}
+    listing = list_folder(source.input)
     return build_dataset(options, ReadImageFolder(source.input), schema, ["build_image_dataset", *argv],
-                         feature_transforms=transforms)
+                         feature_transforms=transforms, expected_inputs=len(listing.images),
+                         metadata={SKIPPED_INPUTS_KEY: listing.skipped_report()} if listing.skipped else None)
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_command(run, prog="build_image_dataset"))
+    sys.exit(run_as_command(run, prog=COMMAND.prog))

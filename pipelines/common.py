@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import enum
 import logging
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_tfrecord import lease
 from beam_tfrecord.beam.dask_cluster import local_cluster_for
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
-from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.progress import ProgressDisplay, progress_folder
 from beam_tfrecord.summary import describe
 from pipelines.source_options import parse_bool
 
@@ -41,7 +43,10 @@ class DatasetOutputOptions(PipelineOptions):
         parser.add_argument("--num_shards", type=int, default=None,
                             help="exactly this many shards per split instead of sizing by target")
         parser.add_argument("--compression", default="none", choices=["none", "gzip", "zlib"],
-                            help="shard compression")
+                            help="shard compression (tfrecord only)")
+        parser.add_argument("--file_format", default="tfrecord", choices=[f.value for f in FileFormat],
+                            help="tfrecord (sequential) or array_record (random access by index: global "
+                                 "shuffles, Grain, TFDS as_data_source; needs the array-record package)")
         parser.add_argument("--salt", default=DEFAULT_SALT, help="hash salt for split assignment and order")
         parser.add_argument("--max_rejected_fraction", type=float, default=0.0,
                             help="publish anyway if at most this fraction of samples is rejected")
@@ -54,6 +59,46 @@ class DatasetOutputOptions(PipelineOptions):
                             help="how a shard's records come together: spill (sorted runs merged by each shard "
                                  "writer; local runners), shuffle (the runner's shuffle keyed by shard; "
                                  "Dataflow, Flink, Spark, Dask) or auto (chosen from the runner)")
+
+
+class ProgressOptions(PipelineOptions):
+    """How a local build shows its progress while it runs."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--progress", default="auto", choices=[m.value for m in ProgressMode],
+                            help="on the DirectRunner: a live line on stderr (bar), a plain line every "
+                                 "--progress_interval_seconds (log), nothing (none), or bar on a terminal and "
+                                 "log otherwise (auto, the default); remote runners show the job's Beam counters")
+        parser.add_argument("--progress_interval_seconds", type=float, default=10.0,
+                            help="seconds between plain progress lines")
+
+
+class ProgressMode(enum.Enum):
+    AUTO = "auto"
+    BAR = "bar"
+    LOG = "log"
+    NONE = "none"
+
+
+# Runners whose workers run on this machine (progress files are shared through a local folder).
+_LOCAL_RUNNERS = frozenset({"DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner",
+                            "direct", "prism"})
+
+
+@contextlib.contextmanager
+def progress_for(options: PipelineOptions, *, expected_inputs: int | None) -> Iterator[str | None]:
+    """The progress folder to give the writer (None: no progress display), shown while the block runs."""
+    settings = options.view_as(ProgressOptions)
+    mode = ProgressMode(settings.progress)
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    if mode is ProgressMode.NONE or (isinstance(runner, str) and runner not in _LOCAL_RUNNERS):
+        yield None
+        return
+    live = None if mode is ProgressMode.AUTO else mode is ProgressMode.BAR
+    with progress_folder() as folder, ProgressDisplay(folder, expected_inputs=expected_inputs, live=live,
+                                                      interval_seconds=settings.progress_interval_seconds):
+        yield folder
 
 
 _SECRET_WORDS = ("token", "secret", "password", "passwd", "credential", "api_key", "private_key")
@@ -81,16 +126,22 @@ def redact_command(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], **extra) -> WriteTFRecordDataset:
-    """The writer transform configured from the shared options."""
+def require_output(options: DatasetOutputOptions) -> str:
     if not options.output:
         raise SystemExit("--output is required (a local directory or gs://bucket/dir)")
+    return options.output
+
+
+def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], **extra) -> WriteTFRecordDataset:
+    """The writer transform configured from the shared options."""
+    require_output(options)
     return WriteTFRecordDataset(
         options.output, schema=schema, dataset_name=options.dataset_name,
         splits=SplitConfig.parse(options.splits),
         sharding=ShardingConfig(target_shard_bytes=options.target_shard_bytes,
                                 max_shard_bytes=options.max_shard_bytes, num_shards=options.num_shards),
-        compression=Compression.parse(options.compression), salt=options.salt,
+        compression=Compression.parse(options.compression), file_format=FileFormat.parse(options.file_format),
+        salt=options.salt,
         max_rejected_fraction=options.max_rejected_fraction, spill_run_bytes=options.spill_run_mib << 20,
         fan_in=FanIn.parse(options.fan_in), command=redact_command(command), **extra)
 
@@ -120,8 +171,8 @@ def quiet_logging() -> None:
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
 
 
-def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schema, command: Sequence[str],
-                  **writer_options) -> Manifest:
+def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schema, command: Sequence[str], *,
+                  expected_inputs: int | None = None, **writer_options) -> Manifest:
     """Runs ``read | writer`` on the options' runner, prints what was written, returns the manifest.
 
     Args:
@@ -129,13 +180,16 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
         read: the source transform (a PBegin -> samples).
         schema: the feature spec.
         command: the command line to record in the manifest (secrets are redacted).
+        expected_inputs: samples the source will emit, when known (the progress display's ETA).
         **writer_options: further WriteTFRecordDataset arguments (e.g. feature_transforms).
     """
     output = options.view_as(DatasetOutputOptions)
-    writer = make_writer(output, schema, command, **writer_options)
+    require_output(output)
     quiet_logging()
     with lease.held(output.output, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock), \
+            progress_for(options, expected_inputs=expected_inputs) as progress_dir, \
             job_pipeline(options) as pipeline:
+        writer = make_writer(output, schema, command, progress_dir=progress_dir, **writer_options)
         _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
@@ -154,14 +208,13 @@ def _our_error(err: BaseException) -> BeamTFRecordError | None:
     return None
 
 
-def run_as_command(run: Callable[[list[str] | None], object], argv: Sequence[str] | None = None, *,
-                   prog: str) -> int:
+def run_as_command(run: Callable[..., object], argv: Sequence[str] | None = None, *, prog: str) -> int:
     """Runs a job from the command line: a beam-tfrecord error (bad samples over the threshold, a
     corrupt shard...) prints its own message rather than the runner's traceback, and the exit code
-    is 1. Other errors propagate unchanged.
+    is 1. Other errors propagate unchanged. ``prog`` names the command in usage and error lines.
     """
     try:
-        run(None if argv is None else list(argv))
+        run(None if argv is None else list(argv), prog=prog)
     except Exception as err:
         ours = _our_error(err)
         if ours is None:

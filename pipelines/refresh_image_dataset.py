@@ -23,9 +23,12 @@ from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.refresh import (DEFAULT_KEEP_VERSIONS, FINGERPRINT_KEY, RefreshAction, RefreshPlan,
                                    apply_retention, commit_version, fingerprint_inputs, plan_refresh,
                                    publish_version)
-from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema
+from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema, list_folder
+from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
 from pipelines.build_image_dataset import ImageFolderOptions, resize_from_options
-from pipelines.common import DatasetOutputOptions, job_pipeline, make_writer, quiet_logging
+from pipelines.common import (DatasetOutputOptions, ProgressOptions, job_pipeline, make_writer, progress_for,
+                              quiet_logging, run_as_command)
+from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions, parse_bool
 
 
@@ -79,19 +82,26 @@ def _validated(options: PipelineOptions) -> tuple[RefreshOptions, ImageFolderOpt
         raise SystemExit("--dataset_root is required: the versioned dataset root (local path or gs://bucket/dir)")
     if not source.input:
         raise SystemExit("--input is required: an image folder ROOT/<label>/<file>")
-    given = options.get_all_options(drop_default=True)
-    for name, reason in JOB_REJECTED_OPTIONS.items():
-        if given.get(name) is not None:
-            raise SystemExit(f"--{name} is not an option of the refresh job: {reason}")
     if refresh.keep_versions < 1:
         raise SystemExit(f"--keep_versions must be >= 1, got {refresh.keep_versions}")
     return refresh, source, output
 
 
-def run(argv: Sequence[str] | None = None) -> RefreshPlan:
+COMMAND = JobCommand(
+    prog="python -m pipelines.refresh_image_dataset",
+    description="Refreshes an image-folder dataset into a versioned root: builds ROOT/versions/<id> when the "
+                "inputs changed, then moves ROOT/LATEST to it and deletes old versions.",
+    groups=(("refresh", RefreshOptions), ("input", ImageFolderOptions),
+            ("output and sharding", DatasetOutputOptions), ("schema checks", SchemaOptions),
+            ("progress", ProgressOptions)),
+    refused=tuple(JOB_REJECTED_OPTIONS.items()),
+)
+
+
+def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan:
     """Refreshes the dataset (or does nothing when the inputs are unchanged); returns the decision taken."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    options = PipelineOptions(argv)
+    options = COMMAND.parse(argv, prog=prog)
     refresh, source, output = _validated(options)
     root = refresh.dataset_root
     # One refresh per root at a time: the lease covers deciding, building, pointing LATEST and retention.
@@ -120,12 +130,16 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
                                  check_decode=options.view_as(SchemaOptions).check_decode)
     output.output = plan.version_dir
     metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id}
+    listing = list_folder(source.input)
+    if listing.skipped:
+        metadata[SKIPPED_INPUTS_KEY] = listing.skipped_report()
     quiet_logging()
-    with job_pipeline(options) as pipeline:
+    with progress_for(options, expected_inputs=len(listing.images)) as progress_dir, job_pipeline(options) as pipeline:
         _ = (pipeline
              | "ReadImageFolder" >> ReadImageFolder(source.input)
              | "WriteVersion" >> make_writer(output, schema, _recorded_command(options), metadata=metadata,
-                                             feature_transforms={"image": resize} if resize is not None else {})
+                                             feature_transforms={"image": resize} if resize is not None else {},
+                                             progress_dir=progress_dir)
              # the published Manifest of the new version
              | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
                                             keep_versions=refresh.keep_versions))
@@ -134,4 +148,4 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
 
 
 if __name__ == "__main__":
-    run()
+    sys.exit(run_as_command(run, prog=COMMAND.prog))

@@ -8,6 +8,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
+from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord import (ClassLabel, DType, Scalar, Schema, ShardingConfig, SplitConfig, Tensor, TensorDType,
                            WriteTFRecordDataset, load_manifest, verify_dataset)
 from beam_tfrecord.core.framing import iter_records
@@ -56,7 +57,8 @@ def test_publishes_a_balanced_manifest_and_every_sample(tmp_path):
     assert verify_dataset(out).num_records == 2_000
     train = manifest.split("train")
     assert len(train.shards) >= 4 and train.balance_spread < 0.05
-    assert sorted(os.listdir(out)) == sorted([s.filename for s in manifest.shards] + ["manifest.json"])
+    assert sorted(os.listdir(out)) == sorted([s.filename for s in manifest.shards] + ["manifest.json",
+                                                                                     *tfds_files(manifest)])
     written = {**_read_split(out, "train"), **_read_split(out, "test")}
     assert len(written) == 2_000
     for i, sample in enumerate(samples):

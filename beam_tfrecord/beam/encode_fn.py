@@ -25,14 +25,17 @@ from beam_tfrecord.beam.records import FeatureTransform
 from beam_tfrecord.core.runs import RunIndex, SpilledRun, write_run
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.progress import ProgressSink
 
 
 class _EncodeFn(beam.DoFn):
     """What both encoding DoFns share: the encoder, built in ``setup``, and the counters."""
 
     def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,
-                 feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int) -> None:
+                 feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
+                 progress_dir: str | None = None) -> None:
         self._schema = schema
+        self._progress_dir = progress_dir
         self._salt = salt
         self._max_record_bytes = max_record_bytes
         self._transforms = dict(feature_transforms)
@@ -45,11 +48,16 @@ class _EncodeFn(beam.DoFn):
     def setup(self) -> None:
         self._encoder = EntryEncoder(self._schema, salt=self._salt, max_record_bytes=self._max_record_bytes,
                                      feature_transforms=self._transforms, reread_min_bytes=self._reread_min_bytes)
+        self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
+
+    def _flush_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.flush()
 
     def _encode_element(self, element: Sample | DeadLetter | list[Sample | DeadLetter]
                         ) -> Iterator[bytes | DeadLetter]:
         """Entries and dead letters of one element; counts them."""
-        encoded = 0
+        encoded = rejected = 0
         listed_before = self._encoder.num_listed
         encode = self._encoder.encode
         for sample in element if isinstance(element, list) else (element,):
@@ -58,10 +66,13 @@ class _EncodeFn(beam.DoFn):
             outcome = sample if sample.__class__ is DeadLetter else encode(sample)  # type: ignore[arg-type]
             if outcome.__class__ is DeadLetter:
                 self._rejected[outcome.stage].inc()  # type: ignore[union-attr]
+                rejected += 1
             else:
                 encoded += 1
             yield outcome  # type: ignore[misc]
         self._encoded.inc(encoded)
+        if self._progress is not None:
+            self._progress.add(encoded=encoded, rejected=rejected)
         if self._encoder.num_listed > listed_before:
             self._listed.inc(self._encoder.num_listed - listed_before)
 
@@ -83,6 +94,9 @@ class EncodeToBatchesFn(_EncodeFn):
                 entries.append(outcome)  # type: ignore[arg-type]
         yield EncodedBatch(tuple(entries), tuple(dead))
 
+    def finish_bundle(self) -> None:
+        self._flush_progress()
+
 
 def run_name(entries: list[bytes], index: RunIndex) -> str:
     """A run's file name, from its content: writing the same entries again gives the same file."""
@@ -103,9 +117,9 @@ class EncodeToRunsFn(_EncodeFn):
 
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
                  run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
-                 direct_io: bool) -> None:
+                 direct_io: bool, progress_dir: str | None = None) -> None:
         super().__init__(schema, salt=salt, max_record_bytes=max_record_bytes, feature_transforms=feature_transforms,
-                         reread_min_bytes=reread_min_bytes)
+                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir)
         self._runs_dir = runs_dir
         self._run_bytes = run_bytes
         self._direct_io = direct_io
@@ -138,6 +152,7 @@ class EncodeToRunsFn(_EncodeFn):
         if self._buffer:
             yield WindowedValue(self._flush(), MIN_TIMESTAMP, [GlobalWindow()])
         self._wait_for_run()  # the bundle (and every run index it emitted) counts only once its runs are on storage
+        self._flush_progress()
 
     def _flush(self) -> SpilledRun:
         """Sorts the buffer and starts writing it as a run; at most one run is being written at a time."""

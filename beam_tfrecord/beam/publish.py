@@ -2,13 +2,14 @@
 
 Order matters for crash safety. The old manifest (if any) is removed first, so from then on
 the directory does not look like a finished dataset; shards are renamed into place; stale
-files of the old dataset are removed; the dead-letter file and then the manifest are written,
-each to a temporary name and renamed. A crash at any step leaves no manifest, or the old one
-untouched, never a manifest that lists missing or foreign shards.
+files of the old dataset are removed; the dead-letter file, the manifest, then TFDS's metadata
+(``dataset_info.json`` last) are written, each to a temporary name and renamed. A crash at any step leaves no manifest, or the old one untouched, never a manifest
+that lists missing or foreign shards. ``dataset_info.json`` is TFDS's mark of a finished dataset,
+so it is removed with the manifest and written after it.
 
 Publication may run again (a runner retrying the step after a lost worker): a manifest already
-carrying this run's id means it finished, and it is returned as it is; a shard already moved
-into place (checked by size and CRC32C) is not moved again.
+carrying this run's id means it finished, and it is returned as it is (its TFDS files written
+again); a shard already moved into place (checked by size and CRC32C) is not moved again.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from beam_tfrecord import storage
 from beam_tfrecord._version import __version__
 from beam_tfrecord.core.manifest import (DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo,
                                          SplitInfo)
-from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
 from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
 from beam_tfrecord.errors import BeamTFRecordError, RejectedSamplesError
 
 _LOG = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ class PublishSettings:
     command: tuple[str, ...]
     metadata: Mapping[str, Any]
     splits: SplitConfig
+    file_format: FileFormat = FileFormat.TFRECORD
 
 
 def _read_old_manifest(path: str) -> Manifest | None:
@@ -88,8 +91,9 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     out = settings.output_dir
     manifest_path = storage.join(out, MANIFEST_FILENAME)
     old = _read_old_manifest(manifest_path)
-    if old is not None and old.run_id == settings.run_id:
-        return old  # this run published already; this is a re-execution
+    if old is not None and old.run_id == settings.run_id:  # this run published already; this is a re-execution
+        _write_tfds_files(out, old)  # a crash may have come between the manifest and dataset_info.json
+        return old
     rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
     num_inputs = sum(s.num_records for s in shard_infos) + len(rejected)
     dead_lines = "".join(json.dumps(d.to_json(), sort_keys=True) + "\n" for d in rejected)
@@ -110,13 +114,15 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
         raise BeamTFRecordError(f"shards written {sorted((s.split, s.index) for s in shard_infos)} differ from "
                                 f"the plan {sorted(planned)}")
 
-    storage.delete_if_exists([manifest_path])  # unpublish first: from here on nothing looks finished
+    # Unpublish first: from here on nothing looks finished, to this project's readers or to TFDS.
+    storage.delete_if_exists([manifest_path, storage.join(out, DATASET_INFO_FILENAME)])
     names = [s.filename for s in shard_infos]
     _move_shards(settings, shard_infos)
     if old is not None:
         stale = {s.filename for s in old.shards} - set(names)
         if old.dead_letters and not rejected:
             stale.add(old.dead_letters)
+        stale |= set(tfds_files(old))
         storage.delete_if_exists([storage.join(out, n) for n in sorted(stale)])
     if rejected:
         storage.write_bytes_atomic(storage.join(out, DEAD_LETTER_FILENAME), dead_lines.encode("utf-8"))
@@ -140,7 +146,16 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
                   "max_shard_bytes": settings.sharding.cap, "num_shards": settings.sharding.num_shards},
         metadata=settings.metadata,
         run_id=settings.run_id,
+        file_format=settings.file_format,
     )
     storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))
+    _write_tfds_files(out, manifest)
     storage.delete_tree(settings.temp_dir)
     return manifest
+
+
+def _write_tfds_files(out: str, manifest: Manifest) -> None:
+    """Writes TFDS's metadata (dataset_info.json last); the same manifest always gives the same bytes."""
+    files = tfds_files(manifest)
+    for name in sorted(files, key=lambda n: n == DATASET_INFO_FILENAME):
+        storage.write_bytes_atomic(storage.join(out, name), files[name])

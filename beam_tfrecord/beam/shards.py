@@ -17,11 +17,12 @@ import apache_beam as beam
 import numpy as np
 
 from beam_tfrecord import direct_io, storage
+from beam_tfrecord.array_records import ArrayRecordShardWriter
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
-from beam_tfrecord.core.framing import frame_parts, framed_size
+from beam_tfrecord.core.framing import FRAMING_BYTES, HEADER_BYTES, frame_parts, framed_size
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, ShardName
+from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
 from beam_tfrecord.beam.entries import EncodedBatch, read_run_index
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
 from beam_tfrecord.core.runs import (HASH_BYTES, RECORD, SpilledRun, entry_kind, entry_record,
@@ -30,6 +31,7 @@ from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.summary import BucketGrid
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
+from beam_tfrecord.progress import ProgressSink
 
 _WRITE_CHUNK_BYTES = 4 << 20
 _JOIN_MAX_RECORD_BYTES = 64 << 10
@@ -50,8 +52,9 @@ class ShardTarget:
     temp_path: str
 
     @classmethod
-    def of(cls, spec: ShardSpec, *, dataset_name: str, compression: Compression, shards_dir: str) -> "ShardTarget":
-        filename = str(ShardName(dataset_name, spec.split, spec.index, spec.count, compression))
+    def of(cls, spec: ShardSpec, *, dataset_name: str, compression: Compression, file_format: FileFormat,
+           shards_dir: str) -> "ShardTarget":
+        filename = str(ShardName(dataset_name, spec.split, spec.index, spec.count, compression, file_format))
         return cls(spec, filename, storage.join(shards_dir, filename))
 
 
@@ -68,16 +71,23 @@ class ShardFileWriter:
     """Writes shards from entries. RECORD entries are copied as they are; REFERENCE entries are
     rebuilt from their source files (see core/runs.py) and must come out exactly the size the
     plan expects. Build in ``DoFn.setup``.
+
+    TFRecord shards get the entries' framed bytes in big joined writes; ArrayRecord shards get
+    each record's payload (the plan still counts TFRecord-framed bytes, so both formats hold the
+    same records in the same shards).
     """
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
-                 *, direct_io: bool) -> None:
+                 *, direct_io: bool, file_format: FileFormat = FileFormat.TFRECORD) -> None:
         self._builder = RecordBuilder(schema, feature_transforms)
         self._compression = compression
         self._direct_io = direct_io
+        self._file_format = file_format
 
     def write(self, target: ShardTarget, entries: Iterable[bytes | memoryview]) -> tuple[ShardInfo, ShardStats]:
         """Writes ``entries`` (in shard order) to ``target.temp_path``, replacing any earlier attempt."""
+        if self._file_format is FileFormat.ARRAY_RECORD:
+            return self._write_array_record(target, entries)
         writer = storage.HashingWriter(direct_io.open_write(target.temp_path, direct=self._direct_io),
                                        self._compression)
         stats = ShardStats()
@@ -109,13 +119,38 @@ class ShardFileWriter:
                 pending, pending_bytes = [], 0
         writer.write(b"".join(pending))
         crc32c = writer.close()
+        return self._checked(target, stats, record_bytes, crc32c, writer.num_bytes)
+
+    def _write_array_record(self, target: ShardTarget,
+                            entries: Iterable[bytes | memoryview]) -> tuple[ShardInfo, ShardStats]:
+        writer = ArrayRecordShardWriter(target.temp_path)
+        stats = ShardStats()
+        record_bytes = 0
+        for entry in entries:
+            stats.records += 1
+            if entry_kind(entry) == RECORD:
+                framed = entry_record(entry)
+                record_bytes += len(framed)
+                writer.write(framed[HEADER_BYTES:len(framed) - (FRAMING_BYTES - HEADER_BYTES)])
+            else:
+                record = self._rebuild(entry)
+                stats.rebuilt += 1
+                record_bytes += framed_size(len(record))
+                writer.write(record)
+        crc32c, size = writer.close()
+        return self._checked(target, stats, record_bytes, crc32c, size)
+
+    @staticmethod
+    def _checked(target: ShardTarget, stats: ShardStats, record_bytes: int, crc32c: str,
+                 stored_bytes: int) -> tuple[ShardInfo, ShardStats]:
+        """The shard's ShardInfo, once what was written is checked against the plan."""
         spec = target.spec
         if stats.records != spec.num_records or record_bytes != spec.num_record_bytes:
             raise CorruptShardError(target.temp_path, f"wrote {stats.records} records / {record_bytes} bytes, the "
                                                       f"plan expected {spec.num_records} / {spec.num_record_bytes}")
-        stats.stored_bytes = writer.num_bytes
+        stats.stored_bytes = stored_bytes
         info = ShardInfo(filename=target.filename, split=spec.split, index=spec.index, num_records=stats.records,
-                         num_bytes=writer.num_bytes, num_record_bytes=record_bytes, crc32c=crc32c)
+                         num_bytes=stored_bytes, num_record_bytes=record_bytes, crc32c=crc32c)
         return info, stats
 
     def _rebuild(self, entry: bytes | memoryview) -> bytes:
@@ -135,9 +170,12 @@ class _WriteShardFn(beam.DoFn):
     """What both shard-writing DoFns share: the writer, built in ``setup``, naming and counters."""
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
-                 *, dataset_name: str, shards_dir: str, direct_io: bool) -> None:
+                 *, dataset_name: str, shards_dir: str, direct_io: bool,
+                 file_format: FileFormat = FileFormat.TFRECORD, progress_dir: str | None = None) -> None:
         self._schema = schema
+        self._progress_dir = progress_dir
         self._compression = compression
+        self._file_format = file_format
         self._transforms = dict(feature_transforms)
         self._dataset_name = dataset_name
         self._shards_dir = shards_dir
@@ -147,15 +185,20 @@ class _WriteShardFn(beam.DoFn):
         self._bytes = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shard_bytes_written")
 
     def setup(self) -> None:
-        self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io)
+        self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io,
+                                       file_format=self._file_format)
+        self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
 
     def _write(self, spec: ShardSpec, entries: Iterable[bytes | memoryview]) -> ShardInfo:
         target = ShardTarget.of(spec, dataset_name=self._dataset_name, compression=self._compression,
-                                shards_dir=self._shards_dir)
+                                file_format=self._file_format, shards_dir=self._shards_dir)
         info, stats = self._writer.write(target, entries)
         self._reread.inc(stats.rebuilt)  # metrics once per shard: each increment costs a lookup in Beam's tracker
         self._records.inc(stats.records)
         self._bytes.inc(stats.stored_bytes)
+        if self._progress is not None:
+            self._progress.add(shards=1, num_bytes=stats.stored_bytes, planned=(spec.split, spec.count))
+            self._progress.flush()
         return info
 
 

@@ -18,7 +18,7 @@ from beam_tfrecord.beam.records import FeatureTransform
 from beam_tfrecord.beam.shards import (WriteShardFromGroupFn, WriteShardFromRunsFn, entries_by_bucket, key_by_shard,
                                       key_joined_by_shard, shards_by_bucket, specs_by_number)
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
-from beam_tfrecord.core.naming import Compression, ShardName
+from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
 from beam_tfrecord.core.plan import MiB, DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
@@ -145,7 +145,9 @@ class WriteTFRecordDataset(beam.PTransform):
         dataset_name: the name in shard file names.
         splits: how samples are divided into splits (default: all in ``train``).
         sharding: target size, hard cap, or fixed count of shards.
-        compression: shard compression.
+        compression: shard compression (TFRecord only; ArrayRecord compresses inside the format).
+        file_format: TFRECORD, or ARRAY_RECORD for shards with random access by index (needs the
+            ``array-record`` package); the same records in the same shards either way.
         salt: hash salt; the same salt and keys give the same splits and order.
         max_rejected_fraction: fail (and do not publish) when more than this fraction of inputs
             is rejected; 0.0 fails on any bad sample.
@@ -161,18 +163,22 @@ class WriteTFRecordDataset(beam.PTransform):
             and where a filesystem refuses it, ordinary buffered I/O. The bytes are the same.
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
+        progress_dir: a local folder where the DoFns keep their counts for a live progress display
+            (``beam_tfrecord.progress``); only for runners whose workers share this machine.
         command: the command line to record in the manifest.
         metadata: extra facts to record in the manifest.
     """
 
     def __init__(self, output_dir: str, *, schema: Schema, dataset_name: str = "data",
                  splits: SplitConfig | None = None, sharding: ShardingConfig | None = None,
-                 compression: Compression = Compression.NONE, salt: str = DEFAULT_SALT,
+                 compression: Compression = Compression.NONE, file_format: FileFormat = FileFormat.TFRECORD,
+                 salt: str = DEFAULT_SALT,
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = 64 * MiB, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
                  fan_in: FanIn = FanIn.AUTO, temp_dir: str | None = None,
-                 command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None) -> None:
+                 command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
+                 progress_dir: str | None = None) -> None:
         super().__init__()
         if not 0.0 <= max_rejected_fraction <= 1.0:
             raise WriterOptionError(f"max_rejected_fraction must be in [0, 1], got {max_rejected_fraction}")
@@ -182,7 +188,8 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"reread_min_bytes must be >= 0, got {reread_min_bytes}")
         if not isinstance(fan_in, FanIn):
             raise WriterOptionError(f"fan_in must be a FanIn, got {fan_in!r}")
-        ShardName(dataset_name, "train", 0, 1)  # validates the dataset name early
+        # Validates the dataset name, and the format with the compression, early (ShardNameError).
+        ShardName(dataset_name, "train", 0, 1, compression, file_format)
         unknown = set(feature_transforms or {}) - set(schema.features) - set(schema.sequence_features)
         if unknown:
             raise WriterOptionError(f"feature_transforms name features not in the schema: {sorted(unknown)}")
@@ -192,17 +199,19 @@ class WriteTFRecordDataset(beam.PTransform):
         self._splits = splits or SplitConfig.single()
         self._sharding = sharding or ShardingConfig()
         self._compression = compression
+        self._file_format = file_format
         self._salt = salt
         self._feature_transforms = dict(feature_transforms or {})
         self._spill_run_bytes = spill_run_bytes
         self._reread_min_bytes = reread_min_bytes
         self._direct_io = direct_io
         self._fan_in = fan_in
+        self._progress_dir = progress_dir
         run_id = uuid.uuid4().hex[:12]
         self._temp_dir = temp_dir or storage.join(output_dir, f".tmp-beam-tfrecord-{run_id}")
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
-            schema=schema, compression=compression, salt=salt, sharding=self._sharding,
+            schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
             max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
             splits=self._splits)
 
@@ -213,11 +222,11 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def _encode_options(self) -> dict[str, Any]:
         return dict(salt=self._salt, max_record_bytes=self._sharding.cap, feature_transforms=self._feature_transforms,
-                    reread_min_bytes=self._reread_min_bytes)
+                    reread_min_bytes=self._reread_min_bytes, progress_dir=self._progress_dir)
 
     def _shard_options(self) -> dict[str, Any]:
         return dict(dataset_name=self._dataset_name, shards_dir=storage.join(self._temp_dir, "shards"),
-                    direct_io=self._direct_io)
+                    direct_io=self._direct_io, file_format=self._file_format, progress_dir=self._progress_dir)
 
     def _spill(self, samples: beam.PCollection) -> beam.PCollection:
         encoded = samples | "EncodeToRuns" >> beam.ParDo(EncodeToRunsFn(

@@ -23,12 +23,16 @@ from beam_tfrecord.errors import ImageDecodeError, SampleError
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
-_SIGNATURES: dict[ImageFormat, Callable[[bytes], bool]] = {
+_FORMAT_SIGNATURES: dict[ImageFormat, Callable[[bytes], bool]] = {
     ImageFormat.JPEG: lambda b: b[:3] == b"\xff\xd8\xff",
     ImageFormat.PNG: lambda b: b[:8] == b"\x89PNG\r\n\x1a\n",
     ImageFormat.GIF: lambda b: b[:6] in (b"GIF87a", b"GIF89a"),
     ImageFormat.BMP: lambda b: b[:2] == b"BM",
     ImageFormat.WEBP: lambda b: b[:4] == b"RIFF" and b[8:12] == b"WEBP",
+}
+_SIGNATURES: dict[ImageFormat, Callable[[bytes], bool]] = {
+    **_FORMAT_SIGNATURES,
+    ImageFormat.ANY: lambda b: any(check(b) for check in _FORMAT_SIGNATURES.values()),
 }
 _PIL_CHANNELS = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "CMYK": 4,
                  "I": 1, "F": 1, "I;16": 1}
@@ -190,15 +194,17 @@ def image_size(data: bytes) -> tuple[int, int, int]:
 
 
 def _image_filler(feature: Image) -> _Filler:
-    what = f"{feature.format.value} image bytes"
+    if feature.format is ImageFormat.ANY:
+        what, no_signature = "image bytes (jpeg, png, gif, bmp or webp)", "no image signature"
+    else:
+        what, no_signature = f"{feature.format.value} image bytes", f"not a {feature.format.value} signature"
 
     def fill(key: str, name: str, value: Any, dest: Any) -> None:
         data = _as_bytes(key, name, value, what)
         if not data:
             raise SampleError(key, name, what, "an empty (0-byte) value")
         if not _SIGNATURES[feature.format](data):
-            raise SampleError(key, name, what, f"{len(data)} bytes starting {data[:8]!r}, not a "
-                                               f"{feature.format.value} signature")
+            raise SampleError(key, name, what, f"{len(data)} bytes starting {data[:8]!r}, {no_signature}")
         if feature.shape is not None:
             try:
                 shape = image_size(data)

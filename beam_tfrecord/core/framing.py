@@ -16,6 +16,7 @@ import google_crc32c
 from beam_tfrecord.errors import CorruptShardError
 
 FRAMING_BYTES = 16  # 8 (length) + 4 (length CRC) + 4 (data CRC) per record
+HEADER_BYTES = 12  # the length and its CRC, before the data
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _MASK_DELTA = 0xA282EAD8

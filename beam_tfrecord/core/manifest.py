@@ -11,8 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from beam_tfrecord.core.manifest_checks import check_manifest_json
-from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.manifest_checks import check_manifest_json, parse_file_format
+from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, SchemaError, UnknownSplitError
 
@@ -89,6 +89,8 @@ class Manifest:
         sharding: the sharding options used (target, cap, count).
         metadata: free-form extra facts (e.g. input fingerprint for refreshes).
         run_id: the writing job's run id; publication executed again finds its own manifest by it.
+        file_format: how records are stored in the shards (TFRecord, or ArrayRecord for random
+            access). Absent from manifests written before ArrayRecord, which are TFRecord.
         version: manifest format version.
     """
 
@@ -106,6 +108,7 @@ class Manifest:
     sharding: Mapping[str, Any]
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     run_id: str | None = None
+    file_format: FileFormat = FileFormat.TFRECORD
     version: int = MANIFEST_VERSION
 
     def __post_init__(self) -> None:
@@ -128,6 +131,15 @@ class Manifest:
         return tuple(shard for split in self.splits for shard in split.shards)
 
     def to_json(self) -> dict[str, Any]:
+        data = self._json_fields()
+        if self.file_format is not FileFormat.TFRECORD:
+            # Only when not TFRecord: a TFRecord manifest stays readable by versions that predate
+            # the field, and an older reader refuses an ArrayRecord one (unknown field) instead of
+            # misreading its shards.
+            data["file_format"] = self.file_format.value
+        return data
+
+    def _json_fields(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "dataset_name": self.dataset_name,
@@ -174,7 +186,8 @@ class Manifest:
                 tool_version=data["tool_version"], command=tuple(data["command"]),
                 num_inputs=int(data["num_inputs"]), num_rejected=int(data["num_rejected"]),
                 dead_letters=data.get("dead_letters"), salt=data["salt"], sharding=dict(data["sharding"]),
-                metadata=dict(data.get("metadata", {})), run_id=data.get("run_id"), version=int(data["version"]),
+                metadata=dict(data.get("metadata", {})), run_id=data.get("run_id"),
+                file_format=parse_file_format(data), version=int(data["version"]),
             )
         except ManifestError:
             raise

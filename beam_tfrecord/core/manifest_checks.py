@@ -3,7 +3,7 @@
 A manifest names the files a reader opens. One copied from an untrusted bucket could name
 ``../other/secret`` or ``gs://elsewhere/object``; so a shard or dead-letter file must be a plain
 file name in the dataset directory, and a shard's name must be the one the naming template
-gives its dataset, split, index, count and compression. Counts and sizes must be non-negative
+gives its dataset, split, index, count, file format and compression. Counts and sizes must be non-negative
 integers that add up. A violation is a ``ManifestError`` naming the field (as a JSON path) and
 the value.
 """
@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from beam_tfrecord.core.naming import Compression, ShardName
+from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
 from beam_tfrecord.errors import ManifestError, ShardNameError
 
 MAX_NAME_CHARS = 255  # a file name on every common filesystem and a GCS object name's last part
@@ -26,7 +26,7 @@ _CRC32C = re.compile(r"[0-9a-f]{8}")
 _SHARD_FIELDS = {"filename", "split", "index", "num_records", "num_bytes", "num_record_bytes", "crc32c"}
 _TOP_FIELDS = {"version", "dataset_name", "created_at", "tool_version", "command", "compression", "num_inputs",
                "num_written", "num_rejected", "dead_letters", "salt", "sharding", "schema", "splits", "metadata",
-               "run_id"}
+               "run_id", "file_format"}
 
 
 def _fail(path: str, expected: str, value: Any) -> ManifestError:
@@ -50,6 +50,15 @@ def _text(data: Mapping[str, Any], key: str, path: str, *, optional: bool = Fals
     return value
 
 
+def parse_file_format(data: Mapping[str, Any]) -> FileFormat:
+    """The manifest's ``file_format``; manifests written before it existed hold TFRecord shards."""
+    value = data.get("file_format", FileFormat.TFRECORD.value)
+    try:
+        return FileFormat(value)
+    except ValueError:
+        raise _fail("file_format", f"one of {[f.value for f in FileFormat]}", value) from None
+
+
 def plain_file_name(value: Any, path: str) -> str:
     """``value`` if it names a file directly inside the dataset directory; ManifestError otherwise."""
     if (not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS or not _PLAIN_NAME.fullmatch(value)
@@ -60,7 +69,7 @@ def plain_file_name(value: Any, path: str) -> str:
 
 
 def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int, count: int,
-                 compression: Compression) -> tuple[int, int]:
+                 compression: Compression, file_format: FileFormat) -> tuple[int, int]:
     if not isinstance(shard, Mapping):
         raise _fail(path, "a shard object", type(shard).__name__)
     unknown = set(shard) - _SHARD_FIELDS
@@ -70,10 +79,11 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
     try:
         name = ShardName.parse(filename)
     except ShardNameError as err:
-        raise _fail(f"{path}.filename", "a shard name DATASET-SPLIT.tfrecord-SSSSS-of-NNNNN[.gz|.zz]", filename) from err
-    expected = ShardName(dataset, split, index, count, compression)
+        raise _fail(f"{path}.filename", "a shard name DATASET-SPLIT.FORMAT-SSSSS-of-NNNNN[.gz|.zz]", filename) from err
+    expected = ShardName(dataset, split, index, count, compression, file_format)
     if name != expected:
-        raise _fail(f"{path}.filename", f"{str(expected)!r} (its dataset, split, index, count and compression)",
+        raise _fail(f"{path}.filename", f"{str(expected)!r} (its dataset, split, index, count, format and "
+                                        "compression)",
                     filename)
     if shard["split"] != split:
         raise _fail(f"{path}.split", repr(split), shard["split"])
@@ -85,7 +95,7 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
     if framed < TFRECORD_FRAMING_BYTES * records:
         raise _fail(f"{path}.num_record_bytes", f">= {TFRECORD_FRAMING_BYTES} x num_records "
                                                 f"({TFRECORD_FRAMING_BYTES * records})", framed)
-    if compression is Compression.NONE and stored != framed:
+    if file_format is FileFormat.TFRECORD and compression is Compression.NONE and stored != framed:
         raise _fail(f"{path}.num_bytes", f"num_record_bytes ({framed}) for an uncompressed shard", stored)
     if not isinstance(shard["crc32c"], str) or not _CRC32C.fullmatch(shard["crc32c"]):
         raise _fail(f"{path}.crc32c", "8 lowercase hex digits", shard["crc32c"])
@@ -118,6 +128,10 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
         compression = None
     if compression is None:
         raise _fail("compression", "one of 'NONE', 'GZIP', 'ZLIB'", data.get("compression"))
+    file_format = parse_file_format(data)
+    if file_format is FileFormat.ARRAY_RECORD and compression is not Compression.NONE:
+        raise _fail("compression", "'NONE' for array_record shards (they compress inside the format)",
+                    data["compression"])
     inputs, rejected = _count(data, "num_inputs", ""), _count(data, "num_rejected", "")
     if data.get("dead_letters") is not None:
         plain_file_name(data["dead_letters"], "dead_letters")
@@ -150,7 +164,7 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
         records = stored = 0
         for j, shard in enumerate(shards):
             r, b = _check_shard(shard, f"{path}.shards[{j}]", dataset=dataset, split=name,  # type: ignore[arg-type]
-                                index=j, count=len(shards), compression=compression)
+                                index=j, count=len(shards), compression=compression, file_format=file_format)
             records, stored = records + r, stored + b
         for key, total in (("num_records", records), ("num_bytes", stored)):
             if key in split and split[key] != total:

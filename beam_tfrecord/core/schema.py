@@ -48,13 +48,18 @@ class TensorDType(enum.Enum):
 
 
 class ImageFormat(enum.Enum):
-    """Encoded image formats the writer recognises by their signature bytes."""
+    """Encoded image formats the writer recognises by their signature bytes.
+
+    ANY accepts every one of them (a folder mixing JPEG and PNG): each record's encoding is the
+    one its signature bytes name, and readers decode it with ``tf.io.decode_image`` or Pillow.
+    """
 
     JPEG = "jpeg"
     PNG = "png"
     GIF = "gif"
     BMP = "bmp"
     WEBP = "webp"
+    ANY = "any"
 
 
 def _check_default(name: str, dtype: DType, default: Any, length: int | None) -> None:

@@ -1,23 +1,31 @@
 """Reading a dataset as dicts of NumPy arrays, without TensorFlow's runtime.
 
-Shards are read through Beam's ``FileSystems`` (local or ``gs://``), every record's CRCs are
+Shards are read through ``storage`` (local or ``gs://``, no Beam), every record's CRCs are
 checked, and each shard read to its end is checked against the manifest's record count. Work is
 split between workers exactly as the tf.data reader splits it (same records, same counts).
+
+ArrayRecord datasets are read the same way in order; shuffled, they get a true global shuffle
+(see ``random_access``) instead of shard order plus a buffer.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
 
 from beam_tfrecord import storage
+from beam_tfrecord.array_records import ArrayRecordShardReader
 from beam_tfrecord.core.framing import FRAMING_BYTES, iter_records
-from beam_tfrecord.errors import CorruptShardError, MissingShardError
+from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
+from beam_tfrecord.reader.random_access import BLOCK_RECORDS, RandomAccessRecords, global_order
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.slicing import ReadSegment
+from beam_tfrecord.reader.slicing import ReadSegment, sub_range
 
 
 def iter_segment(plan: ReadPlan, segment: ReadSegment, *, verify: bool = True) -> Iterator[tuple[bytes, int]]:
@@ -34,6 +42,16 @@ def iter_segment(plan: ReadPlan, segment: ReadSegment, *, verify: bool = True) -
             (more is only noticed when the segment reaches the shard's end).
     """
     path = plan.path(segment)
+    if plan.manifest.file_format is FileFormat.ARRAY_RECORD:  # offsets are record indices here
+        shard = segment.shard
+        reader = ArrayRecordShardReader(path, crc32c=shard.crc32c, num_records=shard.num_records)
+        try:
+            for begin in range(segment.skip, segment.skip + segment.take, BLOCK_RECORDS):
+                stop = min(begin + BLOCK_RECORDS, segment.skip + segment.take)
+                yield from zip(reader.read_range(begin, stop), range(begin, stop))
+        finally:
+            reader.close()
+        return
     if not storage.exists(path):
         raise MissingShardError(path)
     stop = segment.skip + segment.take
@@ -105,13 +123,36 @@ def iter_examples(plan: ReadPlan, *, segments: Sequence[ReadSegment] | None = No
     yield from shuffled(records(), shuffle_buffer, rng) if shuffle else records()
 
 
+def iter_global_shuffle(plan: ReadPlan, *, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
+                        start: int = 0, image_decoding: ImageDecoding | None = None) -> Iterator[Example]:
+    """Yields rank ``rank``'s examples of an ArrayRecord read plan in the epoch's global order.
+
+    Args:
+        plan: the read plan of every rank's records (``plan_read`` with one worker).
+        seed, epoch: decide the permutation, the same on every rank.
+        rank, world_size: this rank's equal share of the permutation.
+        start: examples of this rank's epoch already consumed (to resume).
+        image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
+    """
+    decoder = RecordDecoder(plan.manifest.schema, image_decoding=image_decoding)
+    records = RandomAccessRecords(plan)
+    positions = global_order(len(records), seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start)
+    try:
+        for record, path, index in records.iter_positions(positions):
+            yield decoder.decode(record, shard=path, offset=index)
+    finally:
+        records.close()
+
+
 def read_numpy(path: str, *, split: str = "train", num_workers: int = 1, worker_index: int = 0,
                shuffle: bool = False, seed: int = 0, epoch: int = 0, shuffle_buffer: int = 10_000,
-               image_decoding: ImageDecoding | None = None, verify: bool = True) -> Iterator[Example]:
+               image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0) -> Iterator[Example]:
     """Reads a split expression as one dict of NumPy values per example, without TensorFlow.
 
     Every worker gets the same number of examples (the manifest's per-shard counts decide the
-    record-level split, as for ``read_dataset``).
+    record-level split, as for ``read_dataset``). On an ArrayRecord dataset, ``shuffle`` is a true
+    global shuffle: each epoch, a seeded permutation of every record of the split expression,
+    dealt out to the workers in equal shares (``shuffle_buffer`` is not used).
 
     Args:
         path: dataset directory (the one holding manifest.json), local or ``gs://``.
@@ -123,11 +164,24 @@ def read_numpy(path: str, *, split: str = "train", num_workers: int = 1, worker_
         epoch: epoch number, so that each epoch has its own order.
         shuffle_buffer: records held in the shuffle buffer.
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
-        verify: check every record's CRCs.
+        verify: check every record's CRCs (ArrayRecord checks its own chunk hashes always).
+        start: examples of this worker's epoch already consumed: resume after them (same seed,
+            epoch and worker: the rest of the same order).
 
     Raises:
         MissingShardError, CorruptShardError: on missing or damaged shards, naming the shard and offset.
     """
-    plan = plan_read(path, split=split, num_workers=num_workers, worker_index=worker_index)
-    return iter_examples(plan, shuffle=shuffle, seed=mix_seed(seed, epoch, worker_index), shuffle_buffer=shuffle_buffer,
+    manifest = load_manifest(path)
+    if shuffle and manifest.file_format is FileFormat.ARRAY_RECORD:
+        return iter_global_shuffle(plan_read(path, split=split, manifest=manifest), seed=seed, epoch=epoch,
+                                   rank=worker_index, world_size=num_workers, start=start,
+                                   image_decoding=image_decoding)
+    plan = plan_read(path, split=split, num_workers=num_workers, worker_index=worker_index, manifest=manifest)
+    if not 0 <= start <= plan.num_records:
+        raise ReaderError(f"start must be in [0, {plan.num_records}] (this worker's examples), got {start}")
+    if shuffle:  # the buffered order is fixed by the seed: a resume reads (and drops) what was consumed
+        examples = iter_examples(plan, shuffle=True, seed=mix_seed(seed, epoch, worker_index),
+                                 shuffle_buffer=shuffle_buffer, image_decoding=image_decoding, verify=verify)
+        return itertools.islice(examples, start, None)
+    return iter_examples(plan, segments=sub_range(plan.segments, start, plan.num_records),
                          image_decoding=image_decoding, verify=verify)

@@ -5,6 +5,10 @@ ranks (every rank gets exactly the same number of examples, so no rank waits for
 end of an epoch), then between the DataLoader workers of a rank (near-equal runs, which together
 are exactly that rank's examples). Examples are dicts of NumPy values (see ``numpy_decode``);
 ``collate`` turns a list of them into a batch of tensors.
+
+On an ArrayRecord dataset, ``shuffle`` is a true global shuffle (``random_access``): each epoch
+every rank takes its equal share of one seeded permutation of all the records, and the
+DataLoader workers of a rank split that share into near-equal runs.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ import torch
 import torch.distributed
 import torch.utils.data
 
+from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.numpy_decode import Example
+from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
 from beam_tfrecord.reader.numpy_reader import iter_examples, mix_seed
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
-from beam_tfrecord.reader.read_plan import plan_read
+from beam_tfrecord.reader.random_access import RandomAccessRecords, global_order
+from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.slicing import split_evenly, sub_range
 
 
@@ -46,20 +53,32 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         split: split expression: ``"train"``, ``"train[:10%]"``, ``"train+validation"``.
         rank: this process's rank; default from ``torch.distributed`` if initialized, else 0.
         world_size: number of ranks; default from ``torch.distributed`` if initialized, else 1.
-        shuffle: shuffle shard order and records, reproducibly from ``seed`` and the epoch.
+        shuffle: shuffle shard order and records, reproducibly from ``seed`` and the epoch (a true
+            global shuffle on an ArrayRecord dataset).
         seed: shuffle seed, the same on every rank.
         shuffle_buffer: records held in each worker's shuffle buffer.
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
         verify: check every record's CRCs.
+        start: with a global shuffle, examples of this rank's epoch already consumed (to resume
+            after them; exact when the DataLoader has at most one worker, whose order is the
+            rank's order).
     """
 
     def __init__(self, path: str, *, split: str = "train", rank: int | None = None, world_size: int | None = None,
                  shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 10_000,
-                 image_decoding: ImageDecoding | None = None, verify: bool = True) -> None:
+                 image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0) -> None:
         super().__init__()
         check_positive("shuffle_buffer", shuffle_buffer)
         self.rank, self.world_size = _rank_and_world(rank, world_size)
-        self.plan = plan_read(path, split=split, num_workers=self.world_size, worker_index=self.rank)
+        manifest = load_manifest(path)
+        self.global_shuffle = shuffle and manifest.file_format is FileFormat.ARRAY_RECORD
+        if start and not self.global_shuffle:
+            raise ReaderError("start (resume) is for the global shuffle of an array_record dataset")
+        self.start = start
+        # The global shuffle deals out every rank's records itself; otherwise each rank plans its own.
+        self.all_ranks_plan = plan_read(path, split=split, manifest=manifest) if self.global_shuffle else None
+        self.plan = plan_read(path, split=split, num_workers=self.world_size, worker_index=self.rank,
+                              manifest=manifest)
         self.shuffle = shuffle
         self.seed = seed
         self.shuffle_buffer = shuffle_buffer
@@ -72,16 +91,31 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return self.plan.num_records
+        return self.plan.num_records - self.start
 
     def __iter__(self) -> Iterator[Example]:
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if self.all_ranks_plan is not None:
+            return self._iter_global(self.all_ranks_plan, worker, num_workers)
         start, stop = split_evenly(self.plan.num_records, num_workers, worker)
         return iter_examples(self.plan, segments=sub_range(self.plan.segments, start, stop), shuffle=self.shuffle,
                              seed=mix_seed(self.seed, self.epoch, self.rank, worker),
                              shuffle_buffer=self.shuffle_buffer, image_decoding=self.image_decoding,
                              verify=self.verify)
+
+
+    def _iter_global(self, plan: ReadPlan, worker: int, num_workers: int) -> Iterator[Example]:
+        records = RandomAccessRecords(plan)
+        positions = global_order(len(records), seed=self.seed, epoch=self.epoch, rank=self.rank,
+                                 world_size=self.world_size, start=self.start)
+        lo, hi = split_evenly(len(positions), num_workers, worker)
+        decoder = RecordDecoder(self.plan.manifest.schema, image_decoding=self.image_decoding)
+        try:
+            for record, path, index in records.iter_positions(positions[lo:hi]):
+                yield decoder.decode(record, shard=path, offset=index)
+        finally:
+            records.close()
 
 
 def collate(examples: Sequence[Example]) -> dict[str, Any]:

@@ -5,13 +5,21 @@ they can go into the schema and manifest), and files are listed again by the pip
 Image bytes are passed through unchanged by default: each sample carries a FileRef that the encoder
 reads. To decode, resize and re-encode instead, give the writer ``feature_transforms={"image":
 ResizeImage(...)}`` and build the schema with ``image_folder_schema(..., resize=...)``.
+
+Every file under the root is accounted for. A file in a class folder with an image extension is a
+sample, even a dangling symbolic link or an unreadable file: reading it fails and it becomes a
+dead letter with the reason. Anything else is skipped and reported (``FolderListing.skipped``,
+recorded in the manifest's metadata and printed in the summary): files whose extension is not an
+image's, hidden files, files directly in the root and files nested deeper than ``<label>/<file>``.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import posixpath
 from collections.abc import Iterator
+from typing import Any
 
 import apache_beam as beam
 
@@ -30,15 +38,57 @@ def _root(root: str) -> str:
     return root.rstrip("/") + "/"
 
 
-def list_image_files(root: str) -> list[tuple[str, str]]:
-    """(relative path 'label/file', absolute path) of every file two levels below root."""
+@dataclasses.dataclass(frozen=True)
+class FolderListing:
+    """What a listing of an image folder found.
+
+    Attributes:
+        images: (relative path 'label/file', full path) of every sample, sorted.
+        skipped: (relative path, reason) of every other file, sorted.
+    """
+
+    images: tuple[tuple[str, str], ...]
+    skipped: tuple[tuple[str, str], ...]
+
+    def skipped_report(self) -> dict[str, Any]:
+        """Counts of skipped files by reason and by extension, for the manifest and the summary."""
+        reasons = collections.Counter(reason for _, reason in self.skipped)
+        extensions = collections.Counter(posixpath.splitext(path)[1].lower() or "(none)" for path, _ in self.skipped)
+        return {"count": len(self.skipped), "by_reason": dict(sorted(reasons.items())),
+                "by_extension": dict(sorted(extensions.items())),
+                "examples": [path for path, _ in self.skipped[:5]]}
+
+
+def _skip_reason(relative: str) -> str | None:
+    parts = relative.split("/")
+    if any(part.startswith(".") for part in parts):
+        return "hidden file"
+    if len(parts) == 1:
+        return "not in a class folder (ROOT/<label>/<file>)"
+    if len(parts) > 2:
+        return "nested deeper than ROOT/<label>/<file>"
+    if posixpath.splitext(parts[1])[1].lower() not in IMAGE_EXTENSIONS:
+        return f"extension is not one of {sorted(IMAGE_EXTENSIONS)}"
+    return None
+
+
+def list_folder(root: str) -> FolderListing:
+    """Every file under ``root`` (dangling links included), sorted into samples and skipped files."""
     base = _root(root)
-    files = []
-    for path, _ in storage.list_files(base + "*/*"):
+    images, skipped = [], []
+    for path, _ in storage.list_files(base + "**", include_broken=True):
         relative = path[len(base):] if path.startswith(base) else posixpath.relpath(path, base)
-        if relative.count("/") == 1 and not relative.split("/")[1].startswith("."):
-            files.append((relative, path))
-    return files
+        reason = _skip_reason(relative)
+        if reason is None:
+            images.append((relative, path))
+        else:
+            skipped.append((relative, reason))
+    return FolderListing(tuple(images), tuple(skipped))
+
+
+def list_image_files(root: str) -> list[tuple[str, str]]:
+    """(relative path 'label/file', full path) of every sample of the folder."""
+    return list(list_folder(root).images)
 
 
 def class_names(root: str) -> tuple[str, ...]:
@@ -74,11 +124,11 @@ def _samples(root: str) -> Iterator[Sample]:
 
 
 class ReadImageFolder(beam.PTransform):
-    """Lists ``root/<label>/<file>`` at run time and emits one Sample per file.
+    """Lists ``root/<label>/<file>`` at run time and emits one Sample per image file.
 
     The key is the path relative to root ('cats/001.jpg'): stable across machines and buckets.
-    Files whose extension is not an image are still emitted, so that the encoder rejects them
-    with a reason instead of dropping them silently.
+    Files that are not samples are skipped (see the module docstring); ``list_folder(root)``
+    reports them.
     """
 
     def __init__(self, root: str) -> None:
@@ -95,10 +145,8 @@ class ReadImageFolder(beam.PTransform):
 
 
 def guess_format(root: str, default: ImageFormat = ImageFormat.JPEG) -> ImageFormat:
-    """The most common image extension under root (the schema needs one format)."""
-    counts: dict[ImageFormat, int] = {}
-    for relative, _ in list_image_files(root):
-        fmt = IMAGE_EXTENSIONS.get(posixpath.splitext(relative)[1].lower())
-        if fmt is not None:
-            counts[fmt] = counts.get(fmt, 0) + 1
-    return max(counts, key=lambda f: (counts[f], f.value)) if counts else default
+    """The image format of the folder's files, from their extensions: ANY when they mix formats."""
+    formats = {IMAGE_EXTENSIONS[posixpath.splitext(relative)[1].lower()] for relative, _ in list_image_files(root)}
+    if len(formats) > 1:
+        return ImageFormat.ANY
+    return formats.pop() if formats else default

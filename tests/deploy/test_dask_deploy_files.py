@@ -85,7 +85,8 @@ def test_the_slurm_launcher_adds_the_runner_and_the_scheduler_address():
         launcher.job_argv("tcp://x:1", ["build", "--runner=DirectRunner"])
 
 
-def test_the_image_installs_the_dask_extra():
+def test_the_image_installs_the_writer_and_dask_extras():
     dockerfile = (DASK / "Dockerfile").read_text()
-    assert re.search(r'pip install [^\n]*"\.\[dask\]"', dockerfile)
+    extras = re.search(r'pip install [^\n]*"\.\[([a-z_,]+)\]"', dockerfile).group(1).split(",")
+    assert {"beam", "dask", "array_record"} <= set(extras)
     assert "FROM python:3.11" in dockerfile

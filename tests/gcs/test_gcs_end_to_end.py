@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord import storage
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir, shard_paths
 from beam_tfrecord.reader.numpy_reader import read_numpy
@@ -44,7 +45,8 @@ def test_build_gs_to_gs_verify_and_read(runner: list[str], gs_images: str, gcs_b
     assert (report.num_records, report.num_shards) == (30, len(manifest.shards))
     assert len(manifest.shards) > 2
     listed = {p for p, _ in storage.list_files(f"{output}/**")}
-    assert listed == {f"{output}/manifest.json"} | {f"{output}/{s.filename}" for s in manifest.shards}  # no temp left
+    published = ["manifest.json", *tfds_files(manifest), *(s.filename for s in manifest.shards)]
+    assert listed == {f"{output}/{name}" for name in published}  # no temporary file left
     read = [ex for split in ("train", "validation") for ex in read_numpy(output, split=split)]
     assert sorted(bytes(ex["image"]) for ex in read) == sorted(_local_images(tiny_images).values())
     text = storage.read_bytes(f"{output}/manifest.json").decode()

@@ -43,9 +43,12 @@ def test_refresh_builds_skips_rebuilds_and_retains(images: str, tmp_path: Path,
     assert manifest.command[0] == "refresh_image_dataset" and "--force=True" in manifest.command
 
 
-def test_refresh_rejects_output_option(images: str, tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="--output is not an option of the refresh job: the job writes"):
+def test_refresh_rejects_output_option(images: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
         _refresh(images, str(tmp_path / "root"), "--output", str(tmp_path / "elsewhere"))
+    assert exit_info.value.code == 2
+    assert ("python -m pipelines.refresh_image_dataset: --output is not an option of this job: the job writes "
+            "ROOT/versions/<id> under --dataset_root itself") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag, expected", [("--force", True), ("--force=true", True), ("--force=false", False),

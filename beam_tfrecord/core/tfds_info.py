@@ -1,0 +1,142 @@
+"""TensorFlow Datasets metadata for a dataset: ``dataset_info.json``, ``features.json``, label files.
+
+Written beside the manifest on every publish, so that the real ``tensorflow-datasets`` package
+loads a dataset built here with ``tfds.builder_from_directory(DIR)``. The manifest stays the
+contract; these files are a view of it in TFDS's format (the JSON form of its ``DatasetInfo``
+and ``Feature`` protos, field names in camelCase, 64-bit integers as strings).
+
+Shard names already follow TFDS's default template
+``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}``, and every feature is stored the way TFDS's
+matching feature reads it:
+
+=============================  ===========================================================
+this schema                    TFDS feature
+=============================  ===========================================================
+``Image``                      ``Image`` (uint8; any size and channels, decoded by sniffing
+                               the bytes, unless the schema fixes a shape: then that shape
+                               and ``encodingFormat`` JPEG or PNG)
+``ClassLabel``                 ``ClassLabel`` (names in ``<feature>.labels.txt``)
+``Scalar``                     ``Tensor`` of shape ``()``
+``FixedList``                  ``Tensor`` of shape ``(length,)``
+``VarList``                    ``Tensor`` of shape ``(None,)``
+``Tensor``                     ``Tensor`` with ``encoding: bytes`` (raw little-endian bytes)
+=============================  ===========================================================
+
+Not expressible, so no TFDS files are written (``unsupported_reason`` says why): sequence
+features (records are ``tf.train.SequenceExample``; TFDS parses ``tf.train.Example`` only and its
+own ``Sequence`` feature stores steps flattened inside an Example), and compressed TFRecord
+shards (TFDS's reader opens shards uncompressed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.schema import (ClassLabel, DType, Feature, FixedList, Image, ImageFormat, Scalar, Schema,
+                                       Tensor, VarList)
+
+DATASET_INFO_FILENAME = "dataset_info.json"
+FEATURES_FILENAME = "features.json"
+LABELS_SUFFIX = ".labels.txt"
+TFDS_VERSION = "1.0.0"  # TFDS needs a version; a dataset directory here holds exactly one
+FILEPATH_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+_MODULE = "tensorflow_datasets.core.features"
+_TFDS_DTYPE = {DType.INT64: "int64", DType.FLOAT32: "float32", DType.BYTES: "string", DType.STRING: "string"}
+_TFDS_IMAGE_FORMATS = {ImageFormat.JPEG: "jpeg", ImageFormat.PNG: "png"}  # others: TFDS sniffs the bytes
+
+
+def unsupported_reason(manifest: Manifest) -> str | None:
+    """Why TFDS cannot read this dataset, or None when it can."""
+    if manifest.schema.sequence_features:
+        return ("records are tf.train.SequenceExample: TFDS parses tf.train.Example only (its Sequence feature "
+                "stores the steps flattened inside an Example)")
+    if manifest.compression is not Compression.NONE:
+        return f"TFDS reads uncompressed TFRecord shards only; these are {manifest.compression.name}"
+    bad = [name for name, feature in manifest.schema.features.items()
+           if isinstance(feature, ClassLabel) and ("/" in name or name in (".", ".."))]
+    if bad:
+        return f"class label features {bad} cannot name a TFDS label file ('<feature>.labels.txt')"
+    return None
+
+
+def _dims(shape: tuple[int | None, ...]) -> dict[str, Any]:
+    return {"dimensions": [str(-1 if d is None else d) for d in shape]} if shape else {}
+
+
+def _tensor(shape: tuple[int | None, ...], dtype: str, encoding: str = "none") -> dict[str, Any]:
+    return {"pythonClassName": f"{_MODULE}.tensor_feature.Tensor",
+            "tensor": {"shape": _dims(shape), "dtype": dtype, "encoding": encoding}}
+
+
+def feature_json(feature: Feature) -> dict[str, Any]:
+    """One feature as TFDS's ``Feature`` proto in JSON."""
+    if isinstance(feature, Image):
+        image: dict[str, Any] = {"shape": _dims(feature.shape or (None, None, None)), "dtype": "uint8"}
+        # TFDS ties a named encoding to known channels; with any channels it sniffs the bytes instead.
+        if feature.format in _TFDS_IMAGE_FORMATS and feature.shape is not None:
+            image["encodingFormat"] = _TFDS_IMAGE_FORMATS[feature.format]
+        return {"pythonClassName": f"{_MODULE}.image_feature.Image", "image": image}
+    if isinstance(feature, ClassLabel):
+        return {"pythonClassName": f"{_MODULE}.class_label_feature.ClassLabel",
+                "classLabel": {"numClasses": str(feature.num_classes)}}
+    if isinstance(feature, Tensor):
+        return _tensor(feature.shape, feature.dtype.value, "bytes")
+    if isinstance(feature, Scalar):
+        return _tensor((), _TFDS_DTYPE[feature.dtype])
+    if isinstance(feature, FixedList):
+        return _tensor((feature.length,), _TFDS_DTYPE[feature.dtype])
+    if isinstance(feature, VarList):
+        return _tensor((None,), _TFDS_DTYPE[feature.dtype])
+    raise TypeError(f"no TFDS feature for {feature!r}")
+
+
+def features_json(schema: Schema) -> dict[str, Any]:
+    """The schema's features as TFDS's ``FeaturesDict`` in JSON (the content of features.json)."""
+    return {"pythonClassName": f"{_MODULE}.features_dict.FeaturesDict",
+            "featuresDict": {"features": {name: feature_json(f) for name, f in schema.features.items()}}}
+
+
+def _supervised_keys(features: Mapping[str, Feature]) -> dict[str, Any] | None:
+    """(image, label) for ``as_supervised=True`` when there is exactly one of each."""
+    images = [n for n, f in features.items() if isinstance(f, Image)]
+    labels = [n for n, f in features.items() if isinstance(f, ClassLabel)]
+    if len(images) != 1 or len(labels) != 1:
+        return None
+    return {"tuple": {"items": [{"featureKey": images[0]}, {"featureKey": labels[0]}]}}
+
+
+def dataset_info_json(manifest: Manifest) -> dict[str, Any]:
+    """TFDS's ``DatasetInfo`` in JSON (the content of dataset_info.json)."""
+    info: dict[str, Any] = {
+        "name": manifest.dataset_name,
+        "version": TFDS_VERSION,
+        "description": (f"Written by beam-tfrecord {manifest.tool_version} at {manifest.created_at}. "
+                        "manifest.json in this directory describes it in full."),
+        "fileFormat": manifest.file_format.value,
+        "splits": [{"name": split.name, "numBytes": str(split.num_bytes),
+                    "shardLengths": [str(s.num_records) for s in split.shards],
+                    "filepathTemplate": FILEPATH_TEMPLATE}
+                   for split in manifest.splits],
+    }
+    supervised = _supervised_keys(manifest.schema.features)
+    if supervised is not None:
+        info["supervisedKeys"] = supervised
+    return info
+
+
+def tfds_files(manifest: Manifest) -> dict[str, bytes]:
+    """File name -> contents of TFDS's metadata for ``manifest``; empty when TFDS cannot read it."""
+    if unsupported_reason(manifest) is not None:
+        return {}
+    files = {
+        DATASET_INFO_FILENAME: json.dumps(dataset_info_json(manifest), indent=2, sort_keys=True) + "\n",
+        FEATURES_FILENAME: json.dumps(features_json(manifest.schema), indent=2, sort_keys=True) + "\n",
+    }
+    for name, feature in manifest.schema.features.items():
+        if isinstance(feature, ClassLabel):
+            files[name + LABELS_SUFFIX] = "".join(f"{label}\n" for label in feature.names)
+    return {name: text.encode("utf-8") for name, text in files.items()}

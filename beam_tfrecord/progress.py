@@ -1,0 +1,202 @@
+"""Live progress of a local build: samples encoded and rejected, shards written of planned, MB/s, ETA.
+
+A Beam pipeline on the DirectRunner runs to its end inside one call and offers no metrics until
+then, and in multi-processing mode the counting happens in other processes. So the writer's
+DoFns each keep a small JSON file of their own counts in a progress folder (rewritten at most
+every ``FLUSH_SECONDS``, and at the end of every bundle, by an atomic rename), and the launching
+process sums the files while the pipeline runs:
+
+- on a terminal, a live line on stderr (tqdm), cleared before the final summary is printed;
+- otherwise, a plain line on stderr every ``interval_seconds`` (logs of scheduled jobs).
+
+Remote runners (Dataflow, Flink, Dask) report the writer's Beam counters in their own UIs; no
+progress folder is given to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+FLUSH_SECONDS = 0.5
+_SUFFIX = ".progress.json"
+
+
+@dataclasses.dataclass
+class ProgressCounts:
+    """What the writer has done so far (summed over every DoFn instance)."""
+
+    samples_encoded: int = 0
+    samples_rejected: int = 0
+    shards_written: int = 0
+    bytes_written: int = 0
+    shards_planned: dict[str, int] = dataclasses.field(default_factory=dict)  # split -> shard count
+
+    def add(self, other: ProgressCounts) -> None:
+        self.samples_encoded += other.samples_encoded
+        self.samples_rejected += other.samples_rejected
+        self.shards_written += other.shards_written
+        self.bytes_written += other.bytes_written
+        self.shards_planned.update(other.shards_planned)
+
+    @property
+    def samples_seen(self) -> int:
+        return self.samples_encoded + self.samples_rejected
+
+    @property
+    def num_shards_planned(self) -> int:
+        return sum(self.shards_planned.values())
+
+
+class ProgressSink:
+    """One DoFn instance's counts, kept in its own file of ``directory`` (create in ``setup``)."""
+
+    def __init__(self, directory: str) -> None:
+        self._path = os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex[:8]}{_SUFFIX}")
+        self.counts = ProgressCounts()
+        self._flushed_at = 0.0
+
+    def add(self, *, encoded: int = 0, rejected: int = 0, shards: int = 0, num_bytes: int = 0,
+            planned: tuple[str, int] | None = None) -> None:
+        self.counts.samples_encoded += encoded
+        self.counts.samples_rejected += rejected
+        self.counts.shards_written += shards
+        self.counts.bytes_written += num_bytes
+        if planned is not None:
+            self.counts.shards_planned[planned[0]] = planned[1]
+        if time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Writes the counts (temporary name, then rename: a reader never sees half a file)."""
+        self._flushed_at = time.monotonic()
+        try:
+            temp = f"{self._path}.tmp"
+            with open(temp, "w", encoding="utf-8") as handle:
+                json.dump(dataclasses.asdict(self.counts), handle)
+            os.replace(temp, self._path)
+        except OSError:
+            pass  # progress is best effort: a vanished folder (the job is ending) must not fail a bundle
+
+
+def read_progress(directory: str) -> ProgressCounts:
+    """The sum of every sink's counts in ``directory`` (files being replaced are skipped)."""
+    total = ProgressCounts()
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(_SUFFIX)]
+    except OSError:
+        return total
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                total.add(ProgressCounts(**json.load(handle)))
+        except (OSError, ValueError, TypeError):
+            continue
+    return total
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def describe_progress(counts: ProgressCounts, *, elapsed_seconds: float, expected_inputs: int | None) -> str:
+    """One line: samples, rejections, shards, MB/s and, when the input count is known, an ETA."""
+    seen = f"{counts.samples_seen:,}" + (f"/{expected_inputs:,}" if expected_inputs else "")
+    shards = f"{counts.shards_written}/{counts.num_shards_planned or '?'}"
+    rate = counts.bytes_written / 1e6 / elapsed_seconds if elapsed_seconds > 0 else 0.0
+    line = (f"{seen} samples ({counts.samples_rejected:,} rejected) | shards {shards} | {rate:.1f} MB/s | "
+            f"{_duration(elapsed_seconds)}")
+    eta = _eta(counts, elapsed_seconds=elapsed_seconds, expected_inputs=expected_inputs)
+    return line + (f" | ETA {_duration(eta)}" if eta is not None else "")
+
+
+def _eta(counts: ProgressCounts, *, elapsed_seconds: float, expected_inputs: int | None) -> float | None:
+    """Seconds left: from the encoding rate while encoding, then from the shard-writing rate.
+
+    None until there is a rate worth extrapolating (1% of the inputs, or a shard, written).
+    """
+    if counts.num_shards_planned and counts.shards_written:
+        per_shard = elapsed_seconds / counts.shards_written
+        return per_shard * (counts.num_shards_planned - counts.shards_written)
+    if expected_inputs and counts.samples_seen * 100 >= expected_inputs:
+        return elapsed_seconds * (expected_inputs - counts.samples_seen) / counts.samples_seen
+    return None
+
+
+class ProgressDisplay:
+    """Shows a progress folder's sums while a build runs (``with ProgressDisplay(...)``).
+
+    Args:
+        directory: the progress folder the writer's DoFns fill.
+        expected_inputs: inputs the source will emit, when known (for the bar and the ETA).
+        stream: where to show it (stderr).
+        live: a redrawn line (tqdm) rather than periodic plain lines; default: when ``stream``
+            is a terminal.
+        interval_seconds: seconds between plain lines.
+    """
+
+    def __init__(self, directory: str, *, expected_inputs: int | None = None, stream: IO[str] | None = None,
+                 live: bool | None = None, interval_seconds: float = 10.0) -> None:
+        self._directory = directory
+        self._expected = expected_inputs
+        self._stream = stream or sys.stderr
+        self._live = self._stream.isatty() if live is None else live
+        self._interval = 0.25 if self._live else interval_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="beam-tfrecord-progress", daemon=True)
+        self._started = 0.0
+        self._bar: Any = None
+
+    def __enter__(self) -> ProgressDisplay:
+        self._started = time.monotonic()
+        if self._live:
+            from tqdm import tqdm
+
+            # shutil's width falls back to 80 columns where a terminal reports 0 (some ptys do).
+            self._bar = tqdm(total=self._expected, unit=" samples", file=self._stream, leave=False,
+                             ncols=shutil.get_terminal_size().columns,
+                             bar_format="{percentage:3.0f}%|{bar:12}| {desc}" if self._expected else "{desc}")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self._bar is not None:
+            self._bar.close()  # leave=False: the line is cleared, the summary prints on a clean terminal
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.show()
+
+    def show(self) -> None:
+        counts = read_progress(self._directory)
+        elapsed = time.monotonic() - self._started
+        line = describe_progress(counts, elapsed_seconds=elapsed, expected_inputs=self._expected)
+        if self._bar is not None:
+            self._bar.n = counts.samples_seen
+            self._bar.set_description_str(line, refresh=True)
+        else:
+            print(f"progress: {line}", file=self._stream, flush=True)
+
+
+@contextmanager
+def progress_folder() -> Iterator[str]:
+    """A fresh local folder for one build's progress files, removed afterwards."""
+    import tempfile
+
+    directory = tempfile.mkdtemp(prefix="beam-tfrecord-progress-")
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
