@@ -7,19 +7,28 @@ TensorFlow, and the NumPy and PyTorch readers need neither Beam nor TensorFlow i
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-import importlib
-
 from beam_tfrecord._version import __version__
-from beam_tfrecord.core.manifest import MANIFEST_VERSION, Manifest, ShardInfo, SplitInfo
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.infer import infer_array_schema, infer_schema
+from beam_tfrecord.core.manifest import MANIFEST_VERSION, Manifest, ShardInfo, SplitInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.plan import ShardingConfig, SplitConfig, SplitSpec
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample
-from beam_tfrecord.core.schema import (ClassLabel, DType, FixedList, Image, ImageFormat, Scalar, Schema, Tensor,
-                                       TensorDType, VarList)
+from beam_tfrecord.core.schema import (
+    ClassLabel,
+    DType,
+    FixedList,
+    Image,
+    ImageFormat,
+    Scalar,
+    Schema,
+    Tensor,
+    TensorDType,
+    VarList,
+)
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
 from beam_tfrecord.errors import MissingShardError, ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy
@@ -51,13 +60,61 @@ _LAZY = {
 }
 
 __all__ = [
-    "ClassLabel", "Compression", "DType", "FileFormat", "DeadLetter", "FileRef", "FixedList", "Image", "ImageFormat",
-    "ImageDecoding", "MANIFEST_VERSION", "Manifest", "MissingShardError", "PixelType", "ReadAudioFiles", "ReadCsvManifest", "ReadImageFolder", "ReadJsonlManifest",
-    "ReadNumpyFiles", "ReadParquetManifest", "ReadTextFiles", "ReaderError", "ResizeImage", "ResizeMethod", "RowOptions", "Sample",
-    "SamplesFromArrays", "SamplesFromIterable", "Scalar", "Schema", "ShardInfo", "ShardingConfig", "SplitConfig",
-    "SplitInfo", "SplitSpec", "TFRecordIterableDataset", "Tensor", "TensorDType", "TextUnit", "VarLen", "VarList",
-    "WriteTFRecordDataset", "__version__", "audio_class_names", "audio_schema", "infer_array_schema", "infer_schema",
-    "collate", "load_manifest", "resolve_dataset_dir", "num_examples", "read_dataset", "read_numpy", "text_schema", "verify_dataset",
+    "MANIFEST_VERSION",
+    "ClassLabel",
+    "Compression",
+    "DType",
+    "DeadLetter",
+    "FileFormat",
+    "FileRef",
+    "FixedList",
+    "Image",
+    "ImageDecoding",
+    "ImageFormat",
+    "Manifest",
+    "MissingShardError",
+    "PixelType",
+    "ReadAudioFiles",
+    "ReadCsvManifest",
+    "ReadImageFolder",
+    "ReadJsonlManifest",
+    "ReadNumpyFiles",
+    "ReadParquetManifest",
+    "ReadTextFiles",
+    "ReaderError",
+    "ResizeImage",
+    "ResizeMethod",
+    "RowOptions",
+    "Sample",
+    "SamplesFromArrays",
+    "SamplesFromIterable",
+    "Scalar",
+    "Schema",
+    "ShardInfo",
+    "ShardingConfig",
+    "SplitConfig",
+    "SplitInfo",
+    "SplitSpec",
+    "TFRecordIterableDataset",
+    "Tensor",
+    "TensorDType",
+    "TextUnit",
+    "VarLen",
+    "VarList",
+    "WriteTFRecordDataset",
+    "__version__",
+    "audio_class_names",
+    "audio_schema",
+    "collate",
+    "infer_array_schema",
+    "infer_schema",
+    "load_manifest",
+    "num_examples",
+    "read_dataset",
+    "read_numpy",
+    "resolve_dataset_dir",
+    "text_schema",
+    "verify_dataset",
 ]
 
 

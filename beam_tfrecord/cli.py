@@ -12,7 +12,6 @@ from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.summary import describe
 from beam_tfrecord.verify import verify_dataset
 
-
 # Subcommands that run a Beam job: their arguments are the job's pipeline options.
 _JOBS = {
     "build": "pipelines.build_image_dataset",

@@ -88,5 +88,5 @@ def shard_paths(dataset_dir: str, manifest: Manifest, split: str) -> list[str]:
     from ``load_manifest``), otherwise of the version LATEST names now.
     """
     given, resolved = _LOADED_FROM.get(id(manifest), (None, None))
-    directory = resolved if given == dataset_dir else resolve_dataset_dir(dataset_dir)
+    directory = resolved if given == dataset_dir and resolved is not None else resolve_dataset_dir(dataset_dir)
     return [storage.join(directory, shard.filename) for shard in manifest.split(split).shards]

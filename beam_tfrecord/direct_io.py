@@ -21,7 +21,7 @@ import errno
 import io
 import mmap
 import os
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from beam_tfrecord import storage
 
@@ -52,7 +52,7 @@ def open_write(path: str, *, direct: bool = True) -> BinaryIO:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         fd = _open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         if fd is not None:
-            return DirectWriter(fd)
+            return cast(BinaryIO, DirectWriter(fd))  # a file-like writer: write, close, context manager
     return storage.open_write(path)
 
 

@@ -32,8 +32,14 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
-from beam_tfrecord.dataset import (LATEST_FILENAME, VERSION_ID_PATTERN, VERSIONS_DIRNAME, load_manifest,
-                                   read_latest, version_dir)
+from beam_tfrecord.dataset import (
+    LATEST_FILENAME,
+    VERSION_ID_PATTERN,
+    VERSIONS_DIRNAME,
+    load_manifest,
+    read_latest,
+    version_dir,
+)
 from beam_tfrecord.errors import LatestPointerError, RefreshError
 
 _LOG = logging.getLogger(__name__)
@@ -75,7 +81,7 @@ class InputFingerprint:
     def of(cls, files: Sequence[InputFile]) -> "InputFingerprint":
         digest = hashlib.sha256()
         for f in sorted(files, key=lambda f: f.path):
-            digest.update(f"{f.path}\t{f.size_bytes}\t{f.updated_seconds:.6f}\n".encode("utf-8"))
+            digest.update(f"{f.path}\t{f.size_bytes}\t{f.updated_seconds:.6f}\n".encode())
         return cls(digest.hexdigest(), len(files), sum(f.size_bytes for f in files))
 
     def to_json(self) -> dict[str, Any]:
@@ -201,11 +207,11 @@ def plan_refresh(root: str, fingerprint: InputFingerprint, *, force: bool = Fals
         LatestPointerError: when LATEST is corrupt or names a version without a manifest.
     """
     latest = read_latest(root)
-    if latest is not None and not force:
-        if stored_fingerprint(load_manifest(root)) == fingerprint:  # LatestPointerError if LATEST is bad
-            return RefreshPlan(root, RefreshAction.SKIP, latest, latest, fingerprint,
-                               f"inputs unchanged since version {latest} ({fingerprint.num_files} files, "
-                               f"{fingerprint.num_bytes} bytes); nothing to do (use --force to rebuild)")
+    # load_manifest raises LatestPointerError if LATEST is bad.
+    if latest is not None and not force and stored_fingerprint(load_manifest(root)) == fingerprint:
+        return RefreshPlan(root, RefreshAction.SKIP, latest, latest, fingerprint,
+                           f"inputs unchanged since version {latest} ({fingerprint.num_files} files, "
+                           f"{fingerprint.num_bytes} bytes); nothing to do (use --force to rebuild)")
     listing = list_versions(root)
     newer = [v for v in listing.complete if latest is None or v > latest]
     if newer and not force:
@@ -228,7 +234,7 @@ def commit_version(root: str, version_id: str) -> None:
     """
     if not storage.exists(storage.join(version_dir(root, version_id), MANIFEST_FILENAME)):
         raise LatestPointerError(root, f"cannot name {version_id!r}: that version has no {MANIFEST_FILENAME}")
-    storage.write_bytes_atomic(storage.join(root, LATEST_FILENAME), f"{version_id}\n".encode("utf-8"))
+    storage.write_bytes_atomic(storage.join(root, LATEST_FILENAME), f"{version_id}\n".encode())
 
 
 def apply_retention(root: str, keep_versions: int) -> list[str]:

@@ -22,7 +22,7 @@ import re
 import shutil
 import uuid
 import zlib
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import google_crc32c
 
@@ -53,9 +53,9 @@ def _split_gcs(path: str) -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def _gcs_client() -> Any:
-    from google.cloud import storage as gcs  # imported on first gs:// use: a local reader never pays for it
+    from google.cloud.storage import Client  # imported on first gs:// use: a local reader never pays for it
 
-    return gcs.Client()
+    return Client()
 
 
 def gcs_blob(path: str) -> Any:
@@ -94,7 +94,7 @@ def _open_raw_read(path: str) -> BinaryIO:
         from google.cloud.storage.fileio import BlobReader
 
         # raw_download: the stored bytes, never a transcoded (decompressed) copy.
-        return BlobReader(gcs_blob(path), chunk_size=_GCS_CHUNK_BYTES, raw_download=True)  # type: ignore[return-value]
+        return BlobReader(gcs_blob(path), chunk_size=_GCS_CHUNK_BYTES, raw_download=True)
     from apache_beam.io.filesystem import CompressionTypes
 
     return _beam().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
@@ -144,9 +144,9 @@ def open_read(path: str, compression: Compression = Compression.NONE) -> BinaryI
     """Opens a file for reading, decompressing as it goes."""
     raw = _open_raw_read(path)
     if compression is Compression.GZIP:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb"))
     if compression is Compression.ZLIB:
-        return io.BufferedReader(_ZlibReader(raw), 1 << 20)  # type: ignore[return-value]
+        return io.BufferedReader(_ZlibReader(raw), 1 << 20)
     return raw
 
 
@@ -158,7 +158,7 @@ def open_write(path: str) -> BinaryIO:
     if scheme(path) == "gs":
         from google.cloud.storage.fileio import BlobWriter
 
-        return BlobWriter(gcs_blob(path), chunk_size=_GCS_CHUNK_BYTES, ignore_flush=True,  # type: ignore[return-value]
+        return BlobWriter(gcs_blob(path), chunk_size=_GCS_CHUNK_BYTES, ignore_flush=True,
                           content_type="application/octet-stream")
     from apache_beam.io.filesystem import CompressionTypes
 

@@ -22,7 +22,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-from bad_volume import BAD_KINDS, job_args, write_volume_corpus  # noqa: E402
+from bad_volume import BAD_KINDS, job_args, write_volume_corpus
 
 
 def _build(root: str, output: str) -> tuple[float, object]:

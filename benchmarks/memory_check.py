@@ -1,7 +1,8 @@
 """Memory check: write a dataset several times larger than the allowed RSS and report the peak.
 
     python benchmarks/memory_check.py                  # 4.2 GB on the in-memory DirectRunner
-    python benchmarks/memory_check.py --gib 4.2 --options "--direct_running_mode=multi_processing --direct_num_workers=2"
+    python benchmarks/memory_check.py --gib 4.2 \
+        --options "--direct_running_mode=multi_processing --direct_num_workers=2"
 
 Records are 20 KiB of incompressible bytes generated inside the pipeline (so the input is not
 held in memory by construction), written with the default 128 MiB target shards. The peak RSS of
@@ -20,7 +21,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from measure import child_env, run_measured  # noqa: E402
+from measure import child_env, run_measured
 
 RECORD_BYTES = 20 * 1024
 CHUNK = 100

@@ -25,12 +25,12 @@ import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
+from read_benchmark import CHUNK, SCHEMA, _chunks
 
 from beam_tfrecord import load_manifest, read_numpy
 from beam_tfrecord.array_records import ArrayRecordShardReader
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.errors import BeamTFRecordError
-from read_benchmark import CHUNK, SCHEMA, _chunks
 
 
 def build(path: str, num_records: int, file_format: FileFormat) -> None:

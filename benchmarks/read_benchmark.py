@@ -22,14 +22,22 @@ from collections.abc import Callable, Iterator
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import apache_beam as beam  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import apache_beam as beam
+import numpy as np
+import tensorflow as tf
 
-from beam_tfrecord import (ClassLabel, Sample, Schema, ShardingConfig, Tensor, TensorDType,  # noqa: E402
-                           WriteTFRecordDataset, read_dataset)
-from beam_tfrecord.dataset import load_manifest, shard_paths  # noqa: E402
-from beam_tfrecord.errors import BeamTFRecordError  # noqa: E402
+from beam_tfrecord import (
+    ClassLabel,
+    Sample,
+    Schema,
+    ShardingConfig,
+    Tensor,
+    TensorDType,
+    WriteTFRecordDataset,
+    read_dataset,
+)
+from beam_tfrecord.dataset import load_manifest, shard_paths
+from beam_tfrecord.errors import BeamTFRecordError
 
 SCHEMA = Schema(features={"image": Tensor(TensorDType.UINT8, (32, 32, 3)),
                           "label": ClassLabel(tuple(f"class_{i}" for i in range(10)))})

@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
                  for split in plan.splits if split.shards)
     print(f"data: {plan.splits and sum(s.num_record_bytes for s in plan.shards) / 2**30:.1f} GiB framed, "
           f"{shards} shards, largest minus smallest shard of a split: {spread} bytes")
-    print(f"time: merge {timings['merge']:.2f} s ({args.workers} histograms), planning rounds {timings['rounds']:.2f} s, "
+    print(f"time: merge {timings['merge']:.2f} s ({args.workers} histograms), "
+          f"planning rounds {timings['rounds']:.2f} s, "
           f"refinement {timings['refine']:.2f} s ({timings['refined_buckets']} buckets, "
           f"{timings['refined_records']:,} records' hashes and sizes; distributed in the pipeline, sequential here); "
           f"making synthetic inputs {timings['make_inputs']:.2f} s (not counted)")

@@ -28,8 +28,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import workloads  # noqa: E402
-from measure import child_env, run_measured  # noqa: E402
+import workloads
+from measure import child_env, run_measured
 
 VARIANTS = ("a_single_process", "b_naive_beam", "c_beam_tfrecord")
 
@@ -68,7 +68,7 @@ def run_a(workload: str, args: argparse.Namespace, out: str) -> None:
 
 
 def _small_records(index: int, total: int):
-    keys, images, labels = workloads.small_chunk(index, total)
+    _keys, images, labels = workloads.small_chunk(index, total)
     return [(image.tobytes(), label) for image, label in zip(images, labels.tolist())]
 
 
@@ -115,8 +115,16 @@ def _blob_chunks(pattern: str, count: int):
 def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
     import apache_beam as beam
 
-    from beam_tfrecord import (ClassLabel, DType, Scalar, Schema, ShardingConfig, Tensor, TensorDType,
-                               WriteTFRecordDataset)
+    from beam_tfrecord import (
+        ClassLabel,
+        DType,
+        Scalar,
+        Schema,
+        ShardingConfig,
+        Tensor,
+        TensorDType,
+        WriteTFRecordDataset,
+    )
 
     options = ["--runner=DirectRunner", *args.c_options.split()]
     sharding = ShardingConfig(target_shard_bytes=args.target_shard_mib << 20)

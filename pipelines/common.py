@@ -16,9 +16,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from beam_tfrecord import lease
 from beam_tfrecord.beam.dask_cluster import local_cluster_for
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
+from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
-from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import BeamTFRecordError

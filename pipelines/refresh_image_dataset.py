@@ -20,14 +20,29 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import lease
 from beam_tfrecord.core.schema import ImageFormat
-from beam_tfrecord.refresh import (DEFAULT_KEEP_VERSIONS, FINGERPRINT_KEY, RefreshAction, RefreshPlan,
-                                   apply_retention, commit_version, fingerprint_inputs, plan_refresh,
-                                   publish_version)
+from beam_tfrecord.refresh import (
+    DEFAULT_KEEP_VERSIONS,
+    FINGERPRINT_KEY,
+    RefreshAction,
+    RefreshPlan,
+    apply_retention,
+    commit_version,
+    fingerprint_inputs,
+    plan_refresh,
+    publish_version,
+)
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema, list_folder
 from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
 from pipelines.build_image_dataset import ImageFolderOptions, resize_from_options
-from pipelines.common import (DatasetOutputOptions, ProgressOptions, job_pipeline, make_writer, progress_for,
-                              quiet_logging, run_as_command)
+from pipelines.common import (
+    DatasetOutputOptions,
+    ProgressOptions,
+    job_pipeline,
+    make_writer,
+    progress_for,
+    quiet_logging,
+    run_as_command,
+)
 from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions, parse_bool
 

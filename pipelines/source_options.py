@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 
 from apache_beam.options.pipeline_options import PipelineOptions
-
-from collections.abc import Callable
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.infer import schema_json_text
 from beam_tfrecord.core.schema import Image, Schema
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE
-
 
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no"})
 

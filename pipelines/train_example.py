@@ -22,13 +22,13 @@ from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from beam_tfrecord.core.schema import ClassLabel, Image, Schema  # noqa: E402
-from beam_tfrecord.dataset import load_manifest  # noqa: E402
-from beam_tfrecord.reader.options import ImageDecoding, PixelType  # noqa: E402
-from beam_tfrecord.reader.read_plan import num_examples  # noqa: E402
-from beam_tfrecord.reader.tf_data import read_dataset  # noqa: E402
+from beam_tfrecord.core.schema import ClassLabel, Image, Schema
+from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.reader.options import ImageDecoding, PixelType
+from beam_tfrecord.reader.read_plan import num_examples
+from beam_tfrecord.reader.tf_data import read_dataset
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -8,6 +8,7 @@ import json
 import os
 
 from bad_volume import BAD_KINDS, job_args, write_volume_corpus
+
 from beam_tfrecord.verify import verify_dataset
 from pipelines import build_from_manifest
 

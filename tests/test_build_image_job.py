@@ -1,13 +1,14 @@
 """End to end: the image-folder job on the DirectRunner, then verify, corrupt, and read back."""
 
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord import cli, verify_dataset
+from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.errors import CorruptShardError
 from pipelines import build_image_dataset
 
@@ -73,7 +74,7 @@ def test_flipped_byte_fails_verify_naming_the_shard(built, tmp_path, capsys):
     copy = tmp_path / "copy"
     copy.mkdir()
     for name in os.listdir(out):
-        (copy / name).write_bytes(open(os.path.join(out, name), "rb").read())
+        shutil.copyfile(os.path.join(out, name), copy / name)
     victim = manifest.split("train").shards[1].filename
     data = bytearray((copy / victim).read_bytes())
     data[len(data) // 2] ^= 0x40

@@ -5,8 +5,17 @@ import os
 import apache_beam as beam
 import pytest
 
-from beam_tfrecord import (Compression, DType, Scalar, Schema, ShardingConfig, VarList, WriteTFRecordDataset,
-                           load_manifest, verify_dataset)
+from beam_tfrecord import (
+    Compression,
+    DType,
+    Scalar,
+    Schema,
+    ShardingConfig,
+    VarList,
+    WriteTFRecordDataset,
+    load_manifest,
+    verify_dataset,
+)
 from beam_tfrecord.core.samples import Sample
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING), "values": VarList(DType.FLOAT32)})

@@ -14,8 +14,18 @@ import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord import (DType, FixedList, Scalar, Schema, ShardingConfig, SplitConfig, VarList,
-                           WriteTFRecordDataset, load_manifest, verify_dataset)
+from beam_tfrecord import (
+    DType,
+    FixedList,
+    Scalar,
+    Schema,
+    ShardingConfig,
+    SplitConfig,
+    VarList,
+    WriteTFRecordDataset,
+    load_manifest,
+    verify_dataset,
+)
 from beam_tfrecord.beam.write import FanIn
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.samples import Sample
@@ -82,7 +92,8 @@ def _fingerprint(out: str) -> list[tuple[str, int, int, str]]:
 
 def _manifest_content(out: str) -> dict:
     """The manifest without what differs between any two runs (time, run id)."""
-    content = Manifest.loads(open(os.path.join(out, "manifest.json"), "rb").read()).to_json()
+    with open(os.path.join(out, "manifest.json"), "rb") as handle:
+        content = Manifest.loads(handle.read()).to_json()
     return {key: value for key, value in content.items() if key not in ("created_at", "run_id")}
 
 

@@ -4,9 +4,8 @@ altered data, and never hang or raise untyped errors. benchmarks/fuzz_check.py r
 
 from __future__ import annotations
 
-import pytest
-
 import fuzzing
+import pytest
 
 
 @pytest.fixture(scope="module")

@@ -123,7 +123,8 @@ def test_publishing_again_returns_the_published_manifest_and_changes_nothing(spi
     second = publish(settings, plan, infos, dead)
     assert second == first and _files(tmp_path / "ds") == files
     assert not os.path.exists(settings.temp_dir)
-    assert load_manifest(settings.output_dir).run_id == "run-1" and verify_dataset(settings.output_dir).num_records == 400
+    assert load_manifest(settings.output_dir).run_id == "run-1"
+    assert verify_dataset(settings.output_dir).num_records == 400
 
 
 def test_publishing_again_after_a_crash_between_moving_shards_and_the_manifest(spilled) -> None:

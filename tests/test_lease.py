@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from beam_tfrecord.core.tfds_info import tfds_files
-from beam_tfrecord import lease
-from beam_tfrecord.lease import LeaseHolder, OutputLockedError
 from fixtures_gcs import tiny_images  # noqa: F401  (pytest fixture)
+
+from beam_tfrecord import lease
+from beam_tfrecord.core.tfds_info import tfds_files
+from beam_tfrecord.lease import LeaseHolder, OutputLockedError
 from pipelines import build_image_dataset
 
 

@@ -12,8 +12,16 @@ import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
-from beam_tfrecord import (DType, FileRef, Scalar, Schema, ShardingConfig, WriteTFRecordDataset, load_manifest,
-                           verify_dataset)
+from beam_tfrecord import (
+    DType,
+    FileRef,
+    Scalar,
+    Schema,
+    ShardingConfig,
+    WriteTFRecordDataset,
+    load_manifest,
+    verify_dataset,
+)
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
 from beam_tfrecord.core.framing import framed_size

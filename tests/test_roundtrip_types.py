@@ -10,8 +10,18 @@ import tensorflow as tf
 
 from beam_tfrecord.core.encode import SampleEncoder
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.core.schema import (ClassLabel, DType, FixedList, Image, ImageFormat, Scalar, Schema, Tensor,
-                                       TensorDType, VarList)
+from beam_tfrecord.core.schema import (
+    ClassLabel,
+    DType,
+    FixedList,
+    Image,
+    ImageFormat,
+    Scalar,
+    Schema,
+    Tensor,
+    TensorDType,
+    VarList,
+)
 
 PNG_1x1 = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010802000000907753de0000000c4944415408d7"
                         "63f8cfc000000301010018dd8db00000000049454e44ae426082")

@@ -8,12 +8,23 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
-from beam_tfrecord.core.tfds_info import tfds_files
-from beam_tfrecord import (ClassLabel, DType, Scalar, Schema, ShardingConfig, SplitConfig, Tensor, TensorDType,
-                           WriteTFRecordDataset, load_manifest, verify_dataset)
+from beam_tfrecord import (
+    ClassLabel,
+    DType,
+    Scalar,
+    Schema,
+    ShardingConfig,
+    SplitConfig,
+    Tensor,
+    TensorDType,
+    WriteTFRecordDataset,
+    load_manifest,
+    verify_dataset,
+)
 from beam_tfrecord.core.framing import iter_records
 from beam_tfrecord.core.proto import Example
 from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.errors import RejectedSamplesError
 
 SCHEMA = Schema({"pixels": Tensor(TensorDType.UINT8, (8, 8, 3)), "label": ClassLabel(tuple("abcdefghij")),
@@ -91,7 +102,8 @@ def test_bad_samples_fail_the_job_by_default_and_nothing_is_published(tmp_path):
     assert not os.path.exists(os.path.join(out, "manifest.json"))
     leftovers = [n for n in os.listdir(out) if n.startswith("dead_letters-")]
     assert len(leftovers) == 1
-    assert "unknown class name 'zebra'" in open(os.path.join(out, leftovers[0])).read()
+    with open(os.path.join(out, leftovers[0])) as handle:
+        assert "unknown class name 'zebra'" in handle.read()
 
 
 def test_bad_samples_within_the_threshold_go_to_dead_letters(tmp_path):
@@ -102,7 +114,8 @@ def test_bad_samples_within_the_threshold_go_to_dead_letters(tmp_path):
         _ = pipeline | beam.Create(samples) | WriteTFRecordDataset(out, schema=SCHEMA, max_rejected_fraction=0.1)
     manifest = load_manifest(out)
     assert (manifest.num_inputs, manifest.num_written, manifest.num_rejected) == (21, 20, 1)
-    lines = open(os.path.join(out, manifest.dead_letters)).read().splitlines()
+    with open(os.path.join(out, manifest.dead_letters)) as handle:
+        lines = handle.read().splitlines()
     assert len(lines) == 1 and '"stage": "validate"' in lines[0] and '"feature": "weight"' in lines[0]
     assert "expected float32 scalar that is finite" in lines[0]
 

@@ -63,13 +63,13 @@ class _EncodeFn(beam.DoFn):
         for sample in element if isinstance(element, list) else (element,):
             # Sources emit a DeadLetter for an input they could not even turn into a sample
             # (a malformed row, a path outside the allowed root), so every input is counted here.
-            outcome = sample if sample.__class__ is DeadLetter else encode(sample)  # type: ignore[arg-type]
-            if outcome.__class__ is DeadLetter:
-                self._rejected[outcome.stage].inc()  # type: ignore[union-attr]
+            outcome = sample if type(sample) is DeadLetter else encode(sample)
+            if type(outcome) is DeadLetter:
+                self._rejected[outcome.stage].inc()
                 rejected += 1
             else:
                 encoded += 1
-            yield outcome  # type: ignore[misc]
+            yield outcome
         self._encoded.inc(encoded)
         if self._progress is not None:
             self._progress.add(encoded=encoded, rejected=rejected)
@@ -88,10 +88,10 @@ class EncodeToBatchesFn(_EncodeFn):
         entries: list[bytes] = []
         dead: list[DeadLetter] = []
         for outcome in self._encode_element(element):
-            if outcome.__class__ is DeadLetter:
-                dead.append(outcome)  # type: ignore[arg-type]
+            if type(outcome) is DeadLetter:
+                dead.append(outcome)
             else:
-                entries.append(outcome)  # type: ignore[arg-type]
+                entries.append(outcome)
         yield EncodedBatch(tuple(entries), tuple(dead))
 
     def finish_bundle(self) -> None:
@@ -140,17 +140,17 @@ class EncodeToRunsFn(_EncodeFn):
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[Any]:
         for outcome in self._encode_element(element):
-            if outcome.__class__ is DeadLetter:
+            if type(outcome) is DeadLetter:
                 yield outcome
                 continue
-            self._buffer.append(outcome)  # type: ignore[arg-type]
-            self._buffered_bytes += len(outcome)  # type: ignore[arg-type]
+            self._buffer.append(outcome)
+            self._buffered_bytes += len(outcome)
             if self._buffered_bytes >= self._run_bytes:
                 yield self._flush()
 
     def finish_bundle(self) -> Iterator[WindowedValue]:
         if self._buffer:
-            yield WindowedValue(self._flush(), MIN_TIMESTAMP, [GlobalWindow()])
+            yield WindowedValue(self._flush(), MIN_TIMESTAMP, (GlobalWindow(),))
         self._wait_for_run()  # the bundle (and every run index it emitted) counts only once its runs are on storage
         self._flush_progress()
 

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from beam_tfrecord import storage
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord import storage
 from beam_tfrecord.core.runs import RunIndex, SpilledRun, make_record_entry, make_reference_entry
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
@@ -49,9 +49,9 @@ class EntryEncoder:
         """The sample's entry, or its dead letter."""
         stand_in = self._listed_stand_in(sample)
         record = self._builder.build(sample if stand_in is None else stand_in)
-        if record.__class__ is DeadLetter:
-            return record  # type: ignore[return-value]
-        size = framed_size(len(record))  # type: ignore[arg-type]
+        if type(record) is DeadLetter:  # type() is: the hot path's cheapest check, and mypy narrows on it
+            return record
+        size = framed_size(len(record))
         if size > self._max_record_bytes:
             error = SampleError(sample.key, None, f"a record of at most {self._max_record_bytes} bytes "
                                                   "(the hard shard-size cap)", f"{size} bytes")
@@ -62,7 +62,7 @@ class EntryEncoder:
             # unless it was planned from its listed size), so the payload is written once,
             # straight into its shard.
             return make_reference_entry(hashed, size, pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
-        return make_record_entry(hashed, record)  # type: ignore[arg-type]
+        return make_record_entry(hashed, record)
 
     def _listed_stand_in(self, sample: Sample) -> Sample | None:
         """For a large file-backed sample whose record size follows from listed file sizes: the

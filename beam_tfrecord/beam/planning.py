@@ -96,7 +96,8 @@ class _RefineRound(beam.PTransform):
         requests = self._round | "Requests" >> beam.Map(lambda r: r.requests)
         return (
             sources
-            | "RecordsToRefine" >> beam.FlatMap(records_to_refine, beam.pvalue.AsSingleton(requests, default_value=None))
+            | "RecordsToRefine" >> beam.FlatMap(records_to_refine,
+                                                beam.pvalue.AsSingleton(requests, default_value=None))
             # (bucket, (hashes, sizes)): only buckets where a boundary falls
             | "ByBucket" >> beam.GroupByKey()
             | "Cut" >> beam.FlatMap(refine, beam.pvalue.AsSingleton(requests))
@@ -121,9 +122,13 @@ def _targets_by_bucket(planning_round: SplitRound | ShardRound) -> Iterator[tupl
 def _cut_joined(group: tuple[int, Iterable[CutTarget | tuple[np.ndarray, np.ndarray]]], grid: BucketGrid) -> list[Cut]:
     """The cuts of one bucket from its joined group: the round's targets there and its records."""
     bucket, values = group
-    targets, parts = [], []
+    targets: list[CutTarget] = []
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
     for value in values:
-        (targets if isinstance(value, CutTarget) else parts).append(value)
+        if isinstance(value, CutTarget):
+            targets.append(value)
+        else:
+            parts.append(value)
     if not targets:
         return []
     hashes = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.uint64)
@@ -137,9 +142,15 @@ def _keyed_by_none(value: object) -> tuple[None, object]:
 
 def _round_and_cuts(group: tuple[None, Iterable[object]]) -> tuple[SplitRound | ShardRound, list[Cut]]:
     _, values = group
-    rounds, cuts = [], []
+    rounds: list[SplitRound | ShardRound] = []
+    cuts: list[Cut] = []
     for value in values:
-        (cuts if isinstance(value, Cut) else rounds).append(value)
+        if isinstance(value, Cut):
+            cuts.append(value)
+        elif isinstance(value, (SplitRound, ShardRound)):
+            rounds.append(value)
+        else:
+            raise ShardingError(f"unexpected {type(value).__name__} among a planning round's values")
     if len(rounds) != 1:
         raise ShardingError(f"expected one planning round to join its cuts with, got {len(rounds)}")
     return rounds[0], cuts

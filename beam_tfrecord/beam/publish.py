@@ -1,11 +1,12 @@
 """Publication: move finished shards into place and write the manifest last.
 
-Order matters for crash safety. The old manifest (if any) is removed first, so from then on
-the directory does not look like a finished dataset; shards are renamed into place; stale
-files of the old dataset are removed; the dead-letter file, the manifest, then TFDS's metadata
-(``dataset_info.json`` last) are written, each to a temporary name and renamed. A crash at any step leaves no manifest, or the old one untouched, never a manifest
-that lists missing or foreign shards. ``dataset_info.json`` is TFDS's mark of a finished dataset,
-so it is removed with the manifest and written after it.
+Order matters for crash safety. The old manifest (if any) is removed first, so from then on the
+directory does not look like a finished dataset; shards are renamed into place; stale files of
+the old dataset are removed; the dead-letter file, the manifest, then TFDS's metadata
+(``dataset_info.json`` last) are written, each to a temporary name and renamed. A crash at any
+step leaves no manifest, or the old one untouched, never a manifest that lists missing or
+foreign shards. ``dataset_info.json`` is TFDS's mark of a finished dataset, so it is removed
+with the manifest and written after it.
 
 Publication may run again (a runner retrying the step after a lost worker): a manifest already
 carrying this run's id means it finished, and it is returned as it is (its TFDS files written
@@ -25,8 +26,7 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord._version import __version__
-from beam_tfrecord.core.manifest import (DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo,
-                                         SplitInfo)
+from beam_tfrecord.core.manifest import DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo, SplitInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
 from beam_tfrecord.core.planner import plan_dataset

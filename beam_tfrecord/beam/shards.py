@@ -19,14 +19,21 @@ import numpy as np
 from beam_tfrecord import direct_io, storage
 from beam_tfrecord.array_records import ArrayRecordShardWriter
 from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.beam.entries import EncodedBatch, read_run_index
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.core.framing import FRAMING_BYTES, HEADER_BYTES, frame_parts, framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
-from beam_tfrecord.beam.entries import EncodedBatch, read_run_index
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
-from beam_tfrecord.core.runs import (HASH_BYTES, RECORD, SpilledRun, entry_kind, entry_record,
-                                     entry_reference, merge_slices)
+from beam_tfrecord.core.runs import (
+    HASH_BYTES,
+    RECORD,
+    SpilledRun,
+    entry_kind,
+    entry_record,
+    entry_reference,
+    merge_slices,
+)
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.summary import BucketGrid
@@ -294,9 +301,13 @@ class WriteShardFromGroupFn(_WriteShardFn):
 
     def process(self, group: tuple[int, Iterable[bytes | ShardSpec]]) -> Iterator[ShardInfo]:
         number, values = group
-        specs, entries = [], []
+        specs: list[ShardSpec] = []
+        entries: list[bytes] = []
         for value in values:
-            (specs if isinstance(value, ShardSpec) else entries).append(value)
+            if isinstance(value, ShardSpec):
+                specs.append(value)
+            else:
+                entries.append(value)
         if len(specs) != 1:
             raise CorruptShardError(f"<shard {number}>", f"expected its one planned spec, got {len(specs)}")
         entries.sort()

@@ -15,11 +15,18 @@ from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.beam.planning import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.records import FeatureTransform
-from beam_tfrecord.beam.shards import (WriteShardFromGroupFn, WriteShardFromRunsFn, entries_by_bucket, key_by_shard,
-                                      key_joined_by_shard, shards_by_bucket, specs_by_number)
+from beam_tfrecord.beam.shards import (
+    WriteShardFromGroupFn,
+    WriteShardFromRunsFn,
+    entries_by_bucket,
+    key_by_shard,
+    key_joined_by_shard,
+    shards_by_bucket,
+    specs_by_number,
+)
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
-from beam_tfrecord.core.plan import MiB, DatasetPlan, ShardingConfig, SplitConfig
+from beam_tfrecord.core.plan import DatasetPlan, MiB, ShardingConfig, SplitConfig
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
@@ -95,7 +102,8 @@ def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
 def _plan_runs(_: None, runs: list[SpilledRun], splits: SplitConfig, sharding: ShardingConfig
                ) -> Iterable[DatasetPlan | None]:
     """The plan of every run (a side input), or None when nothing was encoded."""
-    yield plan_in_one_step(sorted(runs, key=lambda r: r.path), splits, sharding) if runs else None
+    ordered: list[SpilledRun] = sorted(runs, key=lambda run: run.path)
+    yield plan_in_one_step(ordered, splits, sharding) if runs else None
 
 
 def _shards_of(plan: DatasetPlan | None) -> Iterable[Any]:
@@ -122,7 +130,7 @@ def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: Publ
     return _publish(found[_PLAN][0] if found[_PLAN] else None, found[_SHARD], found[_DEAD], settings)
 
 
-def _tag(kind: str) -> beam.Map:
+def _tag(kind: str) -> beam.PTransform:
     return beam.Map(lambda value: (None, (kind, value)))
 
 

@@ -17,8 +17,18 @@ import numpy as np
 from beam_tfrecord.core import proto
 from beam_tfrecord.core.image_ops import check_decodable
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.core.schema import (ClassLabel, DType, Feature, FixedList, Image, ImageFormat, Scalar, Schema,
-                                       Tensor, VarList)
+from beam_tfrecord.core.schema import (
+    ClassLabel,
+    DType,
+    Feature,
+    FixedList,
+    Image,
+    ImageFormat,
+    Scalar,
+    Schema,
+    Tensor,
+    VarList,
+)
 from beam_tfrecord.errors import ImageDecodeError, SampleError
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -287,7 +297,7 @@ class SampleEncoder:
             message = proto.SequenceExample()
             self._fill_context(key, values, message.context.feature)
             lists = message.feature_lists.feature_list
-            for name, feature, fill in self._sequence:
+            for name, _feature, fill in self._sequence:
                 steps = values.get(name)
                 if steps is None:
                     continue

@@ -29,7 +29,7 @@ def masked_crc(data: bytes) -> int:
 
 
 def frame_parts(data: bytes, _crc32c=google_crc32c.value,
-                _pack_header=struct.Struct("<QI").pack) -> tuple[bytes, bytes]:
+                _pack_header=struct.Struct("<QI").pack) -> tuple[bytes, bytes]:  # noqa: B008  (bound once, on purpose)
     """The 12 bytes that go before ``data`` and the 4 after it in a TFRecord.
 
     The hot path of every writer: the mask is inlined (it is ``masked_crc``) to save two calls.

@@ -11,7 +11,7 @@ import hashlib
 
 
 @functools.lru_cache(maxsize=16)
-def _keyed(salt: str) -> "hashlib._Hash":
+def _keyed(salt: str) -> "hashlib.blake2b":
     return hashlib.blake2b(digest_size=8, key=salt.encode("utf-8")[:64])
 
 

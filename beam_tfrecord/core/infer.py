@@ -58,8 +58,9 @@ def _number_dtype(values: list[Any]) -> DType | None:
 
 def _file_feature(name: str, paths: list[Any]) -> Feature:
     formats = {IMAGE_EXTENSIONS.get(posixpath.splitext(str(p))[1].lower()) for p in paths}
-    if len(formats) == 1 and None not in formats:
-        return Image(formats.pop())
+    found = formats.pop() if len(formats) == 1 else None
+    if found is not None:
+        return Image(found)
     return Scalar(DType.BYTES)
 
 

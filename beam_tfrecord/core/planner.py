@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -23,7 +24,6 @@ import numpy as np
 
 from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, ShardSpec, SplitConfig, SplitPlan
 from beam_tfrecord.core.summary import HASH_SPACE, BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
-
 from beam_tfrecord.errors import ShardingError
 
 
@@ -148,7 +148,7 @@ def _split_plan(name: str, lo: Edge, hi: Edge, inner: Sequence[Edge], config: Sh
     count = len(edges) - 1
     shards = tuple(ShardSpec(split=name, index=i, count=count, hash_lo=a.hash, hash_hi=b.hash,
                              num_records=b.records - a.records, num_record_bytes=b.num_bytes - a.num_bytes)
-                   for i, (a, b) in enumerate(zip(edges, edges[1:])))
+                   for i, (a, b) in enumerate(itertools.pairwise(edges)))
     largest = max(s.num_record_bytes for s in shards)
     if largest > config.cap:
         if config.num_shards is not None:
@@ -166,10 +166,7 @@ def _shard_count(name: str, num_records: int, num_bytes: int, largest: int, conf
         return min(config.num_shards, num_records)
     wanted = max(1, math.ceil(num_bytes / config.target_shard_bytes))
     room = config.cap - largest - 1
-    if room > 0:
-        wanted = max(wanted, math.ceil(num_bytes / room))
-    else:
-        wanted = num_records
+    wanted = max(wanted, math.ceil(num_bytes / room)) if room > 0 else num_records
     return min(wanted, num_records)
 
 
@@ -207,7 +204,7 @@ def plan_shards(split_round: SplitRound, cuts: Sequence[Cut]) -> ShardRound:
     _, num_bytes = histogram.cumulative()
     doubled = 2 * num_bytes
     split_edges = split_round.split_edges(cuts)
-    targets = []
+    targets: list[CutTarget] = []
     counts = []
     for name, lo, hi in split_edges:
         records, total = hi.records - lo.records, hi.num_bytes - lo.num_bytes

@@ -11,6 +11,7 @@ they never clash with TensorFlow's classes in the same process. The wire format 
 from __future__ import annotations
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 _PACKAGE = "beam_tfrecord.proto"
 _F = descriptor_pb2.FieldDescriptorProto
@@ -62,7 +63,7 @@ _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_build_file())
 
 
-def _message(name: str) -> type:
+def _message(name: str) -> type[Message]:
     return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
 
 

@@ -171,7 +171,7 @@ class RunIndex:
 def write_run(handle: BinaryIO, entries: Sequence[bytes | memoryview], *, chunk_bytes: int = 1 << 20) -> None:
     """Writes sorted entries as one run, joined into writes of about ``chunk_bytes`` (few calls, no
     run-sized copy)."""
-    chunk: list[bytes] = []
+    chunk: list[bytes | memoryview] = []
     size = 0
     for entry in entries:
         chunk.append(entry)
@@ -245,4 +245,4 @@ def merge_slices(streams: Sequence[BinaryIO], slices: Sequence[RunSlice], *,
             consumed += wanted[number]
             for i, start, end in zip(group_sources.tolist(), relative.tolist(),
                                      (relative + lengths[lo:hi]).tolist()):
-                yield views[i][start:end]  # type: ignore[index]
+                yield views[i][start:end]

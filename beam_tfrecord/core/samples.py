@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import numbers
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, final
 
 from beam_tfrecord.errors import SourceError
 
@@ -58,6 +58,7 @@ class Stage(enum.Enum):
     ENCODE = "encode"  # the record could not be built or is too large
 
 
+@final  # never subclassed: the writer's hot path tells it apart with ``type(x) is DeadLetter``
 @dataclasses.dataclass(frozen=True)
 class DeadLetter:
     """A sample that was not written, with the reason.

@@ -14,7 +14,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from beam_tfrecord.errors import SchemaError
 
@@ -219,11 +219,11 @@ class ClassLabel:
         return len(self.names)
 
 
-Feature = Union[Scalar, FixedList, VarList, Tensor, Image, ClassLabel]
+Feature = Scalar | FixedList | VarList | Tensor | Image | ClassLabel
 FEATURE_TYPES: tuple[type, ...] = (Scalar, FixedList, VarList, Tensor, Image, ClassLabel)
 # Types allowed per step of a SequenceExample feature list.
 SEQUENCE_FEATURE_TYPES: tuple[type, ...] = (Scalar, FixedList, VarList)
-_BY_KIND: dict[str, type] = {cls.KIND: cls for cls in FEATURE_TYPES}
+_BY_KIND: dict[str, Any] = {cls.KIND: cls for cls in (Scalar, FixedList, VarList, Tensor, Image, ClassLabel)}
 _ENUM_FIELDS: dict[str, type[enum.Enum]] = {"dtype": DType, "format": ImageFormat}
 # Fields added after the first manifest version: left out of the JSON while at their default, so
 # schemas that do not use them serialize exactly as before.

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -245,7 +246,7 @@ def refine_bucket(grid: BucketGrid, bucket: int, hashes: np.ndarray, framed_size
         if target.rank is not None:
             i = min(max(target.rank, 0), n)
         else:
-            i = int(np.searchsorted(midpoints2, target.position2, side="left"))
+            i = int(np.searchsorted(midpoints2, cast(int, target.position2), side="left"))  # set: see CutTarget
         if 0 < i < n:
             i = int(np.searchsorted(hashes, hashes[i], side="left"))  # equal hashes stay together
         if i == 0:

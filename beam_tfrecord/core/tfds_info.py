@@ -36,8 +36,18 @@ from typing import Any
 
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import Compression
-from beam_tfrecord.core.schema import (ClassLabel, DType, Feature, FixedList, Image, ImageFormat, Scalar, Schema,
-                                       Tensor, VarList)
+from beam_tfrecord.core.schema import (
+    ClassLabel,
+    DType,
+    Feature,
+    FixedList,
+    Image,
+    ImageFormat,
+    Scalar,
+    Schema,
+    Tensor,
+    VarList,
+)
 
 DATASET_INFO_FILENAME = "dataset_info.json"
 FEATURES_FILENAME = "features.json"

@@ -85,8 +85,8 @@ def _image_decoder(name: str, feature: Image, decoding: ImageDecoding | None) ->
             return bytes(data)
         from PIL import Image as PILImage  # lazily: only when images are decoded
 
-        with PILImage.open(io.BytesIO(data)) as image:
-            image = image.convert(_PIL_MODES[shape[2]])
+        with PILImage.open(io.BytesIO(data)) as opened:
+            image = opened.convert(_PIL_MODES[shape[2]])
             if image.size != (shape[1], shape[0]):
                 image = image.resize((shape[1], shape[0]), PILImage.Resampling.BILINEAR)
             pixels = np.asarray(image, dtype=np.uint8).reshape(shape)
@@ -97,7 +97,7 @@ def _image_decoder(name: str, feature: Image, decoding: ImageDecoding | None) ->
 
 def _step_decoder(name: str, feature: Feature) -> Callable[[Any], Any]:
     """Decodes a FeatureList (or None) into the per-step value of a sequence feature."""
-    dtype: DType = feature.dtype  # type: ignore[union-attr]
+    dtype: DType = feature.dtype  # type: ignore[union-attr,assignment]
 
     def decode(stored: Any) -> Any:
         steps = [_values(dtype, step) for step in stored.feature] if stored is not None else []
@@ -139,11 +139,11 @@ class RecordDecoder:
             if self._sequence:
                 message = proto.SequenceExample.FromString(record)
                 context, lists = message.context.feature, message.feature_lists.feature_list
-                out = {n: decode(context[n] if n in context else None) for n, decode in self._context}
-                out.update({n: decode(lists[n] if n in lists else None) for n, decode in self._sequence})
+                out = {n: decode(context.get(n, None)) for n, decode in self._context}
+                out.update({n: decode(lists.get(n, None)) for n, decode in self._sequence})
                 return out
             features = proto.Example.FromString(record).features.feature
-            return {n: decode(features[n] if n in features else None) for n, decode in self._context}
+            return {n: decode(features.get(n, None)) for n, decode in self._context}
         except Exception as err:  # protobuf's DecodeError, our ValueError, Pillow's many error types
             raise CorruptShardError(shard, f"record does not match the schema: {type(err).__name__}: {err}",
                                     offset) from err

@@ -76,7 +76,7 @@ class SplitSlice:
             if self.percent:
                 if not -100 <= value <= 100:
                     raise ReaderError(f"split {self.split!r}: percent boundary {value}% is outside [-100, 100]")
-                value = int(round(value * num_records / 100))  # closest record, as TFDS rounds
+                value = round(value * num_records / 100)  # closest record, as TFDS rounds
             if value < 0:
                 value += num_records
             return min(max(value, 0), num_records)
@@ -100,7 +100,7 @@ def parse_split(expression: str) -> tuple[SplitSlice, ...]:
         if match is None:
             raise ReaderError(f"split {expression!r}: term {term!r} is not NAME or NAME[START:STOP] "
                               "(e.g. train[:10%], train[1000:2000])")
-        bounds = []
+        bounds: list[int | None] = []
         units = set()
         for text in (match["start"], match["stop"]):
             text = (text or "").strip()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from beam_tfrecord.reader.tf_spec import make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
+from beam_tfrecord.reader.tf_spec import make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
 
 _PREFETCH_BATCHES = 2
 _MAX_PARALLEL_READS = 16  # shards read at once per worker

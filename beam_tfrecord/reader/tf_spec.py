@@ -13,11 +13,10 @@ from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow's first import: keep logs quiet
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-from beam_tfrecord.core.schema import (ClassLabel, DType, Feature, FixedList, Image, Scalar,  # noqa: E402
-                                       Schema, Tensor, VarList)
-from beam_tfrecord.reader.options import ImageDecoding, PixelType  # noqa: E402
+from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor, VarList
+from beam_tfrecord.reader.options import ImageDecoding, PixelType
 
 TF_DTYPES = {DType.INT64: tf.int64, DType.FLOAT32: tf.float32, DType.BYTES: tf.string, DType.STRING: tf.string}
 ParsedBatch = dict[str, "tf.Tensor | tf.RaggedTensor"]
@@ -46,7 +45,7 @@ def feature_description(schema: Schema) -> dict[str, tf.io.FixedLenFeature | tf.
 
 def sequence_description(schema: Schema) -> dict[str, tf.io.RaggedFeature]:
     """The per-step parse spec of a SequenceExample schema (each parses to [batch, (steps), (values)])."""
-    return {name: tf.io.RaggedFeature(TF_DTYPES[feature.dtype], row_splits_dtype=tf.int64)
+    return {name: tf.io.RaggedFeature(TF_DTYPES[feature.dtype], row_splits_dtype=tf.int64)  # type: ignore[union-attr,index]
             for name, feature in schema.sequence_features.items()}
 
 
@@ -111,7 +110,7 @@ def make_batch_parser(schema: Schema, *, image_decoding: ImageDecoding | None = 
             if isinstance(feature, Tensor):
                 flat = tf.io.decode_raw(out[name], tf.as_dtype(feature.dtype.value), little_endian=True)
                 out[name] = tf.reshape(flat, [-1, *feature.shape])
-            elif name in image_shapes:
+            elif name in image_shapes and image_decoding is not None:
                 out[name] = _decode_image(image_shapes[name], image_decoding, out[name])
         return out
 

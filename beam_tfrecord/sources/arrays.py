@@ -36,7 +36,7 @@ def _check_lengths(where: str, arrays: ArrayMap) -> int:
     if None in lengths.values() or len(set(lengths.values())) != 1:
         shapes = {name: np.shape(a) for name, a in arrays.items()}
         raise SourceError(f"{where}: every array needs the same first (sample) axis, got shapes {shapes}")
-    return next(iter(lengths.values()))
+    return int(next(iter(lengths.values())))  # type: ignore[arg-type]  # None was ruled out above
 
 
 def _per_sample(array: np.ndarray) -> list[Any]:

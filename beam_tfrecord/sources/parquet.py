@@ -70,8 +70,9 @@ class ReadParquetManifest(ReadRows):
         chunk_size: rows per Beam element (and per Arrow record batch).
     """
 
-    def __init__(self, pattern: str, *, schema: Schema, options: RowOptions = RowOptions(),
+    def __init__(self, pattern: str, *, schema: Schema, options: RowOptions | None = None,
                  chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
         _pyarrow_parquet()
+        options = options if options is not None else RowOptions()
         RowConverter(schema, options)  # checks the options against the schema now, not on a worker
         super().__init__(pattern, ParquetRowReader(schema, options, chunk_size), chunk_size=chunk_size)

@@ -20,8 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
-from beam_tfrecord.core.schema import (ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor,
-                                       VarList)
+from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor, VarList
 from beam_tfrecord.errors import MalformedRowError, PathOutsideRootError, SourceError
 
 _INT_RE = re.compile(r"[+-]?\d+")

@@ -23,9 +23,9 @@ from typing import Any
 import apache_beam as beam
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.errors import MalformedRowError, SourceError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
 from beam_tfrecord.sources.rows import RowConverter, RowOptions, check_header, parent_dir
@@ -173,10 +173,11 @@ class ReadCsvManifest(ReadRows):
         chunk_size: rows per Beam element.
     """
 
-    def __init__(self, pattern: str, *, schema: Schema, options: RowOptions = RowOptions(), delimiter: str = ",",
+    def __init__(self, pattern: str, *, schema: Schema, options: RowOptions | None = None, delimiter: str = ",",
                  column_names: Sequence[str] | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
         if len(delimiter) != 1:
             raise SourceError(f"delimiter must be one character, got {delimiter!r}")
+        options = options if options is not None else RowOptions()
         RowConverter(schema, options)  # checks the options against the schema now, not on a worker
         reader = CsvRowReader(schema, options, delimiter, tuple(column_names) if column_names else None)
         super().__init__(pattern, reader, chunk_size=chunk_size)
@@ -192,7 +193,8 @@ class ReadJsonlManifest(ReadRows):
         chunk_size: rows per Beam element.
     """
 
-    def __init__(self, pattern: str, *, schema: Schema, options: RowOptions = RowOptions(),
+    def __init__(self, pattern: str, *, schema: Schema, options: RowOptions | None = None,
                  chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+        options = options if options is not None else RowOptions()
         RowConverter(schema, options)  # checks the options against the schema now, not on a worker
         super().__init__(pattern, JsonlRowReader(schema, options), chunk_size=chunk_size)

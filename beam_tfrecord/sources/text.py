@@ -16,7 +16,7 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
-from beam_tfrecord.core.schema import DType, Scalar, Schema, VarList
+from beam_tfrecord.core.schema import DType, Feature, Scalar, Schema, VarList
 from beam_tfrecord.errors import SampleReadError, SourceError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
 
@@ -33,7 +33,7 @@ class TextUnit(enum.Enum):
 
 def text_schema(*, tokens: bool = False) -> Schema:
     """The schema ReadTextFiles produces."""
-    features = {"text": Scalar(DType.STRING)}
+    features: dict[str, Feature] = {"text": Scalar(DType.STRING)}
     if tokens:
         features["tokens"] = VarList(DType.INT64)
     return Schema(features)

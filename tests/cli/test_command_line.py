@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_tty import run_on_tty
+from fixtures_gcs import tiny_images  # noqa: F401  (pytest fixture)
 from PIL import Image as PILImage
 
 from beam_tfrecord import ImageDecoding, load_manifest, read_numpy
 from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
 from pipelines.make_sample_images import write_sample_images
-from cli_tty import run_on_tty
-from fixtures_gcs import tiny_images  # noqa: F401  (pytest fixture)
 
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "beam-tfrecord")
@@ -119,7 +118,8 @@ def test_every_file_is_written_rejected_with_a_reason_or_reported_as_skipped(tmp
     manifest = load_manifest(str(out))
     # 44 JPEGs + the dangling link + the two links of the loop: every image file is an input.
     assert (manifest.num_inputs, manifest.num_written, manifest.num_rejected) == (47, 44, 3)
-    dead = {json.loads(line)["key"]: json.loads(line) for line in (out / manifest.dead_letters).read_text().splitlines()}
+    lines = (out / manifest.dead_letters).read_text().splitlines()
+    dead = {json.loads(line)["key"]: json.loads(line) for line in lines}
     assert set(dead) == {"cats/dangling.jpg", "dogs/loop-a.jpg", "dogs/loop-b.jpg"}
     assert {d["stage"] for d in dead.values()} == {"read"}
     assert "No such file or directory" in dead["cats/dangling.jpg"]["message"]

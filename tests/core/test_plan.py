@@ -1,5 +1,7 @@
 """Shard planner: byte balance, hard cap, splits and their stability, all without Beam."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -36,7 +38,7 @@ def test_every_record_lands_in_exactly_one_shard_and_counts_add_up():
     assert len(_membership(plan, keys, hashes)) == 5_000
     ranges = [(s.hash_lo, s.hash_hi) for s in plan.shards]
     assert ranges[0][0] == 0 and ranges[-1][1] == HASH_SPACE
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, no gaps or overlaps
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))  # contiguous, no gaps or overlaps
 
 
 @pytest.mark.parametrize("n, target", [(20_000, 1_000_000), (3_000, 250_000), (50_000, 10_000_000)])

@@ -6,9 +6,18 @@ import itertools
 import pytest
 
 from beam_tfrecord.core.framing import frame
+from beam_tfrecord.core.runs import (
+    REFERENCE,
+    RunIndex,
+    entry_kind,
+    entry_record,
+    entry_reference,
+    make_record_entry,
+    make_reference_entry,
+    merge_slices,
+    write_run,
+)
 from beam_tfrecord.errors import CorruptShardError
-from beam_tfrecord.core.runs import (REFERENCE, RunIndex, entry_kind, entry_record, entry_reference,
-                                     make_record_entry, make_reference_entry, merge_slices, write_run)
 
 
 def _run(path: str, items: list[tuple[int, bytes]]) -> tuple[RunIndex, bytes]:
@@ -21,7 +30,7 @@ def _run(path: str, items: list[tuple[int, bytes]]) -> tuple[RunIndex, bytes]:
 def _merge(runs: list[tuple[RunIndex, bytes]], lo: int = 0, hi: int = 2**64, **options) -> list[bytes]:
     slices = [index.slice(lo, hi) for index, _ in runs]
     streams = []
-    for (index, data), piece in zip(runs, slices):
+    for (_index, data), piece in zip(runs, slices):
         stream = io.BytesIO(data)
         stream.seek(piece.start)
         streams.append(stream)

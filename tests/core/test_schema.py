@@ -2,8 +2,18 @@
 
 import pytest
 
-from beam_tfrecord.core.schema import (ClassLabel, DType, FixedList, Image, ImageFormat, Scalar, Schema, Tensor,
-                                       TensorDType, VarList)
+from beam_tfrecord.core.schema import (
+    ClassLabel,
+    DType,
+    FixedList,
+    Image,
+    ImageFormat,
+    Scalar,
+    Schema,
+    Tensor,
+    TensorDType,
+    VarList,
+)
 from beam_tfrecord.errors import SchemaError
 
 EVERY_KIND = Schema(

@@ -132,7 +132,8 @@ def test_workers_summaries_plan_exactly_what_all_records_plan(splits):
 
 def test_every_shard_is_within_one_record_of_its_share_and_shards_tile_each_split():
     hashes, sizes = _records(50_000, seed=9, low=200, high=20_000)
-    plan = plan_dataset(hashes, sizes, SplitConfig.parse("train=0.7,test=0.3"), ShardingConfig(target_shard_bytes=10**7))
+    plan = plan_dataset(hashes, sizes, SplitConfig.parse("train=0.7,test=0.3"),
+                        ShardingConfig(target_shard_bytes=10**7))
     numbers = plan.shard_numbers(hashes)
     for split in plan.splits:
         share = split.num_record_bytes / len(split.shards)

@@ -13,11 +13,11 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from dask_fixtures import DASK_RUNNER
 
 from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset
 from beam_tfrecord.beam.write import FanIn
 from beam_tfrecord.errors import WriterOptionError
-from dask_fixtures import DASK_RUNNER
 
 
 def _run(address: str, build) -> None:
@@ -94,7 +94,8 @@ def test_a_side_input_is_computed_again_inside_each_task_that_reads_it(dask_addr
 
 def test_the_spill_path_is_refused_on_dask(dask_address: str, tmp_path: Path) -> None:
     schema = Schema({"x": Scalar(DType.INT64)})
-    pipeline = beam.Pipeline(options=PipelineOptions([f"--runner={DASK_RUNNER}", f"--dask_client_address={dask_address}"]))
+    pipeline = beam.Pipeline(options=PipelineOptions([f"--runner={DASK_RUNNER}",
+                                                      f"--dask_client_address={dask_address}"]))
     with pytest.raises(WriterOptionError, match="fan_in=spill cannot run on the DaskRunner: it drops elements a DoFn "
                                                 "emits in finish_bundle"):
         _ = pipeline | beam.Create([]) | WriteTFRecordDataset(str(tmp_path / "ds"), schema=schema, fan_in=FanIn.SPILL)

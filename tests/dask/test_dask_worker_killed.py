@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from dask_fixtures import DASK_RUNNER
 
 from beam_tfrecord import ShardingConfig, SplitConfig, WriteTFRecordDataset, load_manifest, verify_dataset
 from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.sources.image_folder import ReadImageFolder, image_folder_schema
-from dask_fixtures import DASK_RUNNER
 from pipelines.common import job_pipeline
 
 

@@ -198,7 +198,7 @@ def test_commands_pass_only_real_options(where: str) -> None:
     flags = COMMANDS[where]()
     unknown = set(flags) - set(job_option_names()) - _beam_option_names()
     assert not unknown, f"{where} passes options that exist neither in the job nor in Beam: {unknown}"
-    assert REQUIRED <= set(flags), f"{where} lacks {REQUIRED - set(flags)}"
+    assert set(flags) >= REQUIRED, f"{where} lacks {REQUIRED - set(flags)}"
     options = PipelineOptions([f"--{k}={v}" for k, v in flags.items()])  # values parse with the options' types
     assert options.view_as(refresh_image_dataset.RefreshOptions).dataset_root == flags["dataset_root"]
 

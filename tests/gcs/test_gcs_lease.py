@@ -7,10 +7,10 @@ import concurrent.futures
 import json
 
 import pytest
+from test_lease import _try  # the same racing acquire as locally
 
 from beam_tfrecord import lease, storage
 from beam_tfrecord.lease import LeaseHolder, OutputLockedError
-from test_lease import _try  # the same racing acquire as locally
 
 
 def test_a_second_acquire_is_refused_and_release_frees_it(gcs_bucket: str) -> None:

@@ -9,8 +9,21 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from beam_tfrecord import (ClassLabel, DType, FixedList, Image, ImageFormat, Scalar, Schema, ShardingConfig,
-                           SplitConfig, Tensor, TensorDType, VarList, WriteTFRecordDataset)
+from beam_tfrecord import (
+    ClassLabel,
+    DType,
+    FixedList,
+    Image,
+    ImageFormat,
+    Scalar,
+    Schema,
+    ShardingConfig,
+    SplitConfig,
+    Tensor,
+    TensorDType,
+    VarList,
+    WriteTFRecordDataset,
+)
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.core.samples import Sample
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import grain
-import numpy as np
 import pytest
 import torch.utils.data
 from array_record.python.array_record_module import ArrayRecordReader
@@ -115,8 +114,10 @@ def test_a_damaged_array_record_shard_is_a_corrupt_shard_error(tmp_path, array_r
     shutil.copytree(array_record_dataset, copy)
     shard = load_manifest(copy).shards[1]
     path = os.path.join(copy, shard.filename)
-    data = bytearray(open(path, "rb").read())
-    data[200] ^= 0xFF
-    open(path, "wb").write(bytes(data))
+    with open(path, "r+b") as handle:
+        handle.seek(200)
+        byte = handle.read(1)[0]
+        handle.seek(200)
+        handle.write(bytes([byte ^ 0xFF]))
     with pytest.raises(CorruptShardError, match=shard.filename):
         verify_dataset(copy)

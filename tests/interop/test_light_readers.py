@@ -13,9 +13,9 @@ import subprocess
 import sys
 
 import pytest
+from fixtures_gcs import fake_gcs, gcs_bucket  # noqa: F401  (pytest fixtures)
 
 from beam_tfrecord import load_manifest, read_numpy
-from fixtures_gcs import fake_gcs, gcs_bucket  # noqa: F401  (pytest fixtures)
 
 _BLOCKED = ("apache_beam", "tensorflow", "tensorflow_datasets")
 _SCRIPT = '''
@@ -75,7 +75,7 @@ def test_local_dataset_reads_without_beam_or_tensorflow(fmt, tfrecord_dataset, a
 
 
 @pytest.mark.parametrize("fmt", ["tfrecord", "array_record"])
-def test_gcs_dataset_reads_without_beam_or_tensorflow(fmt, fake_gcs, gcs_bucket, tfrecord_dataset,  # noqa: F811
+def test_gcs_dataset_reads_without_beam_or_tensorflow(fmt, fake_gcs, gcs_bucket, tfrecord_dataset,
                                                       array_record_dataset):
     local = tfrecord_dataset if fmt == "tfrecord" else array_record_dataset
     remote = f"{gcs_bucket}/{fmt}"

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from beam_tfrecord import Scalar, Schema, VarList, DType, load_manifest
+from beam_tfrecord import DType, Scalar, Schema, VarList, load_manifest
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, FEATURES_FILENAME, unsupported_reason
@@ -148,5 +148,6 @@ def test_rebuilding_replaces_tfds_files_and_drops_stale_label_files(tmp_path):
     write_dataset(out, FileFormat.TFRECORD, unlabelled,
                   schema=Schema({k: v for k, v in SCHEMA.features.items() if k != "label"}))
     assert not os.path.exists(os.path.join(out, "label.labels.txt"))
-    info = json.loads(open(os.path.join(out, DATASET_INFO_FILENAME)).read())
+    with open(os.path.join(out, DATASET_INFO_FILENAME)) as handle:
+        info = json.load(handle)
     assert sum(int(n) for s in info["splits"] for n in s["shardLengths"]) == 20

@@ -16,8 +16,23 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from beam_tfrecord import (ClassLabel, Compression, DType, FixedList, Image, ImageFormat, Sample, Scalar, Schema,
-                           ShardingConfig, SplitConfig, Tensor, TensorDType, VarList, WriteTFRecordDataset)
+from beam_tfrecord import (
+    ClassLabel,
+    Compression,
+    DType,
+    FixedList,
+    Image,
+    ImageFormat,
+    Sample,
+    Scalar,
+    Schema,
+    ShardingConfig,
+    SplitConfig,
+    Tensor,
+    TensorDType,
+    VarList,
+    WriteTFRecordDataset,
+)
 from beam_tfrecord.dataset import load_manifest
 
 ALL_TYPES_SCHEMA = Schema(features={

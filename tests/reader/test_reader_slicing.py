@@ -4,8 +4,15 @@ import pytest
 
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.errors import ReaderError, UnknownSplitError
-from beam_tfrecord.reader.slicing import (ReadSegment, SplitSlice, parse_split, partition, resolve_split,
-                                          split_evenly, sub_range)
+from beam_tfrecord.reader.slicing import (
+    ReadSegment,
+    SplitSlice,
+    parse_split,
+    partition,
+    resolve_split,
+    split_evenly,
+    sub_range,
+)
 
 
 def _shards(*counts: int) -> list[ReadSegment]:

@@ -5,11 +5,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data import DataLoader
 
-from beam_tfrecord.errors import ReaderError  # noqa: E402
-from beam_tfrecord.reader.read_plan import num_examples  # noqa: E402
-from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset, collate  # noqa: E402
+from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.reader.read_plan import num_examples
+from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset, collate
 
 
 def _keys(loader) -> list[bytes]:

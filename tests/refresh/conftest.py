@@ -7,19 +7,19 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from fixtures_gcs import fake_gcs, gcs_bucket, tiny_images  # noqa: F401  (pytest fixtures)
+
 from pipelines import refresh_image_dataset
 
 
 @pytest.fixture()
-def images(tmp_path: Path, tiny_images: str) -> str:  # noqa: F811
+def images(tmp_path: Path, tiny_images: str) -> str:
     """A copy of the 30 tiny images that the test may change."""
     return str(shutil.copytree(tiny_images, tmp_path / "images"))
 
 
 @pytest.fixture(scope="session")
-def built_version(tmp_path_factory: pytest.TempPathFactory, tiny_images: str) -> Path:  # noqa: F811
+def built_version(tmp_path_factory: pytest.TempPathFactory, tiny_images: str) -> Path:
     """The directory of one complete version (manifest + shards) built by the refresh job."""
     root = tmp_path_factory.mktemp("built-root")
     plan = refresh_image_dataset.run(["--input", tiny_images, "--dataset_root", str(root)])

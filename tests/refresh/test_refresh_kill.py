@@ -21,12 +21,12 @@ import sys
 import time
 
 import pytest
+from fixtures_gcs import FakeGcs
 
 from beam_tfrecord import storage
 from beam_tfrecord.dataset import LATEST_FILENAME, load_manifest, read_latest, resolve_dataset_dir, version_dir
 from beam_tfrecord.refresh import fingerprint_inputs, list_versions, stored_fingerprint
 from beam_tfrecord.verify import verify_dataset
-from fixtures_gcs import FakeGcs
 
 NUM_KILLS = 5
 MAX_RUN_SECONDS = 120.0

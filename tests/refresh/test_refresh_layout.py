@@ -11,9 +11,18 @@ import pytest
 
 from beam_tfrecord.dataset import load_manifest, read_latest, resolve_dataset_dir, shard_paths
 from beam_tfrecord.errors import DatasetNotFoundError, LatestPointerError, RefreshError
-from beam_tfrecord.refresh import (InputFile, InputFingerprint, RefreshAction, apply_retention, commit_version,
-                                   fingerprint_inputs, list_versions, new_version_id, plan_refresh,
-                                   stored_fingerprint)
+from beam_tfrecord.refresh import (
+    InputFile,
+    InputFingerprint,
+    RefreshAction,
+    apply_retention,
+    commit_version,
+    fingerprint_inputs,
+    list_versions,
+    new_version_id,
+    plan_refresh,
+    stored_fingerprint,
+)
 
 IDS = ["20260101T000000.000Z-aaaaaa", "20260102T000000.000Z-bbbbbb", "20260103T000000.000Z-cccccc",
        "20260104T000000.000Z-dddddd", "20260105T000000.000Z-eeeeee"]

@@ -35,7 +35,7 @@ def _content(manifest: Manifest) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def built_by_runner(tiny_images: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:  # noqa: F811
+def built_by_runner(tiny_images: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     roots = {}
     for name, runner_args in RUNNERS.items():
         root = str(tmp_path_factory.mktemp(f"parity-{name}"))

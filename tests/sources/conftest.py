@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 import apache_beam as beam
 import pytest
+from fixtures_gcs import fake_gcs, gcs_bucket  # noqa: F401  (pytest fixtures for gs:// tests)
 
 from beam_tfrecord.beam.write import WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.verify import verify_dataset
-from fixtures_gcs import fake_gcs, gcs_bucket  # noqa: F401  (pytest fixtures for gs:// tests)
 
 
 def write_dataset(source: beam.PTransform, schema: Schema, output: str, **writer_options) -> Manifest:

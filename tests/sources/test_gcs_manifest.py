@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from fixtures_gcs import FakeGcs
+
 from beam_tfrecord import storage
 from beam_tfrecord.verify import verify_dataset
-from fixtures_gcs import FakeGcs
 from pipelines import build_from_manifest
 
 

@@ -11,8 +11,18 @@ from PIL import Image as PILImage
 
 from beam_tfrecord.core.infer import infer_schema
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
-from beam_tfrecord.core.schema import (ClassLabel, DType, FixedList, Image, ImageFormat, Scalar, Schema, Tensor,
-                                       TensorDType, VarList)
+from beam_tfrecord.core.schema import (
+    ClassLabel,
+    DType,
+    FixedList,
+    Image,
+    ImageFormat,
+    Scalar,
+    Schema,
+    Tensor,
+    TensorDType,
+    VarList,
+)
 from beam_tfrecord.errors import SourceError
 from beam_tfrecord.sources.rows import RowConverter, RowOptions, resolve_path
 from beam_tfrecord.sources.tabular import CsvRowReader, ReadCsvManifest, ReadJsonlManifest
