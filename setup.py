@@ -20,7 +20,7 @@ _ROLES = {
     # Beam's DaskRunner and a dask.distributed cluster: the distributed engine tests run on.
     "dask": ["apache-beam[dask]>=2.77,<2.78", "dask[distributed]>=2024.1"],
     # `beam-tfrecord report` (plots) and the live progress line.
-    "report": ["matplotlib>=3.8"],
+    "report": ["matplotlib>=3.8", "tensorflow-metadata>=1.14"],
     "progress": ["tqdm>=4.66"],
 }
 

@@ -1,4 +1,4 @@
-"""The ``beam-tfrecord`` command: build, inspect, verify."""
+"""The ``beam-tfrecord`` command: build, inspect, verify, report."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
     verify = commands.add_parser("verify", help="read every record and check CRCs, counts and checksums")
     verify.add_argument("dataset", help="dataset directory")
+    report = commands.add_parser("report", help="write an HTML report (plots of shards, classes, features, images "
+                                                "and dead letters) and TFDV statistics of a dataset")
+    report.add_argument("dataset", help="dataset directory or versioned root, local or gs://")
+    report.add_argument("--output", default=None,
+                        help="folder for report.html and statistics.pb (default: ./<dataset name>-report)")
     return parser
 
 
@@ -54,6 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "inspect":
             manifest = load_manifest(args.dataset)
             print(json.dumps(manifest.to_json(), indent=2) if args.json else describe(manifest, args.dataset))
+        elif args.command == "report":
+            from beam_tfrecord.report import write_report  # matplotlib only when a report is made
+
+            output = args.output or f"{load_manifest(args.dataset).dataset_name}-report"
+            written = write_report(args.dataset, output)
+            print(f"wrote {written.html_path} ({len(written.plot_ids)} plots) and {written.statistics_path}")
         else:
             report = verify_dataset(args.dataset)
             print(f"OK: {report.num_shards} shards, {report.num_records} records, {report.num_bytes} bytes "

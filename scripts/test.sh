@@ -5,6 +5,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
+# The report test renders in a real headless browser: Debian's Chromium, installed once.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "installing chromium (Debian package) for the report test..." >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
+    >/tmp/beam-tfrecord-chromium-install.log 2>&1 \
+    || { tail -20 /tmp/beam-tfrecord-chromium-install.log >&2; echo "chromium install failed" >&2; exit 1; }
+fi
 echo "ruff check ." >&2 && ruff check . -q
 echo "mypy (beam_tfrecord; configured in pyproject.toml)" >&2 && mypy --no-error-summary
 python -m pytest -q "$@"

@@ -1,0 +1,225 @@
+"""Dataset statistics in one streaming pass, in bounded memory, the same on every run.
+
+Every record of every split is read once, shard after shard in index order. Counts, sums,
+minima and maxima are exact. Distributions (histograms) come from a reservoir of at most
+``RESERVOIR`` values per feature and split, drawn with a generator seeded from the feature and
+split names: the same dataset always gives the same report, whatever its size. Sample images are
+the first ``SAMPLES_PER_CLASS`` of each class (or of the split when it has no class label).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import json
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from beam_tfrecord import storage
+from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.core.schema import ClassLabel, DType, FixedList, Image, Scalar, Tensor, VarList
+from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
+from beam_tfrecord.reader.numpy_reader import iter_examples
+from beam_tfrecord.reader.read_plan import plan_read
+
+RESERVOIR = 20_000
+SAMPLES_PER_CLASS = 6
+MAX_SAMPLE_CLASSES = 12
+_TENSOR_VALUES_PER_RECORD = 16
+
+
+class Reservoir:
+    """At most ``capacity`` values drawn uniformly from a stream (Vitter's algorithm R), seeded."""
+
+    def __init__(self, capacity: int, seed: str) -> None:
+        self.capacity = capacity
+        self.values: list[float] = []
+        self.seen = 0
+        self._rng = np.random.default_rng(zlib.crc32(seed.encode("utf-8")))
+
+    def add(self, value: float) -> None:
+        self.seen += 1
+        if len(self.values) < self.capacity:
+            self.values.append(value)
+            return
+        slot = int(self._rng.integers(0, self.seen))
+        if slot < self.capacity:
+            self.values[slot] = value
+
+
+@dataclasses.dataclass
+class NumericStats:
+    """Exact count, min, max, mean and standard deviation, plus a reservoir for the histogram."""
+
+    reservoir: Reservoir
+    count: int = 0
+    total: float = 0.0
+    total_squares: float = 0.0
+    minimum: float = float("inf")
+    maximum: float = float("-inf")
+    non_finite: int = 0
+
+    def add(self, value: float) -> None:
+        if not np.isfinite(value):
+            self.non_finite += 1
+            return
+        self.count += 1
+        self.total += value
+        self.total_squares += value * value
+        self.minimum = min(self.minimum, value)
+        self.maximum = max(self.maximum, value)
+        self.reservoir.add(value)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else float("nan")
+
+    @property
+    def std(self) -> float:
+        if not self.count:
+            return float("nan")
+        return float(np.sqrt(max(self.total_squares / self.count - self.mean**2, 0.0)))
+
+
+@dataclasses.dataclass
+class ImageStats:
+    widths: NumericStats
+    heights: NumericStats
+    encoded_bytes: NumericStats
+    formats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    unreadable: int = 0
+    samples: dict[str, list[bytes]] = dataclasses.field(default_factory=dict)  # class (or "") -> first images
+
+
+@dataclasses.dataclass
+class SplitStats:
+    """What one split holds."""
+
+    name: str
+    num_records: int
+    num_bytes: int
+    shard_bytes: list[int]
+    shard_records: list[int]
+    numeric: dict[str, NumericStats] = dataclasses.field(default_factory=dict)  # scalars, lists, tensors
+    lengths: dict[str, NumericStats] = dataclasses.field(default_factory=dict)  # var lists, sequences
+    classes: dict[str, collections.Counter] = dataclasses.field(default_factory=dict)
+    images: dict[str, ImageStats] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class DatasetStats:
+    """A dataset's manifest, the statistics of each split and its dead letters by reason."""
+
+    location: str
+    manifest: Manifest
+    splits: list[SplitStats]
+    dead_letters: collections.Counter  # (stage, error type) -> count
+
+
+def _numeric(name: str, split: str) -> NumericStats:
+    return NumericStats(Reservoir(RESERVOIR, f"{split}/{name}"))
+
+
+def _image_header(data: bytes) -> tuple[int, int, str] | None:
+    from PIL import Image as PILImage
+
+    try:
+        with PILImage.open(io.BytesIO(data)) as image:  # reads the header only
+            return image.width, image.height, (image.format or "?").lower()
+    except Exception:  # Pillow raises many types for bad headers; counted as unreadable
+        return None
+
+
+class _SplitCollector:
+    def __init__(self, manifest: Manifest, split: str) -> None:
+        info = manifest.split(split)
+        self.stats = SplitStats(split, info.num_records, info.num_bytes, [s.num_bytes for s in info.shards],
+                                [s.num_records for s in info.shards])
+        schema = manifest.schema
+        self._labels = {n: f for n, f in schema.features.items() if isinstance(f, ClassLabel)}
+        self._first_label = next(iter(self._labels), None)
+        for name, feature in schema.features.items():
+            if isinstance(feature, ClassLabel):
+                self.stats.classes[name] = collections.Counter()
+            elif isinstance(feature, Image):
+                self.stats.images[name] = ImageStats(_numeric(f"{name}/width", split),
+                                                     _numeric(f"{name}/height", split),
+                                                     _numeric(f"{name}/bytes", split))
+            elif isinstance(feature, VarList):
+                self.stats.lengths[name] = _numeric(f"{name}/length", split)
+                if feature.dtype in (DType.INT64, DType.FLOAT32):
+                    self.stats.numeric[name] = _numeric(name, split)
+            elif isinstance(feature, Tensor) or (isinstance(feature, (Scalar, FixedList))
+                                                 and feature.dtype in (DType.INT64, DType.FLOAT32)):
+                self.stats.numeric[name] = _numeric(name, split)
+        for name in schema.sequence_features:
+            self.stats.lengths[name] = _numeric(f"{name}/steps", split)
+
+    def add(self, example: dict[str, Any]) -> None:
+        stats = self.stats
+        label = ""
+        if self._first_label is not None:
+            feature = self._labels[self._first_label]
+            label = feature.names[int(example[self._first_label])]
+        for name in stats.classes:
+            stats.classes[name][self._labels[name].names[int(example[name])]] += 1
+        for name, numeric in stats.numeric.items():
+            values = np.asarray(example[name]).ravel()
+            if len(values) > _TENSOR_VALUES_PER_RECORD:
+                values = values[:: max(1, len(values) // _TENSOR_VALUES_PER_RECORD)][:_TENSOR_VALUES_PER_RECORD]
+            for value in values.tolist():
+                numeric.add(float(value))
+        for name, lengths in stats.lengths.items():
+            lengths.add(float(len(example[name])))
+        for name, image in stats.images.items():
+            data = bytes(example[name])
+            image.encoded_bytes.add(float(len(data)))
+            header = _image_header(data)
+            if header is None:
+                image.unreadable += 1
+                continue
+            width, height, fmt = header
+            image.widths.add(float(width))
+            image.heights.add(float(height))
+            image.formats[fmt] += 1
+            if label not in image.samples and len(image.samples) >= MAX_SAMPLE_CLASSES:
+                continue
+            shown = image.samples.setdefault(label, [])
+            if len(shown) < SAMPLES_PER_CLASS:
+                shown.append(data)
+
+
+def _dead_letter_reasons(directory: str, manifest: Manifest) -> collections.Counter:
+    reasons: collections.Counter = collections.Counter()
+    if not manifest.dead_letters:
+        return reasons
+    with storage.open_read(storage.join(directory, manifest.dead_letters)) as handle:
+        for line in handle:
+            try:
+                letter = json.loads(line)
+                reasons[(str(letter["stage"]), str(letter["error_type"]))] += 1
+            except (ValueError, KeyError, TypeError):
+                reasons[("?", "unparseable dead-letter line")] += 1
+    return reasons
+
+
+def iter_split_examples(directory: str, manifest: Manifest, split: str) -> Iterator[dict[str, Any]]:
+    """Every example of a split, shard after shard, images left encoded."""
+    yield from iter_examples(plan_read(directory, split=split, manifest=manifest), verify=True)
+
+
+def collect(path: str) -> DatasetStats:
+    """Reads a dataset (local or gs://; a refresh root means its latest version) and summarizes it."""
+    directory = resolve_dataset_dir(path)
+    manifest = load_manifest(directory)
+    splits = []
+    for split in manifest.splits:
+        collector = _SplitCollector(manifest, split.name)
+        for example in iter_split_examples(directory, manifest, split.name):
+            collector.add(example)
+        splits.append(collector.stats)
+    return DatasetStats(directory, manifest, splits, _dead_letter_reasons(directory, manifest))
