@@ -133,6 +133,15 @@ def _eta(counts: ProgressCounts, *, elapsed_seconds: float, expected_inputs: int
     return None
 
 
+def _has_tqdm() -> bool:
+    """tqdm draws the live line (the ``[progress]`` extra); without it, plain lines are shown."""
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class ProgressDisplay:
     """Shows a progress folder's sums while a build runs (``with ProgressDisplay(...)``).
 
@@ -150,7 +159,7 @@ class ProgressDisplay:
         self._directory = directory
         self._expected = expected_inputs
         self._stream = stream or sys.stderr
-        self._live = self._stream.isatty() if live is None else live
+        self._live = (self._stream.isatty() if live is None else live) and _has_tqdm()
         self._interval = 0.25 if self._live else interval_seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="beam-tfrecord-progress", daemon=True)

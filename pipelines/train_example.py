@@ -1,6 +1,6 @@
 """Train a small Keras image classifier on a dataset built by this project.
 
-The README's "train on it" step::
+The "Train on it" step of docs/reading.md::
 
     python -m pipelines.make_sample_images --output /tmp/images
     python -m pipelines.build_image_dataset --input /tmp/images --output /tmp/ds --splits train=0.8,test=0.2

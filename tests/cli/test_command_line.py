@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -136,16 +137,34 @@ def test_every_file_is_written_rejected_with_a_reason_or_reported_as_skipped(tmp
             "(ROOT/<label>/<file>) (extensions: (none) x1, .jpg x1, .md x1, .txt x1)") in done.stdout
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode; the symlink loop stands in")
+def _without_read_override() -> list[str]:
+    """A prefix that runs a command unable to read a file its mode forbids. Root reads any file through
+    the CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH capabilities, so as root the command runs with those two
+    dropped (util-linux's setpriv); any other user is refused already."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: cannot make a file unreadable")
+    drop = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}"]
+
+
 def test_a_file_without_read_permission_is_a_dead_letter(tmp_path):
     root = tmp_path / "imgs"
     (root / "a").mkdir(parents=True)
     for i in range(9):
         _jpeg(root / "a" / f"{i}.jpg", i)
     os.chmod(root / "a" / "0.jpg", 0)
-    done = _run(CLI, "build", "--input", str(root), "--output", str(tmp_path / "ds"), "--max_rejected_fraction=0.2")
+    out = tmp_path / "ds"
+    done = _run(*_without_read_override(), CLI, "build", "--input", str(root), "--output", str(out),
+                "--max_rejected_fraction=0.2", "--progress=none")
     assert done.returncode == 0, done.stderr
-    assert load_manifest(str(tmp_path / "ds")).num_rejected == 1
+    manifest = load_manifest(str(out))
+    assert (manifest.num_inputs, manifest.num_written, manifest.num_rejected) == (9, 8, 1)
+    [dead] = [json.loads(line) for line in (out / manifest.dead_letters).read_text().splitlines()]
+    assert (dead["key"], dead["stage"], dead["error_type"]) == ("a/0.jpg", "read", "SampleReadError")
+    assert "Permission denied" in dead["message"], dead["message"]
 
 
 def test_a_folder_mixing_jpeg_and_png_builds_and_reads_back(tmp_path):

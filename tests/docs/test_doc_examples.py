@@ -1,0 +1,90 @@
+"""The examples of README.md and docs/*.md, run as written.
+
+Python blocks run (each in a fresh interpreter, in page order); bash
+blocks run when an HTML comment ``<!-- run -->`` precedes them. A block that cannot run here is
+preceded by ``<!-- not run: REASON -->``, and the reason is checked to be there. Everything runs in
+a scratch folder holding what ``scripts/demo.sh`` makes (``.demo/images`` and ``.demo/dataset``),
+with ``/tmp/bt-readme`` and ``/tmp/demo`` mapped to fresh folders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+_BLOCK = re.compile(r"(?:<!--\s*(?P<marker>run|not run:(?P<reason>.*?))\s*-->\s*\n)?```(?P<lang>\w+)\n(?P<code>.*?)```",
+                    re.S)
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    page: str
+    line: int
+    lang: str
+    code: str
+    run: bool
+    reason: str | None
+
+
+def blocks(page: Path) -> list[Block]:
+    text = page.read_text()
+    out = []
+    for match in _BLOCK.finditer(text):
+        marker, lang = match["marker"], match["lang"]
+        not_run = marker is not None and marker.startswith("not run")
+        run = not not_run and (lang == "python" or (lang == "bash" and marker == "run"))
+        out.append(Block(page.name, text[:match.start()].count("\n") + 1, lang, match["code"], run,
+                         " ".join(match["reason"].split()) if not_run else None))
+    return out
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    """A folder with .demo/images and .demo/dataset as scripts/demo.sh makes them."""
+    root = tmp_path_factory.mktemp("docs")
+    bin_dir = Path(sys.executable).parent
+    subprocess.run([sys.executable, "-m", "pipelines.make_sample_images", "--output", ".demo/images"], cwd=root,
+                   check=True, capture_output=True)
+    subprocess.run([bin_dir / "beam-tfrecord", "build", "--input", ".demo/images", "--output", ".demo/dataset",
+                    "--splits", "train=0.8,validation=0.1,test=0.1", "--target_shard_bytes", "200000",
+                    "--progress", "none"], cwd=root, check=True, capture_output=True)
+    return root
+
+
+def _environment() -> dict[str, str]:
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def test_every_block_that_does_not_run_says_why():
+    found = [b for page in PAGES for b in blocks(page)]
+    assert sum(b.run for b in found) >= 10
+    for block in found:
+        if block.reason is not None:
+            assert len(block.reason) >= 20, f"{block.page}:{block.line}: say why the block cannot run"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if any(b.run for b in blocks(p))], ids=lambda p: p.name)
+def test_page_examples_run(page: Path, scratch: Path, tmp_path: Path):
+    outputs, demo = tmp_path / "out", tmp_path / "demo"
+    demo.mkdir()
+    for block in blocks(page):
+        if not block.run:
+            continue
+        code = block.code.replace("/tmp/bt-readme", str(outputs)).replace("/tmp/demo", str(demo))
+        if block.lang == "python":
+            done = subprocess.run([sys.executable, "-c", code], cwd=scratch, env=_environment(), capture_output=True,
+                                  text=True, timeout=600)
+        else:
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=scratch, env=_environment(),
+                                  capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{block.page}:{block.line} ({block.lang}) failed:\n{done.stderr[-3000:]}"
