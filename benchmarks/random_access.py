@@ -25,33 +25,11 @@ import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
-from read_benchmark import CHUNK, SCHEMA, _chunks
+from read_benchmark import build
 
 from beam_tfrecord import load_manifest, read_numpy
 from beam_tfrecord.array_records import ArrayRecordShardReader
 from beam_tfrecord.core.naming import FileFormat
-from beam_tfrecord.errors import BeamTFRecordError
-
-
-def build(path: str, num_records: int, file_format: FileFormat) -> None:
-    """Writes the benchmark dataset in ``file_format`` (skipped when it already exists)."""
-    import apache_beam as beam
-
-    from beam_tfrecord import ShardingConfig, WriteTFRecordDataset
-
-    try:
-        if load_manifest(path).split("train").num_records == num_records:
-            return
-    except BeamTFRecordError:
-        pass
-    started = time.perf_counter()
-    with beam.Pipeline() as pipeline:
-        _ = (pipeline
-             | beam.Create(list(range(0, num_records, CHUNK)))
-             | beam.FlatMap(_chunks, num_records)
-             | WriteTFRecordDataset(path, schema=SCHEMA, sharding=ShardingConfig(num_shards=16),
-                                    file_format=file_format))
-    print(f"built {num_records} {file_format.value} records in {time.perf_counter() - started:.1f} s")
 
 
 def single_reads(path: str) -> Iterable[bytes]:

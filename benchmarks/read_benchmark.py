@@ -36,6 +36,7 @@ from beam_tfrecord import (
     WriteTFRecordDataset,
     read_dataset,
 )
+from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.dataset import load_manifest, shard_paths
 from beam_tfrecord.errors import BeamTFRecordError
 
@@ -50,8 +51,9 @@ def _chunks(start: int, num_records: int) -> Iterator[list[Sample]]:
            for i in range(start, min(start + CHUNK, num_records))]
 
 
-def build(path: str, num_records: int) -> None:
-    """Writes the benchmark dataset with the project's writer (skipped when it already exists)."""
+def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRECORD) -> None:
+    """Writes the benchmark dataset in ``file_format`` with the project's writer (skipped when it
+    already exists)."""
     try:
         if load_manifest(path).split("train").num_records == num_records:
             return
@@ -62,8 +64,9 @@ def build(path: str, num_records: int) -> None:
         _ = (pipeline
              | beam.Create(list(range(0, num_records, CHUNK)))
              | beam.FlatMap(_chunks, num_records)
-             | WriteTFRecordDataset(path, schema=SCHEMA, sharding=ShardingConfig(num_shards=16)))
-    print(f"built {num_records} records in {time.perf_counter() - started:.1f} s")
+             | WriteTFRecordDataset(path, schema=SCHEMA, sharding=ShardingConfig(num_shards=16),
+                                    file_format=file_format))
+    print(f"built {num_records} {file_format.value} records in {time.perf_counter() - started:.1f} s")
 
 
 def tutorial(files: list[str]) -> tf.data.Dataset:
