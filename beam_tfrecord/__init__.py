@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from beam_tfrecord._version import __version__
+from beam_tfrecord.core.encode import image_format_of
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.infer import infer_array_schema, infer_schema
 from beam_tfrecord.core.manifest import MANIFEST_VERSION, Manifest, ShardInfo, SplitInfo
@@ -106,6 +107,7 @@ __all__ = [
     "audio_class_names",
     "audio_schema",
     "collate",
+    "image_format_of",
     "infer_array_schema",
     "infer_schema",
     "load_manifest",

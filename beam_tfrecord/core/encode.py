@@ -44,6 +44,14 @@ _SIGNATURES: dict[ImageFormat, Callable[[bytes], bool]] = {
     **_FORMAT_SIGNATURES,
     ImageFormat.ANY: lambda b: any(check(b) for check in _FORMAT_SIGNATURES.values()),
 }
+
+
+def image_format_of(data: bytes) -> ImageFormat | None:
+    """The encoding of ``data`` read from its signature (its first bytes), or None when it has none
+    of the known ones: how a record of an ``ImageFormat.ANY`` feature tells its encoding."""
+    return next((fmt for fmt, check in _FORMAT_SIGNATURES.items() if check(data)), None)
+
+
 _PIL_CHANNELS = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "CMYK": 4,
                  "I": 1, "F": 1, "I;16": 1}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ from cli_tty import run_on_tty
 from fixtures_gcs import tiny_images  # noqa: F401  (pytest fixture)
 from PIL import Image as PILImage
 
-from beam_tfrecord import ImageDecoding, load_manifest, read_numpy
+from beam_tfrecord import ImageDecoding, image_format_of, load_manifest, read_numpy
 from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
 from pipelines.make_sample_images import write_sample_images
@@ -179,6 +180,8 @@ def test_a_folder_mixing_jpeg_and_png_builds_and_reads_back(tmp_path):
     manifest = load_manifest(str(out))
     assert manifest.schema.features["image"].format is ImageFormat.ANY
     assert (manifest.num_written, manifest.num_rejected) == (12, 0)
+    encodings = collections.Counter(image_format_of(e["image"]) for e in read_numpy(str(out)))
+    assert encodings == {ImageFormat.JPEG: 6, ImageFormat.PNG: 6}  # each record keeps its own encoding
     images = [e["image"] for e in read_numpy(str(out), image_decoding=ImageDecoding(size=(8, 8)))]
     assert len(images) == 12 and all(i.shape == (8, 8, 3) and i.dtype == np.uint8 for i in images)
     import tensorflow as tf

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from beam_tfrecord.core.encode import SampleEncoder
+from beam_tfrecord.core.encode import SampleEncoder, image_format_of
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import Image, ImageFormat, Schema, feature_from_json, feature_to_json
 from beam_tfrecord.errors import SampleError, SchemaError
@@ -46,3 +46,18 @@ def test_check_decode_is_in_the_schema_json_only_when_set():
 def test_check_decode_must_be_a_bool():
     with pytest.raises(SchemaError, match="Image: check_decode must be a bool, got 'yes'"):
         Image(ImageFormat.JPEG, check_decode="yes")
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF", "BMP", "WEBP"])
+def test_image_format_of_tells_each_encoding_from_its_bytes(fmt):
+    out = io.BytesIO()
+    PILImage.fromarray(np.zeros((4, 5, 3), np.uint8)).save(out, format=fmt)
+    assert image_format_of(out.getvalue()) is ImageFormat[fmt]
+    assert _encode(Image(ImageFormat.ANY), out.getvalue())
+
+
+@pytest.mark.parametrize("data", [b"", b"GIF8", b"RIFF\0\0\0\0WAVE", b"%PDF-1.7"])
+def test_image_format_of_is_none_without_a_known_signature_and_any_rejects_it(data):
+    assert image_format_of(data) is None
+    with pytest.raises(SampleError, match=r"expected image bytes \(jpeg, png, gif, bmp or webp\)"):
+        _encode(Image(ImageFormat.ANY), data)
