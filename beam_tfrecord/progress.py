@@ -109,24 +109,31 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def describe_progress(counts: ProgressCounts, *, elapsed_seconds: float, expected_inputs: int | None) -> str:
-    """One line: samples, rejections, shards, MB/s and, when the input count is known, an ETA."""
+def describe_progress(counts: ProgressCounts, *, elapsed_seconds: float, expected_inputs: int | None,
+                      writing_seconds: float | None = None) -> str:
+    """One line: samples, rejections, shards, MB/s and, when there is a rate to go by, an ETA.
+
+    ``writing_seconds`` is the time since the shards were planned (writing began), when known.
+    """
     seen = f"{counts.samples_seen:,}" + (f"/{expected_inputs:,}" if expected_inputs else "")
     shards = f"{counts.shards_written}/{counts.num_shards_planned or '?'}"
     rate = counts.bytes_written / 1e6 / elapsed_seconds if elapsed_seconds > 0 else 0.0
     line = (f"{seen} samples ({counts.samples_rejected:,} rejected) | shards {shards} | {rate:.1f} MB/s | "
             f"{_duration(elapsed_seconds)}")
-    eta = _eta(counts, elapsed_seconds=elapsed_seconds, expected_inputs=expected_inputs)
+    eta = _eta(counts, elapsed_seconds=elapsed_seconds, expected_inputs=expected_inputs,
+               writing_seconds=writing_seconds)
     return line + (f" | ETA {_duration(eta)}" if eta is not None else "")
 
 
-def _eta(counts: ProgressCounts, *, elapsed_seconds: float, expected_inputs: int | None) -> float | None:
-    """Seconds left: from the encoding rate while encoding, then from the shard-writing rate.
+def _eta(counts: ProgressCounts, *, elapsed_seconds: float, expected_inputs: int | None,
+         writing_seconds: float | None) -> float | None:
+    """Seconds left: from the encoding rate while encoding, then from the shard-writing rate (over
+    the time since writing began, not the whole build, when that is known).
 
     None until there is a rate worth extrapolating (1% of the inputs, or a shard, written).
     """
     if counts.num_shards_planned and counts.shards_written:
-        per_shard = elapsed_seconds / counts.shards_written
+        per_shard = (elapsed_seconds if writing_seconds is None else writing_seconds) / counts.shards_written
         return per_shard * (counts.num_shards_planned - counts.shards_written)
     if expected_inputs and counts.samples_seen * 100 >= expected_inputs:
         return elapsed_seconds * (expected_inputs - counts.samples_seen) / counts.samples_seen
@@ -164,6 +171,7 @@ class ProgressDisplay:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="beam-tfrecord-progress", daemon=True)
         self._started = 0.0
+        self._writing_since: float | None = None  # when the shards were first seen planned
         self._bar: Any = None
 
     def __enter__(self) -> ProgressDisplay:
@@ -183,6 +191,8 @@ class ProgressDisplay:
         self._thread.join()
         if self._bar is not None:
             self._bar.close()  # leave=False: the line is cleared, the summary prints on a clean terminal
+        else:
+            self.show()  # a log ends with the final counts, however short the build was
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
@@ -190,8 +200,11 @@ class ProgressDisplay:
 
     def show(self) -> None:
         counts = read_progress(self._directory)
-        elapsed = time.monotonic() - self._started
-        line = describe_progress(counts, elapsed_seconds=elapsed, expected_inputs=self._expected)
+        now = time.monotonic()
+        if counts.num_shards_planned and self._writing_since is None:
+            self._writing_since = now
+        line = describe_progress(counts, elapsed_seconds=now - self._started, expected_inputs=self._expected,
+                                 writing_seconds=None if self._writing_since is None else now - self._writing_since)
         if self._bar is not None:
             self._bar.n = counts.samples_seen
             self._bar.set_description_str(line, refresh=True)

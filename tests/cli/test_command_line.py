@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -211,6 +212,7 @@ def test_progress_lines_when_not_a_terminal_leave_the_summary_whole(tmp_path, ti
     lines = [line for line in done.stderr.splitlines() if line.startswith("progress: ")]
     assert lines, done.stderr
     assert any("30/30 samples (0 rejected) | shards" in line for line in lines)
+    assert re.match(r"progress: 30/30 samples \(0 rejected\) \| shards (\d+)/\1 \| ", lines[-1]), lines[-1]
     assert done.stdout.startswith("dataset 'data' at ") and "30 records written" in done.stdout
 
 
