@@ -191,8 +191,9 @@ class ProgressDisplay:
         self._thread.join()
         if self._bar is not None:
             self._bar.close()  # leave=False: the line is cleared, the summary prints on a clean terminal
-        else:
-            self.show()  # a log ends with the final counts, however short the build was
+        elif exc_info[0] is None:
+            self.show()  # a log ends with the final counts, however short the build was (a failure
+            # ends with its error instead)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import feature_to_json
+from beam_tfrecord.core.tfds_info import unsupported_reason
 
 SKIPPED_INPUTS_KEY = "skipped_inputs"  # manifest metadata: files a source found but did not make samples of
 
@@ -32,6 +33,9 @@ def describe(manifest: Manifest, location: str, *, show_shards: bool = True) -> 
         reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.get("by_reason", {}).items())
         extensions = ", ".join(f"{ext} x{count}" for ext, count in skipped.get("by_extension", {}).items())
         lines.append(f"  skipped {skipped['count']} files that are not samples: {reasons} (extensions: {extensions})")
+    no_tfds = unsupported_reason(manifest)
+    if no_tfds is not None:
+        lines.append(f"  no TFDS metadata (dataset_info.json) written: {no_tfds}")
     for split in manifest.splits:
         lines.append(f"  split {split.name}: {split.num_records} records in {len(split.shards)} shards, "
                      f"{_size(split.num_bytes)}, balance spread {split.balance_spread:.2%}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from beam_tfrecord.progress import ProgressCounts, ProgressDisplay, ProgressSink, describe_progress, read_progress
 
 
@@ -55,3 +57,11 @@ def test_a_log_display_ends_with_the_final_counts(tmp_path):
     lines = stream.getvalue().splitlines()
     assert len(lines) == 1  # no tick within the 60 s interval: only the closing line
     assert lines[0].startswith("progress: 30/30 samples (0 rejected) | shards 1/1 | ")
+
+
+def test_a_failed_build_ends_with_its_error_not_a_progress_line(tmp_path):
+    stream = io.StringIO()
+    with pytest.raises(RuntimeError, match="the pipeline failed"), ProgressDisplay(
+            str(tmp_path), expected_inputs=30, stream=stream, live=False, interval_seconds=60):
+        raise RuntimeError("the pipeline failed")
+    assert stream.getvalue() == ""
