@@ -46,6 +46,18 @@ def run_measured(command: list[str], *, env: dict[str, str] | None = None, inter
     return Measured(time.perf_counter() - start, peak, stdout, stderr)
 
 
+def already_built(path: str, num_records: int) -> bool:
+    """Whether ``path`` holds a published dataset of ``num_records`` records (a benchmark's data,
+    kept between runs); False when there is none or it cannot be read (then: rebuild)."""
+    from beam_tfrecord import load_manifest
+    from beam_tfrecord.errors import BeamTFRecordError
+
+    try:
+        return load_manifest(path).num_written == num_records
+    except BeamTFRecordError:
+        return False
+
+
 def child_env(*paths: str) -> dict[str, str]:
     """The environment for a benchmark child: quiet TensorFlow, ``paths`` importable (workers too)."""
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",

@@ -25,6 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import apache_beam as beam
 import numpy as np
 import tensorflow as tf
+from measure import already_built
 
 from beam_tfrecord import (
     ClassLabel,
@@ -38,7 +39,6 @@ from beam_tfrecord import (
 )
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.dataset import load_manifest, shard_paths
-from beam_tfrecord.errors import BeamTFRecordError
 
 SCHEMA = Schema(features={"image": Tensor(TensorDType.UINT8, (32, 32, 3)),
                           "label": ClassLabel(tuple(f"class_{i}" for i in range(10)))})
@@ -54,11 +54,8 @@ def _chunks(start: int, num_records: int) -> Iterator[list[Sample]]:
 def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRECORD) -> None:
     """Writes the benchmark dataset in ``file_format`` with the project's writer (skipped when it
     already exists)."""
-    try:
-        if load_manifest(path).split("train").num_records == num_records:
-            return
-    except BeamTFRecordError:  # none yet, or written by an older format: rebuild
-        pass
+    if already_built(path, num_records):
+        return
     started = time.perf_counter()
     with beam.Pipeline() as pipeline:
         _ = (pipeline

@@ -23,7 +23,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from measure import child_env, run_measured
+from measure import already_built, child_env, run_measured
 
 CHUNK = 1000
 VARIANTS = 64
@@ -66,15 +66,10 @@ def _build(path: str, records: int) -> None:
         Schema,
         VarList,
         WriteTFRecordDataset,
-        load_manifest,
     )
-    from beam_tfrecord.errors import BeamTFRecordError
 
-    try:
-        if load_manifest(path).num_written == records:
-            return
-    except BeamTFRecordError:
-        pass
+    if already_built(path, records):
+        return
     schema = Schema({"image": Image(ImageFormat.PNG), "label": ClassLabel([f"class{k}" for k in range(10)]),
                      "score": Scalar(DType.FLOAT32), "tokens": VarList(DType.INT64)})
     pngs = _pngs()

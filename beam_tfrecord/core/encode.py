@@ -40,16 +40,18 @@ _FORMAT_SIGNATURES: dict[ImageFormat, Callable[[bytes], bool]] = {
     ImageFormat.BMP: lambda b: b[:2] == b"BM",
     ImageFormat.WEBP: lambda b: b[:4] == b"RIFF" and b[8:12] == b"WEBP",
 }
-_SIGNATURES: dict[ImageFormat, Callable[[bytes], bool]] = {
-    **_FORMAT_SIGNATURES,
-    ImageFormat.ANY: lambda b: any(check(b) for check in _FORMAT_SIGNATURES.values()),
-}
 
 
 def image_format_of(data: bytes) -> ImageFormat | None:
     """The encoding of ``data`` read from its signature (its first bytes), or None when it has none
     of the known ones: how a record of an ``ImageFormat.ANY`` feature tells its encoding."""
     return next((fmt for fmt, check in _FORMAT_SIGNATURES.items() if check(data)), None)
+
+
+_SIGNATURES: dict[ImageFormat, Callable[[bytes], bool]] = {
+    **_FORMAT_SIGNATURES,
+    ImageFormat.ANY: lambda b: image_format_of(b) is not None,
+}
 
 
 _PIL_CHANNELS = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "CMYK": 4,
