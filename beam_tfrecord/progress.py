@@ -130,12 +130,15 @@ def _eta(counts: ProgressCounts, *, elapsed_seconds: float, expected_inputs: int
     """Seconds left: from the encoding rate while encoding, then from the shard-writing rate (over
     the time since writing began, not the whole build, when that is known).
 
-    None until there is a rate worth extrapolating (1% of the inputs, or a shard, written).
+    None until there is a rate worth extrapolating (1% of the inputs, or a shard, written), between
+    the last sample encoded and the first shard written (no rate for the writing yet), and once
+    every shard is written: a 0:00:00 there would claim an end that is not, or is already, there.
     """
     if counts.num_shards_planned and counts.shards_written:
+        shards_left = counts.num_shards_planned - counts.shards_written
         per_shard = (elapsed_seconds if writing_seconds is None else writing_seconds) / counts.shards_written
-        return per_shard * (counts.num_shards_planned - counts.shards_written)
-    if expected_inputs and counts.samples_seen * 100 >= expected_inputs:
+        return per_shard * shards_left if shards_left > 0 else None
+    if expected_inputs and expected_inputs > counts.samples_seen and counts.samples_seen * 100 >= expected_inputs:
         return elapsed_seconds * (expected_inputs - counts.samples_seen) / counts.samples_seen
     return None
 

@@ -65,3 +65,12 @@ def test_a_failed_build_ends_with_its_error_not_a_progress_line(tmp_path):
             str(tmp_path), expected_inputs=30, stream=stream, live=False, interval_seconds=60):
         raise RuntimeError("the pipeline failed")
     assert stream.getvalue() == ""
+
+
+def test_no_eta_once_encoding_ends_until_a_shard_is_written_nor_once_every_shard_is():
+    encoded = ProgressCounts(samples_encoded=1000, shards_planned={"train": 4})
+    assert describe_progress(encoded, elapsed_seconds=30, expected_inputs=1000) == (
+        "1,000/1,000 samples (0 rejected) | shards 0/4 | 0.0 MB/s | 0:00:30")
+    done = ProgressCounts(samples_encoded=1000, shards_written=4, bytes_written=4_000_000, shards_planned={"train": 4})
+    assert describe_progress(done, elapsed_seconds=40, expected_inputs=1000, writing_seconds=10) == (
+        "1,000/1,000 samples (0 rejected) | shards 4/4 | 0.1 MB/s | 0:00:40")
