@@ -54,5 +54,7 @@ setup(
         "google-cloud-storage>=2.14",
     ],
     extras_require=_extras(),
-    entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"]},
+    entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"],
+                  # Dask measures Beam's WindowedValue and the writer's batches (so it can spill them).
+                  "dask.sizeof": ["beam_tfrecord = beam_tfrecord.beam.dask_sizeof:register"]},
 )

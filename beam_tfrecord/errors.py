@@ -202,3 +202,23 @@ class InputChangedError(BeamTFRecordError):
         self.reason = reason
         super().__init__(f"input of sample {sample_key!r} changed while the job ran: {reason}; "
                          "re-run the job once the inputs are stable")
+
+
+class ClusterStalledError(BeamTFRecordError):
+    """A distributed cluster could not go on with the job: its workers stayed paused or kept being
+    restarted for lack of memory. Raised instead of waiting forever (paused workers never resume
+    while what they hold is not released) or of the engine's bare ``KilledWorker``.
+
+    Attributes:
+        reason: what was seen (workers paused, restarted, for how long).
+        memory_limit_bytes: each worker's memory limit, when the scheduler reports one.
+    """
+
+    def __init__(self, reason: str, memory_limit_bytes: int | None) -> None:
+        self.reason = reason
+        self.memory_limit_bytes = memory_limit_bytes
+        limit = (f"{memory_limit_bytes / 2**30:.2f} GiB per worker" if memory_limit_bytes
+                 else "no memory limit reported")
+        super().__init__(f"the Dask cluster stalled: {reason} (memory limit: {limit}); give each worker more memory "
+                         "(--dask_memory_limit for the cluster a job starts, the workers' --memory-limit otherwise) "
+                         "or hold less per task (a smaller --dask_partition_size or --spill_run_mib)")

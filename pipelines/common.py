@@ -11,10 +11,11 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import lease
-from beam_tfrecord.beam.dask_cluster import local_cluster_for
+from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_for, wait_for_dask
+from beam_tfrecord.beam.runners import traits_of_options, uses_dask_runner
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import Compression, FileFormat
@@ -81,18 +82,12 @@ class ProgressMode(enum.Enum):
     NONE = "none"
 
 
-# Runners whose workers run on this machine (progress files are shared through a local folder).
-_LOCAL_RUNNERS = frozenset({"DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "PrismRunner",
-                            "direct", "prism"})
-
-
 @contextlib.contextmanager
 def progress_for(options: PipelineOptions, *, expected_inputs: int | None) -> Iterator[str | None]:
     """The progress folder to give the writer (None: no progress display), shown while the block runs."""
     settings = options.view_as(ProgressOptions)
     mode = ProgressMode(settings.progress)
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    if mode is ProgressMode.NONE or (isinstance(runner, str) and runner not in _LOCAL_RUNNERS):
+    if mode is ProgressMode.NONE or not traits_of_options(options).workers_on_this_machine:
         yield None
         return
     live = None if mode is ProgressMode.AUTO else mode is ProgressMode.BAR
@@ -148,16 +143,22 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
 
 @contextlib.contextmanager
 def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
-    """``with beam.Pipeline(options)``, plus a local Dask cluster for the DaskRunner when it names none."""
+    """``with beam.Pipeline(options)``, plus, on the DaskRunner, a local cluster when it names none and
+    a wait that fails with ``ClusterStalledError`` rather than hanging (``wait_for_dask``)."""
+    if not uses_dask_runner(options):
+        with beam.Pipeline(options=options) as pipeline:
+            yield pipeline
+        return
     with local_cluster_for(options):
         pipeline = beam.Pipeline(options=options)
+        yield pipeline  # the job is built in the with-block; an error there runs nothing
+        result = pipeline.run()
         try:
-            with pipeline:
-                yield pipeline
+            wait_for_dask(result, stall_timeout_seconds=options.view_as(DaskClusterOptions).dask_stall_timeout_seconds)
         finally:
-            client = getattr(getattr(pipeline, "result", None), "client", None)
+            client = getattr(result, "client", None)
             if client is not None:
-                client.close()  # the DaskRunner's client: it never closes it, and would retry a stopped cluster
+                client.close()  # the DaskRunner never closes its client, which would retry a stopped cluster
 
 
 def quiet_logging() -> None:

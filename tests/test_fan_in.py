@@ -30,7 +30,7 @@ from beam_tfrecord.errors import WriterOptionError
     ("PortableRunner", ["--job_endpoint=embed"], FanIn.SPILL),
     ("PortableRunner", ["--job_endpoint=localhost:8099"], FanIn.SHUFFLE),  # a Flink or Spark job server
     ("FlinkRunner", [], FanIn.SHUFFLE),
-    ("apache_beam.runners.dask.dask_runner.DaskRunner", [], FanIn.SHUFFLE),
+    ("apache_beam.runners.dask.dask_runner.DaskRunner", [], FanIn.SPILL),  # bag groupby holds data in memory
 ], ids=["direct", "switching-direct", "prism", "portable-embedded", "portable-job-server", "flink",
         "dask"])
 def test_auto_picks_spill_for_in_memory_shuffles_and_shuffle_elsewhere(runner, options, expected):
@@ -39,10 +39,11 @@ def test_auto_picks_spill_for_in_memory_shuffles_and_shuffle_elsewhere(runner, o
     assert resolve_fan_in(FanIn.SHUFFLE, pipeline) is FanIn.SHUFFLE  # forced: kept
 
 
-def test_spill_can_be_forced_except_on_dask():
-    assert resolve_fan_in(FanIn.SPILL, beam.Pipeline(runner="FlinkRunner")) is FanIn.SPILL
-    with pytest.raises(WriterOptionError, match="fan_in=spill cannot run on the DaskRunner"):
-        resolve_fan_in(FanIn.SPILL, beam.Pipeline(runner="apache_beam.runners.dask.dask_runner.DaskRunner"))
+@pytest.mark.parametrize("runner", ["FlinkRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"])
+def test_either_path_can_be_forced_on_any_runner(runner):
+    pipeline = beam.Pipeline(runner=runner)
+    assert resolve_fan_in(FanIn.SPILL, pipeline) is FanIn.SPILL
+    assert resolve_fan_in(FanIn.SHUFFLE, pipeline) is FanIn.SHUFFLE
 
 
 @pytest.mark.parametrize("text, expected", [("auto", FanIn.AUTO), (" Shuffle ", FanIn.SHUFFLE), ("spill", FanIn.SPILL)])

@@ -1,6 +1,6 @@
 """Every step that writes, executed again (as a runner does after a lost worker or a retried bundle),
-gives the same files, no duplicate records and no error: spilling a bundle, writing a shard from
-runs or from a shuffled group, and publishing."""
+gives the same records, no duplicate and no error: spilling a bundle (new run files, the same
+entries), writing a shard from runs or from a shuffled group (the same file), and publishing."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _spill_bundle(runs_dir: Path, rows: list[Sample]) -> list:
     fn.setup()
     fn.start_bundle()
     out = [*fn.process(rows[:250]), *fn.process(rows[250:])]
-    out += [windowed.value for windowed in fn.finish_bundle()]
+    assert fn.finish_bundle() is None  # nothing emitted there: the Dask runner would drop it
     fn.teardown()
     return out
 
@@ -59,15 +59,23 @@ def spilled(tmp_path: Path) -> tuple[Path, list[SpilledRun], list[DeadLetter], D
     return tmp_path, runs, dead, plan
 
 
-def test_spilling_a_bundle_again_rewrites_the_same_runs(spilled) -> None:
+def _run_contents(runs: list[SpilledRun]) -> list[bytes]:
+    return [Path(run.path).read_bytes() for run in runs]
+
+
+def test_spilling_a_bundle_again_announces_new_runs_with_the_same_entries(spilled) -> None:
     tmp_path, runs, dead, _ = spilled
     runs_dir = tmp_path / "tmp" / "runs"
     before = _files(runs_dir)
     again = _spill_bundle(runs_dir, _rows(400))
-    assert [o for o in again if isinstance(o, SpilledRun)] == runs  # same names: runs are named by content
+    runs_again = [o for o in again if isinstance(o, SpilledRun)]
+    # New names (unique to the attempt: only the runs of the attempt the runner kept are read), same bytes.
+    assert not {r.path for r in runs_again} & {r.path for r in runs}
+    assert _run_contents(runs_again) == _run_contents(runs)
     assert [o for o in again if isinstance(o, DeadLetter)] == dead == [dead[0]] and dead[0].key == "bad"
-    assert _files(runs_dir) == before  # no new file, same bytes
-    assert len(before) == 2 * len(runs) and len(runs) > 5 and sum(r.num_entries for r in runs) == 400
+    assert {k: v for k, v in _files(runs_dir).items() if k in before} == before  # the first attempt untouched
+    indexes = [RunIndex.from_bytes(r.path, Path(r.index_path).read_bytes()) for r in runs]
+    assert len(before) == 2 * len(runs) and len(runs) > 5 and sum(len(i.hashes) for i in indexes) == 400
 
 
 def _shard_fn(cls, shards_dir: Path):
@@ -80,9 +88,9 @@ def test_writing_a_shard_from_runs_again_gives_the_same_file(spilled) -> None:
     tmp_path, runs, _, plan = spilled
     shards_dir = tmp_path / "tmp" / "shards"
     fn = _shard_fn(WriteShardFromRunsFn, shards_dir)
-    first = [info for spec in plan.shards for info in fn.process(spec, runs)]
+    first = [fn.write_from_runs(spec, runs) for spec in plan.shards]
     files = _files(shards_dir)
-    second = [info for spec in plan.shards for info in fn.process(spec, list(reversed(runs)))]
+    second = [fn.write_from_runs(spec, list(reversed(runs))) for spec in plan.shards]
     assert second == first and _files(shards_dir) == files
     assert sum(info.num_records for info in first) == 400 and len(files) == len(plan.shards) >= 4
 
@@ -90,7 +98,7 @@ def test_writing_a_shard_from_runs_again_gives_the_same_file(spilled) -> None:
 def test_writing_a_shuffled_group_again_in_another_order_gives_the_same_file(spilled, tmp_path: Path) -> None:
     _, runs, _, plan = spilled
     from_runs = _shard_fn(WriteShardFromRunsFn, tmp_path / "from-runs")
-    expected = {info.filename: info for spec in plan.shards for info in from_runs.process(spec, runs)}
+    expected = {info.filename: info for info in (from_runs.write_from_runs(spec, runs) for spec in plan.shards)}
     encode = EncodeToBatchesFn(SCHEMA, **ENCODE)
     encode.setup()
     entries = [e for batch in encode.process(_rows(400)) for e in batch.entries]
@@ -116,7 +124,7 @@ def _settings(tmp_path: Path) -> PublishSettings:
 def test_publishing_again_returns_the_published_manifest_and_changes_nothing(spilled) -> None:
     tmp_path, runs, dead, plan = spilled
     fn = _shard_fn(WriteShardFromRunsFn, tmp_path / "tmp" / "shards")
-    infos = [info for spec in plan.shards for info in fn.process(spec, runs)]
+    infos = [fn.write_from_runs(spec, runs) for spec in plan.shards]
     settings = _settings(tmp_path)
     first = publish(settings, plan, infos, dead)
     files = _files(tmp_path / "ds")
@@ -130,7 +138,7 @@ def test_publishing_again_returns_the_published_manifest_and_changes_nothing(spi
 def test_publishing_again_after_a_crash_between_moving_shards_and_the_manifest(spilled) -> None:
     tmp_path, runs, dead, plan = spilled
     fn = _shard_fn(WriteShardFromRunsFn, tmp_path / "tmp" / "shards")
-    infos = [info for spec in plan.shards for info in fn.process(spec, runs)]
+    infos = [fn.write_from_runs(spec, runs) for spec in plan.shards]
     settings = _settings(tmp_path)
     _move_shards(settings, infos[:2])  # the first attempt died here: two shards moved, no manifest
     assert not os.path.exists(os.path.join(settings.output_dir, "manifest.json"))
@@ -142,8 +150,18 @@ def test_publishing_again_after_a_crash_between_moving_shards_and_the_manifest(s
 def test_a_run_index_that_does_not_match_its_run_is_a_corrupt_shard_error(spilled) -> None:
     tmp_path, runs, _, plan = spilled
     run = runs[0]
-    Path(run.index_path).write_bytes(Path(run.index_path).read_bytes()[:-24])  # one item short
+    data = Path(run.index_path).read_bytes()
+    count = (len(data) - 16) // 24
+    Path(run.index_path).write_bytes(data[24:])  # one item short, trailer kept
     fn = _shard_fn(WriteShardFromRunsFn, tmp_path / "tmp" / "shards")
-    with pytest.raises(CorruptShardError, match=rf"{run.index_path}.*expected {run.num_entries} index items, "
-                                                rf"found {run.num_entries - 1}"):
-        list(fn.process(plan.shards[0], runs))
+    with pytest.raises(CorruptShardError, match=rf"{run.index_path}.*expected {count} index items, "
+                                                rf"found {count - 1}"):
+        fn.write_from_runs(plan.shards[0], runs)
+
+
+def test_an_announced_run_whose_bundle_never_finished_is_a_corrupt_shard_error(spilled) -> None:
+    tmp_path, runs, _, plan = spilled
+    Path(runs[1].index_path).unlink()  # as if its bundle had died before writing it (and was not retried)
+    fn = _shard_fn(WriteShardFromRunsFn, tmp_path / "tmp" / "shards")
+    with pytest.raises(CorruptShardError, match=rf"{runs[1].index_path}.*announced but its bundle never finished"):
+        fn.write_from_runs(plan.shards[0], runs)

@@ -2,30 +2,25 @@
 
 Each has one output (the Dask runner sends every output of a multi-output ParDo down every
 branch): ``EncodeToRunsFn`` emits ``SpilledRun`` and ``DeadLetter`` elements, which the writer
-separates by type; ``EncodeToBatchesFn`` emits one ``EncodedBatch`` per input element.
+separates by type; ``EncodeToBatchesFn`` emits one ``EncodedBatch`` per input element. Neither
+emits from ``finish_bundle`` (the Dask runner drops what is emitted there).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 import apache_beam as beam
-import google_crc32c
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_tfrecord import direct_io, storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.entries import EncodedBatch, EntryEncoder
 from beam_tfrecord.beam.records import FeatureTransform
-from beam_tfrecord.core.runs import RunIndex, SpilledRun, write_run
+from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.progress import ProgressSink
+from beam_tfrecord.spill import RunSpiller
 
 
 class _EncodeFn(beam.DoFn):
@@ -98,21 +93,13 @@ class EncodeToBatchesFn(_EncodeFn):
         self._flush_progress()
 
 
-def run_name(entries: list[bytes], index: RunIndex) -> str:
-    """A run's file name, from its content: writing the same entries again gives the same file."""
-    digest = google_crc32c.Checksum()
-    for entry in entries:
-        digest.update(entry)
-    return hashlib.blake2b(index.to_bytes() + digest.digest(), digest_size=12).hexdigest() + ".run"
-
-
 class EncodeToRunsFn(_EncodeFn):
-    """Spill path: spills entries into hash-sorted runs of bounded size.
+    """Spill path: spills entries into hash-sorted runs of bounded size (``beam_tfrecord.spill``).
 
     Input: a ``Sample`` or a list of them (chunks keep per-element overhead low for small rows).
-    Output: one ``SpilledRun`` per run written (its index is a file beside it) and a ``DeadLetter``
-    per rejected sample. Runs are named by their content, so a re-executed bundle rewrites the
-    same files. Memory: up to two runs per worker (one being encoded, one being written).
+    Output: one ``SpilledRun`` per run, emitted when the run starts (its files are on storage once
+    the bundle has finished: nothing is emitted from ``finish_bundle``, which the Dask runner
+    drops), and a ``DeadLetter`` per rejected sample. Memory: up to two runs per worker.
     """
 
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
@@ -134,48 +121,17 @@ class EncodeToRunsFn(_EncodeFn):
         self._run_writer.shutdown(wait=True)
 
     def start_bundle(self) -> None:
-        self._buffer: list[bytes] = []  # run entries (see core/runs.py)
-        self._buffered_bytes = 0
-        self._writing: concurrent.futures.Future | None = None
+        self._spiller = RunSpiller(self._runs_dir, run_bytes=self._run_bytes, direct=self._direct_io,
+                                   writer=self._run_writer)
 
-    def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[Any]:
+    def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[SpilledRun | DeadLetter]:
         for outcome in self._encode_element(element):
             if type(outcome) is DeadLetter:
                 yield outcome
-                continue
-            self._buffer.append(outcome)
-            self._buffered_bytes += len(outcome)
-            if self._buffered_bytes >= self._run_bytes:
-                yield self._flush()
+            elif (started := self._spiller.add(outcome)) is not None:
+                self._runs.inc()  # metrics are per thread: counted here, not in the writing thread
+                yield started
 
-    def finish_bundle(self) -> Iterator[WindowedValue]:
-        if self._buffer:
-            yield WindowedValue(self._flush(), MIN_TIMESTAMP, (GlobalWindow(),))
-        self._wait_for_run()  # the bundle (and every run index it emitted) counts only once its runs are on storage
+    def finish_bundle(self) -> None:
+        self._spiller.finish()  # the bundle (and every run it announced) counts only once its runs are on storage
         self._flush_progress()
-
-    def _flush(self) -> SpilledRun:
-        """Sorts the buffer and starts writing it as a run; at most one run is being written at a time."""
-        entries = sorted(self._buffer)  # entries start with the big-endian hash: bytes order is hash order
-        index = RunIndex.of_entries("", entries)
-        run = SpilledRun(storage.join(self._runs_dir, run_name(entries, index)), len(entries))
-        # The index is written now: the histogram combine, fused after this DoFn, reads it at once.
-        # The run follows in the writing thread; readers of runs come after the bundle has finished.
-        with storage.open_write(run.index_path) as handle:
-            handle.write(index.to_bytes())
-        self._wait_for_run()
-        self._writing = self._run_writer.submit(self._write_run, run, entries)
-        self._runs.inc()  # metrics are per thread: counted here, not in the writing thread
-        self._buffer = []
-        self._buffered_bytes = 0
-        return run
-
-    def _write_run(self, run: SpilledRun, entries: list[bytes]) -> None:
-        with direct_io.open_write(run.path, direct=self._direct_io) as handle:
-            write_run(handle, entries)
-
-    def _wait_for_run(self) -> None:
-        """Waits for the run being written, raising its error if the write failed."""
-        if self._writing is not None:
-            writing, self._writing = self._writing, None
-            writing.result()

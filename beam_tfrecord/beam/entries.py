@@ -1,4 +1,4 @@
-"""EntryEncoder: one sample to one spill entry (see core/runs.py), or to a dead letter; reading a run's index.
+"""EntryEncoder: one sample to one spill entry (see core/runs.py), or to a dead letter.
 
 Both fan-in paths encode through this class, so a record is the same entry whether it is
 spilled into a run (DirectRunner) or sent through the runner's shuffle (distributed runners),
@@ -13,14 +13,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from beam_tfrecord import storage
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.runs import RunIndex, SpilledRun, make_record_entry, make_reference_entry
+from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.errors import CorruptShardError, SampleError
+from beam_tfrecord.errors import SampleError
 
 
 class EntryEncoder:
@@ -92,11 +91,3 @@ class EncodedBatch:
             return np.zeros(0, np.uint64), np.zeros(0, np.int64)
         index = RunIndex.of_entries("", self.entries)
         return index.hashes, index.framed_sizes
-
-
-def read_run_index(run: SpilledRun) -> RunIndex:
-    """A spilled run's index, from the file beside it, checked against the run's entry count."""
-    index = RunIndex.from_bytes(run.path, storage.read_bytes(run.index_path))
-    if len(index.hashes) != run.num_entries:
-        raise CorruptShardError(run.index_path, f"expected {run.num_entries} index items, found {len(index.hashes)}")
-    return index

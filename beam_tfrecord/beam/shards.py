@@ -2,7 +2,7 @@
 
 ``ShardFileWriter`` (a plain class) writes a shard from its entries and checks it against the
 plan. The spill path's ``WriteShardFromRunsFn`` merges the shard's slice of every run (found in
-the runs' index files); the shuffle path's ``WriteShardFromGroupFn`` sorts the entries the
+the runs' index files; see ``beam_tfrecord.spill``); the shuffle path's ``WriteShardFromGroupFn`` sorts the entries the
 runner's shuffle brought together. Entries sort the same way in both, so the files are equal.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
 
 import apache_beam as beam
 import numpy as np
@@ -19,7 +18,7 @@ import numpy as np
 from beam_tfrecord import direct_io, storage
 from beam_tfrecord.array_records import ArrayRecordShardWriter
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.entries import EncodedBatch, read_run_index
+from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.core.framing import FRAMING_BYTES, HEADER_BYTES, frame_parts, framed_size
 from beam_tfrecord.core.manifest import ShardInfo
@@ -32,13 +31,13 @@ from beam_tfrecord.core.runs import (
     entry_kind,
     entry_record,
     entry_reference,
-    merge_slices,
 )
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.summary import BucketGrid
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
 from beam_tfrecord.progress import ProgressSink
+from beam_tfrecord.spill import read_catalog, shard_entries
 
 _WRITE_CHUNK_BYTES = 4 << 20
 _JOIN_MAX_RECORD_BYTES = 64 << 10
@@ -209,26 +208,33 @@ class _WriteShardFn(beam.DoFn):
         return info
 
 
-class WriteShardFromRunsFn(_WriteShardFn):
-    """Spill path: a ``ShardSpec`` in, its ``ShardInfo`` out; merges the shard's slice of every run.
+@dataclasses.dataclass(frozen=True)
+class ShardTask:
+    """One shard to write on the spill path: its planned spec and the catalog listing every run."""
 
-    The runs arrive as a side input (O(runs)); each run's slice is found in its index file here,
-    so the plan step sends only the shard specs.
+    spec: ShardSpec
+    catalog: str
+
+
+class WriteShardFromRunsFn(_WriteShardFn):
+    """Spill path: ``(shard number, [ShardTask])`` in, its ``ShardInfo`` out; merges the shard's
+    slice of every run (``beam_tfrecord.spill.shard_entries``).
+
+    The runs come from the task's catalog file (O(runs) per shard, read from storage), so no
+    runner has to hand every worker a side input.
     """
 
-    def process(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> Iterator[ShardInfo]:
-        slices = []
-        for run in sorted(runs, key=lambda r: r.path):
-            piece = read_run_index(run).slice(spec.hash_lo, spec.hash_hi)
-            if piece.num_entries:
-                slices.append(piece)
-        with ExitStack() as stack:
-            streams = []
-            for piece in slices:
-                handle = stack.enter_context(direct_io.open_read(piece.path, direct=self._direct_io))
-                handle.seek(piece.start)
-                streams.append(handle)
-            yield self._write(spec, merge_slices(streams, slices))
+    def process(self, group: tuple[int, Iterable[ShardTask]]) -> Iterator[ShardInfo]:
+        number, tasks = group
+        found = list(tasks)
+        if len(found) != 1:
+            raise CorruptShardError(f"<shard {number}>", f"expected its one planned task, got {len(found)}")
+        yield self.write_from_runs(found[0].spec, read_catalog(found[0].catalog))
+
+    def write_from_runs(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> ShardInfo:
+        """Writes one shard from its slice of every run (any order of ``runs``: the same file)."""
+        with shard_entries(runs, spec.hash_lo, spec.hash_hi, direct=self._direct_io) as entries:
+            return self._write(spec, entries)
 
 
 def _entry_hashes(entries: Sequence[bytes]) -> np.ndarray:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -15,7 +16,9 @@ from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.beam.planning import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.records import FeatureTransform
+from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shards import (
+    ShardTask,
     WriteShardFromGroupFn,
     WriteShardFromRunsFn,
     entries_by_bucket,
@@ -31,6 +34,7 @@ from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ShardingError, WriterOptionError
+from beam_tfrecord.spill import write_catalog
 
 KiB = 2**10
 DEFAULT_SALT = "beam-tfrecord"
@@ -39,12 +43,15 @@ DEFAULT_SALT = "beam-tfrecord"
 class FanIn(enum.Enum):
     """How a shard's records come together.
 
-    SPILL: workers spill hash-sorted runs to storage; each shard writer merges its slice of every
-        run. For runners whose GroupByKey holds everything in memory (the DirectRunner, Prism, the
-        portable runner's embedded job service): memory stays bounded by the run size.
+    SPILL: workers spill hash-sorted runs to storage (the dataset's temp folder, which every
+        worker reaches, as it must for the shards); each shard writer merges its slice of every
+        run. No payload byte goes through the runner's shuffle, so memory stays bounded by the run
+        size on any runner: for runners whose shuffle holds data in memory (the DirectRunner,
+        Prism, the portable runner's embedded job service, Dask).
     SHUFFLE: records keyed by shard go through the runner's disk-backed shuffle (Dataflow Shuffle,
-        Flink's and Spark's sort-based shuffles, Dask's); a shard writer reads one group.
-    AUTO: SPILL on local runners, SHUFFLE on every other.
+        Flink's and Spark's sort-based shuffles); a shard writer reads one group.
+    AUTO: SPILL on runners whose shuffle is in memory (``RunnerTraits.in_memory_shuffle``),
+        SHUFFLE on every other.
     """
 
     AUTO = "auto"
@@ -59,32 +66,11 @@ class FanIn(enum.Enum):
             raise WriterOptionError(f"fan_in must be one of {[m.value for m in cls]}, got {text!r}") from err
 
 
-# Runners whose GroupByKey keeps every buffered element in memory, with no spill to disk.
-_IN_MEMORY_SHUFFLE_RUNNERS = frozenset({"DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner",
-                                        "FnApiRunner", "PrismRunner", "InteractiveRunner", "TestDirectRunner"})
-# Runners that lose what a DoFn emits in finish_bundle (the spill path's last run of a bundle).
-_NO_FINISH_BUNDLE_OUTPUT_RUNNERS = frozenset({"DaskRunner"})
-# Runners that compute a side input again, from the start of the pipeline, inside every task that
-# reads it (Dask: a nested compute of the unoptimised graph); the shuffle path joins instead.
-_RECOMPUTED_SIDE_INPUT_RUNNERS = frozenset({"DaskRunner"})
-
-
 def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
-    """The fan-in path for ``pipeline``'s runner (``fan_in`` unless it is AUTO).
-
-    Raises:
-        WriterOptionError: SPILL forced on a runner that drops ``finish_bundle`` output (Dask).
-    """
-    runner = type(pipeline.runner).__name__
-    if fan_in is FanIn.SPILL and runner in _NO_FINISH_BUNDLE_OUTPUT_RUNNERS:
-        raise WriterOptionError(f"fan_in=spill cannot run on the {runner}: it drops elements a DoFn emits in "
-                                "finish_bundle, where a bundle's last spill run is emitted; use fan_in=shuffle")
+    """The fan-in path for ``pipeline``'s runner (``fan_in`` unless it is AUTO)."""
     if fan_in is not FanIn.AUTO:
         return fan_in
-    if runner == "PortableRunner":
-        endpoint = pipeline.options.get_all_options().get("job_endpoint")
-        return FanIn.SPILL if endpoint in (None, "embed") else FanIn.SHUFFLE
-    return FanIn.SPILL if runner in _IN_MEMORY_SHUFFLE_RUNNERS else FanIn.SHUFFLE
+    return FanIn.SPILL if traits_of(pipeline).in_memory_shuffle else FanIn.SHUFFLE
 
 
 def _is_run(element: Any) -> bool:
@@ -99,25 +85,43 @@ def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
     return batch.dead_letters
 
 
-def _plan_runs(_: None, runs: list[SpilledRun], splits: SplitConfig, sharding: ShardingConfig
-               ) -> Iterable[DatasetPlan | None]:
-    """The plan of every run (a side input), or None when nothing was encoded."""
-    ordered: list[SpilledRun] = sorted(runs, key=lambda run: run.path)
-    yield plan_in_one_step(ordered, splits, sharding) if runs else None
+@dataclasses.dataclass(frozen=True)
+class PlannedRuns:
+    """The spill path's plan (None when nothing was encoded) and the catalog of the runs it was made from."""
+
+    plan: DatasetPlan | None
+    catalog: str | None
 
 
-def _shards_of(plan: DatasetPlan | None) -> Iterable[Any]:
-    return plan.shards if plan is not None else ()
+def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitConfig, sharding: ShardingConfig,
+                   runs_dir: str) -> PlannedRuns:
+    """Plans from every run's index file (read in turn, never all held) and writes the runs' catalog.
+
+    One step: on the runners the spill path serves, a pipeline stage per planning round costs more
+    than reading the small index files.
+    """
+    _, items = group
+    runs = sorted((value for kind, value in items if kind == _RUN), key=lambda run: run.path)
+    if not runs:
+        return PlannedRuns(None, None)
+    return PlannedRuns(plan_in_one_step(runs, splits, sharding), write_catalog(runs_dir, runs))
 
 
-def _publish(plan: DatasetPlan | None, shard_infos: list[ShardInfo], dead_letters: list[DeadLetter],
-             settings: PublishSettings) -> Manifest:
-    return publish(settings, plan, shard_infos, dead_letters)
+def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[int, ShardTask]]:
+    if planned.plan is None or planned.catalog is None:
+        return
+    for number, spec in enumerate(planned.plan.shards):
+        yield number, ShardTask(spec, planned.catalog)
 
 
-# On the shuffle path publication's inputs arrive as one group (a GroupByKey on one key rather than
-# side inputs, which the Dask runner computes again inside each task that reads them): (kind, value).
-_START, _PLAN, _SHARD, _DEAD = "start", "plan", "shard", "dead"
+def _plan_of(planned: PlannedRuns) -> DatasetPlan | None:
+    return planned.plan
+
+
+# Publication's inputs (and the spill path's runs) arrive as one group: a GroupByKey on one key
+# rather than side inputs, which the Dask runner computes again inside each task that reads them.
+# Elements: (kind, value).
+_START, _RUN, _PLAN, _SHARD, _DEAD = "start", "run", "plan", "shard", "dead"
 
 
 def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings) -> Manifest:
@@ -127,7 +131,8 @@ def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: Publ
         found[kind].append(value)
     if len(found[_PLAN]) > 1:
         raise ShardingError(f"expected at most one plan, got {len(found[_PLAN])}")
-    return _publish(found[_PLAN][0] if found[_PLAN] else None, found[_SHARD], found[_DEAD], settings)
+    shard_infos: list[ShardInfo] = found[_SHARD]
+    return publish(settings, found[_PLAN][0] if found[_PLAN] else None, shard_infos, found[_DEAD])
 
 
 def _tag(kind: str) -> beam.PTransform:
@@ -237,35 +242,35 @@ class WriteTFRecordDataset(beam.PTransform):
                     direct_io=self._direct_io, file_format=self._file_format, progress_dir=self._progress_dir)
 
     def _spill(self, samples: beam.PCollection) -> beam.PCollection:
+        runs_dir = storage.join(self._temp_dir, "runs")
         encoded = samples | "EncodeToRuns" >> beam.ParDo(EncodeToRunsFn(
-            self._schema, runs_dir=storage.join(self._temp_dir, "runs"), run_bytes=self._spill_run_bytes,
-            direct_io=self._direct_io, **self._encode_options()))
+            self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes, direct_io=self._direct_io,
+            **self._encode_options()))
         # SpilledRun | DeadLetter, told apart by type (one output: see encode_fn's docstring).
         runs = encoded | "Runs" >> beam.Filter(_is_run)
         dead_letters = encoded | "DeadLetters" >> beam.Filter(_is_dead_letter)
-        # One step plans from every run's index file (read in turn, never all held): on a local
-        # runner a stage per planning round costs more than reading them. Empty input: None.
-        plan = (samples.pipeline
-                | "StartPlan" >> beam.Create([None])
-                | "Plan" >> beam.FlatMap(_plan_runs, beam.pvalue.AsList(runs), self._splits, self._sharding))
-        shard_infos = (
-            plan
-            | "ShardSpecs" >> beam.FlatMap(_shards_of)
-            | "SpreadShards" >> beam.Reshuffle()
-            # ShardSpec; every run (path and entry count) is a side input: O(shards + runs) in all.
-            | "WriteShards" >> beam.ParDo(WriteShardFromRunsFn(self._schema, self._compression,
-                                                                 self._feature_transforms, **self._shard_options()),
-                                          beam.pvalue.AsList(runs))
+        start = samples.pipeline | "StartPlan" >> beam.Create([None])
+        planned = (
+            (start | "TagStartPlan" >> _tag(_START), runs | "TagRuns" >> _tag(_RUN))
+            | "GatherRuns" >> beam.Flatten()
+            | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun)...]): one group, even with no runs
+            | "Plan" >> beam.Map(_plan_gathered, self._splits, self._sharding, runs_dir)  # PlannedRuns
         )
-        # The plan (None for empty input) meets what was written as side inputs: cheaper here than a join.
-        return plan | "Publish" >> beam.Map(_publish, beam.pvalue.AsList(shard_infos),
-                                            beam.pvalue.AsList(dead_letters), self._publish_settings)
+        shard_infos = (
+            planned
+            | "ShardTasks" >> beam.FlatMap(_shard_tasks)  # (shard number, ShardTask): a spec and the run catalog
+            | "ByShard" >> beam.GroupByKey()  # spreads the shards over workers (one small task each)
+            | "WriteShards" >> beam.ParDo(WriteShardFromRunsFn(self._schema, self._compression,
+                                                                 self._feature_transforms, **self._shard_options()))
+        )
+        plan = planned | "PlanOf" >> beam.Map(_plan_of)
+        return self._publish(samples.pipeline, plan, shard_infos, dead_letters)
 
     def _shuffle(self, samples: beam.PCollection) -> beam.PCollection:
         batches = samples | "Encode" >> beam.ParDo(EncodeToBatchesFn(self._schema, **self._encode_options()))
         # EncodedBatch: the entries and dead letters of one input element.
         dead_letters = batches | "DeadLetters" >> beam.FlatMap(_dead_letters_of)
-        side_inputs = type(samples.pipeline.runner).__name__ not in _RECOMPUTED_SIDE_INPUT_RUNNERS
+        side_inputs = not traits_of(samples.pipeline).recomputes_side_inputs
         plan = batches | "Plan" >> PlanDataset(self._splits, self._sharding, side_inputs=side_inputs)
         if side_inputs:
             keyed = batches | "KeyByShard" >> beam.FlatMap(key_by_shard,
@@ -286,7 +291,11 @@ class WriteTFRecordDataset(beam.PTransform):
             | "WriteShards" >> beam.ParDo(WriteShardFromGroupFn(self._schema, self._compression,
                                                                   self._feature_transforms, **self._shard_options()))
         )
-        start = samples.pipeline | "StartPublish" >> beam.Create([None])
+        return self._publish(samples.pipeline, plan, shard_infos, dead_letters)
+
+    def _publish(self, pipeline: beam.Pipeline, plan: beam.PCollection, shard_infos: beam.PCollection,
+                 dead_letters: beam.PCollection) -> beam.PCollection:
+        start = pipeline | "StartPublish" >> beam.Create([None])
         return (
             (start | "TagStart" >> _tag(_START), plan | "TagPlan" >> _tag(_PLAN),
              shard_infos | "TagShards" >> _tag(_SHARD), dead_letters | "TagDeadLetters" >> _tag(_DEAD))

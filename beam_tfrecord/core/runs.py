@@ -20,6 +20,7 @@ import concurrent.futures
 import dataclasses
 import heapq
 import operator
+import struct
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
@@ -34,8 +35,11 @@ HASH_SPACE = 2**64
 MERGE_GROUP_BYTES = 16 << 20  # bytes of run data a shard writer holds at a time
 INDEX_SUFFIX = ".idx"
 # A run's index file: one fixed-size item per entry, in run order, so any range of entries is
-# one contiguous read.
+# one contiguous read; then a trailer (the entry count and a magic), so that an index cut short
+# anywhere, even at an item boundary, is an error rather than a run with fewer records.
 _INDEX_ITEM = np.dtype([("hash", "<u8"), ("framed_size", "<i8"), ("entry_size", "<i8")])
+_INDEX_TRAILER = struct.Struct("<Q8s")
+_INDEX_MAGIC = b"BTFRIDX1"
 RECORD = 0
 REFERENCE = 1
 _HEADER = operator.itemgetter(slice(0, HEADER_BYTES))
@@ -101,14 +105,15 @@ class RunSlice:
 
 @dataclasses.dataclass(frozen=True)
 class SpilledRun:
-    """A run on storage, as the pipeline passes it around: a path and an entry count.
+    """A run on storage, as the pipeline passes it around: its path.
 
-    Its index (hash and sizes of every entry) is in a file beside it, ``path + INDEX_SUFFIX``, so
-    no per-record data travels through the runner's shuffle.
+    Its index (hash and sizes of every entry, and their count) is in a file beside it,
+    ``path + INDEX_SUFFIX``, so no per-record data travels through the runner's shuffle. A run is
+    announced when its first entry is buffered; its files are complete once the bundle that
+    announced it has finished (see ``beam_tfrecord.spill``).
     """
 
     path: str
-    num_entries: int
 
     @property
     def index_path(self) -> str:
@@ -146,15 +151,29 @@ class RunIndex:
         """The index file's content: one fixed-size item per entry, in run order."""
         items = np.empty(len(self.hashes), dtype=_INDEX_ITEM)
         items["hash"], items["framed_size"], items["entry_size"] = self.hashes, self.framed_sizes, self.entry_sizes
-        return items.tobytes()
+        return items.tobytes() + _INDEX_TRAILER.pack(len(items), _INDEX_MAGIC)
+
+    @property
+    def num_bytes(self) -> int:
+        """The run file's size: its entries laid end to end."""
+        return int(self.entry_sizes.sum())
 
     @classmethod
     def from_bytes(cls, path: str, data: bytes) -> "RunIndex":
-        """The index of the run at ``path`` from its index file's content."""
-        if len(data) % _INDEX_ITEM.itemsize:
-            raise CorruptShardError(path + INDEX_SUFFIX, f"{len(data)} bytes is not a whole number of "
-                                                         f"{_INDEX_ITEM.itemsize}-byte index items")
-        items = np.frombuffer(data, dtype=_INDEX_ITEM)
+        """The index of the run at ``path`` from its index file's content.
+
+        Raises:
+            CorruptShardError: the content is cut short, not an index, or its count is wrong.
+        """
+        where = path + INDEX_SUFFIX
+        body_bytes = len(data) - _INDEX_TRAILER.size
+        if body_bytes < 0 or data[-len(_INDEX_MAGIC):] != _INDEX_MAGIC:
+            raise CorruptShardError(where, f"{len(data)} bytes do not end with a run index trailer "
+                                           f"({_INDEX_MAGIC!r}): cut short or not an index")
+        (count, _) = _INDEX_TRAILER.unpack_from(data, body_bytes)
+        if body_bytes != count * _INDEX_ITEM.itemsize:
+            raise CorruptShardError(where, f"expected {count} index items, found {body_bytes / _INDEX_ITEM.itemsize:g}")
+        items = np.frombuffer(data, dtype=_INDEX_ITEM, count=count)
         return cls(path, items["hash"].astype(np.uint64), items["framed_size"].astype(np.int64),
                    items["entry_size"].astype(np.int64))
 

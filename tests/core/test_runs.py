@@ -95,7 +95,7 @@ def test_merge_of_a_truncated_run_names_the_run():
 def test_index_file_round_trip_and_ranged_slices():
     index, _ = _run("runs/a.run", [(h, b"r" * (h % 5)) for h in (40, 10, 30, 20, 50)])
     data = index.to_bytes()
-    assert len(data) == 24 * 5
+    assert len(data) == 24 * 5 + 16 and data.endswith(b"BTFRIDX1")  # items, then count and magic
     again = RunIndex.from_bytes("runs/a.run", data)
     for name in ("hashes", "framed_sizes", "entry_sizes"):
         assert getattr(again, name).tolist() == getattr(index, name).tolist()
@@ -108,5 +108,9 @@ def test_index_file_round_trip_and_ranged_slices():
 
 def test_damaged_index_files_name_the_index():
     index, _ = _run("runs/a.run", [(1, b"x"), (2, b"y")])
-    with pytest.raises(CorruptShardError, match=r"runs/a.run.idx.*47 bytes is not a whole number of 24-byte"):
-        RunIndex.from_bytes("runs/a.run", index.to_bytes()[:-1])
+    data = index.to_bytes()
+    with pytest.raises(CorruptShardError, match=r"runs/a.run.idx.*63 bytes do not end with a run index trailer"):
+        RunIndex.from_bytes("runs/a.run", data[:-1])
+    # Cut at an item boundary, trailer kept (as a torn write could leave it): the count disagrees.
+    with pytest.raises(CorruptShardError, match=r"runs/a.run.idx.*expected 2 index items, found 1"):
+        RunIndex.from_bytes("runs/a.run", data[24:])

@@ -11,13 +11,8 @@ import uuid
 from pathlib import Path
 
 import apache_beam as beam
-import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from dask_fixtures import DASK_RUNNER
-
-from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset
-from beam_tfrecord.beam.write import FanIn
-from beam_tfrecord.errors import WriterOptionError
 
 
 def _run(address: str, build) -> None:
@@ -59,7 +54,8 @@ class _EmitInFinishBundle(beam.DoFn):
 
 
 def test_elements_emitted_in_finish_bundle_are_lost(dask_address: str, tmp_path: Path) -> None:
-    # Workaround: the shuffle path emits everything from process(); fan_in=spill is refused on Dask.
+    # Workaround: no DoFn of the writer emits in finish_bundle; the spill path announces each run from
+    # process() when its first entry arrives, and finish_bundle only writes what is buffered.
     out = tmp_path / "out.txt"
 
     def build(pipeline):
@@ -76,7 +72,8 @@ def _mark(directory: str, value):
 
 
 def test_a_side_input_is_computed_again_inside_each_task_that_reads_it(dask_address: str, tmp_path: Path) -> None:
-    # Workaround: on Dask the shuffle path plans and keys records through GroupByKey joins, no side inputs.
+    # Workaround: the spill path uses no side input anywhere (runs, plan and publication meet in
+    # GroupByKeys); on Dask the shuffle path plans and keys records through GroupByKey joins.
     marks = tmp_path / "marks"
     marks.mkdir()
     out = tmp_path / "out.txt"
@@ -90,12 +87,3 @@ def test_a_side_input_is_computed_again_inside_each_task_that_reads_it(dask_addr
     _run(dask_address, build)
     assert len(out.read_text().split("\n")) == 400
     assert len(os.listdir(marks)) > 1  # the one-element side input was computed more than once
-
-
-def test_the_spill_path_is_refused_on_dask(dask_address: str, tmp_path: Path) -> None:
-    schema = Schema({"x": Scalar(DType.INT64)})
-    pipeline = beam.Pipeline(options=PipelineOptions([f"--runner={DASK_RUNNER}",
-                                                      f"--dask_client_address={dask_address}"]))
-    with pytest.raises(WriterOptionError, match="fan_in=spill cannot run on the DaskRunner: it drops elements a DoFn "
-                                                "emits in finish_bundle"):
-        _ = pipeline | beam.Create([]) | WriteTFRecordDataset(str(tmp_path / "ds"), schema=schema, fan_in=FanIn.SPILL)

@@ -2,7 +2,8 @@
 
 DirectRunner in memory, DirectRunner with 2 worker processes, the portable runner (an
 embedded job server with LOOPBACK workers, the same Fn API path Flink and Dataflow use), and
-Beam's DaskRunner on a dask.distributed LocalCluster (the shuffle fan-in path).
+Beam's DaskRunner on a dask.distributed LocalCluster (the spill fan-in path it picks, and the
+shuffle path forced).
 Flink itself cannot run here: its job-server jar is downloaded at start (see deploy/flink).
 """
 
@@ -24,6 +25,7 @@ RUNNERS = {
     "portable-loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
     # Beam's DaskRunner on a LocalCluster of 2 worker processes that the job starts and stops itself.
     "dask": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner"],
+    "dask-shuffle": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner", "--fan_in=shuffle"],
 }
 JOB_ARGS = ["--splits=train=0.7,validation=0.2,test=0.1", "--target_shard_bytes=5000", "--compression=gzip"]
 

@@ -1,0 +1,81 @@
+"""What the writer must know of each Beam runner: one table, read by the writer, the jobs and the Dask set-up.
+
+Every workaround for a runner's behaviour keys on a trait here, never on a runner's name
+elsewhere, so supporting a new runner is one row. A runner not in the table is taken to be a
+distributed service with a disk-backed shuffle (Dataflow, Flink, Spark, Samza...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerTraits:
+    """A runner's behaviour that changes how the writer builds its pipeline.
+
+    Attributes:
+        in_memory_shuffle: its GroupByKey keeps what it groups in memory (no spill to disk, or only
+            under memory pressure, after the fact): payload bytes must not go through it, so the
+            writer spills sorted runs to storage instead (``FanIn.SPILL``).
+        recomputes_side_inputs: it computes a side input again, from the start of the pipeline,
+            inside every task that reads it (Beam 2.77's DaskRunner: a nested compute of the
+            unoptimised graph): the writer joins with GroupByKey instead.
+        drops_finish_bundle_output: what a DoFn emits in ``finish_bundle`` is lost (the DaskRunner
+            collects a partition's outputs before calling it). The writer's DoFns emit nothing
+            there; this row documents why.
+        workers_on_this_machine: its workers run on this machine, so they can share a local
+            folder (the live progress display).
+    """
+
+    in_memory_shuffle: bool = False
+    recomputes_side_inputs: bool = False
+    drops_finish_bundle_output: bool = False
+    workers_on_this_machine: bool = False
+
+
+_LOCAL = RunnerTraits(in_memory_shuffle=True, workers_on_this_machine=True)
+_DISTRIBUTED = RunnerTraits()
+_DASK = RunnerTraits(in_memory_shuffle=True, recomputes_side_inputs=True, drops_finish_bundle_output=True)
+
+# Keyed by the runner's class name, and by the short names Beam accepts for --runner.
+_TABLE: Mapping[str, RunnerTraits] = {
+    **dict.fromkeys(("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner",
+                     "PrismRunner", "InteractiveRunner", "TestDirectRunner", "direct", "prism"), _LOCAL),
+    "DaskRunner": _DASK,
+}
+
+
+def traits_of_name(runner: str, *, job_endpoint: str | None = None) -> RunnerTraits:
+    """The traits of the runner named ``runner`` (a class name, dotted path or Beam short name).
+
+    The PortableRunner is local when it embeds its job service (no endpoint, or ``embed``) and
+    takes the traits of a distributed runner when it submits to a job server (Flink, Spark).
+    """
+    name = runner.rsplit(".", 1)[-1]
+    if name == "PortableRunner":
+        return _LOCAL if job_endpoint in (None, "embed") else _DISTRIBUTED
+    return _TABLE.get(name, _DISTRIBUTED)
+
+
+def traits_of_options(options: PipelineOptions) -> RunnerTraits:
+    """The traits of the runner ``options`` choose (the DirectRunner when they name none)."""
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    name = runner if isinstance(runner, str) else type(runner).__name__
+    return traits_of_name(name, job_endpoint=options.view_as(PortableOptions).job_endpoint)
+
+
+def traits_of(pipeline: beam.Pipeline) -> RunnerTraits:
+    """The traits of the runner ``pipeline`` runs on."""
+    endpoint = pipeline.options.get_all_options().get("job_endpoint")
+    return traits_of_name(type(pipeline.runner).__name__, job_endpoint=endpoint)
+
+
+def uses_dask_runner(options: PipelineOptions) -> bool:
+    """Whether ``options`` choose Beam's DaskRunner (which the jobs give a local cluster when it names none)."""
+    runner = options.view_as(StandardOptions).runner or ""
+    return isinstance(runner, str) and runner.rsplit(".", 1)[-1] == "DaskRunner"

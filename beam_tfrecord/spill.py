@@ -1,0 +1,158 @@
+"""Spill runs on storage: naming, writing and reading them back (their byte layout is ``core/runs.py``).
+
+Everything the spill fan-in does with a run outside that pure layout lives here, free of Beam, so
+the DoFns only adapt it:
+
+- ``RunSpiller`` (one per bundle) buffers entries, sorts each full buffer by hash and writes it as
+  a run and then its index, in a thread while the next run fills. A run is *announced* (returned
+  by ``add``) when its first entry arrives, under a name unique to this attempt, so nothing has to
+  be emitted when the bundle ends: Beam's DaskRunner drops what ``finish_bundle`` emits. A
+  re-executed bundle writes new files; only the runs announced by the attempt the runner kept are
+  ever read, and the temp folder is deleted at publication.
+- ``write_catalog`` / ``read_catalog``: the list of every run, written once by the plan step, so a
+  shard task names one file instead of carrying every run, and no runner needs a side input.
+- ``shard_entries``: one shard's slice of every run (found in the runs' indexes), merged in
+  (hash, content) order.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+
+from beam_tfrecord import direct_io, storage
+from beam_tfrecord.core.runs import RunIndex, SpilledRun, merge_slices, write_run
+from beam_tfrecord.errors import CorruptShardError
+
+DEFAULT_RUN_BYTES = 64 << 20
+
+
+class RunSpiller:
+    """Buffers one bundle's entries into hash-sorted runs of about ``run_bytes`` and writes them.
+
+    Memory: up to two runs (one filling, one being written by ``writer``, a one-thread executor
+    the caller owns so that it outlives bundles).
+
+    Args:
+        runs_dir: where runs and their indexes go.
+        run_bytes: entry bytes buffered before a run is written.
+        direct: write runs with ``O_DIRECT`` where the filesystem allows (``beam_tfrecord.direct_io``).
+        writer: the executor that writes runs (file writes release the GIL, so encoding goes on).
+    """
+
+    def __init__(self, runs_dir: str, *, run_bytes: int, direct: bool,
+                 writer: concurrent.futures.Executor) -> None:
+        self._runs_dir = runs_dir
+        self._run_bytes = run_bytes
+        self._direct = direct
+        self._writer = writer
+        self._attempt = uuid.uuid4().hex  # run names: unique to this attempt at this bundle
+        self._number = 0
+        self._buffer: list[bytes] = []
+        self._buffered_bytes = 0
+        self._current: SpilledRun | None = None
+        self._writing: concurrent.futures.Future | None = None
+
+    def add(self, entry: bytes) -> SpilledRun | None:
+        """Buffers ``entry``; returns the run it starts when it is the first of one (to announce)."""
+        started = None
+        if self._current is None:
+            name = f"{self._attempt}-{self._number:05d}.run"
+            started = self._current = SpilledRun(storage.join(self._runs_dir, name))
+            self._number += 1
+        self._buffer.append(entry)
+        self._buffered_bytes += len(entry)
+        if self._buffered_bytes >= self._run_bytes:
+            self._flush(self._current)
+        return started
+
+    def finish(self) -> None:
+        """Writes what is buffered and waits until every announced run and index is on storage.
+
+        Raises:
+            OSError: a run or index could not be written (the bundle must fail, not count).
+        """
+        if self._current is not None:
+            self._flush(self._current)
+        self._wait()
+
+    def _flush(self, run: SpilledRun) -> None:
+        entries = sorted(self._buffer)  # entries start with the big-endian hash: bytes order is hash order
+        self._buffer, self._buffered_bytes, self._current = [], 0, None
+        self._wait()
+        self._writing = self._writer.submit(self._write, run, entries)
+
+    def _write(self, run: SpilledRun, entries: list[bytes]) -> None:
+        with direct_io.open_write(run.path, direct=self._direct) as handle:
+            write_run(handle, entries)
+        # The index last: an index exists only beside a complete run.
+        with storage.open_write(run.index_path) as handle:
+            handle.write(RunIndex.of_entries(run.path, entries).to_bytes())
+
+    def _wait(self) -> None:
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()
+
+
+def read_run_index(run: SpilledRun) -> RunIndex:
+    """A spilled run's index, from the file beside it.
+
+    Raises:
+        CorruptShardError: the index is missing, cut short or damaged.
+    """
+    try:
+        data = storage.read_bytes(run.index_path)
+    except FileNotFoundError as err:
+        raise CorruptShardError(run.index_path, "missing: the run was announced but its bundle never finished "
+                                                "writing it") from err
+    return RunIndex.from_bytes(run.path, data)
+
+
+def write_catalog(runs_dir: str, runs: Sequence[SpilledRun]) -> str:
+    """Writes the list of ``runs`` once; returns its path (named by its content: the same runs, the same file)."""
+    data = json.dumps(sorted(run.path for run in runs)).encode()
+    path = storage.join(runs_dir, f"catalog-{hashlib.blake2b(data, digest_size=12).hexdigest()}.json")
+    storage.write_bytes_atomic(path, data)
+    return path
+
+
+def read_catalog(path: str) -> list[SpilledRun]:
+    """The runs a catalog lists, in path order.
+
+    Raises:
+        CorruptShardError: the catalog is not a JSON list of paths.
+    """
+    try:
+        paths = json.loads(storage.read_bytes(path))
+    except (ValueError, FileNotFoundError) as err:
+        raise CorruptShardError(path, f"unreadable run catalog: {err}") from err
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise CorruptShardError(path, "a run catalog must be a JSON list of run paths")
+    return [SpilledRun(p) for p in paths]
+
+
+@contextlib.contextmanager
+def shard_entries(runs: Sequence[SpilledRun], hash_lo: int, hash_hi: int, *,
+                  direct: bool) -> Iterator[Iterator[bytes | memoryview]]:
+    """The entries with hash in ``[hash_lo, hash_hi)`` of every run, in (hash, content) order.
+
+    Each run's index says where its slice lies; the slices are read sequentially and merged
+    (``core.runs.merge_slices``: memory bounded by two read groups, whatever the shard size).
+    """
+    slices = []
+    for run in sorted(runs, key=lambda r: r.path):
+        piece = read_run_index(run).slice(hash_lo, hash_hi)
+        if piece.num_entries:
+            slices.append(piece)
+    with contextlib.ExitStack() as stack:
+        streams = []
+        for piece in slices:
+            handle = stack.enter_context(direct_io.open_read(piece.path, direct=direct))
+            handle.seek(piece.start)
+            streams.append(handle)
+        yield merge_slices(streams, slices)

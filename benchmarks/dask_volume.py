@@ -1,0 +1,233 @@
+"""Dask volume benchmark: the writer on Beam's DaskRunner with memory-capped workers, against the DirectRunner.
+
+    python benchmarks/dask_volume.py                       # the issue's sizes: 4 GiB small, 5 GiB blobs, 600k
+    python benchmarks/dask_volume.py --small_gib 0.5 --blob_gib 0.5 --throughput_records 100000   # quicker
+
+Rows, each its own child process, measured the same way: the pipeline's wall time (imports
+excluded) and the peak RSS of the whole process tree (client, scheduler, nannies and workers, or
+the DirectRunner's worker processes), sampled every 100 ms.
+
+- volume, small records: ``Create(range(chunks)) | Map(chunk of 1,000 samples)``, each a 32x32x3
+  uint8 Tensor and a ClassLabel (3.1 KB records), splits train=0.9,test=0.1, 64 MiB shards, at
+  ``--small_gib`` (default 4 GiB: twice the cluster's 2 x 1 GiB of worker memory); on the
+  DirectRunner (the reference bytes) and on a LocalCluster of 2 worker processes x 1 thread, each
+  capped at ``--memory_limit`` (1 GiB), ``--dask_partition_size`` elements per partition.
+- volume, blobs: file-backed records of ~200 KB (``--blob_gib``, default 5 GiB of files), same runners.
+- throughput: ``--throughput_records`` (600k) small records on the DirectRunner with
+  ``--direct_running_mode=multi_processing --direct_num_workers=2`` and on Dask, interleaved
+  ``--repeats`` times (median); the ratio is the issue's point 3.
+
+Restarts (worker processes replaced by their nanny) and the longest stall (no worker able to run)
+come from ``wait_for_dask``, which polls the scheduler; "identical" compares every shard's
+CRC32C and size with the DirectRunner build of the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import workloads
+from measure import child_env, run_measured
+
+MULTI_PROCESSING = "--direct_running_mode=multi_processing --direct_num_workers=2"
+
+
+def _small_samples(index: int, total: int):
+    from beam_tfrecord import Sample
+
+    keys, images, labels = workloads.small_chunk(index, total)
+    return [Sample(key, {"image": image, "label": label}) for key, image, label in zip(keys, images, labels.tolist())]
+
+
+BLOB_CHUNK = 100
+
+
+def _blob_chunk(index: int, blob_dir: str, count: int):
+    """Samples of blob files ``index * BLOB_CHUNK`` on (paths with their sizes, read by the writer)."""
+    from beam_tfrecord import FileRef, Sample
+
+    samples = []
+    for i in range(index * BLOB_CHUNK, min(count, (index + 1) * BLOB_CHUNK)):
+        path = os.path.join(blob_dir, f"blob-{i:06d}.bin")
+        samples.append(Sample(os.path.basename(path), {"payload": FileRef(path, os.path.getsize(path)),
+                                                       "label": i % 10}))
+    return samples
+
+
+def _child(args: argparse.Namespace) -> None:
+    import apache_beam as beam
+
+    from beam_tfrecord import (
+        ClassLabel,
+        DType,
+        Scalar,
+        Schema,
+        ShardingConfig,
+        SplitConfig,
+        Tensor,
+        TensorDType,
+        WriteTFRecordDataset,
+    )
+    from beam_tfrecord.beam.dask_cluster import wait_for_dask
+    from beam_tfrecord.beam.write import FanIn
+
+    def build(pipeline: beam.Pipeline) -> None:
+        if args.workload == "small":
+            schema = Schema({"image": Tensor(TensorDType.UINT8, workloads.IMAGE_SHAPE),
+                             "label": ClassLabel(tuple(str(i) for i in range(10)))})
+            samples = (pipeline | beam.Create(range(workloads.num_chunks(args.records)))
+                       | beam.Map(_small_samples, args.records))
+        else:
+            schema = Schema({"payload": Scalar(DType.BYTES), "label": Scalar(DType.INT64)})
+            samples = (pipeline | beam.Create(range((args.records + BLOB_CHUNK - 1) // BLOB_CHUNK))
+                       | beam.Map(_blob_chunk, args.blob_dir, args.records))
+        _ = samples | WriteTFRecordDataset(args.out, schema=schema, splits=SplitConfig.parse("train=0.9,test=0.1"),
+                                           sharding=ShardingConfig(target_shard_bytes=64 << 20),
+                                           fan_in=FanIn.parse(args.fan_in))
+
+    import apache_beam.runners.dask.dask_runner
+
+    import beam_tfrecord.beam.write  # noqa: F401
+
+    report = {"restarts": 0, "stalled_seconds": 0.0}
+    if args.runner == "dask":
+        from distributed import LocalCluster
+
+        start = time.perf_counter()
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=args.memory_limit,
+                          dashboard_address=None) as cluster:
+            pipeline = beam.Pipeline(argv=["--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+                                           f"--dask_client_address={cluster.scheduler_address}",
+                                           f"--dask_partition_size={args.dask_partition_size}"])
+            build(pipeline)
+            result = pipeline.run()
+            try:
+                done = wait_for_dask(result, stall_timeout_seconds=args.stall_timeout_seconds)
+                report = {"restarts": done.restarts, "stalled_seconds": done.stalled_seconds}
+            finally:
+                result.client.close()
+    else:
+        start = time.perf_counter()
+        with beam.Pipeline(argv=["--runner=DirectRunner", *args.direct_options.split()]) as pipeline:
+            build(pipeline)
+    print(json.dumps({"seconds": time.perf_counter() - start, **report}))
+
+
+def _shards(out: str) -> list[tuple[str, str, int]]:
+    from beam_tfrecord import load_manifest
+
+    return [(s.filename, s.crc32c, s.num_bytes) for s in load_manifest(out).shards]
+
+
+def _measure(args: argparse.Namespace, *, workload: str, records: int, runner: str, direct_options: str = "",
+             fan_in: str = "auto") -> dict:
+    out = os.path.join(args.work_dir, f"{workload}-{runner}-{records}")
+    shutil.rmtree(out, ignore_errors=True)
+    os.sync()
+    command = [sys.executable, __file__, "--child", "--workload", workload, "--records", str(records),
+               "--runner", runner, "--out", out, "--blob_dir", args.blob_dir, "--memory_limit", args.memory_limit,
+               "--dask_partition_size", str(args.dask_partition_size), "--direct_options", direct_options,
+               "--fan_in", fan_in, "--stall_timeout_seconds", str(args.stall_timeout_seconds)]
+    row = {"workload": workload, "records": records, "runner": runner if runner == "dask" else
+           f"direct {direct_options or 'default'}", "memory_limit": args.memory_limit if runner == "dask" else "-",
+           "fan_in": fan_in}
+    try:
+        measured = run_measured(command, env=child_env(HERE), interval_s=0.1)
+    except RuntimeError as err:
+        print(f"  FAILED: {str(err)[-600:]}", flush=True)
+        return {**row, "failed": True}
+    result = json.loads(measured.stdout.strip().splitlines()[-1])
+    shards = _shards(out)
+    data_bytes = sum(size for _, _, size in shards)
+    row.update(seconds=result["seconds"], peak_rss_gib=measured.peak_rss_bytes / 2**30, restarts=result["restarts"],
+               stalled_seconds=result["stalled_seconds"], data_gib=data_bytes / 2**30, shards=shards, failed=False)
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"  {workload} {records} {row['runner']} fan_in={fan_in}: {row['seconds']:.1f} s, "
+          f"peak {row['peak_rss_gib']:.2f} GiB, restarts {row['restarts']}", flush=True)
+    return row
+
+
+def _table(rows: list[dict]) -> None:
+    print(f"\n{'workload':<8} {'records':>9} {'data GiB':>8} {'runner':<34} {'fan_in':<7} {'mem limit':>9} "
+          f"{'seconds':>8} {'peak GiB':>8} {'restarts':>8} {'stall s':>7}  identical")
+    reference: dict[tuple[str, int], list] = {}
+    for row in rows:
+        if row["failed"]:
+            print(f"{row['workload']:<8} {row['records']:>9} {'':>8} {row['runner']:<34} {row['fan_in']:<7} "
+                  f"{row['memory_limit']:>9}   FAILED")
+            continue
+        key = (row["workload"], row["records"])
+        reference.setdefault(key, row["shards"])
+        identical = "yes" if row["shards"] == reference[key] else "NO"
+        print(f"{row['workload']:<8} {row['records']:>9} {row['data_gib']:8.2f} {row['runner']:<34} "
+              f"{row['fan_in']:<7} {row['memory_limit']:>9} {row['seconds']:8.1f} {row['peak_rss_gib']:8.2f} "
+              f"{row['restarts']:>8} {row['stalled_seconds']:7.0f}  {identical}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--small_gib", type=float, default=4.0, help="volume of small records (0: skip)")
+    parser.add_argument("--blob_gib", type=float, default=5.0, help="volume of ~200 KB file-backed records (0: skip)")
+    parser.add_argument("--throughput_records", type=int, default=600_000, help="small records (0: skip)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of the throughput pair")
+    parser.add_argument("--memory_limit", default="1GiB", help="each Dask worker's memory_limit")
+    parser.add_argument("--dask_partition_size", type=int, default=8,
+                        help="elements per Dask partition (an element is a chunk of 1,000 records or 100 files; "
+                             "the DaskRunner holds a partition's outputs together)")
+    parser.add_argument("--shuffle_too", action="store_true",
+                        help="also run the volume rows with fan_in=shuffle on Dask (for comparison)")
+    parser.add_argument("--stall_timeout_seconds", type=float, default=120.0)
+    parser.add_argument("--blob_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_dask_blobs"))
+    parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_dask_volume"))
+    parser.add_argument("--child", action="store_true")
+    parser.add_argument("--workload", choices=["small", "blobs"])
+    parser.add_argument("--records", type=int)
+    parser.add_argument("--runner", choices=["direct", "dask"])
+    parser.add_argument("--out")
+    parser.add_argument("--direct_options", default="")
+    parser.add_argument("--fan_in", default="auto")
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+
+    rows = []
+    record_bytes = 3_100  # 32x32x3 bytes plus the label and framing, as written
+    if args.small_gib:
+        records = int(args.small_gib * 2**30 / record_bytes)
+        rows.append(_measure(args, workload="small", records=records, runner="direct"))
+        rows.append(_measure(args, workload="small", records=records, runner="dask"))
+        if args.shuffle_too:
+            rows.append(_measure(args, workload="small", records=records, runner="dask", fan_in="shuffle"))
+    if args.blob_gib:
+        count = int(args.blob_gib * 2**30 / (200 * 1024))
+        workloads.make_blob_files(args.blob_dir, count, 200 * 1024)
+        rows.append(_measure(args, workload="blobs", records=count, runner="direct"))
+        rows.append(_measure(args, workload="blobs", records=count, runner="dask"))
+    pairs: dict[str, list[float]] = {"direct": [], "dask": []}
+    if args.throughput_records:
+        for _ in range(args.repeats):
+            for runner in ("direct", "dask"):
+                row = _measure(args, workload="small", records=args.throughput_records, runner=runner,
+                               direct_options=MULTI_PROCESSING if runner == "direct" else "")
+                rows.append(row)
+                if not row["failed"]:
+                    pairs[runner].append(row["seconds"])
+    _table(rows)
+    if pairs["direct"] and pairs["dask"]:
+        direct, dask = (sorted(v)[len(v) // 2] for v in (pairs["direct"], pairs["dask"]))
+        print(f"\nthroughput, {args.throughput_records} small records (median of {args.repeats}): DirectRunner "
+              f"multi_processing x2 {direct:.1f} s, DaskRunner {dask:.1f} s: dask/direct speed = {direct / dask:.2f}")
+
+
+if __name__ == "__main__":
+    main()
