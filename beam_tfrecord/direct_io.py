@@ -64,6 +64,61 @@ def open_read(path: str, *, direct: bool = True, buffer_bytes: int = 1 << 20) ->
     return io.BufferedReader(DirectReader(fd, buffer_bytes), buffer_size=buffer_bytes)
 
 
+class RangeReader:
+    """Reads byte ranges of many files through one bounce buffer, bypassing the page cache when it can.
+
+    For a shard writer merging its slice of every spill run: memory does not grow with the number
+    of runs (a buffered reader per open run cost ~2 MiB each: 400 MB for 200 runs), and no file
+    stays open between reads. Not thread-safe: one reader per thread.
+
+    Args:
+        direct: use ``O_DIRECT`` for local files where the filesystem allows it.
+        buffer_bytes: the bounce buffer; reads larger than it take several aligned reads.
+    """
+
+    def __init__(self, *, direct: bool = True, buffer_bytes: int = BUFFER_BYTES) -> None:
+        self._direct = direct
+        self._buffer_bytes = buffer_bytes
+        self._buffer: mmap.mmap | None = None
+
+    def read(self, path: str, offset: int, length: int) -> bytes | bytearray:
+        """``length`` bytes of ``path`` from ``offset`` (fewer only where the file ends)."""
+        fd = _open_direct(path, os.O_RDONLY) if self._direct else None
+        if fd is None:
+            with storage.open_read(path) as handle:
+                handle.seek(offset)
+                return handle.read(length)
+        try:
+            return self._read_direct(fd, offset, length)
+        finally:
+            os.close(fd)
+
+    def _read_direct(self, fd: int, offset: int, length: int) -> bytearray:
+        if self._buffer is None:
+            self._buffer = mmap.mmap(-1, self._buffer_bytes + 2 * ALIGN_BYTES)
+        out = bytearray(length)
+        done = 0
+        with memoryview(self._buffer) as bounce:
+            while done < length:
+                position = offset + done
+                start = position - position % ALIGN_BYTES
+                wanted = min(length - done, self._buffer_bytes)
+                end = -(-(position + wanted) // ALIGN_BYTES) * ALIGN_BYTES
+                got = os.preadv(fd, [bounce[:end - start]], start) - (position - start)
+                count = max(0, min(wanted, got))
+                out[done:done + count] = bounce[position - start:position - start + count]
+                done += count
+                if count < wanted:  # the end of the file
+                    del out[done:]
+                    break
+        return out
+
+    def close(self) -> None:
+        if self._buffer is not None:
+            self._buffer.close()
+            self._buffer = None
+
+
 class DirectWriter(io.RawIOBase):
     """Writes through an O_DIRECT descriptor in aligned blocks; ``close`` writes the unaligned tail.
 

@@ -141,18 +141,17 @@ def shard_entries(runs: Sequence[SpilledRun], hash_lo: int, hash_hi: int, *,
                   direct: bool) -> Iterator[Iterator[bytes | memoryview]]:
     """The entries with hash in ``[hash_lo, hash_hi)`` of every run, in (hash, content) order.
 
-    Each run's index says where its slice lies; the slices are read sequentially and merged
-    (``core.runs.merge_slices``: memory bounded by two read groups, whatever the shard size).
+    Each run's index says where its slice lies; the slices are read in ranges through one bounce
+    buffer and merged (``core.runs.merge_slices``): memory is bounded by two read groups, whatever
+    the shard size and however many runs there are.
     """
     slices = []
     for run in sorted(runs, key=lambda r: r.path):
         piece = read_run_index(run).slice(hash_lo, hash_hi)
         if piece.num_entries:
             slices.append(piece)
-    with contextlib.ExitStack() as stack:
-        streams = []
-        for piece in slices:
-            handle = stack.enter_context(direct_io.open_read(piece.path, direct=direct))
-            handle.seek(piece.start)
-            streams.append(handle)
-        yield merge_slices(streams, slices)
+    reader = direct_io.RangeReader(direct=direct)
+    try:
+        yield merge_slices(slices, reader.read)
+    finally:
+        reader.close()

@@ -73,12 +73,15 @@ def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
     return FanIn.SPILL if traits_of(pipeline).in_memory_shuffle else FanIn.SHUFFLE
 
 
-def _is_run(element: Any) -> bool:
-    return element.__class__ is SpilledRun
+# Publication's inputs (and the spill path's runs) arrive as one group: a GroupByKey on one key
+# rather than side inputs, which the Dask runner computes again inside each task that reads them.
+# Elements: (kind, value).
+_START, _RUN, _PLAN, _SHARD, _DEAD = "start", "run", "plan", "shard", "dead"
 
 
-def _is_dead_letter(element: Any) -> bool:
-    return element.__class__ is DeadLetter
+def _tag_encoded(element: SpilledRun | DeadLetter) -> tuple[None, tuple[str, SpilledRun | DeadLetter]]:
+    """Tags what the spill encoder emits by its type (one output: see encode_fn's docstring)."""
+    return None, (_RUN if element.__class__ is SpilledRun else _DEAD, element)
 
 
 def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
@@ -87,10 +90,12 @@ def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class PlannedRuns:
-    """The spill path's plan (None when nothing was encoded) and the catalog of the runs it was made from."""
+    """The spill path's plan (None when nothing was encoded), the catalog of the runs it was made
+    from, and the dead letters gathered with them."""
 
     plan: DatasetPlan | None
     catalog: str | None
+    dead_letters: tuple[DeadLetter, ...]
 
 
 def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitConfig, sharding: ShardingConfig,
@@ -101,10 +106,17 @@ def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitC
     than reading the small index files.
     """
     _, items = group
-    runs = sorted((value for kind, value in items if kind == _RUN), key=lambda run: run.path)
+    runs: list[SpilledRun] = []
+    dead: list[DeadLetter] = []
+    for kind, value in items:
+        if kind == _RUN:
+            runs.append(value)
+        elif kind == _DEAD:
+            dead.append(value)
     if not runs:
-        return PlannedRuns(None, None)
-    return PlannedRuns(plan_in_one_step(runs, splits, sharding), write_catalog(runs_dir, runs))
+        return PlannedRuns(None, None, tuple(dead))
+    runs.sort(key=lambda run: run.path)
+    return PlannedRuns(plan_in_one_step(runs, splits, sharding), write_catalog(runs_dir, runs), tuple(dead))
 
 
 def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[int, ShardTask]]:
@@ -118,10 +130,8 @@ def _plan_of(planned: PlannedRuns) -> DatasetPlan | None:
     return planned.plan
 
 
-# Publication's inputs (and the spill path's runs) arrive as one group: a GroupByKey on one key
-# rather than side inputs, which the Dask runner computes again inside each task that reads them.
-# Elements: (kind, value).
-_START, _RUN, _PLAN, _SHARD, _DEAD = "start", "run", "plan", "shard", "dead"
+def _dead_letters_planned(planned: PlannedRuns) -> tuple[DeadLetter, ...]:
+    return planned.dead_letters
 
 
 def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings) -> Manifest:
@@ -246,14 +256,14 @@ class WriteTFRecordDataset(beam.PTransform):
         encoded = samples | "EncodeToRuns" >> beam.ParDo(EncodeToRunsFn(
             self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes, direct_io=self._direct_io,
             **self._encode_options()))
-        # SpilledRun | DeadLetter, told apart by type (one output: see encode_fn's docstring).
-        runs = encoded | "Runs" >> beam.Filter(_is_run)
-        dead_letters = encoded | "DeadLetters" >> beam.Filter(_is_dead_letter)
+        # SpilledRun | DeadLetter, both gathered in one group. One consumer of what the encoder emits:
+        # the Dask runner keeps a finished task's inputs (the samples) referenced until every
+        # consumer of its output has run, so a second branch would hold them all.
         start = samples.pipeline | "StartPlan" >> beam.Create([None])
         planned = (
-            (start | "TagStartPlan" >> _tag(_START), runs | "TagRuns" >> _tag(_RUN))
+            (start | "TagStartPlan" >> _tag(_START), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
             | "GatherRuns" >> beam.Flatten()
-            | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun)...]): one group, even with no runs
+            | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun | DeadLetter)...]): one group, always
             | "Plan" >> beam.Map(_plan_gathered, self._splits, self._sharding, runs_dir)  # PlannedRuns
         )
         shard_infos = (
@@ -264,6 +274,7 @@ class WriteTFRecordDataset(beam.PTransform):
                                                                  self._feature_transforms, **self._shard_options()))
         )
         plan = planned | "PlanOf" >> beam.Map(_plan_of)
+        dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
         return self._publish(samples.pipeline, plan, shard_infos, dead_letters)
 
     def _shuffle(self, samples: beam.PCollection) -> beam.PCollection:

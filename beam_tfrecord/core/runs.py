@@ -21,7 +21,7 @@ import dataclasses
 import heapq
 import operator
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
 import numpy as np
@@ -202,26 +202,47 @@ def write_run(handle: BinaryIO, entries: Sequence[bytes | memoryview], *, chunk_
         handle.write(b"".join(chunk))
 
 
-def _iter_slice(stream: BinaryIO, run: RunSlice) -> Iterator[bytes]:
-    """Yields the entries of a slice from a stream positioned at its start."""
-    for size in run.entry_sizes.tolist():
-        entry = stream.read(size)
-        if len(entry) < size:
-            raise CorruptShardError(run.path, f"truncated spill run entry (expected {size} bytes)")
-        yield entry
+# Reads ``length`` bytes of the run at ``path`` from byte ``offset`` (fewer only at its end).
+ReadRange = Callable[[str, int, int], "bytes | bytearray | memoryview"]
+_TIE_READ_BYTES = 64 << 10  # bytes of a slice read at a time when entries are merged one by one
 
 
-def merge_slices(streams: Sequence[BinaryIO], slices: Sequence[RunSlice], *,
+def _read_exactly(read_range: ReadRange, run: RunSlice, offset: int, length: int) -> memoryview:
+    data = memoryview(read_range(run.path, offset, length))
+    if len(data) < length:
+        raise CorruptShardError(run.path, f"truncated spill run (expected {length} bytes at offset {offset}, "
+                                          f"got {len(data)})")
+    return data
+
+
+def _iter_slice(read_range: ReadRange, run: RunSlice) -> Iterator[bytes]:
+    """Yields the entries of a slice, reading about ``_TIE_READ_BYTES`` at a time."""
+    sizes = run.entry_sizes.tolist()
+    offset, i = run.start, 0
+    while i < len(sizes):
+        j, length = i + 1, sizes[i]
+        while j < len(sizes) and length + sizes[j] <= _TIE_READ_BYTES:
+            length += sizes[j]
+            j += 1
+        data, at = _read_exactly(read_range, run, offset, length), 0
+        for size in sizes[i:j]:
+            yield bytes(data[at:at + size])
+            at += size
+        offset, i = offset + length, j
+
+
+def merge_slices(slices: Sequence[RunSlice], read_range: ReadRange, *,
                  group_bytes: int = MERGE_GROUP_BYTES) -> Iterator[bytes | memoryview]:
     """Yields the entries of all slices in (hash, content) order.
 
     The order is computed from the slices' hashes with NumPy. The output is cut into groups of
-    about ``group_bytes``; each group reads its part of every slice in one call (a slice's
-    entries are consumed front to back, so that part is contiguous) and yields views into those
-    reads. A thread reads the next group while this one is yielded, so memory stays bounded by
-    two groups whatever the shard size. Only when two entries share a hash (a duplicated key)
-    does it fall back to comparing entries one by one, so ties are broken by content and the
-    output never depends on which run held which entry.
+    about ``group_bytes``; each group reads its part of every slice in one ``read_range`` call (a
+    slice's entries are consumed front to back, so that part is contiguous) and yields views into
+    those reads. A thread reads the next group while this one is yielded, so memory stays bounded
+    by two groups whatever the shard size and however many runs there are (nothing is held open
+    or buffered per run). Only when two entries share a hash (a duplicated key) does it fall back
+    to comparing entries one by one, so ties are broken by content and the output never depends
+    on which run held which entry.
     """
     if not slices or not any(s.num_entries for s in slices):
         return
@@ -229,7 +250,7 @@ def merge_slices(streams: Sequence[BinaryIO], slices: Sequence[RunSlice], *,
     which = np.concatenate([np.full(s.num_entries, i, np.int64) for i, s in enumerate(slices)])
     order = np.argsort(hashes, kind="stable")
     if len(hashes) > 1 and bool((np.diff(hashes[order]) == 0).any()):
-        yield from heapq.merge(*(_iter_slice(stream, s) for stream, s in zip(streams, slices)))
+        yield from heapq.merge(*(_iter_slice(read_range, s) for s in slices))
         return
     sizes = np.concatenate([s.entry_sizes for s in slices]).astype(np.int64)
     counts = [s.num_entries for s in slices]
@@ -241,17 +262,16 @@ def merge_slices(streams: Sequence[BinaryIO], slices: Sequence[RunSlice], *,
     groups = [(lo, hi) for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(order)]) if lo < hi]
     wanted = [np.bincount(sources[lo:hi], weights=lengths[lo:hi], minlength=len(slices)).astype(np.int64)
               for lo, hi in groups]  # bytes each group needs from each slice
+    consumed = np.zeros(len(slices), np.int64)  # bytes of each slice yielded so far
+    read_at = np.zeros(len(slices), np.int64)  # bytes of each slice read so far (by the reading thread)
 
     def read_group(needed: np.ndarray) -> list[memoryview | None]:
         views: list[memoryview | None] = [None] * len(slices)
         for i in np.flatnonzero(needed).tolist():
-            data = streams[i].read(int(needed[i]))
-            if len(data) < needed[i]:
-                raise CorruptShardError(slices[i].path, f"truncated spill run (expected {int(needed[i])} more bytes)")
-            views[i] = memoryview(data)
+            views[i] = _read_exactly(read_range, slices[i], slices[i].start + int(read_at[i]), int(needed[i]))
+            read_at[i] += needed[i]
         return views
 
-    consumed = np.zeros(len(slices), np.int64)  # bytes of each slice read so far
     # While one group is being yielded, a thread reads the next (file reads release the GIL).
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-read") as reader:
         next_read = reader.submit(read_group, wanted[0])

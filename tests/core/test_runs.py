@@ -29,12 +29,12 @@ def _run(path: str, items: list[tuple[int, bytes]]) -> tuple[RunIndex, bytes]:
 
 def _merge(runs: list[tuple[RunIndex, bytes]], lo: int = 0, hi: int = 2**64, **options) -> list[bytes]:
     slices = [index.slice(lo, hi) for index, _ in runs]
-    streams = []
-    for (_index, data), piece in zip(runs, slices):
-        stream = io.BytesIO(data)
-        stream.seek(piece.start)
-        streams.append(stream)
-    return [bytes(entry_record(entry)) for entry in merge_slices(streams, slices, **options)]
+    files = {index.path: data for index, data in runs}
+
+    def read_range(path: str, offset: int, length: int) -> bytes:
+        return files[path][offset:offset + length]
+
+    return [bytes(entry_record(entry)) for entry in merge_slices(slices, read_range, **options)]
 
 
 def test_index_and_slice_byte_ranges():
