@@ -24,6 +24,7 @@ from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
 from beam_tfrecord.summary import describe
+from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.source_options import parse_bool
 
 
@@ -148,7 +149,11 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
 
 @contextlib.contextmanager
 def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
-    """``with beam.Pipeline(options)``, plus a local Dask cluster for the DaskRunner when it names none."""
+    """``with beam.Pipeline(options)``, plus a local Dask cluster for the DaskRunner when it names none.
+
+    With ``--dry_run=True`` (DataflowRunner only) the job ends after the runner has built it: see ``pipelines.dry_run``.
+    """
+    check_dry_run(options)
     with local_cluster_for(options):
         pipeline = beam.Pipeline(options=options)
         try:
@@ -158,6 +163,7 @@ def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
             client = getattr(getattr(pipeline, "result", None), "client", None)
             if client is not None:
                 client.close()  # the DaskRunner's client: it never closes it, and would retry a stopped cluster
+    end_if_dry_run(pipeline)
 
 
 def quiet_logging() -> None:
