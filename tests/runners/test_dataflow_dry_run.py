@@ -68,7 +68,7 @@ def test_dry_run_builds_the_shuffle_writer(dry_run_jobs: dict, name: str) -> Non
 
 
 @pytest.mark.parametrize("name", JOBS)
-def test_dry_run_publishes_nothing(dry_run_jobs: dict, bucket: str, name: str, capsys) -> None:
+def test_dry_run_publishes_nothing(dry_run_jobs: dict, bucket: str, name: str) -> None:
     output = [a.split("=", 1)[1] for a in JOBS[name].args(bucket) if a.startswith(("--output=", "--dataset_root="))]
     assert not storage.exists(storage.join(output[0], "manifest.json"))
     assert not storage.exists(storage.join(output[0], "LATEST"))
@@ -118,7 +118,7 @@ def _as_text(value: object) -> str:
     return str(value).lower()
 
 
-def test_flex_template_parameters_reach_the_staged_job(fake_gcs: FakeGcs, bucket: str) -> None:
+def test_flex_template_parameters_reach_the_staged_job(bucket: str) -> None:
     """Every Flex Template parameter, passed as the launcher passes it (``--name=value``), is a job option
     in the job description the service would receive; the pipeline proto is staged to the emulator."""
     parameters = json.loads(METADATA.read_text())["parameters"]
