@@ -25,6 +25,7 @@ from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
 from beam_tfrecord.summary import describe
+from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.source_options import parse_bool
 
 
@@ -144,10 +145,15 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
 @contextlib.contextmanager
 def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
     """``with beam.Pipeline(options)``, plus, on the DaskRunner, a local cluster when it names none and
-    a wait that fails with ``ClusterStalledError`` rather than hanging (``wait_for_dask``)."""
+    a wait that fails with ``ClusterStalledError`` rather than hanging (``wait_for_dask``).
+
+    With ``--dry_run=True`` (DataflowRunner only) the job ends after the runner has built it: see ``pipelines.dry_run``.
+    """
+    check_dry_run(options)
     if not uses_dask_runner(options):
         with beam.Pipeline(options=options) as pipeline:
             yield pipeline
+        end_if_dry_run(pipeline)
         return
     with local_cluster_for(options):
         pipeline = beam.Pipeline(options=options)

@@ -1,0 +1,83 @@
+"""``--dry_run=True``: build the Dataflow job, submit nothing, and say so.
+
+Beam's DataflowRunner honours ``--dry_run=True`` (a ``TestOptions`` flag): it builds the job
+(pipeline proto, options, container environment) and returns before staging or submitting.
+Two things stood between that and an offline check of a job:
+
+- A job then went on as if a dataset had been written (and failed to load its manifest). A dry
+  run now ends right after the runner returns, with ``DryRunFinished``: exit status 0, a line
+  naming the job, and Beam's ``Job`` (``proto_pipeline``, ``options``) for whoever called ``run()``.
+- A ``--temp_location`` / ``--staging_location`` that is not a valid ``gs://`` path (``gs://b/tmp``:
+  bucket names have 3 to 63 characters) makes Beam fall back to looking up, and creating, a default
+  bucket in the project: 120 s of retries against Cloud Storage before failing offline. A dry run
+  refuses such locations at once instead.
+
+Every other runner ignores ``--dry_run`` and would run the job for real, so a dry run on one of
+them is refused before anything runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
+
+# Runners that build a job without submitting it when --dry_run=True is given.
+DRY_RUN_RUNNERS = frozenset({"DataflowRunner", "TestDataflowRunner"})
+
+
+class DryRunFinished(SystemExit):
+    """The runner built the job and submitted nothing; the job ends here with exit status 0.
+
+    Attributes:
+        job: Beam's Dataflow ``Job``: ``proto_pipeline`` (what would be staged as ``pipeline.pb``),
+            ``options`` (the pipeline options the service would be given) and ``proto``.
+    """
+
+    def __init__(self, job: Any) -> None:
+        super().__init__(0)
+        self.job = job
+
+
+def is_dry_run(options: PipelineOptions) -> bool:
+    return bool(options.view_as(TestOptions).dry_run)
+
+
+def check_dry_run(options: PipelineOptions) -> None:
+    """Refuses, before the pipeline is built, a dry run that would run the job or reach Cloud Storage.
+
+    Raises:
+        SystemExit: with the reason, when the runner ignores ``--dry_run`` or the temp and staging
+            locations are both unusable (see the module docstring).
+    """
+    if not is_dry_run(options):
+        return
+    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
+    from apache_beam.runners.runner import create_runner
+
+    runner = create_runner(options.view_as(StandardOptions).runner or StandardOptions.DEFAULT_RUNNER)
+    name = type(runner).__name__
+    if name not in DRY_RUN_RUNNERS:
+        raise SystemExit(f"--dry_run=True is honoured only by the DataflowRunner; the {name} would run the job "
+                         "(drop --dry_run, or add --runner=DataflowRunner)")
+    cloud = options.view_as(GoogleCloudOptions)
+    validator = PipelineOptionsValidator(options, runner)
+    problems = [problem for location in ("temp_location", "staging_location")
+                for problem in validator.validate_gcs_path(cloud, location)]
+    if len(problems) == 2:  # Beam uses either one when the other is bad; with both bad it creates a bucket
+        raise SystemExit("a dry run needs a valid gs:// --temp_location or --staging_location (Beam would "
+                         f"otherwise create a default bucket in the project, which needs the network): {problems[0]}")
+
+
+def end_if_dry_run(pipeline: beam.Pipeline) -> None:
+    """After the runner returned: on a dry run, prints what was built and raises ``DryRunFinished``."""
+    if not is_dry_run(pipeline.options):
+        return
+    result: Any = pipeline.result
+    job = result.job  # the DataflowRunner's dry-run result carries the Job it built
+    cloud = job.options.view_as(GoogleCloudOptions)
+    runner = type(pipeline.runner).__name__
+    print(f"dry run: the {runner} built job {cloud.job_name!r} for project {cloud.project!r} in {cloud.region!r} "
+          f"({len(job.proto_pipeline.components.transforms)} transforms); nothing was staged or submitted")
+    raise DryRunFinished(job)
