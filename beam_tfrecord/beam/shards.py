@@ -17,11 +17,10 @@ import apache_beam as beam
 import numpy as np
 
 from beam_tfrecord import direct_io, storage
-from beam_tfrecord.array_records import ArrayRecordShardWriter
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.entries import EncodedBatch, read_run_index
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
-from beam_tfrecord.core.framing import FRAMING_BYTES, HEADER_BYTES, frame_parts, framed_size
+from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
@@ -38,10 +37,8 @@ from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.summary import BucketGrid
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
+from beam_tfrecord.formats import shard_format
 from beam_tfrecord.progress import ProgressSink
-
-_WRITE_CHUNK_BYTES = 4 << 20
-_JOIN_MAX_RECORD_BYTES = 64 << 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +76,9 @@ class ShardFileWriter:
     rebuilt from their source files (see core/runs.py) and must come out exactly the size the
     plan expects. Build in ``DoFn.setup``.
 
-    TFRecord shards get the entries' framed bytes in big joined writes; ArrayRecord shards get
-    each record's payload (the plan still counts TFRecord-framed bytes, so both formats hold the
-    same records in the same shards).
+    The shard format's writer (``beam_tfrecord.formats``) stores the records: TFRecord appends
+    the entries' framed bytes in big joined writes, ArrayRecord each record's data. The plan
+    counts TFRecord-framed bytes in both, so both formats hold the same records in the same shards.
     """
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
@@ -89,48 +86,11 @@ class ShardFileWriter:
         self._builder = RecordBuilder(schema, feature_transforms)
         self._compression = compression
         self._direct_io = direct_io
-        self._file_format = file_format
+        self._format = shard_format(file_format)
 
     def write(self, target: ShardTarget, entries: Iterable[bytes | memoryview]) -> tuple[ShardInfo, ShardStats]:
         """Writes ``entries`` (in shard order) to ``target.temp_path``, replacing any earlier attempt."""
-        if self._file_format is FileFormat.ARRAY_RECORD:
-            return self._write_array_record(target, entries)
-        writer = storage.HashingWriter(direct_io.open_write(target.temp_path, direct=self._direct_io),
-                                       self._compression)
-        stats = ShardStats()
-        record_bytes = 0
-        pending: list[bytes | memoryview] = []
-        pending_bytes = 0
-        for entry in entries:
-            stats.records += 1
-            if entry_kind(entry) == RECORD:
-                framed = entry_record(entry)
-                record_bytes += len(framed)
-                pending.append(framed)  # joined into bigger writes
-                pending_bytes += len(framed)
-            else:
-                record = self._rebuild(entry)
-                stats.rebuilt += 1
-                size = framed_size(len(record))
-                record_bytes += size
-                header, footer = frame_parts(record)
-                if len(record) < _JOIN_MAX_RECORD_BYTES:
-                    pending += (header, record, footer)
-                    pending_bytes += size
-                else:  # large: written as it is, without a copy
-                    writer.write(b"".join((*pending, header)))
-                    writer.write(record)
-                    pending, pending_bytes = [footer], len(footer)
-            if pending_bytes >= _WRITE_CHUNK_BYTES:
-                writer.write(b"".join(pending))
-                pending, pending_bytes = [], 0
-        writer.write(b"".join(pending))
-        crc32c = writer.close()
-        return self._checked(target, stats, record_bytes, crc32c, writer.num_bytes)
-
-    def _write_array_record(self, target: ShardTarget,
-                            entries: Iterable[bytes | memoryview]) -> tuple[ShardInfo, ShardStats]:
-        writer = ArrayRecordShardWriter(target.temp_path)
+        writer = self._format.open_writer(target.temp_path, compression=self._compression, direct_io=self._direct_io)
         stats = ShardStats()
         record_bytes = 0
         for entry in entries:
@@ -138,14 +98,14 @@ class ShardFileWriter:
             if entry_kind(entry) == RECORD:
                 framed = entry_record(entry)
                 record_bytes += len(framed)
-                writer.write(framed[HEADER_BYTES:len(framed) - (FRAMING_BYTES - HEADER_BYTES)])
+                writer.append_framed(framed)
             else:
                 record = self._rebuild(entry)
                 stats.rebuilt += 1
                 record_bytes += framed_size(len(record))
-                writer.write(record)
-        crc32c, size = writer.close()
-        return self._checked(target, stats, record_bytes, crc32c, size)
+                writer.append(record)
+        crc32c, stored_bytes = writer.close()
+        return self._checked(target, stats, record_bytes, crc32c, stored_bytes)
 
     @staticmethod
     def _checked(target: ShardTarget, stats: ShardStats, record_bytes: int, crc32c: str,

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.dataset import load_manifest, shard_paths
+from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.formats import ShardFormat, ShardReader, shard_format
 from beam_tfrecord.reader.slicing import ReadSegment, partition, resolve_split
 
 
@@ -40,6 +42,22 @@ class ReadPlan:
     def path(self, segment: ReadSegment) -> str:
         """The full path of a segment's shard."""
         return self.paths[segment.shard.filename]
+
+    @property
+    def format(self) -> ShardFormat:
+        """The shards' format (``beam_tfrecord.formats``), from the manifest's ``file_format``."""
+        return shard_format(self.manifest.file_format)
+
+    def open_shard(self, segment: ReadSegment, *, verify: bool = True) -> ShardReader:
+        """A reader of a segment's shard, in the shards' format (see ``ShardFormat.open_reader``)."""
+        return self.format.open_reader(self.path(segment), segment.shard, compression=self.manifest.compression,
+                                       verify=verify)
+
+    def require_reader(self, reader: str) -> None:
+        """Raises ReaderError, naming the readers that can, when ``reader`` cannot read these shards."""
+        if reader not in self.format.readers:
+            raise ReaderError(f"{reader} cannot read {self.manifest.file_format.value} shards (the dataset at "
+                              f"{self.dataset_dir!r}); read them with {' or '.join(self.format.readers)}")
 
 
 def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_index: int = 0,

@@ -21,9 +21,9 @@ import torch
 import torch.distributed
 import torch.utils.data
 
-from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.formats import shard_format
 from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
 from beam_tfrecord.reader.numpy_reader import iter_examples, mix_seed
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
@@ -71,7 +71,7 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         check_positive("shuffle_buffer", shuffle_buffer)
         self.rank, self.world_size = _rank_and_world(rank, world_size)
         manifest = load_manifest(path)
-        self.global_shuffle = shuffle and manifest.file_format is FileFormat.ARRAY_RECORD
+        self.global_shuffle = shuffle and shard_format(manifest.file_format).random_access
         if start and not self.global_shuffle:
             raise ReaderError("start (resume) is for the global shuffle of an array_record dataset")
         self.start = start
