@@ -6,7 +6,7 @@ import dataclasses
 
 from beam_tfrecord import storage
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
-from beam_tfrecord.errors import CorruptShardError
+from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats import shard_format
 
 
@@ -23,6 +23,7 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
     through their format's reader (``beam_tfrecord.formats``; ArrayRecord checks its chunk hashes).
 
     Raises:
+        MissingShardError: naming the first listed shard that is not on storage.
         CorruptShardError: naming the first shard (and offset, for framing errors) that fails.
     """
     dataset_dir = resolve_dataset_dir(dataset_dir)  # a refresh root means its latest complete version
@@ -32,7 +33,7 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
     for shard in manifest.shards:
         path = storage.join(dataset_dir, shard.filename)
         if not storage.exists(path):
-            raise CorruptShardError(path, "listed in the manifest but missing")
+            raise MissingShardError(path)
         crc32c, size = storage.crc32c_and_size(path)
         if size != shard.num_bytes:
             raise CorruptShardError(path, f"size {size} bytes, manifest says {shard.num_bytes}")

@@ -33,7 +33,7 @@ from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
-from beam_tfrecord.errors import BeamTFRecordError, RejectedSamplesError
+from beam_tfrecord.errors import BeamTFRecordError, PipelineInvariantError, RejectedSamplesError
 
 _LOG = logging.getLogger(__name__)
 
@@ -111,8 +111,8 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
         by_split.setdefault(info.split, []).append(info)
     planned = {(s.split, s.index) for s in plan.shards}
     if planned != {(s.split, s.index) for s in shard_infos}:
-        raise BeamTFRecordError(f"shards written {sorted((s.split, s.index) for s in shard_infos)} differ from "
-                                f"the plan {sorted(planned)}")
+        raise PipelineInvariantError("publish", f"shards written {sorted((s.split, s.index) for s in shard_infos)} "
+                                                f"differ from the plan {sorted(planned)}")
 
     # Unpublish first: from here on nothing looks finished, to this project's readers or to TFDS.
     storage.delete_if_exists([manifest_path, storage.join(out, DATASET_INFO_FILENAME)])

@@ -151,3 +151,13 @@ def test_sharding_config_checks():
 def test_split_spec_text_round_trip():
     config = SplitConfig((SplitSpec("train", count=None), SplitSpec("test", count=5)))
     assert SplitConfig.parse(config.to_text()) == config
+
+
+def test_a_hash_outside_the_plan_is_a_pipeline_invariant_error():
+    from beam_tfrecord.errors import PipelineInvariantError
+
+    empty = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), SplitConfig.parse("train=*"),
+                         ShardingConfig(target_shard_bytes=100))
+    with pytest.raises(PipelineInvariantError, match=r"pipeline invariant broken at plan: hash 7 is below every "
+                                                     r"planned shard \(a bug in beam-tfrecord"):
+        empty.shard_numbers(np.array([7], np.uint64))
