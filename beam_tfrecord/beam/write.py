@@ -30,9 +30,9 @@ from beam_tfrecord.core.plan import DatasetPlan, MiB, ShardingConfig, SplitConfi
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.units import KiB
 from beam_tfrecord.errors import ShardingError, WriterOptionError
 
-KiB = 2**10
 DEFAULT_SALT = "beam-tfrecord"
 
 

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from beam_tfrecord.core.summary import HASH_SPACE, BucketGrid
+from beam_tfrecord.core.hashing import HASH_SPACE
+from beam_tfrecord.core.summary import BucketGrid
+from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import PipelineInvariantError, ShardingError
 
-MiB = 2**20
 DEFAULT_TARGET_SHARD_BYTES = 128 * MiB
 
 

@@ -26,11 +26,11 @@ from typing import BinaryIO
 import numpy as np
 
 from beam_tfrecord.core.framing import frame
+from beam_tfrecord.core.hashing import HASH_SPACE
 from beam_tfrecord.errors import CorruptShardError
 
 HASH_BYTES = 8
 HEADER_BYTES = HASH_BYTES + 1  # hash + kind
-HASH_SPACE = 2**64
 MERGE_GROUP_BYTES = 16 << 20  # bytes of run data a shard writer holds at a time
 INDEX_SUFFIX = ".idx"
 # A run's index file: one fixed-size item per entry, in run order, so any range of entries is

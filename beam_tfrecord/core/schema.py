@@ -62,6 +62,12 @@ class ImageFormat(enum.Enum):
     ANY = "any"
 
 
+# File name extensions (lower case) of the image formats, for folders and manifest columns.
+IMAGE_EXTENSIONS: dict[str, ImageFormat] = {".jpg": ImageFormat.JPEG, ".jpeg": ImageFormat.JPEG,
+                                            ".png": ImageFormat.PNG, ".gif": ImageFormat.GIF,
+                                            ".bmp": ImageFormat.BMP, ".webp": ImageFormat.WEBP}
+
+
 def _check_default(name: str, dtype: DType, default: Any, length: int | None) -> None:
     """Checks that a default value fits the dtype (and length for fixed lists)."""
     if default is None:
