@@ -12,7 +12,7 @@ from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema, list_folder
-from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
+from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
 from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, run_as_command
 from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions

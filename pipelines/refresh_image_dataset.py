@@ -32,7 +32,7 @@ from beam_tfrecord.refresh import (
     publish_version,
 )
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema, list_folder
-from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
+from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
 from pipelines.build_image_dataset import ImageFolderOptions, resize_from_options
 from pipelines.common import (
     DatasetOutputOptions,
