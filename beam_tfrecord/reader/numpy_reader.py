@@ -15,14 +15,14 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
 
-from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
 from beam_tfrecord.reader.random_access import RandomAccessRecords, global_order
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.slicing import ReadSegment, sub_range
+from beam_tfrecord.reader.slicing import ReadSegment, split_evenly, sub_range
 
 
 def iter_segment(plan: ReadPlan, segment: ReadSegment, *, verify: bool = True) -> Iterator[tuple[bytes, int]]:
@@ -95,7 +95,8 @@ def iter_examples(plan: ReadPlan, *, segments: Sequence[ReadSegment] | None = No
 
 
 def iter_global_shuffle(plan: ReadPlan, *, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
-                        start: int = 0, image_decoding: ImageDecoding | None = None) -> Iterator[Example]:
+                        start: int = 0, image_decoding: ImageDecoding | None = None, worker: int = 0,
+                        num_workers: int = 1) -> Iterator[Example]:
     """Yields rank ``rank``'s examples of an ArrayRecord read plan in the epoch's global order.
 
     Args:
@@ -104,12 +105,15 @@ def iter_global_shuffle(plan: ReadPlan, *, seed: int, epoch: int, rank: int = 0,
         rank, world_size: this rank's equal share of the permutation.
         start: examples of this rank's epoch already consumed (to resume).
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
+        worker, num_workers: read only this worker's near-equal run of the rank's share (the
+            DataLoader workers of one rank split it so).
     """
     decoder = RecordDecoder(plan.manifest.schema, image_decoding=image_decoding)
     records = RandomAccessRecords(plan)
     positions = global_order(len(records), seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start)
+    lo, hi = split_evenly(len(positions), num_workers, worker)
     try:
-        for record, path, index in records.iter_positions(positions):
+        for record, path, index in records.iter_positions(positions[lo:hi]):
             yield decoder.decode(record, shard=path, offset=index)
     finally:
         records.close()
@@ -142,12 +146,12 @@ def read_numpy(path: str, *, split: str = "train", num_workers: int = 1, worker_
     Raises:
         MissingShardError, CorruptShardError: on missing or damaged shards, naming the shard and offset.
     """
-    manifest = load_manifest(path)
-    if shuffle and shard_format(manifest.file_format).random_access:
-        return iter_global_shuffle(plan_read(path, split=split, manifest=manifest), seed=seed, epoch=epoch,
+    dataset = open_dataset(path)
+    if shuffle and shard_format(dataset.manifest.file_format).random_access:
+        return iter_global_shuffle(plan_read(path, split=split, dataset=dataset), seed=seed, epoch=epoch,
                                    rank=worker_index, world_size=num_workers, start=start,
                                    image_decoding=image_decoding)
-    plan = plan_read(path, split=split, num_workers=num_workers, worker_index=worker_index, manifest=manifest)
+    plan = plan_read(path, split=split, num_workers=num_workers, worker_index=worker_index, dataset=dataset)
     if not 0 <= start <= plan.num_records:
         raise ReaderError(f"start must be in [0, {plan.num_records}] (this worker's examples), got {start}")
     if shuffle:  # the buffered order is fixed by the seed: a resume reads (and drops) what was consumed
