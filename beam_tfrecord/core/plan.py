@@ -211,14 +211,6 @@ class DatasetPlan:
         return numbers
 
 
-def split_of(key_hash_value: int, plan: DatasetPlan) -> str:
-    """The split whose hash range holds a hash (ratio and count splits alike, once planned)."""
-    for split in plan.splits:
-        if split.hash_lo <= key_hash_value < split.hash_hi:
-            return split.name
-    raise PipelineInvariantError("plan", f"hash {key_hash_value} is outside every split range")
-
-
 def balance_spread(shard_bytes: Sequence[int]) -> float:
     """(largest - smallest) / largest over all shards but the smallest one, 0.0 for < 3 shards.
 

@@ -323,10 +323,6 @@ class Schema:
         if not self.features and not self.sequence_features:
             raise SchemaError("a schema needs at least one feature")
 
-    @property
-    def is_sequence(self) -> bool:
-        return bool(self.sequence_features)
-
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"features": {n: feature_to_json(f) for n, f in self.features.items()}}
         if self.sequence_features:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.plan import HASH_SPACE, ShardingConfig, SplitConfig, SplitSpec, balance_spread, split_of
+from beam_tfrecord.core.plan import HASH_SPACE, DatasetPlan, ShardingConfig, SplitConfig, SplitSpec, balance_spread
 from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.errors import ShardingError
 
@@ -91,6 +91,11 @@ def test_empty_input_plans_no_shards():
     plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), SplitConfig.parse("train=0.5,test=0.5"),
                         ShardingConfig())
     assert [s.name for s in plan.splits] == ["train", "test"] and plan.shards == ()
+
+
+def split_of(key_hash_value: int, plan: DatasetPlan) -> str:
+    """The split whose hash range holds a hash."""
+    return next(split.name for split in plan.splits if split.hash_lo <= key_hash_value < split.hash_hi)
 
 
 def test_ratio_splits_match_fractions_and_are_stable_when_samples_are_added():
