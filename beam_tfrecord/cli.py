@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 
 from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.describe import describe_manifest
 from beam_tfrecord.errors import BeamTFRecordError
-from beam_tfrecord.summary import describe
 from beam_tfrecord.verify import verify_dataset
 
 # Subcommands that run a Beam job: their arguments are the job's pipeline options.
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "inspect":
             manifest = load_manifest(args.dataset)
-            print(json.dumps(manifest.to_json(), indent=2) if args.json else describe(manifest, args.dataset))
+            print(json.dumps(manifest.to_json(), indent=2) if args.json else describe_manifest(manifest, args.dataset))
         elif args.command == "report":
             from beam_tfrecord.report import write_report  # matplotlib only when a report is made
 

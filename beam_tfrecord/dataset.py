@@ -13,8 +13,8 @@ the root never sees a half-written version.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-import weakref
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
@@ -25,10 +25,6 @@ VERSIONS_DIRNAME = "versions"
 # 20260131T020000.000Z-1a2b3c (UTC, milliseconds; ids without milliseconds are read too): sorts by time.
 VERSION_ID_PATTERN = re.compile(r"\d{8}T\d{6}(?:\.\d{3})?Z-[0-9a-f]{6}")
 
-# id(manifest) -> (path the caller gave, directory the manifest was read from). It pins a root
-# to the version whose manifest was loaded, so shard_paths() never mixes a manifest with the
-# shards of a version published in between.
-_LOADED_FROM: dict[int, tuple[str, str]] = {}
 
 
 def version_dir(root: str, version_id: str) -> str:
@@ -62,31 +58,58 @@ def resolve_dataset_dir(path: str) -> str:
     return path if latest is None else version_dir(path, latest)
 
 
+@dataclasses.dataclass(frozen=True)
+class LoadedDataset:
+    """A manifest and the directory it was read from, which travel together: the shards of a
+    root's version are those of the version whose manifest was loaded, never of one published
+    in between.
+
+    Attributes:
+        path: the path the caller gave (a dataset directory or a versioned root).
+        directory: the directory the manifest was read from (``path`` itself, or a version of it).
+        manifest: the manifest.
+    """
+
+    path: str
+    directory: str
+    manifest: Manifest
+
+    def shard_paths(self, split: str) -> list[str]:
+        """Full paths of a split's shards, in index order."""
+        return [storage.join(self.directory, shard.filename) for shard in self.manifest.split(split).shards]
+
+
+def open_dataset(path: str) -> LoadedDataset:
+    """Loads the manifest of the dataset at ``path`` (a dataset directory or a versioned root:
+    its latest version); only a manifest makes a dataset.
+
+    Raises:
+        DatasetNotFoundError: no manifest at ``path``.
+        LatestPointerError: ``path`` is a root whose LATEST is corrupt or names a version without a manifest.
+    """
+    resolved = resolve_dataset_dir(path)
+    manifest_path = storage.join(resolved, MANIFEST_FILENAME)
+    if not storage.exists(manifest_path):
+        if resolved != path:
+            raise LatestPointerError(path, f"names {resolved!r}, which has no {MANIFEST_FILENAME}")
+        raise DatasetNotFoundError(f"no published dataset at {path!r}: {MANIFEST_FILENAME} is missing "
+                                   "(a build that did not finish leaves none)")
+    return LoadedDataset(path, resolved, Manifest.loads(storage.read_bytes(manifest_path)))
+
+
 def load_manifest(dataset_dir: str) -> Manifest:
     """Loads the manifest of the dataset at ``dataset_dir``; only a manifest makes a dataset.
 
-    ``dataset_dir`` may be a versioned root (see the module docstring): its latest version is loaded.
+    ``dataset_dir`` may be a versioned root (see the module docstring): its latest version is
+    loaded. ``open_dataset`` gives the directory it was read from too.
     """
-    resolved = resolve_dataset_dir(dataset_dir)
-    path = storage.join(resolved, MANIFEST_FILENAME)
-    if not storage.exists(path):
-        if resolved != dataset_dir:
-            raise LatestPointerError(dataset_dir, f"names {resolved!r}, which has no {MANIFEST_FILENAME}")
-        raise DatasetNotFoundError(f"no published dataset at {dataset_dir!r}: {MANIFEST_FILENAME} is missing "
-                                   "(a build that did not finish leaves none)")
-    manifest = Manifest.loads(storage.read_bytes(path))
-    key = id(manifest)
-    _LOADED_FROM[key] = (dataset_dir, resolved)
-    weakref.finalize(manifest, _LOADED_FROM.pop, key, None)
-    return manifest
+    return open_dataset(dataset_dir).manifest
 
 
 def shard_paths(dataset_dir: str, manifest: Manifest, split: str) -> list[str]:
-    """Full paths of a split's shards, in index order.
+    """Full paths of a split's shards, in index order, in the directory ``dataset_dir`` resolves to now.
 
-    For a root, the shards are those of the version ``manifest`` was loaded from (when it came
-    from ``load_manifest``), otherwise of the version LATEST names now.
+    For a root, that is the version LATEST names now; ``open_dataset(root).shard_paths(split)``
+    keeps to the version the manifest was loaded from.
     """
-    given, resolved = _LOADED_FROM.get(id(manifest), (None, None))
-    directory = resolved if given == dataset_dir and resolved is not None else resolve_dataset_dir(dataset_dir)
-    return [storage.join(directory, shard.filename) for shard in manifest.split(split).shards]
+    return LoadedDataset(dataset_dir, resolve_dataset_dir(dataset_dir), manifest).shard_paths(split)

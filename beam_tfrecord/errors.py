@@ -6,6 +6,21 @@ message read in a Dataflow log is enough to find the bad input.
 
 from __future__ import annotations
 
+from typing import Protocol
+
+
+class LeaseHolderLike(Protocol):
+    """What an ``OutputLockedError`` says of the job holding the lease (``lease.LeaseHolder``)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def started_at(self) -> str: ...
+
 
 class BeamTFRecordError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -104,6 +119,22 @@ class CorruptShardError(BeamTFRecordError):
         super().__init__(f"shard {shard!r}{at}: {reason}")
 
 
+class PipelineInvariantError(BeamTFRecordError, RuntimeError):
+    """Two steps of the pipeline disagree in a way correct code never produces: a bug in
+    beam-tfrecord or in the runner, not in the inputs or the options.
+
+    Attributes:
+        stage: the step that found it ("plan", "shard 12", "publish").
+        reason: what disagreed with what.
+    """
+
+    def __init__(self, stage: str, reason: str) -> None:
+        self.stage = stage
+        self.reason = reason
+        super().__init__(f"pipeline invariant broken at {stage}: {reason} (a bug in beam-tfrecord or the runner, "
+                         "not in the inputs; please report it)")
+
+
 class RejectedSamplesError(BeamTFRecordError):
     """More samples were rejected than the job allows; the dataset was not published."""
 
@@ -184,6 +215,22 @@ class LatestPointerError(RefreshError, ValueError):
         self.root = root
         self.reason = reason
         super().__init__(f"dataset root {root!r}: LATEST pointer {reason}")
+
+
+class OutputLockedError(BeamTFRecordError):
+    """Another job holds the lease on an output directory (see ``lease.py``).
+
+    Attributes:
+        path: the output.
+        holder: the job that holds it (a ``lease.LeaseHolder``: run id, pid, host, start time).
+    """
+
+    def __init__(self, path: str, holder: "LeaseHolderLike") -> None:
+        self.path = path
+        self.holder = holder
+        super().__init__(f"{path} is being written by another job: run {holder.run_id} (pid {holder.pid} on "
+                         f"{holder.host}), started {holder.started_at}; wait for it, or pass --break_lock if "
+                         "it is known to be dead")
 
 
 class AudioDecodeError(BeamTFRecordError, ValueError):

@@ -24,21 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from beam_tfrecord import storage
-from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.errors import OutputLockedError  # defined in errors; still importable from here
 
 LEASE_FILENAME = ".beam-tfrecord.lock"
 DEFAULT_STALE_AFTER = datetime.timedelta(hours=24)
-
-
-class OutputLockedError(BeamTFRecordError):
-    """Another job holds the lease on this output."""
-
-    def __init__(self, path: str, holder: "LeaseHolder") -> None:
-        self.path = path
-        self.holder = holder
-        super().__init__(f"{path} is being written by another job: run {holder.run_id} (pid {holder.pid} on "
-                         f"{holder.host}), started {holder.started_at}; wait for it, or pass --break_lock if "
-                         "it is known to be dead")
 
 
 @dataclasses.dataclass(frozen=True)

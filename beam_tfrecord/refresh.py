@@ -95,7 +95,7 @@ class InputFingerprint:
             raise RefreshError(f"malformed input fingerprint {dict(data)!r}: {err}") from err
 
 
-def list_inputs(patterns: Sequence[str]) -> list[InputFile]:
+def list_input_files(patterns: Sequence[str]) -> list[InputFile]:
     """Every file matching the glob patterns (local or ``gs://``), with size and update time."""
     files = {}
     for result in FileSystems.match(list(patterns)):
@@ -106,7 +106,7 @@ def list_inputs(patterns: Sequence[str]) -> list[InputFile]:
 
 def fingerprint_inputs(patterns: Sequence[str]) -> InputFingerprint:
     """The fingerprint of the files matching ``patterns``, taken now (at launch)."""
-    return InputFingerprint.of(list_inputs(patterns))
+    return InputFingerprint.of(list_input_files(patterns))
 
 
 _TIME_FORMAT = "%Y%m%dT%H%M%S"

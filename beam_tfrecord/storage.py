@@ -248,6 +248,12 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
+def literal_prefix(pattern: str) -> str:
+    """The part of a glob before its first wildcard (all of it when it has none)."""
+    match = _GLOB_CHARS.search(pattern)
+    return pattern[:match.start()] if match else pattern
+
+
 def list_files(pattern: str, *, include_broken: bool = False) -> list[tuple[str, int]]:
     """(path, size in bytes) of every file matching a glob, sorted by path.
 
@@ -256,7 +262,7 @@ def list_files(pattern: str, *, include_broken: bool = False) -> list[tuple[str,
         include_broken: also list local entries that cannot be sized (dangling symbolic links,
             files that vanish while listed), with size -1, so a caller can report them.
     """
-    literal = pattern[:m.start()] if (m := _GLOB_CHARS.search(pattern)) else pattern
+    literal = literal_prefix(pattern)
     regex = glob_regex(pattern)
     if not is_remote(pattern):
         return _list_local(literal, regex, include_broken=include_broken)

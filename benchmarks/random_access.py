@@ -28,8 +28,8 @@ import numpy as np
 from read_benchmark import build
 
 from beam_tfrecord import load_manifest, read_numpy
-from beam_tfrecord.array_records import ArrayRecordShardReader
 from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.formats.array_record import ArrayRecordShardReader
 
 
 def single_reads(path: str) -> Iterable[bytes]:

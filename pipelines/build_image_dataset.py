@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.core.schema import ImageFormat
+from beam_tfrecord.core.schema import ImageFormat, Schema
+from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema, list_folder
-from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
 from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, run_as_command
 from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions
@@ -47,6 +49,34 @@ def resize_from_options(source: ImageFolderOptions) -> ResizeImage | None:
                        jpeg_quality=source.jpeg_quality, method=ResizeMethod(source.resize_method))
 
 
+@dataclasses.dataclass(frozen=True)
+class ImageFolderBuild:
+    """What a job writing an image folder needs, read from the folder and the options.
+
+    Attributes:
+        schema: from the class folders (and the image format, and the resize if any).
+        feature_transforms: the resize of ``image``, if asked for.
+        num_images: image files found (the progress line's expected inputs).
+        metadata: manifest metadata: the report of skipped files, when there were any.
+    """
+
+    schema: Schema
+    feature_transforms: Mapping[str, ResizeImage]
+    num_images: int
+    metadata: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, source: ImageFolderOptions, *, check_decode: bool) -> "ImageFolderBuild":
+        if not source.input:
+            raise SystemExit("--input is required: an image folder ROOT/<label>/<file>")
+        image_format = ImageFormat(source.image_format) if source.image_format else guess_format(source.input)
+        resize = resize_from_options(source)
+        schema = image_folder_schema(source.input, image_format, resize=resize, check_decode=check_decode)
+        listing = list_folder(source.input)
+        return cls(schema, {"image": resize} if resize is not None else {}, len(listing.images),
+                   {SKIPPED_INPUTS_KEY: listing.skipped_report()} if listing.skipped else {})
+
+
 COMMAND = JobCommand(
     prog="python -m pipelines.build_image_dataset",
     description="Builds a dataset from an image folder ROOT/<label>/<file>: the label is the folder name.",
@@ -62,17 +92,10 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     argv = list(sys.argv[1:] if argv is None else argv)
     options = COMMAND.parse(argv, prog=prog)
     source = options.view_as(ImageFolderOptions)
-    checks = options.view_as(SchemaOptions)
-    if not source.input:
-        raise SystemExit("--input is required: an image folder ROOT/<label>/<file>")
-    image_format = ImageFormat(source.image_format) if source.image_format else guess_format(source.input)
-    resize = resize_from_options(source)
-    schema = image_folder_schema(source.input, image_format, resize=resize, check_decode=checks.check_decode)
-    transforms = {"image": resize} if resize is not None else {}
-    listing = list_folder(source.input)
-    return build_dataset(options, ReadImageFolder(source.input), schema, ["build_image_dataset", *argv],
-                         feature_transforms=transforms, expected_inputs=len(listing.images),
-                         metadata={SKIPPED_INPUTS_KEY: listing.skipped_report()} if listing.skipped else None)
+    build = ImageFolderBuild.of(source, check_decode=options.view_as(SchemaOptions).check_decode)
+    return build_dataset(options, ReadImageFolder(source.input), build.schema, ["build_image_dataset", *argv],
+                         feature_transforms=build.feature_transforms, expected_inputs=build.num_images,
+                         metadata=dict(build.metadata) or None)
 
 
 if __name__ == "__main__":

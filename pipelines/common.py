@@ -22,9 +22,9 @@ from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.describe import describe_manifest as describe
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
-from beam_tfrecord.summary import describe
 from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.source_options import parse_bool
 

@@ -16,7 +16,7 @@ import difflib
 import sys
 from collections.abc import Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
 BEAM_OPTIONS_DOC = "https://beam.apache.org/releases/pydoc/current/apache_beam.options.pipeline_options.html"
 _EPILOG = ("Apache Beam's pipeline options pass through: --runner (DirectRunner, the default; DataflowRunner, "
@@ -69,7 +69,7 @@ class JobCommand:
         refused = dict(self.refused)
         for title, options_class in self.groups:
             group = parser.add_argument_group(title)
-            for action in _actions(options_class):
+            for action in option_actions(options_class):
                 if action.dest not in refused:
                     group._add_action(action)
         return parser
@@ -93,7 +93,8 @@ class JobCommand:
         refused = dict(self.refused)
         problems = [f"{prog}: --{name} is not an option of this job: {refused[name]}"
                     for name in (_option_name(a) for a in argv) if name in refused]
-        own = [action.dest for title, cls in self.groups for action in _actions(cls) if action.dest not in refused]
+        own = [action.dest for title, cls in self.groups for action in option_actions(cls)
+               if action.dest not in refused]
         for name in dict.fromkeys(unknown):
             close = _closest(name, own) or _closest(name, sorted(known - set(refused)))
             hint = f"; did you mean --{close}?" if close else ""
@@ -113,8 +114,9 @@ def _closest(name: str, options: Sequence[str]) -> str | None:
     return min(containing, key=len) if containing else None
 
 
-def _actions(options_class: type[PipelineOptions]) -> list[argparse.Action]:
-    """The argparse actions an options class defines (through Beam's hook for subclasses)."""
-    scratch = argparse.ArgumentParser(add_help=False)
+def option_actions(options_class: type[PipelineOptions]) -> list[argparse.Action]:
+    """The argparse actions an options class defines (through Beam's hook for subclasses, given
+    the parser class Beam gives it, which adds ``add_value_provider_argument``)."""
+    scratch = _BeamArgumentParser(add_help=False)
     options_class._add_argparse_args(scratch)
     return list(scratch._actions)

@@ -19,7 +19,6 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import lease
-from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.refresh import (
     DEFAULT_KEEP_VERSIONS,
     FINGERPRINT_KEY,
@@ -31,9 +30,8 @@ from beam_tfrecord.refresh import (
     plan_refresh,
     publish_version,
 )
-from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema, list_folder
-from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
-from pipelines.build_image_dataset import ImageFolderOptions, resize_from_options
+from beam_tfrecord.sources.image_folder import ReadImageFolder
+from pipelines.build_image_dataset import ImageFolderBuild, ImageFolderOptions
 from pipelines.common import (
     DatasetOutputOptions,
     ProgressOptions,
@@ -43,7 +41,7 @@ from pipelines.common import (
     quiet_logging,
     run_as_command,
 )
-from pipelines.job_options import JobCommand
+from pipelines.job_options import JobCommand, option_actions
 from pipelines.source_options import SchemaOptions, parse_bool
 
 
@@ -73,10 +71,8 @@ JOB_REJECTED_OPTIONS: dict[str, str] = {
 
 def job_option_actions() -> list[argparse.Action]:
     """The argparse actions of the options a user passes to this job (besides runner options)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    for options_class in JOB_OPTION_CLASSES:
-        options_class._add_argparse_args(parser)  # Beam's hook for PipelineOptions subclasses
-    return [action for action in parser._actions if action.dest not in JOB_REJECTED_OPTIONS]
+    return [action for options_class in JOB_OPTION_CLASSES for action in option_actions(options_class)
+            if action.dest not in JOB_REJECTED_OPTIONS]
 
 
 def job_option_names() -> list[str]:
@@ -92,7 +88,9 @@ def _recorded_command(options: PipelineOptions) -> list[str]:
 
 
 def _validated(options: PipelineOptions) -> tuple[RefreshOptions, ImageFolderOptions, DatasetOutputOptions]:
-    refresh, source, output = (options.view_as(c) for c in (RefreshOptions, ImageFolderOptions, DatasetOutputOptions))
+    refresh = options.view_as(RefreshOptions)
+    source = options.view_as(ImageFolderOptions)
+    output = options.view_as(DatasetOutputOptions)
     if not refresh.dataset_root:
         raise SystemExit("--dataset_root is required: the versioned dataset root (local path or gs://bucket/dir)")
     if not source.input:
@@ -139,22 +137,15 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
             print(f"refresh {root}: retention deleted versions {deleted}")
         return plan
 
-    image_format = ImageFormat(source.image_format) if source.image_format else guess_format(source.input)
-    resize = resize_from_options(source)
-    schema = image_folder_schema(source.input, image_format, resize=resize,
-                                 check_decode=options.view_as(SchemaOptions).check_decode)
+    build = ImageFolderBuild.of(source, check_decode=options.view_as(SchemaOptions).check_decode)
     output.output = plan.version_dir
-    metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id}
-    listing = list_folder(source.input)
-    if listing.skipped:
-        metadata[SKIPPED_INPUTS_KEY] = listing.skipped_report()
+    metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id, **build.metadata}
     quiet_logging()
-    with progress_for(options, expected_inputs=len(listing.images)) as progress_dir, job_pipeline(options) as pipeline:
+    with progress_for(options, expected_inputs=build.num_images) as progress_dir, job_pipeline(options) as pipeline:
         _ = (pipeline
              | "ReadImageFolder" >> ReadImageFolder(source.input)
-             | "WriteVersion" >> make_writer(output, schema, _recorded_command(options), metadata=metadata,
-                                             feature_transforms={"image": resize} if resize is not None else {},
-                                             progress_dir=progress_dir)
+             | "WriteVersion" >> make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
+                                             feature_transforms=build.feature_transforms, progress_dir=progress_dir)
              # the published Manifest of the new version
              | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
                                             keep_versions=refresh.keep_versions))

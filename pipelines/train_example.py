@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import cast
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -92,7 +93,8 @@ def run(argv: Sequence[str] | None = None) -> dict[str, list[float]]:
         return strategy.distribute_datasets_from_function(make)
 
     with strategy.scope():
-        model = build_model(height, width, decoding.output_shape(image, schema.features[image])[2], num_classes)
+        channels = decoding.output_shape(image, cast(Image, schema.features[image]))[2]  # image_and_label: an Image
+        model = build_model(height, width, channels, num_classes)
         model.compile(optimizer="adam", metrics=["accuracy"],
                       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     # Every input pipeline reads the same number of examples, so this is exact for all of them.

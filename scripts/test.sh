@@ -13,5 +13,5 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
     || { tail -20 /tmp/beam-tfrecord-chromium-install.log >&2; echo "chromium install failed" >&2; exit 1; }
 fi
 echo "ruff check ." >&2 && ruff check . -q
-echo "mypy (beam_tfrecord; configured in pyproject.toml)" >&2 && mypy --no-error-summary
+echo "mypy (beam_tfrecord and pipelines; configured in pyproject.toml)" >&2 && mypy --no-error-summary
 python -m pytest -q "$@"

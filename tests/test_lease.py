@@ -104,3 +104,9 @@ def test_the_command_prints_the_holder_and_exits_1(tiny_images, tmp_path):
                            str(out)], capture_output=True, text=True)
     assert done.returncode == 1
     assert "OutputLockedError" in done.stderr and "run other (pid 4242 on elsewhere)" in done.stderr
+
+
+def test_output_locked_error_lives_in_errors_and_is_still_importable_from_lease():
+    from beam_tfrecord import errors
+
+    assert OutputLockedError is errors.OutputLockedError and issubclass(OutputLockedError, errors.BeamTFRecordError)

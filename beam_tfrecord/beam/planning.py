@@ -19,7 +19,7 @@ from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.planner import CutRequests, ShardRound, SplitRound, plan_shards, start_plan
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.summary import BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
-from beam_tfrecord.errors import ShardingError
+from beam_tfrecord.errors import PipelineInvariantError
 from beam_tfrecord.spill import read_run_index
 
 IndexSource = SpilledRun | EncodedBatch
@@ -151,9 +151,11 @@ def _round_and_cuts(group: tuple[None, Iterable[object]]) -> tuple[SplitRound | 
         elif isinstance(value, (SplitRound, ShardRound)):
             rounds.append(value)
         else:
-            raise ShardingError(f"unexpected {type(value).__name__} among a planning round's values")
+            raise PipelineInvariantError("planning",
+                                         f"unexpected {type(value).__name__} among a planning round's values")
     if len(rounds) != 1:
-        raise ShardingError(f"expected one planning round to join its cuts with, got {len(rounds)}")
+        raise PipelineInvariantError("planning",
+                                     f"expected one planning round to join its cuts with, got {len(rounds)}")
     return rounds[0], cuts
 
 

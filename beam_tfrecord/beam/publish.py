@@ -33,7 +33,7 @@ from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
-from beam_tfrecord.errors import BeamTFRecordError, RejectedSamplesError
+from beam_tfrecord.errors import BeamTFRecordError, PipelineInvariantError, RejectedSamplesError
 
 _LOG = logging.getLogger(__name__)
 
@@ -86,48 +86,80 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
             dead_letters: Sequence[DeadLetter]) -> Manifest:
     """Checks the rejection threshold, then publishes the dataset. Returns the manifest written.
 
-    ``plan`` is None when no record was encoded (the plan of nothing is made here).
+    ``plan`` is None when no record was encoded (the plan of nothing is made here). The steps run
+    in the crash-safe order of the module docstring.
     """
-    out = settings.output_dir
-    manifest_path = storage.join(out, MANIFEST_FILENAME)
+    manifest_path = storage.join(settings.output_dir, MANIFEST_FILENAME)
     old = _read_old_manifest(manifest_path)
     if old is not None and old.run_id == settings.run_id:  # this run published already; this is a re-execution
-        _write_tfds_files(out, old)  # a crash may have come between the manifest and dataset_info.json
+        _write_tfds_files(settings.output_dir, old)  # a crash may have come between the manifest and dataset_info.json
         return old
     rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
     num_inputs = sum(s.num_records for s in shard_infos) + len(rejected)
-    dead_lines = "".join(json.dumps(d.to_json(), sort_keys=True) + "\n" for d in rejected)
+    _refuse_too_many_rejected(settings, rejected, num_inputs)
+    if plan is None:
+        plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.splits, settings.sharding)
+    by_split = _shards_by_split(plan, shard_infos)
+    _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
+    manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected))
+    storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
+    _write_tfds_files(settings.output_dir, manifest)
+    storage.delete_tree(settings.temp_dir)
+    return manifest
+
+
+def _dead_letter_lines(rejected: Sequence[DeadLetter]) -> bytes:
+    """The dead-letter file: one JSON object per rejected sample, in the order given."""
+    return "".join(json.dumps(d.to_json(), sort_keys=True) + "\n" for d in rejected).encode("utf-8")
+
+
+def _refuse_too_many_rejected(settings: PublishSettings, rejected: Sequence[DeadLetter], num_inputs: int) -> None:
+    """Raises RejectedSamplesError (with every reason in a run's dead-letter file) over the threshold.
+
+    Nothing is published then: the old dataset, if any, stays as it was; the temporary files go.
+    """
     if rejected and len(rejected) > settings.max_rejected_fraction * num_inputs:
-        path = storage.join(out, f"dead_letters-{settings.run_id}.jsonl")
-        storage.write_bytes_atomic(path, dead_lines.encode("utf-8"))
+        path = storage.join(settings.output_dir, f"dead_letters-{settings.run_id}.jsonl")
+        storage.write_bytes_atomic(path, _dead_letter_lines(rejected))
         storage.delete_tree(settings.temp_dir)
         raise RejectedSamplesError(len(rejected), num_inputs, settings.max_rejected_fraction, path,
                                    [f"{d.key} [{d.stage.value}] {d.message}" for d in rejected[:5]])
-    if plan is None:
-        plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.splits, settings.sharding)
 
+
+def _shards_by_split(plan: DatasetPlan, shard_infos: Sequence[ShardInfo]) -> dict[str, list[ShardInfo]]:
+    """Each split's written shards in index order, once checked to be exactly the planned ones."""
+    planned = {(s.split, s.index) for s in plan.shards}
+    if planned != {(s.split, s.index) for s in shard_infos}:
+        raise PipelineInvariantError("publish", f"shards written {sorted((s.split, s.index) for s in shard_infos)} "
+                                                f"differ from the plan {sorted(planned)}")
     by_split: dict[str, list[ShardInfo]] = {}
     for info in sorted(shard_infos, key=lambda s: (s.split, s.index)):
         by_split.setdefault(info.split, []).append(info)
-    planned = {(s.split, s.index) for s in plan.shards}
-    if planned != {(s.split, s.index) for s in shard_infos}:
-        raise BeamTFRecordError(f"shards written {sorted((s.split, s.index) for s in shard_infos)} differ from "
-                                f"the plan {sorted(planned)}")
+    return by_split
 
+
+def _replace_files(settings: PublishSettings, old: Manifest | None, shard_infos: Sequence[ShardInfo],
+                   rejected: Sequence[DeadLetter]) -> None:
+    """Unpublishes the old dataset, moves the new shards in, deletes the old one's stale files and
+    writes the dead-letter file: everything but the manifest and TFDS's metadata."""
+    out = settings.output_dir
     # Unpublish first: from here on nothing looks finished, to this project's readers or to TFDS.
-    storage.delete_if_exists([manifest_path, storage.join(out, DATASET_INFO_FILENAME)])
-    names = [s.filename for s in shard_infos]
+    storage.delete_if_exists([storage.join(out, MANIFEST_FILENAME), storage.join(out, DATASET_INFO_FILENAME)])
     _move_shards(settings, shard_infos)
     if old is not None:
-        stale = {s.filename for s in old.shards} - set(names)
+        stale = {s.filename for s in old.shards} - {s.filename for s in shard_infos}
         if old.dead_letters and not rejected:
             stale.add(old.dead_letters)
         stale |= set(tfds_files(old))
         storage.delete_if_exists([storage.join(out, n) for n in sorted(stale)])
     if rejected:
-        storage.write_bytes_atomic(storage.join(out, DEAD_LETTER_FILENAME), dead_lines.encode("utf-8"))
+        storage.write_bytes_atomic(storage.join(out, DEAD_LETTER_FILENAME), _dead_letter_lines(rejected))
 
-    manifest = Manifest(
+
+def _new_manifest(settings: PublishSettings, plan: DatasetPlan, by_split: Mapping[str, Sequence[ShardInfo]], *,
+                  num_inputs: int, num_rejected: int) -> Manifest:
+    """The manifest of the shards written (every planned split, empty ones too), dated now."""
+    return Manifest(
         dataset_name=settings.dataset_name,
         schema=settings.schema,
         splits=tuple(SplitInfo(name=split.name, shards=tuple(by_split.get(split.name, [])),
@@ -139,8 +171,8 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
         tool_version=__version__,
         command=settings.command,
         num_inputs=num_inputs,
-        num_rejected=len(rejected),
-        dead_letters=DEAD_LETTER_FILENAME if rejected else None,
+        num_rejected=num_rejected,
+        dead_letters=DEAD_LETTER_FILENAME if num_rejected else None,
         salt=settings.salt,
         sharding={"target_shard_bytes": settings.sharding.target_shard_bytes,
                   "max_shard_bytes": settings.sharding.cap, "num_shards": settings.sharding.num_shards},
@@ -148,10 +180,6 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
         run_id=settings.run_id,
         file_format=settings.file_format,
     )
-    storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))
-    _write_tfds_files(out, manifest)
-    storage.delete_tree(settings.temp_dir)
-    return manifest
 
 
 def _write_tfds_files(out: str, manifest: Manifest) -> None:

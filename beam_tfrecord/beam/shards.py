@@ -15,12 +15,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import apache_beam as beam
 import numpy as np
 
-from beam_tfrecord import direct_io, storage
-from beam_tfrecord.array_records import ArrayRecordShardWriter
+from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
-from beam_tfrecord.core.framing import FRAMING_BYTES, HEADER_BYTES, frame_parts, framed_size
+from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
 from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
@@ -35,12 +34,10 @@ from beam_tfrecord.core.runs import (
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.summary import BucketGrid
-from beam_tfrecord.errors import CorruptShardError, InputChangedError
+from beam_tfrecord.errors import CorruptShardError, InputChangedError, PipelineInvariantError
+from beam_tfrecord.formats import shard_format
 from beam_tfrecord.progress import ProgressSink
 from beam_tfrecord.spill import read_catalog, shard_entries
-
-_WRITE_CHUNK_BYTES = 4 << 20
-_JOIN_MAX_RECORD_BYTES = 64 << 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,9 +75,9 @@ class ShardFileWriter:
     rebuilt from their source files (see core/runs.py) and must come out exactly the size the
     plan expects. Build in ``DoFn.setup``.
 
-    TFRecord shards get the entries' framed bytes in big joined writes; ArrayRecord shards get
-    each record's payload (the plan still counts TFRecord-framed bytes, so both formats hold the
-    same records in the same shards).
+    The shard format's writer (``beam_tfrecord.formats``) stores the records: TFRecord appends
+    the entries' framed bytes in big joined writes, ArrayRecord each record's data. The plan
+    counts TFRecord-framed bytes in both, so both formats hold the same records in the same shards.
     """
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
@@ -88,48 +85,11 @@ class ShardFileWriter:
         self._builder = RecordBuilder(schema, feature_transforms)
         self._compression = compression
         self._direct_io = direct_io
-        self._file_format = file_format
+        self._format = shard_format(file_format)
 
     def write(self, target: ShardTarget, entries: Iterable[bytes | memoryview]) -> tuple[ShardInfo, ShardStats]:
         """Writes ``entries`` (in shard order) to ``target.temp_path``, replacing any earlier attempt."""
-        if self._file_format is FileFormat.ARRAY_RECORD:
-            return self._write_array_record(target, entries)
-        writer = storage.HashingWriter(direct_io.open_write(target.temp_path, direct=self._direct_io),
-                                       self._compression)
-        stats = ShardStats()
-        record_bytes = 0
-        pending: list[bytes | memoryview] = []
-        pending_bytes = 0
-        for entry in entries:
-            stats.records += 1
-            if entry_kind(entry) == RECORD:
-                framed = entry_record(entry)
-                record_bytes += len(framed)
-                pending.append(framed)  # joined into bigger writes
-                pending_bytes += len(framed)
-            else:
-                record = self._rebuild(entry)
-                stats.rebuilt += 1
-                size = framed_size(len(record))
-                record_bytes += size
-                header, footer = frame_parts(record)
-                if len(record) < _JOIN_MAX_RECORD_BYTES:
-                    pending += (header, record, footer)
-                    pending_bytes += size
-                else:  # large: written as it is, without a copy
-                    writer.write(b"".join((*pending, header)))
-                    writer.write(record)
-                    pending, pending_bytes = [footer], len(footer)
-            if pending_bytes >= _WRITE_CHUNK_BYTES:
-                writer.write(b"".join(pending))
-                pending, pending_bytes = [], 0
-        writer.write(b"".join(pending))
-        crc32c = writer.close()
-        return self._checked(target, stats, record_bytes, crc32c, writer.num_bytes)
-
-    def _write_array_record(self, target: ShardTarget,
-                            entries: Iterable[bytes | memoryview]) -> tuple[ShardInfo, ShardStats]:
-        writer = ArrayRecordShardWriter(target.temp_path)
+        writer = self._format.open_writer(target.temp_path, compression=self._compression, direct_io=self._direct_io)
         stats = ShardStats()
         record_bytes = 0
         for entry in entries:
@@ -137,14 +97,14 @@ class ShardFileWriter:
             if entry_kind(entry) == RECORD:
                 framed = entry_record(entry)
                 record_bytes += len(framed)
-                writer.write(framed[HEADER_BYTES:len(framed) - (FRAMING_BYTES - HEADER_BYTES)])
+                writer.append_framed(framed)
             else:
                 record = self._rebuild(entry)
                 stats.rebuilt += 1
                 record_bytes += framed_size(len(record))
-                writer.write(record)
-        crc32c, size = writer.close()
-        return self._checked(target, stats, record_bytes, crc32c, size)
+                writer.append(record)
+        crc32c, stored_bytes = writer.close()
+        return self._checked(target, stats, record_bytes, crc32c, stored_bytes)
 
     @staticmethod
     def _checked(target: ShardTarget, stats: ShardStats, record_bytes: int, crc32c: str,
@@ -228,7 +188,7 @@ class WriteShardFromRunsFn(_WriteShardFn):
         number, tasks = group
         found = list(tasks)
         if len(found) != 1:
-            raise CorruptShardError(f"<shard {number}>", f"expected its one planned task, got {len(found)}")
+            raise PipelineInvariantError(f"shard {number}", f"expected its one planned task, got {len(found)}")
         yield self.write_from_runs(found[0].spec, read_catalog(found[0].catalog))
 
     def write_from_runs(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> ShardInfo:
@@ -246,7 +206,7 @@ def key_by_shard(batch: EncodedBatch, plan: DatasetPlan | None) -> Iterator[tupl
     if not batch.entries:
         return
     if plan is None:
-        raise CorruptShardError("<plan>", "records were encoded but no plan was made")
+        raise PipelineInvariantError("plan", "records were encoded but no plan was made")
     yield from zip(plan.shard_numbers(_entry_hashes(batch.entries)).tolist(), batch.entries)
 
 
@@ -287,7 +247,7 @@ def key_joined_by_shard(group: tuple[int, Iterable[bytes | BucketShards]]) -> It
     if not entries:
         return
     if shards is None:
-        raise CorruptShardError("<plan>", f"records in hash bucket {bucket} but no planned shard covers it")
+        raise PipelineInvariantError("plan", f"records in hash bucket {bucket} but no planned shard covers it")
     numbers = shards.first + np.searchsorted(shards.starts, _entry_hashes(entries), side="right") - 1
     yield from zip(numbers.tolist(), entries)
 
@@ -315,6 +275,6 @@ class WriteShardFromGroupFn(_WriteShardFn):
             else:
                 entries.append(value)
         if len(specs) != 1:
-            raise CorruptShardError(f"<shard {number}>", f"expected its one planned spec, got {len(specs)}")
+            raise PipelineInvariantError(f"shard {number}", f"expected its one planned spec, got {len(specs)}")
         entries.sort()
         yield self._write(specs[0], entries)

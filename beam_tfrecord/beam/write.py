@@ -33,10 +33,10 @@ from beam_tfrecord.core.plan import DatasetPlan, MiB, ShardingConfig, SplitConfi
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.errors import ShardingError, WriterOptionError
+from beam_tfrecord.core.units import KiB
+from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
 from beam_tfrecord.spill import write_catalog
 
-KiB = 2**10
 DEFAULT_SALT = "beam-tfrecord"
 
 
@@ -140,7 +140,7 @@ def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: Publ
     for kind, value in items:
         found[kind].append(value)
     if len(found[_PLAN]) > 1:
-        raise ShardingError(f"expected at most one plan, got {len(found[_PLAN])}")
+        raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[_PLAN])}")
     shard_infos: list[ShardInfo] = found[_SHARD]
     return publish(settings, found[_PLAN][0] if found[_PLAN] else None, shard_infos, found[_DEAD])
 

@@ -61,7 +61,7 @@ _PIL_CHANNELS = {"1": 1, "L": 1, "P": 1, "LA": 2, "RGB": 3, "YCbCr": 3, "LAB": 3
 _Filler = Callable[[str, str, Any, Any], None]
 
 
-def describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
     """A short description of a value for error messages: type and a clipped repr."""
     if isinstance(value, np.ndarray):
         return f"ndarray of dtype {value.dtype} and shape {value.shape}"
@@ -75,21 +75,21 @@ def describe(value: Any) -> str:
 
 def _as_int(key: str, name: str, value: Any, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise SampleError(key, name, what, describe(value))
+        raise SampleError(key, name, what, describe_value(value))
     number = int(value)
     if not _INT64_MIN <= number <= _INT64_MAX:
-        raise SampleError(key, name, f"{what} within int64 range", describe(value))
+        raise SampleError(key, name, f"{what} within int64 range", describe_value(value))
     return number
 
 
 def _as_float(key: str, name: str, value: Any, what: str, allow_non_finite: bool) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise SampleError(key, name, what, describe(value))
+        raise SampleError(key, name, what, describe_value(value))
     number = float(value)
     if not allow_non_finite and not math.isfinite(number):
-        raise SampleError(key, name, f"{what} that is finite (the schema forbids NaN and inf)", describe(value))
+        raise SampleError(key, name, f"{what} that is finite (the schema forbids NaN and inf)", describe_value(value))
     if math.isfinite(number) and abs(number) > _FLOAT32_MAX:
-        raise SampleError(key, name, f"{what} within float32 range", describe(value))
+        raise SampleError(key, name, f"{what} within float32 range", describe_value(value))
     return number
 
 
@@ -98,7 +98,7 @@ def _as_bytes(key: str, name: str, value: Any, what: str) -> bytes:
         return bytes(value)
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
-    raise SampleError(key, name, what, describe(value))
+    raise SampleError(key, name, what, describe_value(value))
 
 
 def _as_utf8(key: str, name: str, value: Any, what: str) -> bytes:
@@ -106,7 +106,8 @@ def _as_utf8(key: str, name: str, value: Any, what: str) -> bytes:
         try:
             return value.encode("utf-8")
         except UnicodeEncodeError as err:
-            raise SampleError(key, name, f"{what} encodable as UTF-8", f"{describe(value)} ({err.reason})") from err
+            raise SampleError(key, name, f"{what} encodable as UTF-8",
+                              f"{describe_value(value)} ({err.reason})") from err
     if isinstance(value, (bytes, bytearray, memoryview, np.bytes_)):
         data = bytes(value)
         try:
@@ -115,18 +116,18 @@ def _as_utf8(key: str, name: str, value: Any, what: str) -> bytes:
             raise SampleError(key, name, f"{what} of valid UTF-8",
                               f"invalid UTF-8 byte {data[err.start:err.start + 1]!r} at position {err.start}") from err
         return data
-    raise SampleError(key, name, what, describe(value))
+    raise SampleError(key, name, what, describe_value(value))
 
 
 def _values_list(key: str, name: str, value: Any, what: str) -> list[Any]:
     """Turns a list-like value into a Python list; strings and bytes are not lists."""
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
-            raise SampleError(key, name, what, describe(value))
+            raise SampleError(key, name, what, describe_value(value))
         return value.tolist() if value.dtype.kind in "biuf" else list(value)
     if isinstance(value, (list, tuple)):
         return list(value)
-    raise SampleError(key, name, what, describe(value))
+    raise SampleError(key, name, what, describe_value(value))
 
 
 def _fill_values(dtype: DType, allow_non_finite: bool, key: str, name: str, values: list[Any], dest: Any,
@@ -182,18 +183,18 @@ def _tensor_filler(feature: Tensor) -> _Filler:
         if isinstance(value, np.ndarray):
             array = value
             if array.dtype != target and not np.can_cast(array.dtype, target, casting="safe"):
-                raise SampleError(key, name, what, describe(value))
+                raise SampleError(key, name, what, describe_value(value))
         elif isinstance(value, (list, tuple, int, float)):
             try:
                 array = np.asarray(value, dtype=target)
                 exact = np.array_equal(array, np.asarray(value), equal_nan=feature.dtype.is_float)
             except (TypeError, ValueError, OverflowError) as err:
-                raise SampleError(key, name, what, describe(value)) from err
+                raise SampleError(key, name, what, describe_value(value)) from err
             if not exact:
                 raise SampleError(key, name, f"{what} (values representable as {feature.dtype.value})",
-                                  describe(value))
+                                  describe_value(value))
         else:
-            raise SampleError(key, name, what, describe(value))
+            raise SampleError(key, name, what, describe_value(value))
         if array.shape != feature.shape:
             raise SampleError(key, name, what, f"shape {array.shape}")
         if feature.dtype.is_float and not feature.allow_non_finite and not np.isfinite(array).all():
@@ -298,7 +299,7 @@ class SampleEncoder:
         """Returns the serialized record for one sample; raises SampleError on any mismatch."""
         key, values = sample
         if values.__class__ is not dict and not isinstance(values, Mapping):
-            raise SampleError(key, None, "a mapping of feature names to values", describe(values))
+            raise SampleError(key, None, "a mapping of feature names to values", describe_value(values))
         if not self._known.issuperset(values):
             unknown = [name for name in values if name not in self._known]
             raise SampleError(key, unknown[0], f"only schema features {sorted(self._known)}",
@@ -312,7 +313,7 @@ class SampleEncoder:
                 if steps is None:
                     continue
                 if isinstance(steps, (str, bytes)) or not hasattr(steps, "__len__"):
-                    raise SampleError(key, name, "a list with one value per step", describe(steps))
+                    raise SampleError(key, name, "a list with one value per step", describe_value(steps))
                 feature_list = lists[name].feature
                 for step in steps:
                     fill(key, name, step, feature_list.add())

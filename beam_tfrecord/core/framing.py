@@ -17,6 +17,7 @@ from beam_tfrecord.errors import CorruptShardError
 
 FRAMING_BYTES = 16  # 8 (length) + 4 (length CRC) + 4 (data CRC) per record
 HEADER_BYTES = 12  # the length and its CRC, before the data
+FOOTER_BYTES = FRAMING_BYTES - HEADER_BYTES  # the data's CRC, after it
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _MASK_DELTA = 0xA282EAD8
@@ -52,6 +53,11 @@ def framed_size(data_bytes: int) -> int:
     return data_bytes + FRAMING_BYTES
 
 
+def unframed(framed: bytes | memoryview) -> bytes | memoryview:
+    """The data of one framed record (its CRCs are not checked: the caller framed it)."""
+    return framed[HEADER_BYTES:len(framed) - FOOTER_BYTES]
+
+
 def iter_records(stream: BinaryIO, *, name: str, verify: bool = True) -> Iterator[bytes]:
     """Yields each record's data from an uncompressed TFRecord stream.
 
@@ -65,18 +71,18 @@ def iter_records(stream: BinaryIO, *, name: str, verify: bool = True) -> Iterato
     """
     offset = 0
     while True:
-        header = stream.read(12)
+        header = stream.read(HEADER_BYTES)
         if not header:
             return
-        if len(header) < 12:
-            raise CorruptShardError(name, f"truncated record header ({len(header)} of 12 bytes)", offset)
+        if len(header) < HEADER_BYTES:
+            raise CorruptShardError(name, f"truncated record header ({len(header)} of {HEADER_BYTES} bytes)", offset)
         length_bytes = header[:8]
         if verify and _CRC.unpack(header[8:])[0] != masked_crc(length_bytes):
             raise CorruptShardError(name, "length CRC mismatch", offset)
         (length,) = _LENGTH.unpack(length_bytes)
-        body = stream.read(length + 4)
-        if len(body) < length + 4:
-            raise CorruptShardError(name, f"truncated record (expected {length + 4} bytes after the header, "
+        body = stream.read(length + FOOTER_BYTES)
+        if len(body) < length + FOOTER_BYTES:
+            raise CorruptShardError(name, f"truncated record (expected {length + FOOTER_BYTES} bytes after the header, "
                                           f"got {len(body)})", offset)
         data = body[:length]
         if verify and _CRC.unpack(body[length:])[0] != masked_crc(data):

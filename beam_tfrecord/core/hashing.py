@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import hashlib
 
+HASH_SPACE = 2**64  # key hashes are 64-bit: every hash is in [0, HASH_SPACE)
+
 
 @functools.lru_cache(maxsize=16)
 def _keyed(salt: str) -> "hashlib.blake2b":

@@ -15,7 +15,7 @@ from typing import Any
 from beam_tfrecord.core.schema import Image, ImageFormat
 from beam_tfrecord.errors import ImageDecodeError, SchemaError
 
-_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}  # channels -> Pillow image mode
 _PIL_FORMATS = {ImageFormat.JPEG: "JPEG", ImageFormat.PNG: "PNG"}
 
 
@@ -90,7 +90,7 @@ class ResizeImage:
                 raise SchemaError(f"ResizeImage: {name} must be a positive int, got {value!r}")
         if self.output_format not in _PIL_FORMATS:
             raise SchemaError(f"ResizeImage: output_format must be jpeg or png, got {self.output_format.value!r}")
-        if self.channels not in _MODES or (self.channels == 4 and self.output_format is ImageFormat.JPEG):
+        if self.channels not in PIL_MODES or (self.channels == 4 and self.output_format is ImageFormat.JPEG):
             raise SchemaError(f"ResizeImage: channels must be 1 or 3 (JPEG) or 1, 3 or 4 (PNG), "
                               f"got {self.channels!r}")
         if not 1 <= self.jpeg_quality <= 95:
@@ -109,7 +109,7 @@ class ResizeImage:
             raise ImageDecodeError(f"expected encoded image bytes to resize, got {type(data).__name__}")
         pil = _pil()
         with decode_image(bytes(data)) as image:
-            converted = image.convert(_MODES[self.channels])
+            converted = image.convert(PIL_MODES[self.channels])
             resized = converted.resize((self.width, self.height), resample=getattr(pil.Resampling, self.method.name))
         out = io.BytesIO()
         if self.output_format is ImageFormat.JPEG:

@@ -22,12 +22,19 @@ from typing import Any
 
 import numpy as np
 
-from beam_tfrecord.core.schema import DType, Feature, Image, ImageFormat, Scalar, Schema, Tensor, TensorDType, VarList
+from beam_tfrecord.core.schema import (
+    IMAGE_EXTENSIONS,
+    DType,
+    Feature,
+    Image,
+    Scalar,
+    Schema,
+    Tensor,
+    TensorDType,
+    VarList,
+)
 from beam_tfrecord.errors import SchemaError
 
-IMAGE_EXTENSIONS: dict[str, ImageFormat] = {".jpg": ImageFormat.JPEG, ".jpeg": ImageFormat.JPEG,
-                                            ".png": ImageFormat.PNG, ".gif": ImageFormat.GIF,
-                                            ".bmp": ImageFormat.BMP, ".webp": ImageFormat.WEBP}
 _ZERO = {DType.INT64: 0, DType.FLOAT32: 0.0, DType.STRING: "", DType.BYTES: b""}
 _NUMPY_TENSOR_DTYPES = {np.dtype(t.value): t for t in TensorDType}
 

@@ -95,7 +95,7 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
     if framed < TFRECORD_FRAMING_BYTES * records:
         raise _fail(f"{path}.num_record_bytes", f">= {TFRECORD_FRAMING_BYTES} x num_records "
                                                 f"({TFRECORD_FRAMING_BYTES * records})", framed)
-    if file_format is FileFormat.TFRECORD and compression is Compression.NONE and stored != framed:
+    if file_format.stores_framed_records and compression is Compression.NONE and stored != framed:
         raise _fail(f"{path}.num_bytes", f"num_record_bytes ({framed}) for an uncompressed shard", stored)
     if not isinstance(shard["crc32c"], str) or not _CRC32C.fullmatch(shard["crc32c"]):
         raise _fail(f"{path}.crc32c", "8 lowercase hex digits", shard["crc32c"])
@@ -129,8 +129,8 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
     if compression is None:
         raise _fail("compression", "one of 'NONE', 'GZIP', 'ZLIB'", data.get("compression"))
     file_format = parse_file_format(data)
-    if file_format is FileFormat.ARRAY_RECORD and compression is not Compression.NONE:
-        raise _fail("compression", "'NONE' for array_record shards (they compress inside the format)",
+    if not file_format.stream_compression and compression is not Compression.NONE:
+        raise _fail("compression", f"'NONE' for {file_format.value} shards (they compress inside the format)",
                     data["compression"])
     inputs, rejected = _count(data, "num_inputs", ""), _count(data, "num_rejected", "")
     if data.get("dead_letters") is not None:

@@ -1,9 +1,9 @@
 """Shard file names: one template that both formats and parses them.
 
 ``{dataset}-{split}.{format}-{index:05d}-of-{count:05d}{suffix}``, Beam's and TensorFlow
-Datasets' convention (TFDS's ``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}``); the format is
-``tfrecord`` or ``array_record``, the suffix names the compression (``.gz`` for GZIP, ``.zz`` for
-ZLIB; TFRecord only).
+Datasets' convention (TFDS's ``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}``); the format is a
+``FileFormat`` value (``tfrecord``, ``array_record``), the suffix names the compression (``.gz``
+for GZIP, ``.zz`` for ZLIB; only for formats with ``stream_compression``).
 """
 
 from __future__ import annotations
@@ -41,20 +41,55 @@ class Compression(enum.Enum):
 
 
 class FileFormat(enum.Enum):
-    """How records are stored in a shard file; the value is TFDS's name for it."""
+    """How records are stored in a shard file; the value is TFDS's name for it.
+
+    Each member carries the facts the pure core needs about its format (what reads and writes it
+    lives in ``beam_tfrecord.formats``, keyed by this enum):
+
+    Attributes:
+        stream_compression: whether the whole file may be compressed (``.gz``/``.zz``); a format
+            that compresses inside itself takes only ``Compression.NONE``.
+        stores_framed_records: whether an uncompressed file is exactly its records' TFRecord
+            framing (then a shard's ``num_bytes`` equals its ``num_record_bytes``).
+    """
 
     TFRECORD = "tfrecord"  # sequential: length, CRCs and payload per record
     ARRAY_RECORD = "array_record"  # random access by index (Riegeli chunks with an index)
 
+    @property
+    def stream_compression(self) -> bool:
+        return _FORMAT_FACTS[self].stream_compression
+
+    @property
+    def stores_framed_records(self) -> bool:
+        return _FORMAT_FACTS[self].stores_framed_records
+
     @classmethod
     def parse(cls, text: str) -> "FileFormat":
-        """Accepts 'tfrecord' or 'array_record' (also 'array-record', 'arrayrecord'), any case."""
+        """Accepts a format's name in any case, with '-' for '_' or without it ('array-record', 'arrayrecord')."""
         normalized = text.strip().lower().replace("-", "_")
-        normalized = "array_record" if normalized == "arrayrecord" else normalized
-        try:
-            return cls(normalized)
-        except ValueError as err:
-            raise ValueError(f"file format must be one of tfrecord, array_record; got {text!r}") from err
+        for member in cls:
+            if normalized in (member.value, member.value.replace("_", "")):
+                return member
+        raise ValueError(f"file format must be one of {', '.join(f.value for f in cls)}; got {text!r}")
+
+    def check_compression(self, compression: "Compression") -> None:
+        """Raises ShardNameError when this format cannot take ``compression``."""
+        if not self.stream_compression and compression is not Compression.NONE:
+            raise ShardNameError(f"{self.value} shards compress inside the format; got compression "
+                                 f"{compression.name}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _FormatFacts:
+    stream_compression: bool
+    stores_framed_records: bool
+
+
+_FORMAT_FACTS = {
+    FileFormat.TFRECORD: _FormatFacts(stream_compression=True, stores_framed_records=True),
+    FileFormat.ARRAY_RECORD: _FormatFacts(stream_compression=False, stores_framed_records=False),
+}
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -74,9 +109,7 @@ class ShardName:
                 raise ShardNameError(f"{part} {getattr(self, part)!r} must match {_NAME_PART}")
         if not 0 <= self.index < self.count <= 99999:
             raise ShardNameError(f"need 0 <= index < count <= 99999, got index {self.index}, count {self.count}")
-        if self.file_format is FileFormat.ARRAY_RECORD and self.compression is not Compression.NONE:
-            raise ShardNameError(f"array_record shards compress inside the format; got compression "
-                                 f"{self.compression.name}")
+        self.file_format.check_compression(self.compression)
 
     def __str__(self) -> str:
         return (f"{self.dataset}-{self.split}.{self.file_format.value}-{self.index:05d}-of-{self.count:05d}"
@@ -86,8 +119,8 @@ class ShardName:
     def parse(cls, filename: str) -> "ShardName":
         match = _PATTERN.fullmatch(filename)
         if match is None:
-            raise ShardNameError(f"{filename!r} does not match DATASET-SPLIT.tfrecord-SSSSS-of-NNNNN[.gz|.zz] "
-                                 "or DATASET-SPLIT.array_record-SSSSS-of-NNNNN")
+            formats = "|".join(f.value for f in FileFormat)
+            raise ShardNameError(f"{filename!r} does not match DATASET-SPLIT.{{{formats}}}-SSSSS-of-NNNNN[.gz|.zz]")
         suffix = match["suffix"] or ""
         compression = next(c for c in Compression if c.suffix == suffix)
         return cls(match["dataset"], match["split"], int(match["index"]), int(match["count"]), compression,
@@ -95,6 +128,7 @@ class ShardName:
 
 
 _PATTERN = re.compile(
-    rf"(?P<dataset>{_NAME_PART})-(?P<split>{_NAME_PART})\.(?P<format>tfrecord|array_record)-(?P<index>\d{{5}})-of-(?P<count>\d{{5}})"
+    rf"(?P<dataset>{_NAME_PART})-(?P<split>{_NAME_PART})\.(?P<format>{'|'.join(f.value for f in FileFormat)})"
+    rf"-(?P<index>\d{{5}})-of-(?P<count>\d{{5}})"
     rf"(?P<suffix>\.gz|\.zz)?"
 )

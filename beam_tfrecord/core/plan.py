@@ -19,10 +19,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from beam_tfrecord.core.summary import HASH_SPACE, BucketGrid
-from beam_tfrecord.errors import ShardingError
+from beam_tfrecord.core.hashing import HASH_SPACE
+from beam_tfrecord.core.summary import BucketGrid
+from beam_tfrecord.core.units import MiB
+from beam_tfrecord.errors import PipelineInvariantError, ShardingError
 
-MiB = 2**20
 DEFAULT_TARGET_SHARD_BYTES = 128 * MiB
 
 
@@ -206,16 +207,8 @@ class DatasetPlan:
         in order; empty splits have no shards and, by construction, no records)."""
         numbers = np.searchsorted(self.shard_starts, np.asarray(hashes, dtype=np.uint64), side="right") - 1
         if len(numbers) and int(numbers.min()) < 0:
-            raise ShardingError(f"hash {int(np.asarray(hashes).min())} is below every planned shard")
+            raise PipelineInvariantError("plan", f"hash {int(np.asarray(hashes).min())} is below every planned shard")
         return numbers
-
-
-def split_of(key_hash_value: int, plan: DatasetPlan) -> str:
-    """The split whose hash range holds a hash (ratio and count splits alike, once planned)."""
-    for split in plan.splits:
-        if split.hash_lo <= key_hash_value < split.hash_hi:
-            return split.name
-    raise ShardingError(f"hash {key_hash_value} is outside every split range")
 
 
 def balance_spread(shard_bytes: Sequence[int]) -> float:

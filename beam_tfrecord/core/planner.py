@@ -22,9 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from beam_tfrecord.core.hashing import HASH_SPACE
 from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, ShardSpec, SplitConfig, SplitPlan
-from beam_tfrecord.core.summary import HASH_SPACE, BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
-from beam_tfrecord.errors import ShardingError
+from beam_tfrecord.core.summary import BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
+from beam_tfrecord.errors import PipelineInvariantError, ShardingError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +84,8 @@ class _Round:
         by_id = {cut.target_id: cut for cut in cuts}
         missing = sorted({t.target_id for t in self.targets} - set(by_id))
         if missing or len(by_id) != len(cuts):
-            raise ShardingError(f"refinement answered {sorted(by_id)}, expected targets {missing} too, once each")
+            raise PipelineInvariantError("plan", f"refinement answered {sorted(by_id)}, expected targets {missing} "
+                                                 "too, once each")
         return by_id
 
 

@@ -27,11 +27,11 @@ from typing import BinaryIO
 import numpy as np
 
 from beam_tfrecord.core.framing import frame
+from beam_tfrecord.core.hashing import HASH_SPACE
 from beam_tfrecord.errors import CorruptShardError
 
 HASH_BYTES = 8
-HEADER_BYTES = HASH_BYTES + 1  # hash + kind
-HASH_SPACE = 2**64
+ENTRY_HEADER_BYTES = HASH_BYTES + 1  # hash + kind
 MERGE_GROUP_BYTES = 16 << 20  # bytes of run data a shard writer holds at a time
 INDEX_SUFFIX = ".idx"
 # A run's index file: one fixed-size item per entry, in run order, so any range of entries is
@@ -42,7 +42,7 @@ _INDEX_TRAILER = struct.Struct("<Q8s")
 _INDEX_MAGIC = b"BTFRIDX1"
 RECORD = 0
 REFERENCE = 1
-_HEADER = operator.itemgetter(slice(0, HEADER_BYTES))
+_HEADER = operator.itemgetter(slice(0, ENTRY_HEADER_BYTES))
 _HEADER_ITEM = np.dtype([("hash", ">u8"), ("kind", "u1")])
 _RECORD_KIND = bytes([RECORD])
 _REFERENCE_KIND = bytes([REFERENCE])
@@ -65,19 +65,20 @@ def entry_kind(entry: bytes | memoryview) -> int:
 
 def entry_record(entry: bytes | memoryview) -> memoryview:
     """The framed record of a RECORD entry (no copy)."""
-    return memoryview(entry)[HEADER_BYTES:]
+    return memoryview(entry)[ENTRY_HEADER_BYTES:]
 
 
 def entry_reference(entry: bytes | memoryview) -> tuple[int, bytes]:
     """(framed size the plan expects, pickled sample) of a REFERENCE entry."""
     view = memoryview(entry)
-    return int.from_bytes(view[HEADER_BYTES:HEADER_BYTES + 8], "little"), bytes(view[HEADER_BYTES + 8:])
+    size = int.from_bytes(view[ENTRY_HEADER_BYTES:ENTRY_HEADER_BYTES + 8], "little")
+    return size, bytes(view[ENTRY_HEADER_BYTES + 8:])
 
 
 def _framed_size(entry: bytes) -> int:
     if entry[HASH_BYTES] == RECORD:
-        return len(entry) - HEADER_BYTES
-    return int.from_bytes(entry[HEADER_BYTES:HEADER_BYTES + 8], "little")
+        return len(entry) - ENTRY_HEADER_BYTES
+    return int.from_bytes(entry[ENTRY_HEADER_BYTES:ENTRY_HEADER_BYTES + 8], "little")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +142,7 @@ class RunIndex:
         """The index of sorted entries (as written by ``write_run``)."""
         headers = np.frombuffer(b"".join(map(_HEADER, entries)), dtype=_HEADER_ITEM)
         entry_sizes = np.fromiter(map(len, entries), dtype=np.int64, count=len(entries))
-        framed_sizes = entry_sizes - HEADER_BYTES  # a RECORD entry holds its framed record after the header
+        framed_sizes = entry_sizes - ENTRY_HEADER_BYTES  # a RECORD entry holds its framed record after the header
         for i in np.flatnonzero(headers["kind"] != RECORD).tolist():
             framed_sizes[i] = _framed_size(entries[i])
         return cls(path=path, hashes=headers["hash"].astype(np.uint64), framed_sizes=framed_sizes,

@@ -62,6 +62,12 @@ class ImageFormat(enum.Enum):
     ANY = "any"
 
 
+# File name extensions (lower case) of the image formats, for folders and manifest columns.
+IMAGE_EXTENSIONS: dict[str, ImageFormat] = {".jpg": ImageFormat.JPEG, ".jpeg": ImageFormat.JPEG,
+                                            ".png": ImageFormat.PNG, ".gif": ImageFormat.GIF,
+                                            ".bmp": ImageFormat.BMP, ".webp": ImageFormat.WEBP}
+
+
 def _check_default(name: str, dtype: DType, default: Any, length: int | None) -> None:
     """Checks that a default value fits the dtype (and length for fixed lists)."""
     if default is None:
@@ -316,10 +322,6 @@ class Schema:
             raise SchemaError(f"names used both as context and sequence features: {sorted(overlap)}")
         if not self.features and not self.sequence_features:
             raise SchemaError("a schema needs at least one feature")
-
-    @property
-    def is_sequence(self) -> bool:
-        return bool(self.sequence_features)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"features": {n: feature_to_json(f) for n, f in self.features.items()}}

@@ -21,9 +21,9 @@ from typing import cast
 
 import numpy as np
 
+from beam_tfrecord.core.hashing import HASH_SPACE
 from beam_tfrecord.errors import ShardingError
 
-HASH_SPACE = 2**64
 BUCKET_BITS = 16
 
 

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from beam_tfrecord.core import proto
+from beam_tfrecord.core.image_ops import PIL_MODES
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor, VarList
 from beam_tfrecord.errors import CorruptShardError
 from beam_tfrecord.reader.options import ImageDecoding, PixelType
 
 _NUMPY = {DType.INT64: np.int64, DType.FLOAT32: np.float32}
-_PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 Example = dict[str, Any]
 # (tf.train.Feature or None when absent) -> value
 _Decoder = Callable[[Any], Any]
@@ -86,7 +86,7 @@ def _image_decoder(name: str, feature: Image, decoding: ImageDecoding | None) ->
         from PIL import Image as PILImage  # lazily: only when images are decoded
 
         with PILImage.open(io.BytesIO(data)) as opened:
-            image = opened.convert(_PIL_MODES[shape[2]])
+            image = opened.convert(PIL_MODES[shape[2]])
             if image.size != (shape[1], shape[0]):
                 image = image.resize((shape[1], shape[0]), PILImage.Resampling.BILINEAR)
             pixels = np.asarray(image, dtype=np.uint8).reshape(shape)

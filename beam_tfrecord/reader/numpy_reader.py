@@ -15,21 +15,20 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
 
-from beam_tfrecord import storage
-from beam_tfrecord.array_records import ArrayRecordShardReader
-from beam_tfrecord.core.framing import FRAMING_BYTES, iter_records
-from beam_tfrecord.core.naming import FileFormat
-from beam_tfrecord.dataset import load_manifest
-from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
+from beam_tfrecord.dataset import open_dataset
+from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.formats import shard_format
 from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
-from beam_tfrecord.reader.random_access import BLOCK_RECORDS, RandomAccessRecords, global_order
+from beam_tfrecord.reader.random_access import RandomAccessRecords, global_order
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.slicing import ReadSegment, sub_range
+from beam_tfrecord.reader.slicing import ReadSegment, split_evenly, sub_range
 
 
 def iter_segment(plan: ReadPlan, segment: ReadSegment, *, verify: bool = True) -> Iterator[tuple[bytes, int]]:
     """Yields (record, offset) for the records of one segment, checking the shard against the manifest.
+
+    The offset is where the record is: a byte offset for TFRecord, the record's index for ArrayRecord.
 
     Args:
         plan: the read plan the segment belongs to.
@@ -41,36 +40,8 @@ def iter_segment(plan: ReadPlan, segment: ReadSegment, *, verify: bool = True) -
         CorruptShardError: a bad CRC, a truncated record, or fewer/more records than the manifest lists
             (more is only noticed when the segment reaches the shard's end).
     """
-    path = plan.path(segment)
-    if plan.manifest.file_format is FileFormat.ARRAY_RECORD:  # offsets are record indices here
-        shard = segment.shard
-        reader = ArrayRecordShardReader(path, crc32c=shard.crc32c, num_records=shard.num_records)
-        try:
-            for begin in range(segment.skip, segment.skip + segment.take, BLOCK_RECORDS):
-                stop = min(begin + BLOCK_RECORDS, segment.skip + segment.take)
-                yield from zip(reader.read_range(begin, stop), range(begin, stop))
-        finally:
-            reader.close()
-        return
-    if not storage.exists(path):
-        raise MissingShardError(path)
-    stop = segment.skip + segment.take
-    offset = 0
-    index = 0
-    with storage.open_read(path, plan.manifest.compression) as handle:
-        for record in iter_records(handle, name=path, verify=verify):
-            if index == stop:
-                raise CorruptShardError(path, f"more records than the {segment.shard.num_records} the manifest "
-                                              "lists", offset)
-            if index >= segment.skip:
-                yield record, offset
-            offset += len(record) + FRAMING_BYTES
-            index += 1
-            if index == stop and not segment.reaches_end:
-                return
-    if index < stop:
-        raise CorruptShardError(path, f"ended after {index} records; the manifest lists "
-                                      f"{segment.shard.num_records}", offset)
+    with plan.open_shard(segment, verify=verify) as reader:
+        yield from reader.iter_records(segment.skip, segment.skip + segment.take)
 
 
 def mix_seed(*parts: int) -> int:
@@ -124,7 +95,8 @@ def iter_examples(plan: ReadPlan, *, segments: Sequence[ReadSegment] | None = No
 
 
 def iter_global_shuffle(plan: ReadPlan, *, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
-                        start: int = 0, image_decoding: ImageDecoding | None = None) -> Iterator[Example]:
+                        start: int = 0, image_decoding: ImageDecoding | None = None, worker: int = 0,
+                        num_workers: int = 1) -> Iterator[Example]:
     """Yields rank ``rank``'s examples of an ArrayRecord read plan in the epoch's global order.
 
     Args:
@@ -133,12 +105,15 @@ def iter_global_shuffle(plan: ReadPlan, *, seed: int, epoch: int, rank: int = 0,
         rank, world_size: this rank's equal share of the permutation.
         start: examples of this rank's epoch already consumed (to resume).
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
+        worker, num_workers: read only this worker's near-equal run of the rank's share (the
+            DataLoader workers of one rank split it so).
     """
     decoder = RecordDecoder(plan.manifest.schema, image_decoding=image_decoding)
     records = RandomAccessRecords(plan)
     positions = global_order(len(records), seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start)
+    lo, hi = split_evenly(len(positions), num_workers, worker)
     try:
-        for record, path, index in records.iter_positions(positions):
+        for record, path, index in records.iter_positions(positions[lo:hi]):
             yield decoder.decode(record, shard=path, offset=index)
     finally:
         records.close()
@@ -171,12 +146,12 @@ def read_numpy(path: str, *, split: str = "train", num_workers: int = 1, worker_
     Raises:
         MissingShardError, CorruptShardError: on missing or damaged shards, naming the shard and offset.
     """
-    manifest = load_manifest(path)
-    if shuffle and manifest.file_format is FileFormat.ARRAY_RECORD:
-        return iter_global_shuffle(plan_read(path, split=split, manifest=manifest), seed=seed, epoch=epoch,
+    dataset = open_dataset(path)
+    if shuffle and shard_format(dataset.manifest.file_format).random_access:
+        return iter_global_shuffle(plan_read(path, split=split, dataset=dataset), seed=seed, epoch=epoch,
                                    rank=worker_index, world_size=num_workers, start=start,
                                    image_decoding=image_decoding)
-    plan = plan_read(path, split=split, num_workers=num_workers, worker_index=worker_index, manifest=manifest)
+    plan = plan_read(path, split=split, num_workers=num_workers, worker_index=worker_index, dataset=dataset)
     if not 0 <= start <= plan.num_records:
         raise ReaderError(f"start must be in [0, {plan.num_records}] (this worker's examples), got {start}")
     if shuffle:  # the buffered order is fixed by the seed: a resume reads (and drops) what was consumed

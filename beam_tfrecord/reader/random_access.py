@@ -20,9 +20,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from beam_tfrecord.array_records import ArrayRecordShardReader
-from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.formats import ShardReader
 from beam_tfrecord.reader.read_plan import ReadPlan
 
 BLOCK_RECORDS = 256
@@ -56,23 +55,22 @@ class RandomAccessRecords:
     """
 
     def __init__(self, plan: ReadPlan) -> None:
-        if plan.manifest.file_format is not FileFormat.ARRAY_RECORD:
+        if not plan.format.random_access:
             raise ReaderError(f"random access needs array_record shards; {plan.dataset_dir!r} holds "
                               f"{plan.manifest.file_format.value} shards (rebuild with --file_format array_record)")
         self._plan = plan
         self._segments = plan.segments
         self._ends = np.cumsum([s.take for s in plan.segments], dtype=np.int64)
-        self._readers: dict[str, ArrayRecordShardReader] = {}
+        self._readers: dict[str, ShardReader] = {}
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
 
-    def _reader(self, segment_number: int) -> ArrayRecordShardReader:
-        shard = self._segments[segment_number].shard
-        if shard.filename not in self._readers:
-            self._readers[shard.filename] = ArrayRecordShardReader(
-                self._plan.paths[shard.filename], crc32c=shard.crc32c, num_records=shard.num_records)
-        return self._readers[shard.filename]
+    def _reader(self, segment_number: int) -> ShardReader:
+        segment = self._segments[segment_number]
+        if segment.shard.filename not in self._readers:
+            self._readers[segment.shard.filename] = self._plan.open_shard(segment)
+        return self._readers[segment.shard.filename]
 
     def read(self, positions: Sequence[int] | np.ndarray) -> list[tuple[bytes, str, int]]:
         """(record, shard path, index in the shard) of each position, in the order given."""

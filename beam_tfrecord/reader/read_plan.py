@@ -6,7 +6,9 @@ import dataclasses
 from collections.abc import Mapping
 
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.dataset import load_manifest, shard_paths
+from beam_tfrecord.dataset import LoadedDataset, open_dataset, resolve_dataset_dir
+from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.formats import ShardFormat, ShardReader, shard_format
 from beam_tfrecord.reader.slicing import ReadSegment, partition, resolve_split
 
 
@@ -41,9 +43,25 @@ class ReadPlan:
         """The full path of a segment's shard."""
         return self.paths[segment.shard.filename]
 
+    @property
+    def format(self) -> ShardFormat:
+        """The shards' format (``beam_tfrecord.formats``), from the manifest's ``file_format``."""
+        return shard_format(self.manifest.file_format)
+
+    def open_shard(self, segment: ReadSegment, *, verify: bool = True) -> ShardReader:
+        """A reader of a segment's shard, in the shards' format (see ``ShardFormat.open_reader``)."""
+        return self.format.open_reader(self.path(segment), segment.shard, compression=self.manifest.compression,
+                                       verify=verify)
+
+    def require_reader(self, reader: str) -> None:
+        """Raises ReaderError, naming the readers that can, when ``reader`` cannot read these shards."""
+        if reader not in self.format.readers:
+            raise ReaderError(f"{reader} cannot read {self.manifest.file_format.value} shards (the dataset at "
+                              f"{self.dataset_dir!r}); read them with {' or '.join(self.format.readers)}")
+
 
 def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_index: int = 0,
-              manifest: Manifest | None = None) -> ReadPlan:
+              dataset: LoadedDataset | None = None, manifest: Manifest | None = None) -> ReadPlan:
     """Plans what worker ``worker_index`` of ``num_workers`` reads of ``split``.
 
     Args:
@@ -51,17 +69,23 @@ def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_i
         split: split expression, e.g. ``"train"``, ``"train[:10%]"``, ``"train[1000:2000]+validation"``.
         num_workers: workers sharing the records; each gets ``total // num_workers`` of them.
         worker_index: this worker, in ``[0, num_workers)``.
-        manifest: the already loaded manifest, to avoid reading it again.
+        dataset: the dataset already opened from ``path`` (``open_dataset``), to avoid reading its
+            manifest again; its shards are those of the version it was loaded from.
+        manifest: a manifest already loaded from ``path`` (its shards are looked up in the version
+            ``path`` resolves to now); ``dataset`` is preferred.
 
     Raises:
         DatasetNotFoundError: when ``path`` holds no manifest.
         UnknownSplitError: when the expression names a split the dataset lacks.
         ReaderError: on a malformed expression or bad worker arguments.
     """
-    manifest = manifest if manifest is not None else load_manifest(path)
+    if dataset is None:
+        dataset = (open_dataset(path) if manifest is None
+                   else LoadedDataset(path, resolve_dataset_dir(path), manifest))
+    manifest = dataset.manifest
     segments = partition(resolve_split(manifest, split), num_workers=num_workers, worker_index=worker_index)
     paths = {shard.filename: full for split_info in manifest.splits
-             for shard, full in zip(split_info.shards, shard_paths(path, manifest, split_info.name))}
+             for shard, full in zip(split_info.shards, dataset.shard_paths(split_info.name))}
     return ReadPlan(path, manifest, split, num_workers, worker_index, segments, paths)
 
 

@@ -70,7 +70,11 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     interleaved, shard order shuffled each epoch if asked, in a deterministic order for a given seed.
     With ``verify_count``, reading more or fewer records than the plan is an error (a shard that
     does not hold its manifest count must not give one worker more steps than the others).
+
+    Raises:
+        ReaderError: the shards are in a format tf.data cannot read here (naming the readers that can).
     """
+    plan.require_reader("read_dataset")
     records = _read_segments(plan, shuffle_files=shuffle_files, seed=seed, num_parallel_reads=num_parallel_reads)
     if verify_count:
         records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
@@ -173,7 +177,9 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
 
     Raises:
         DatasetNotFoundError, UnknownSplitError: no such dataset or split.
-        ReaderError: on invalid options (split expression, worker arguments, label key, image size).
+        ReaderError: on invalid options (split expression, worker arguments, label key, image size),
+            or shards in a format it does not read (ArrayRecord: use ``read_numpy`` or
+            ``TFRecordIterableDataset``).
     """
     check_positive("batch_size", batch_size)
     check_positive("shuffle_buffer", shuffle_buffer)
@@ -181,6 +187,7 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
         check_positive("num_parallel_reads", num_parallel_reads)
     workers, index = _worker(num_workers, worker_index, input_context)
     plan = plan_read(path, split=split, num_workers=workers, worker_index=index)
+    plan.require_reader("read_dataset")
     schema = plan.manifest.schema
     check_label_key(schema, label_key)
     parse = make_batch_parser(schema, image_decoding=image_decoding)

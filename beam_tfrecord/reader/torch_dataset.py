@@ -21,14 +21,13 @@ import torch
 import torch.distributed
 import torch.utils.data
 
-from beam_tfrecord.core.naming import FileFormat
-from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
-from beam_tfrecord.reader.numpy_reader import iter_examples, mix_seed
+from beam_tfrecord.formats import shard_format
+from beam_tfrecord.reader.numpy_decode import Example
+from beam_tfrecord.reader.numpy_reader import iter_examples, iter_global_shuffle, mix_seed
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
-from beam_tfrecord.reader.random_access import RandomAccessRecords, global_order
-from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
+from beam_tfrecord.reader.read_plan import plan_read
 from beam_tfrecord.reader.slicing import split_evenly, sub_range
 
 
@@ -70,15 +69,15 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         super().__init__()
         check_positive("shuffle_buffer", shuffle_buffer)
         self.rank, self.world_size = _rank_and_world(rank, world_size)
-        manifest = load_manifest(path)
-        self.global_shuffle = shuffle and manifest.file_format is FileFormat.ARRAY_RECORD
+        dataset = open_dataset(path)
+        self.global_shuffle = shuffle and shard_format(dataset.manifest.file_format).random_access
         if start and not self.global_shuffle:
             raise ReaderError("start (resume) is for the global shuffle of an array_record dataset")
         self.start = start
         # The global shuffle deals out every rank's records itself; otherwise each rank plans its own.
-        self.all_ranks_plan = plan_read(path, split=split, manifest=manifest) if self.global_shuffle else None
+        self.all_ranks_plan = plan_read(path, split=split, dataset=dataset) if self.global_shuffle else None
         self.plan = plan_read(path, split=split, num_workers=self.world_size, worker_index=self.rank,
-                              manifest=manifest)
+                              dataset=dataset)
         self.shuffle = shuffle
         self.seed = seed
         self.shuffle_buffer = shuffle_buffer
@@ -97,25 +96,14 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         if self.all_ranks_plan is not None:
-            return self._iter_global(self.all_ranks_plan, worker, num_workers)
+            return iter_global_shuffle(self.all_ranks_plan, seed=self.seed, epoch=self.epoch, rank=self.rank,
+                                       world_size=self.world_size, start=self.start,
+                                       image_decoding=self.image_decoding, worker=worker, num_workers=num_workers)
         start, stop = split_evenly(self.plan.num_records, num_workers, worker)
         return iter_examples(self.plan, segments=sub_range(self.plan.segments, start, stop), shuffle=self.shuffle,
                              seed=mix_seed(self.seed, self.epoch, self.rank, worker),
                              shuffle_buffer=self.shuffle_buffer, image_decoding=self.image_decoding,
                              verify=self.verify)
-
-
-    def _iter_global(self, plan: ReadPlan, worker: int, num_workers: int) -> Iterator[Example]:
-        records = RandomAccessRecords(plan)
-        positions = global_order(len(records), seed=self.seed, epoch=self.epoch, rank=self.rank,
-                                 world_size=self.world_size, start=self.start)
-        lo, hi = split_evenly(len(positions), num_workers, worker)
-        decoder = RecordDecoder(self.plan.manifest.schema, image_decoding=self.image_decoding)
-        try:
-            for record, path, index in records.iter_positions(positions[lo:hi]):
-                yield decoder.decode(record, shard=path, offset=index)
-        finally:
-            records.close()
 
 
 def collate(examples: Sequence[Example]) -> dict[str, Any]:

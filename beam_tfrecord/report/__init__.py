@@ -15,10 +15,10 @@ import html
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.schema import Image
+from beam_tfrecord.describe import describe_manifest
 from beam_tfrecord.report import plots
 from beam_tfrecord.report.stats import DatasetStats, collect
 from beam_tfrecord.report.tfdv import statistics_list
-from beam_tfrecord.summary import describe
 
 REPORT_FILENAME = "report.html"
 STATISTICS_FILENAME = "statistics.pb"
@@ -119,7 +119,7 @@ def render_html(stats: DatasetStats) -> tuple[str, tuple[str, ...]]:
     title = f"Dataset '{manifest.dataset_name}'"
     page = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<pre>{html.escape(describe(manifest, stats.location, show_shards=False))}</pre>"
+            f"<pre>{html.escape(describe_manifest(manifest, stats.location, show_shards=False))}</pre>"
             + "".join(parts) + "</body></html>\n")
     return page, tuple(ids)
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from beam_tfrecord.core.units import MiB
 from beam_tfrecord.report.stats import DatasetStats, NumericStats
 
 _DPI = 96
@@ -32,7 +33,7 @@ def _png(figure) -> bytes:
 
 
 def _mib(num_bytes: float) -> float:
-    return num_bytes / 2**20
+    return num_bytes / MiB
 
 
 def shard_sizes(stats: DatasetStats) -> bytes:

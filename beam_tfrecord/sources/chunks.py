@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
@@ -15,7 +14,6 @@ from beam_tfrecord.errors import SourceError
 
 T = TypeVar("T")
 DEFAULT_CHUNK_SIZE = 256  # small samples per Beam element: amortizes the per-element overhead
-_GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
@@ -29,8 +27,7 @@ def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
 
 def glob_base(pattern: str) -> str:
     """The folder part of a glob before its first wildcard, ending with '/'."""
-    match = _GLOB_CHARS.search(pattern)
-    fixed = pattern[:match.start()] if match else pattern
+    fixed = storage.literal_prefix(pattern)
     return fixed[:fixed.rfind("/") + 1]
 
 

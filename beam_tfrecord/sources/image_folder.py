@@ -26,12 +26,8 @@ import apache_beam as beam
 from beam_tfrecord import storage
 from beam_tfrecord.core.image_ops import ResizeImage
 from beam_tfrecord.core.samples import FileRef, Sample
-from beam_tfrecord.core.schema import ClassLabel, Image, ImageFormat, Schema
+from beam_tfrecord.core.schema import IMAGE_EXTENSIONS, ClassLabel, Image, ImageFormat, Schema
 from beam_tfrecord.errors import SchemaError
-
-IMAGE_EXTENSIONS: dict[str, ImageFormat] = {".jpg": ImageFormat.JPEG, ".jpeg": ImageFormat.JPEG,
-                                            ".png": ImageFormat.PNG, ".gif": ImageFormat.GIF,
-                                            ".bmp": ImageFormat.BMP, ".webp": ImageFormat.WEBP}
 
 
 def _root(root: str) -> str:

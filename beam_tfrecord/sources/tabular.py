@@ -39,15 +39,6 @@ def _open_text(path: str) -> io.TextIOWrapper:
     return io.TextIOWrapper(storage.open_read(path), encoding="utf-8-sig", errors="surrogateescape", newline="")
 
 
-def read_csv_header(path: str, *, delimiter: str = ",") -> list[str]:
-    """The header row of a CSV file (for building or inferring a schema before the job runs)."""
-    with _open_text(path) as handle:
-        header = next(csv.reader(handle, delimiter=delimiter), None)
-    if not header:
-        raise SourceError(f"{path}: empty CSV file, expected a header row")
-    return header
-
-
 def iter_csv_dicts(path: str, *, delimiter: str = ",", limit: int | None = None) -> Iterator[dict[str, str]]:
     """The first ``limit`` data rows of a CSV file with a header, as dicts (used by inference)."""
     with _open_text(path) as handle:

@@ -19,7 +19,7 @@ from PIL import Image as PILImage
 
 from beam_tfrecord import ImageDecoding, image_format_of, load_manifest, read_numpy
 from beam_tfrecord.core.schema import ImageFormat
-from beam_tfrecord.summary import SKIPPED_INPUTS_KEY
+from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
 from pipelines.make_sample_images import write_sample_images
 
 BIN = Path(sys.executable).parent

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.plan import HASH_SPACE, ShardingConfig, SplitConfig, SplitSpec, balance_spread, split_of
+from beam_tfrecord.core.plan import HASH_SPACE, DatasetPlan, ShardingConfig, SplitConfig, SplitSpec, balance_spread
 from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.errors import ShardingError
 
@@ -93,6 +93,11 @@ def test_empty_input_plans_no_shards():
     assert [s.name for s in plan.splits] == ["train", "test"] and plan.shards == ()
 
 
+def split_of(key_hash_value: int, plan: DatasetPlan) -> str:
+    """The split whose hash range holds a hash."""
+    return next(split.name for split in plan.splits if split.hash_lo <= key_hash_value < split.hash_hi)
+
+
 def test_ratio_splits_match_fractions_and_are_stable_when_samples_are_added():
     keys, hashes, sizes = _records(20_000)
     splits = SplitConfig.parse("train=0.8,validation=0.1,test=0.1")
@@ -151,3 +156,13 @@ def test_sharding_config_checks():
 def test_split_spec_text_round_trip():
     config = SplitConfig((SplitSpec("train", count=None), SplitSpec("test", count=5)))
     assert SplitConfig.parse(config.to_text()) == config
+
+
+def test_a_hash_outside_the_plan_is_a_pipeline_invariant_error():
+    from beam_tfrecord.errors import PipelineInvariantError
+
+    empty = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), SplitConfig.parse("train=*"),
+                         ShardingConfig(target_shard_bytes=100))
+    with pytest.raises(PipelineInvariantError, match=r"pipeline invariant broken at plan: hash 7 is below every "
+                                                     r"planned shard \(a bug in beam-tfrecord"):
+        empty.shard_numbers(np.array([7], np.uint64))

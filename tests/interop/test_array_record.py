@@ -121,3 +121,25 @@ def test_a_damaged_array_record_shard_is_a_corrupt_shard_error(tmp_path, array_r
         handle.write(bytes([byte ^ 0xFF]))
     with pytest.raises(CorruptShardError, match=shard.filename):
         verify_dataset(copy)
+
+
+def test_read_dataset_names_the_readers_of_array_record_shards(array_record_dataset):
+    from beam_tfrecord import read_dataset
+
+    with pytest.raises(ReaderError, match="read_dataset cannot read array_record shards .* read them with read_numpy "
+                                          "or TFRecordIterableDataset"):
+        read_dataset(array_record_dataset)
+
+
+@pytest.mark.parametrize("dataset", ["tfrecord_dataset", "array_record_dataset"])
+def test_verify_names_a_missing_shard_as_missing(tmp_path, request, dataset):
+    import shutil
+
+    from beam_tfrecord.errors import MissingShardError
+
+    copy = str(tmp_path / "copy")
+    shutil.copytree(request.getfixturevalue(dataset), copy)
+    shard = load_manifest(copy).shards[2]
+    os.remove(os.path.join(copy, shard.filename))
+    with pytest.raises(MissingShardError, match=f"{shard.filename}'?: listed in the manifest but missing"):
+        verify_dataset(copy)

@@ -16,8 +16,8 @@ from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, FEATURES_FILENAME, unsupported_reason
 from beam_tfrecord.dataset import resolve_dataset_dir
+from beam_tfrecord.describe import describe_manifest
 from beam_tfrecord.reader.tf_data import read_dataset
-from beam_tfrecord.summary import describe
 from interop.conftest import SCHEMA, make_samples, write_dataset
 
 matplotlib.use("Agg")
@@ -136,7 +136,7 @@ def test_datasets_tfds_cannot_read_get_no_tfds_files_and_a_reason(tmp_path, case
         _ = (pipeline | beam.Create([Sample(f"k{i}", values) for i in range(5)])
              | WriteTFRecordDataset(out, schema=schema, compression=Compression.parse(compression)))
     assert reason in unsupported_reason(load_manifest(out))
-    assert f"  no TFDS metadata (dataset_info.json) written: {reason}" in describe(load_manifest(out), out)
+    assert f"  no TFDS metadata (dataset_info.json) written: {reason}" in describe_manifest(load_manifest(out), out)
     assert not {DATASET_INFO_FILENAME, FEATURES_FILENAME} & set(os.listdir(out))
     with pytest.raises(Exception, match="dataset_info.json"):
         tfds.builder_from_directory(out)
@@ -146,7 +146,7 @@ def test_rebuilding_replaces_tfds_files_and_drops_stale_label_files(tmp_path):
     out = str(tmp_path / "ds")
     write_dataset(out, FileFormat.TFRECORD, make_samples(20))
     assert os.path.exists(os.path.join(out, "label.labels.txt"))
-    assert "no TFDS metadata" not in describe(load_manifest(out), out)
+    assert "no TFDS metadata" not in describe_manifest(load_manifest(out), out)
     unlabelled = [Sample(s.key, {k: v for k, v in s.values.items() if k != "label"}) for s in make_samples(20)]
     write_dataset(out, FileFormat.TFRECORD, unlabelled,
                   schema=Schema({k: v for k, v in SCHEMA.features.items() if k != "label"}))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_tfrecord.dataset import load_manifest, read_latest, resolve_dataset_dir, shard_paths
+from beam_tfrecord.dataset import load_manifest, open_dataset, read_latest, resolve_dataset_dir, shard_paths
 from beam_tfrecord.errors import DatasetNotFoundError, LatestPointerError, RefreshError
 from beam_tfrecord.refresh import (
     InputFile,
@@ -94,10 +94,12 @@ def _root_with(tmp_path: Path, built_version: Path, complete: list[str], incompl
 def test_root_resolves_to_latest_version(tmp_path: Path, built_version: Path) -> None:
     root = _root_with(tmp_path, built_version, IDS[:2], latest=IDS[0])
     assert resolve_dataset_dir(root) == f"{root}/versions/{IDS[0]}"
-    manifest = load_manifest(root)
+    dataset = open_dataset(root)
     commit_version(root, IDS[1])  # a new version is published after the manifest was loaded
-    assert all(p.startswith(f"{root}/versions/{IDS[0]}/") for p in shard_paths(root, manifest, "train"))
+    assert dataset.directory == f"{root}/versions/{IDS[0]}"
+    assert all(p.startswith(f"{root}/versions/{IDS[0]}/") for p in dataset.shard_paths("train"))
     assert all(p.startswith(f"{root}/versions/{IDS[1]}/") for p in shard_paths(root, load_manifest(root), "train"))
+    assert all(p.startswith(f"{root}/versions/{IDS[1]}/") for p in shard_paths(root, dataset.manifest, "train"))
     assert resolve_dataset_dir(str(built_version)) == str(built_version)  # a plain dataset dir is itself
 
 

@@ -1,4 +1,7 @@
-"""Human-readable summaries of a manifest (for ``inspect`` and the end of a build)."""
+"""A manifest described in text for people (``inspect``, the end of a build, the HTML report).
+
+Not to be confused with ``core/summary.py``: the hash-bucket histograms the planner merges.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ def _size(num_bytes: int) -> str:
     raise AssertionError("unreachable")
 
 
-def describe(manifest: Manifest, location: str, *, show_shards: bool = True) -> str:
+def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = True) -> str:
+    """Lines for people: counts, format, rejected and skipped inputs, splits and (optionally) shards."""
     lines = [
         f"dataset {manifest.dataset_name!r} at {location}",
         f"  {manifest.num_written} records written, {manifest.num_rejected} rejected, of {manifest.num_inputs} "

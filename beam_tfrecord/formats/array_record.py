@@ -1,0 +1,184 @@
+"""ArrayRecord shards: written and read with the ``array-record`` package, with random access by index.
+
+ArrayRecord (Riegeli chunks plus an index) gives random access by record index, which is what
+a true global shuffle needs and why TFDS and Grain moved to it. Shards are written with
+``group_size:1`` (one record per chunk: reading record *i* decodes only that record), the
+package's own default and the layout its authors recommend for random access.
+
+The package's reader and writer take local paths only. A ``gs://`` shard is written to a local
+temporary file and uploaded when closed; read, it is first copied to a local cache directory
+(once per process and shard, checked against the manifest's CRC32C). The package is an optional
+extra: ``pip install "beam-tfrecord[array_record]"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from beam_tfrecord import storage
+from beam_tfrecord.core.framing import FRAMING_BYTES
+from beam_tfrecord.core.manifest import ShardInfo
+from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.errors import (
+    BeamTFRecordError,
+    CorruptShardError,
+    MissingShardError,
+    ReaderError,
+    WriterOptionError,
+)
+from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter
+
+WRITER_OPTIONS = "group_size:1"
+READ_BLOCK_RECORDS = 256  # records per read call of a range
+COUNT_BLOCK_RECORDS = 1024  # records per read call when counting a whole shard
+_COPY_CHUNK_BYTES = 8 << 20
+
+
+def _module(error: type[BeamTFRecordError]) -> Any:
+    """The package's module; ``error`` (a reader's or a writer's) when it is not installed."""
+    try:
+        from array_record.python import array_record_module
+    except ImportError as err:
+        raise error("array_record shards need the array-record package: "
+                    "pip install 'beam-tfrecord[array_record]'") from err
+    return array_record_module
+
+
+class ArrayRecordShardWriter(ShardWriter):
+    """Writes one ArrayRecord shard to ``path`` (local or remote), replacing any earlier attempt.
+
+    Raises:
+        WriterOptionError: the array-record package is not installed.
+    """
+
+    def __init__(self, path: str) -> None:
+        module = _module(WriterOptionError)
+        self._path = path
+        self._remote = storage.is_remote(path)
+        if self._remote:
+            handle, self._local = tempfile.mkstemp(suffix=".array_record")
+            os.close(handle)
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._local = path
+        self._writer = module.ArrayRecordWriter(self._local, WRITER_OPTIONS)
+
+    def append(self, record: bytes) -> None:
+        self._writer.write(record)
+
+    def write(self, record: bytes | memoryview) -> None:
+        """Appends one record (the name the writer had before the formats package)."""
+        self._writer.write(bytes(record))
+
+    def close(self) -> tuple[str, int]:
+        """Finishes the file (uploading it when remote); returns its CRC32C (8 hex digits) and size."""
+        self._writer.close()
+        checksum = storage.crc32c_and_size(self._local)
+        if self._remote:
+            try:
+                with open(self._local, "rb") as source, storage.open_write(self._path) as target:
+                    shutil.copyfileobj(source, target, _COPY_CHUNK_BYTES)
+            finally:
+                os.remove(self._local)
+        return checksum
+
+
+@functools.lru_cache(maxsize=1)
+def _cache_dir() -> str:
+    return tempfile.mkdtemp(prefix="beam-tfrecord-array-record-")
+
+
+def local_copy(path: str, crc32c: str) -> str:
+    """A local path holding the shard at ``path``: the path itself, or a checked copy of a remote one."""
+    if not storage.is_remote(path):
+        return path
+    local = os.path.join(_cache_dir(), f"{crc32c}-{os.path.basename(path)}")
+    if not os.path.exists(local):
+        partial = f"{local}.partial-{os.getpid()}"
+        with storage.open_read(path) as source, open(partial, "wb") as target:
+            shutil.copyfileobj(source, target, _COPY_CHUNK_BYTES)
+        found, _ = storage.crc32c_and_size(partial)
+        if found != crc32c:
+            os.remove(partial)
+            raise CorruptShardError(path, f"file CRC32C {found} differs from the manifest's {crc32c}")
+        os.replace(partial, local)
+    return local
+
+
+class ArrayRecordShardReader(ShardReader):
+    """Random access to the records of one ArrayRecord shard; offsets are record indices.
+
+    The format checks its chunk hashes on every read, so there is no ``verify`` to turn off.
+
+    Args:
+        path: the shard, local or remote.
+        crc32c: its CRC32C from the manifest (checks a remote copy).
+        num_records: its record count from the manifest; a different count is a CorruptShardError.
+    """
+
+    def __init__(self, path: str, *, crc32c: str, num_records: int) -> None:
+        self.path = path
+        if not storage.exists(path):
+            raise MissingShardError(path)
+        module = _module(ReaderError)
+        try:
+            self._reader = module.ArrayRecordReader(local_copy(path, crc32c))
+            found = self._reader.num_records()
+        except (RuntimeError, ValueError, OSError) as err:
+            raise CorruptShardError(path, f"not a readable ArrayRecord file: {err}") from err
+        if found != num_records:
+            raise CorruptShardError(path, f"{found} records, manifest says {num_records}")
+        self.num_records = num_records
+
+    def read(self, indices: Sequence[int]) -> list[bytes]:
+        """The records at ``indices`` (in that order)."""
+        try:
+            return self._reader.read(list(indices))
+        except (RuntimeError, ValueError) as err:
+            raise CorruptShardError(self.path, f"reading records {list(indices)[:5]}...: {err}") from err
+
+    def read_range(self, start: int, stop: int) -> list[bytes]:
+        """Records ``[start, stop)``, read sequentially."""
+        if start >= stop:
+            return []
+        try:
+            return self._reader.read(start, stop)
+        except (RuntimeError, ValueError) as err:
+            raise CorruptShardError(self.path, f"reading records {start}..{stop}: {err}") from err
+
+    def iter_records(self, start: int, stop: int) -> Iterator[tuple[bytes, int]]:
+        for begin in range(start, stop, READ_BLOCK_RECORDS):
+            end = min(begin + READ_BLOCK_RECORDS, stop)
+            yield from zip(self.read_range(begin, end), range(begin, end))
+
+    def count(self) -> ShardCount:
+        """The count was checked when opened; reading every record checks its chunk hashes."""
+        record_bytes = 0
+        for begin in range(0, self.num_records, COUNT_BLOCK_RECORDS):
+            records = self.read_range(begin, min(begin + COUNT_BLOCK_RECORDS, self.num_records))
+            record_bytes += sum(len(r) + FRAMING_BYTES for r in records)
+        return ShardCount(self.num_records, record_bytes)
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+class ArrayRecordFormat(ShardFormat):
+    """Random-access shards, for the NumPy and PyTorch readers' true global shuffle (not tf.data)."""
+
+    file_format = FileFormat.ARRAY_RECORD
+    random_access = True
+    readers = ("read_numpy", "TFRecordIterableDataset")
+
+    def open_writer(self, path: str, *, compression: Compression, direct_io: bool) -> ShardWriter:
+        """Compression is inside the format (the manifest checks it is NONE); ``direct_io`` does not apply."""
+        return ArrayRecordShardWriter(path)
+
+    def open_reader(self, path: str, shard: ShardInfo, *, compression: Compression,
+                    verify: bool = True) -> ShardReader:
+        return ArrayRecordShardReader(path, crc32c=shard.crc32c, num_records=shard.num_records)

@@ -1,0 +1,133 @@
+"""What every shard format provides: a writer, a reader, and the facts the readers ask about it.
+
+A format is one module in this package with a ``ShardFormat`` subclass, registered in
+``formats/__init__.py`` under its ``FileFormat`` (the manifest's ``file_format``). The writer, the
+verifier and every reader open shards through it and never branch on the format themselves.
+
+Records are counted and sized in TFRecord framing whatever the format (``num_record_bytes`` in
+the manifest, the plan's shard sizes), so both formats hold the same records in the same shards.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+from typing import ClassVar
+
+from beam_tfrecord.core.framing import unframed
+from beam_tfrecord.core.manifest import ShardInfo
+from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.errors import ReaderError
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardCount:
+    """What a full read of a shard found.
+
+    Attributes:
+        num_records: records in the file.
+        num_record_bytes: their size in TFRecord framing (data + 16 bytes each).
+    """
+
+    num_records: int
+    num_record_bytes: int
+
+
+class ShardWriter(abc.ABC):
+    """Appends records to one new shard file, replacing any earlier attempt at the same path."""
+
+    @abc.abstractmethod
+    def append(self, record: bytes) -> None:
+        """Appends one record's data."""
+
+    def append_framed(self, framed: bytes | memoryview) -> None:
+        """Appends one record given in TFRecord framing (as the encoded entries hold it)."""
+        self.append(bytes(unframed(framed)))
+
+    @abc.abstractmethod
+    def close(self) -> tuple[str, int]:
+        """Finishes the file; returns the CRC32C (8 hex digits) and size of the bytes stored."""
+
+
+class ShardReader(abc.ABC):
+    """Reads one shard the manifest lists, checked against its ``ShardInfo``.
+
+    Attributes:
+        path: the shard's path (named in every error).
+    """
+
+    path: str
+
+    @abc.abstractmethod
+    def iter_records(self, start: int, stop: int) -> Iterator[tuple[bytes, int]]:
+        """Yields (record, offset) for records ``[start, stop)``.
+
+        The offset says where the record is, for errors and decoders: a byte offset in the
+        record stream for a sequential format, the record's index for a random-access one.
+
+        Raises:
+            CorruptShardError: on damaged records, or when a read that reaches the shard's end
+                finds more or fewer records than the manifest lists.
+        """
+
+    @abc.abstractmethod
+    def count(self) -> ShardCount:
+        """Reads the whole shard, checking what the format can check, and counts it."""
+
+    def read(self, indices: Sequence[int]) -> list[bytes]:
+        """The records at ``indices``, in that order (formats with ``random_access`` only)."""
+        raise ReaderError(f"{self.path!r}: its format has no random access by record index")
+
+    def close(self) -> None:  # noqa: B027  (a reader that opens files per read holds nothing)
+        """Releases what the reader holds open."""
+
+    def __enter__(self) -> "ShardReader":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+
+class ShardFormat(abc.ABC):
+    """One shard format: how its files are written and read.
+
+    Attributes:
+        file_format: the manifest's name for it (the registry's key).
+        random_access: readers can read a record by index (what a true global shuffle needs).
+        readers: this package's readers that read it, named as a user calls them.
+    """
+
+    file_format: ClassVar[FileFormat]
+    random_access: ClassVar[bool]
+    readers: ClassVar[tuple[str, ...]]
+
+    @abc.abstractmethod
+    def open_writer(self, path: str, *, compression: Compression, direct_io: bool) -> ShardWriter:
+        """A writer of a new shard at ``path`` (local or remote).
+
+        Args:
+            path: where to write (a temporary name; publication renames it).
+            compression: stream compression (only ``Compression.NONE`` unless the format has
+                ``stream_compression``).
+            direct_io: bypass the page cache for local files where the format's writer can.
+        """
+
+    @abc.abstractmethod
+    def open_reader(self, path: str, shard: ShardInfo, *, compression: Compression,
+                    verify: bool = True) -> ShardReader:
+        """A reader of the shard ``shard`` at ``path``.
+
+        Args:
+            path: the shard's full path.
+            shard: its manifest entry (record count and CRC32C to check against).
+            compression: the manifest's compression.
+            verify: check every record's checksums where that costs extra (a format that always
+                checks them ignores it).
+
+        Raises:
+            MissingShardError: the shard is not on storage.
+            CorruptShardError: the file is not a readable shard of this format.
+        """

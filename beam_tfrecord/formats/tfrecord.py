@@ -1,0 +1,110 @@
+"""TFRecord shards: the records one after the other, each framed (length, CRCs), read front to back.
+
+Writing joins many small framed records into one big write (fewer calls, ~4 MB each); a large
+record is written as header, data, footer, without a copy. The spill entries already hold
+framed records, which are appended as they are. Reading goes through ``storage`` (local or
+``gs://``, no Beam) and ``core/framing``; a read that reaches the shard's end checks its record
+count against the manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from beam_tfrecord import direct_io, storage
+from beam_tfrecord.core.framing import FRAMING_BYTES, frame_parts, iter_records
+from beam_tfrecord.core.manifest import ShardInfo
+from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.errors import CorruptShardError, MissingShardError
+from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter
+
+WRITE_CHUNK_BYTES = 4 << 20  # framed records joined into one write
+JOIN_MAX_RECORD_BYTES = 64 << 10  # larger records are written without a copy
+
+
+class TFRecordShardWriter(ShardWriter):
+    """Writes a TFRecord shard, (optionally) compressing it and hashing the stored bytes."""
+
+    def __init__(self, path: str, *, compression: Compression, direct: bool) -> None:
+        self._writer = storage.HashingWriter(direct_io.open_write(path, direct=direct), compression)
+        self._pending: list[bytes | memoryview] = []
+        self._pending_bytes = 0
+
+    def append_framed(self, framed: bytes | memoryview) -> None:
+        self._pending.append(framed)
+        self._pending_bytes += len(framed)
+        if self._pending_bytes >= WRITE_CHUNK_BYTES:
+            self._flush()
+
+    def append(self, record: bytes) -> None:
+        header, footer = frame_parts(record)
+        if len(record) < JOIN_MAX_RECORD_BYTES:
+            self._pending += (header, record, footer)
+            self._pending_bytes += len(record) + FRAMING_BYTES
+        else:  # large: written as it is, without a copy
+            self._writer.write(b"".join((*self._pending, header)))
+            self._writer.write(record)
+            self._pending, self._pending_bytes = [footer], len(footer)
+        if self._pending_bytes >= WRITE_CHUNK_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._writer.write(b"".join(self._pending))
+        self._pending, self._pending_bytes = [], 0
+
+    def close(self) -> tuple[str, int]:
+        self._flush()
+        return self._writer.close(), self._writer.num_bytes
+
+
+class TFRecordShardReader(ShardReader):
+    """Reads a TFRecord shard front to back; offsets are byte offsets in the (uncompressed) record stream."""
+
+    def __init__(self, path: str, shard: ShardInfo, *, compression: Compression, verify: bool) -> None:
+        if not storage.exists(path):
+            raise MissingShardError(path)
+        self.path = path
+        self._shard = shard
+        self._compression = compression
+        self._verify = verify
+
+    def iter_records(self, start: int, stop: int) -> Iterator[tuple[bytes, int]]:
+        listed = self._shard.num_records
+        reaches_end = stop == listed  # then the count is checked: reading goes on to the end
+        offset = 0
+        index = 0
+        with storage.open_read(self.path, self._compression) as handle:
+            for record in iter_records(handle, name=self.path, verify=self._verify):
+                if index == stop:
+                    raise CorruptShardError(self.path, f"more records than the {listed} the manifest lists", offset)
+                if index >= start:
+                    yield record, offset
+                offset += len(record) + FRAMING_BYTES
+                index += 1
+                if index == stop and not reaches_end:
+                    return
+        if index < stop:
+            raise CorruptShardError(self.path, f"ended after {index} records; the manifest lists {listed}", offset)
+
+    def count(self) -> ShardCount:
+        records = record_bytes = 0
+        with storage.open_read(self.path, self._compression) as stream:
+            for data in iter_records(stream, name=self.path, verify=self._verify):
+                records += 1
+                record_bytes += len(data) + FRAMING_BYTES
+        return ShardCount(records, record_bytes)
+
+
+class TFRecordFormat(ShardFormat):
+    """Sequential shards, read by every reader (tf.data reads them natively)."""
+
+    file_format = FileFormat.TFRECORD
+    random_access = False
+    readers = ("read_dataset", "read_numpy", "TFRecordIterableDataset")
+
+    def open_writer(self, path: str, *, compression: Compression, direct_io: bool) -> ShardWriter:
+        return TFRecordShardWriter(path, compression=compression, direct=direct_io)
+
+    def open_reader(self, path: str, shard: ShardInfo, *, compression: Compression,
+                    verify: bool = True) -> ShardReader:
+        return TFRecordShardReader(path, shard, compression=compression, verify=verify)
