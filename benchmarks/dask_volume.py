@@ -11,7 +11,9 @@ the DirectRunner's worker processes), sampled every 100 ms.
   uint8 Tensor and a ClassLabel (3.1 KB records), splits train=0.9,test=0.1, 64 MiB shards, at
   ``--small_gib`` (default 4 GiB: twice the cluster's 2 x 1 GiB of worker memory); on the
   DirectRunner (the reference bytes) and on a LocalCluster of 2 worker processes x 1 thread, each
-  capped at ``--memory_limit`` (1 GiB), ``--dask_partition_size`` elements per partition.
+  capped at ``--memory_limit`` (1 GiB), ``--dask_partition_size`` elements per partition, with
+  ``beam_tfrecord.beam.dask_runner.DaskRunner`` (what the jobs run; ``--beam_runner_too`` adds
+  Beam's own DaskRunner, whose ParDo outputs outlive their partition).
 - volume, blobs: file-backed records of ~200 KB (``--blob_gib``, default 5 GiB of files), same runners.
 - throughput: ``--throughput_records`` (600k) small records on the DirectRunner with
   ``--direct_running_mode=multi_processing --direct_num_workers=2`` and on Dask, interleaved
@@ -99,13 +101,15 @@ def _child(args: argparse.Namespace) -> None:
     import beam_tfrecord.beam.write  # noqa: F401
 
     report = {"restarts": 0, "stalled_seconds": 0.0}
-    if args.runner == "dask":
+    if args.runner in ("dask", "beam-dask"):
         from distributed import LocalCluster
 
         start = time.perf_counter()
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=args.memory_limit,
                           dashboard_address=None) as cluster:
-            pipeline = beam.Pipeline(argv=["--runner=apache_beam.runners.dask.dask_runner.DaskRunner",
+            runner = ("apache_beam.runners.dask.dask_runner.DaskRunner" if args.runner == "beam-dask"
+                      else "beam_tfrecord.beam.dask_runner.DaskRunner")
+            pipeline = beam.Pipeline(argv=[f"--runner={runner}",
                                            f"--dask_client_address={cluster.scheduler_address}",
                                            f"--dask_partition_size={args.dask_partition_size}"])
             build(pipeline)
@@ -137,9 +141,9 @@ def _measure(args: argparse.Namespace, *, workload: str, records: int, runner: s
                "--runner", runner, "--out", out, "--blob_dir", args.blob_dir, "--memory_limit", args.memory_limit,
                "--dask_partition_size", str(args.dask_partition_size), "--direct_options", direct_options,
                "--fan_in", fan_in, "--stall_timeout_seconds", str(args.stall_timeout_seconds)]
-    row = {"workload": workload, "records": records, "runner": runner if runner == "dask" else
-           f"direct {direct_options or 'default'}", "memory_limit": args.memory_limit if runner == "dask" else "-",
-           "fan_in": fan_in}
+    names = {"dask": "dask (beam_tfrecord's DaskRunner)", "beam-dask": "dask (Beam's DaskRunner)"}
+    row = {"workload": workload, "records": records, "runner": names.get(runner, f"direct {direct_options or 'default'}"),
+           "memory_limit": args.memory_limit if runner in names else "-", "fan_in": fan_in}
     try:
         measured = run_measured(command, env=child_env(HERE), interval_s=0.1)
     except RuntimeError as err:
@@ -184,14 +188,16 @@ def main() -> None:
                         help="elements per Dask partition (an element is a chunk of 1,000 records or 100 files; "
                              "the DaskRunner holds a partition's outputs together)")
     parser.add_argument("--shuffle_too", action="store_true",
-                        help="also run the volume rows with fan_in=shuffle on Dask (for comparison)")
+                        help="also run the small-records volume row with fan_in=shuffle on Dask (for comparison)")
+    parser.add_argument("--beam_runner_too", action="store_true",
+                        help="also run the small-records volume row on Beam's own DaskRunner (for comparison)")
     parser.add_argument("--stall_timeout_seconds", type=float, default=120.0)
     parser.add_argument("--blob_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_dask_blobs"))
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_dask_volume"))
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--workload", choices=["small", "blobs"])
     parser.add_argument("--records", type=int)
-    parser.add_argument("--runner", choices=["direct", "dask"])
+    parser.add_argument("--runner", choices=["direct", "dask", "beam-dask"])
     parser.add_argument("--out")
     parser.add_argument("--direct_options", default="")
     parser.add_argument("--fan_in", default="auto")
@@ -208,6 +214,8 @@ def main() -> None:
         rows.append(_measure(args, workload="small", records=records, runner="dask"))
         if args.shuffle_too:
             rows.append(_measure(args, workload="small", records=records, runner="dask", fan_in="shuffle"))
+        if args.beam_runner_too:
+            rows.append(_measure(args, workload="small", records=records, runner="beam-dask"))
     if args.blob_gib:
         count = int(args.blob_gib * 2**30 / (200 * 1024))
         workloads.make_blob_files(args.blob_dir, count, 200 * 1024)

@@ -155,8 +155,10 @@ def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
             yield pipeline
         end_if_dry_run(pipeline)
         return
+    from beam_tfrecord.beam.dask_runner import DaskRunner  # needs the [dask] extra
+
     with local_cluster_for(options):
-        pipeline = beam.Pipeline(options=options)
+        pipeline = beam.Pipeline(runner=DaskRunner(), options=options)  # Beam's, its memory defect fixed
         yield pipeline  # the job is built in the with-block; an error there runs nothing
         result = pipeline.run()
         try:

@@ -41,12 +41,14 @@ class RunnerTraits:
 _LOCAL = RunnerTraits(in_memory_shuffle=True, workers_on_this_machine=True)
 _DISTRIBUTED = RunnerTraits()
 _DASK = RunnerTraits(in_memory_shuffle=True, recomputes_side_inputs=True, drops_finish_bundle_output=True)
+FIXED_DASK_RUNNER = "beam_tfrecord.beam.dask_runner.DaskRunner"  # Beam's, two defects fixed (see that module)
 
-# Keyed by the runner's class name, and by the short names Beam accepts for --runner.
+# Keyed by the runner's dotted path (looked up first) or class name, and by Beam's short names.
 _TABLE: Mapping[str, RunnerTraits] = {
     **dict.fromkeys(("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner",
                      "PrismRunner", "InteractiveRunner", "TestDirectRunner", "direct", "prism"), _LOCAL),
     "DaskRunner": _DASK,
+    FIXED_DASK_RUNNER: dataclasses.replace(_DASK, drops_finish_bundle_output=False),
 }
 
 
@@ -59,7 +61,7 @@ def traits_of_name(runner: str, *, job_endpoint: str | None = None) -> RunnerTra
     name = runner.rsplit(".", 1)[-1]
     if name == "PortableRunner":
         return _LOCAL if job_endpoint in (None, "embed") else _DISTRIBUTED
-    return _TABLE.get(name, _DISTRIBUTED)
+    return _TABLE.get(runner, _TABLE.get(name, _DISTRIBUTED))
 
 
 def traits_of_options(options: PipelineOptions) -> RunnerTraits:
@@ -72,10 +74,12 @@ def traits_of_options(options: PipelineOptions) -> RunnerTraits:
 def traits_of(pipeline: beam.Pipeline) -> RunnerTraits:
     """The traits of the runner ``pipeline`` runs on."""
     endpoint = pipeline.options.get_all_options().get("job_endpoint")
-    return traits_of_name(type(pipeline.runner).__name__, job_endpoint=endpoint)
+    runner = type(pipeline.runner)
+    return traits_of_name(f"{runner.__module__}.{runner.__name__}", job_endpoint=endpoint)
 
 
 def uses_dask_runner(options: PipelineOptions) -> bool:
-    """Whether ``options`` choose Beam's DaskRunner (which the jobs give a local cluster when it names none)."""
+    """Whether ``options`` choose a DaskRunner, Beam's or ``FIXED_DASK_RUNNER`` (the jobs run the latter,
+    on a local cluster when the options name no scheduler)."""
     runner = options.view_as(StandardOptions).runner or ""
     return isinstance(runner, str) and runner.rsplit(".", 1)[-1] == "DaskRunner"
