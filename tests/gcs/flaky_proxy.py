@@ -35,6 +35,7 @@ import json
 import random
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ from contextlib import contextmanager
 FAULT_KINDS = ("503", "429", "drop_before", "drop_after")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
                "content-length"}
+Answer = tuple[int, str, list[tuple[str, str]], bytes]  # status, reason, headers, body
 _CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
 _ERRORS = {"503": (503, "Service Unavailable", "backendError"), "429": (429, "Too Many Requests", "rateLimitExceeded")}
 
@@ -57,8 +59,6 @@ def _pop_header(headers: dict[str, str], name: str) -> str | None:
 
 class _QuietServer(http.server.ThreadingHTTPServer):
     def handle_error(self, request: object, client_address: object) -> None:
-        import sys
-
         if not isinstance(sys.exc_info()[1], ConnectionError):  # a client closing its kept-alive connection
             super().handle_error(request, client_address)  # type: ignore[arg-type]
 
@@ -92,7 +92,7 @@ class FlakyProxy:
         self._scripted: list[tuple[str, str, str]] = []  # (kind, method, path part): faults asked for by a test
         self.resent_chunks = 0  # chunk PUTs trimmed or answered because the session had those bytes
         self._session_offset: dict[str, int] = {}  # resumable session path -> bytes it holds
-        self._session_done: dict[str, tuple[int, str, list[tuple[str, str]], bytes]] = {}
+        self._session_done: dict[str, Answer] = {}
         self._server = _QuietServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -100,6 +100,7 @@ class FlakyProxy:
                                         name="flaky-proxy", daemon=True)
         self._timer = threading.Timer(lifetime_seconds, self.stop)
         self._timer.daemon = True
+        self._started = False
         self._stopped = False
 
     @property
@@ -109,6 +110,7 @@ class FlakyProxy:
     def start(self) -> "FlakyProxy":
         self._thread.start()
         self._timer.start()
+        self._started = True
         return self
 
     def stop(self) -> None:
@@ -117,12 +119,24 @@ class FlakyProxy:
                 return
             self._stopped = True
         self._timer.cancel()
-        self._server.shutdown()
+        if self._started:
+            self._server.shutdown()
         self._server.server_close()
 
     def set_fault_fraction(self, fault_fraction: float) -> None:
         with self._lock:
             self.fault_fraction = fault_fraction
+
+    def reset(self, *, seed: int, fault_fraction: float) -> None:
+        """Starts a fresh decision sequence and fresh counters (one per test, so each reproduces alone)."""
+        with self._lock:
+            self._random = random.Random(seed)
+            self.fault_fraction = fault_fraction
+            self._in_a_row = 0
+            self.requests = 0
+            self.faults.clear()
+            self.faulted_methods.clear()
+            self.resent_chunks = 0
 
     def fail_next(self, kind: str, method: str, path_contains: str = "") -> None:
         """Gives the next ``method`` request whose path contains ``path_contains`` the fault ``kind``."""
@@ -152,8 +166,7 @@ class FlakyProxy:
             self.faulted_methods[method] += 1
             return kind
 
-    def _session_request(self, path: str, headers: dict[str, str], body: bytes
-                         ) -> tuple[tuple[int, str, list[tuple[str, str]], bytes] | None, bytes]:
+    def _session_request(self, path: str, headers: dict[str, str], body: bytes) -> tuple[Answer | None, bytes]:
         """For a PUT to a resumable session: (an answer to give without forwarding, or None; the body
         to forward, trimmed to the bytes the session lacks, ``headers`` fixed to match)."""
         match = _CONTENT_RANGE.fullmatch(_pop_header(headers, "Content-Range") or "")
@@ -176,8 +189,7 @@ class FlakyProxy:
         headers["Content-Range"] = f"bytes {held}-{end}/{total}"
         return None, body[held - start:]
 
-    def _session_answered(self, path: str, headers: dict[str, str], answer: tuple[int, str, list[tuple[str, str]], bytes]
-                          ) -> None:
+    def _session_answered(self, path: str, headers: dict[str, str], answer: Answer) -> None:
         status = answer[0]
         match = _CONTENT_RANGE.fullmatch(headers.get("Content-Range", ""))
         with self._lock:
@@ -193,7 +205,7 @@ class FlakyProxy:
             protocol_version = "HTTP/1.1"
             _upstream: http.client.HTTPConnection | None = None
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+            def log_message(self, format: str, *args: object) -> None:
                 pass  # quiet: the counters say what happened
 
             def _read_body(self) -> bytes:
@@ -214,7 +226,7 @@ class FlakyProxy:
                 except OSError:
                     pass
 
-            def _forward(self, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
+            def _forward(self, body: bytes) -> Answer:
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
                 session = self.command == "PUT" and "upload_id=" in self.path
                 if session:
@@ -277,7 +289,7 @@ class FlakyProxy:
                     self._upstream.close()
                 super().finish()
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle  # noqa: N815
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
         return Handler
 
