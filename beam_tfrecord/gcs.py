@@ -27,11 +27,13 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import logging
 from types import TracebackType
 from typing import Any
 
 import google_crc32c
 
+_LOG = logging.getLogger(__name__)
 OCTET_STREAM = "application/octet-stream"
 CHUNK_BYTES = 16 << 20  # resumable upload chunk and read buffer, as Beam's GCS client uses
 
@@ -84,14 +86,20 @@ def holds(path: str, crc32c: str, size: int) -> bool:
     return found is not None and found.crc32c == crc32c and int(found.size or 0) == size
 
 
-def _precondition_failed(err: BaseException) -> bool:
-    """A 412, as the JSON API calls raise it or as a resumable upload's requests do."""
-    from google.api_core.exceptions import PreconditionFailed
+def _status(err: BaseException) -> int | None:
+    """The HTTP status of a failed call, as the JSON API calls raise it or as a resumable upload's requests do."""
+    from google.api_core.exceptions import GoogleAPICallError
     from google.cloud.storage.exceptions import InvalidResponse
 
-    if isinstance(err, PreconditionFailed):
-        return True
-    return isinstance(err, InvalidResponse) and getattr(err.response, "status_code", None) == 412
+    if isinstance(err, GoogleAPICallError):
+        return int(err.code) if err.code is not None else None
+    if isinstance(err, InvalidResponse):
+        return getattr(err.response, "status_code", None)
+    return None
+
+
+def _precondition_failed(err: BaseException) -> bool:
+    return _status(err) == 412
 
 
 def exists(path: str) -> bool:
@@ -159,8 +167,10 @@ class GcsWriter(io.BufferedIOBase):
         try:
             self._writer.close()
         except Exception as err:
+            # 412: the object changed since opened, maybe by our own first try; 404: a session that
+            # finished and is gone (emulators answer so a re-sent last chunk, Cloud Storage with the object).
             crc32c = base64.b64encode(self._digest.digest()).decode("ascii")
-            if not (_precondition_failed(err) and holds(self._path, crc32c, self._size)):
+            if not (_status(err) in (404, 412) and holds(self._path, crc32c, self._size)):
                 raise
         finally:
             super().close()
@@ -172,8 +182,8 @@ class GcsWriter(io.BufferedIOBase):
             return
         try:
             self._writer.terminate()  # cancel the session: the partial object is never committed
-        except Exception:  # noqa: BLE001 (best effort: the block's own error is the one to raise)
-            pass
+        except Exception as err:  # the block's own error is the one to raise; an open session expires by itself
+            _LOG.warning("could not cancel the upload session of %s: %s", self._path, err)
         super().close()
 
 
