@@ -10,6 +10,11 @@ ran on this host and its process no longer exists, or when it is older than ``st
 (default 24 hours: longer than any build should run). ``break_lock=True`` (``--break_lock``)
 takes it over regardless. Taking over replaces the lease only if it is still the one that was
 read (local: compared before the rename; gs://: ``ifGenerationMatch`` of the stale object).
+
+On gs:// every request is retried (``beam_tfrecord.gcs``). A create whose first try succeeded but
+whose answer was lost fails its retry with 412, against our own lease: a 412 is therefore followed
+by a read, and a lease holding exactly the bytes this job wrote (its run id, host, pid and start
+time) is this job's. A delete retried after its first try removed the lease finds nothing: done.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from beam_tfrecord import storage
+from beam_tfrecord import gcs, storage
 from beam_tfrecord.errors import OutputLockedError  # defined in errors; still importable from here
 
 LEASE_FILENAME = ".beam-tfrecord.lock"
@@ -82,9 +87,10 @@ def _create_exclusive(path: str, data: bytes) -> bool:
         from google.api_core.exceptions import PreconditionFailed
 
         try:
-            storage.gcs_blob(path).upload_from_string(data, if_generation_match=0)
+            storage.gcs_blob(path).upload_from_string(data, if_generation_match=0, retry=gcs.retry_policy())
         except PreconditionFailed:
-            return False
+            found = _read(path)  # a retry may have met our own first try's lease
+            return found is not None and found[0] == data
         return True
     storage.make_dirs(os.path.dirname(path))
     try:
@@ -103,7 +109,7 @@ def _read(path: str) -> tuple[bytes, int | None] | None:
 
         blob = storage.gcs_blob(path)
         try:
-            data = blob.download_as_bytes()
+            data = blob.download_as_bytes(retry=gcs.retry_policy())
         except NotFound:
             return None
         return data, blob.generation
@@ -120,7 +126,7 @@ def _delete_if_same(path: str, content: bytes, generation: int | None) -> None:
         from google.api_core.exceptions import NotFound, PreconditionFailed
 
         try:
-            storage.gcs_blob(path).delete(if_generation_match=generation)
+            storage.gcs_blob(path).delete(if_generation_match=generation, retry=gcs.retry_policy())
         except (NotFound, PreconditionFailed):
             pass  # someone else replaced or removed it: the next create decides
         return

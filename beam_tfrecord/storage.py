@@ -3,10 +3,10 @@
 Three backends, chosen by the path's scheme:
 
 - local paths: the ``os`` module;
-- ``gs://``: google-cloud-storage directly (one client per process; the ``STORAGE_EMULATOR_HOST``
-  variable points it at an emulator), so the readers work where Beam is not installed. Copies
-  and deletes are one request per object: local emulators (fake-gcs-server) answer JSON-API
-  batch requests with an empty body;
+- ``gs://``: google-cloud-storage directly (``beam_tfrecord.gcs``: one client per process, explicit
+  retries, preconditioned writes), so the readers work where Beam is not installed. Copies and
+  deletes are one request per object: local emulators (fake-gcs-server) answer JSON-API batch
+  requests with an empty body;
 - any other scheme (``s3://``, ``hdfs://``...): Beam's ``FileSystems``, imported on first use.
 
 Globs follow Beam's rules: ``*`` and ``?`` stay within a path segment, ``**`` crosses them.
@@ -14,7 +14,6 @@ Globs follow Beam's rules: ``*`` and ``?`` stay within a path segment, ``**`` cr
 
 from __future__ import annotations
 
-import functools
 import gzip
 import io
 import os
@@ -26,12 +25,12 @@ from typing import Any, BinaryIO, cast
 
 import google_crc32c
 
+from beam_tfrecord import gcs
 from beam_tfrecord.core.naming import Compression
 
 _ZLIB_WBITS = {Compression.GZIP: 31, Compression.ZLIB: 15}
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-_GCS_CHUNK_BYTES = 16 << 20  # resumable upload chunk and read buffer, as Beam's GCS client uses
 
 
 def scheme(path: str) -> str | None:
@@ -44,24 +43,9 @@ def is_remote(path: str) -> bool:
     return scheme(path) is not None
 
 
-def _split_gcs(path: str) -> tuple[str, str]:
-    bucket, _, name = path[len("gs://"):].partition("/")
-    if not bucket:
-        raise ValueError(f"{path!r} names no bucket; expected gs://BUCKET/OBJECT")
-    return bucket, name
-
-
-@functools.lru_cache(maxsize=1)
-def _gcs_client() -> Any:
-    from google.cloud.storage import Client  # imported on first gs:// use: a local reader never pays for it
-
-    return Client()
-
-
 def gcs_blob(path: str) -> Any:
     """The google-cloud-storage ``Blob`` of a ``gs://`` path (for preconditioned writes)."""
-    bucket, name = _split_gcs(path)
-    return _gcs_client().bucket(bucket).blob(name)
+    return gcs.blob(path)
 
 
 def _beam() -> Any:
@@ -83,7 +67,7 @@ def exists(path: str) -> bool:
     if not is_remote(path):
         return os.path.exists(path)
     if scheme(path) == "gs":
-        return bool(gcs_blob(path).exists())
+        return gcs.exists(path)
     return bool(_beam().exists(path))
 
 
@@ -91,10 +75,7 @@ def _open_raw_read(path: str) -> BinaryIO:
     if not is_remote(path):
         return open(path, "rb")
     if scheme(path) == "gs":
-        from google.cloud.storage.fileio import BlobReader
-
-        # raw_download: the stored bytes, never a transcoded (decompressed) copy.
-        return BlobReader(gcs_blob(path), chunk_size=_GCS_CHUNK_BYTES, raw_download=True)
+        return cast(BinaryIO, gcs.open_read(path))
     from apache_beam.io.filesystem import CompressionTypes
 
     return _beam().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
@@ -106,7 +87,7 @@ def read_bytes(path: str) -> bytes:
         with open(path, "rb", buffering=0) as handle:
             return handle.readall()
     if scheme(path) == "gs":
-        return bytes(gcs_blob(path).download_as_bytes(raw_download=True))
+        return gcs.read_bytes(path)
     with _open_raw_read(path) as handle:
         return handle.read()
 
@@ -151,15 +132,15 @@ def open_read(path: str, compression: Compression = Compression.NONE) -> BinaryI
 
 
 def open_write(path: str) -> BinaryIO:
-    """Opens a file for writing raw bytes (parent folders are created as needed)."""
+    """Opens a file for writing raw bytes (parent folders are created as needed).
+
+    On gs:// the upload replaces exactly the generation found when opened (see ``gcs.GcsWriter``).
+    """
     if not is_remote(path):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         return open(path, "wb")
     if scheme(path) == "gs":
-        from google.cloud.storage.fileio import BlobWriter
-
-        return BlobWriter(gcs_blob(path), chunk_size=_GCS_CHUNK_BYTES, ignore_flush=True,
-                          content_type="application/octet-stream")
+        return cast(BinaryIO, gcs.GcsWriter(path))
     from apache_beam.io.filesystem import CompressionTypes
 
     return _beam().create(path, compression_type=CompressionTypes.UNCOMPRESSED)
@@ -168,8 +149,11 @@ def open_write(path: str) -> BinaryIO:
 def write_bytes_atomic(path: str, data: bytes) -> None:
     """Writes ``data`` to a temporary name next to ``path``, then renames it into place."""
     temp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
-    with open_write(temp) as handle:
-        handle.write(data)
+    if scheme(path) == "gs":
+        gcs.upload_new(temp, data)  # a fresh name: one request, ifGenerationMatch=0
+    else:
+        with open_write(temp) as handle:
+            handle.write(data)
     rename([temp], [path])
 
 
@@ -183,17 +167,14 @@ def rename(sources: list[str], destinations: list[str]) -> None:
     """Renames files, replacing existing destinations (GCS: copy over, then delete the source).
 
     A GCS copy replaces its destination in one step, so a renamed-over pointer file (``LATEST``)
-    is never missing.
+    is never missing (``gcs.rename``: preconditioned, retried).
     """
     for source, destination in zip(sources, destinations, strict=True):
         if not is_remote(source):
             os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
             os.replace(source, destination)
         elif scheme(source) == "gs":
-            blob = gcs_blob(source)
-            target_bucket, target_name = _split_gcs(destination)
-            blob.bucket.copy_blob(blob, _gcs_client().bucket(target_bucket), target_name)
-            blob.delete()
+            gcs.rename(source, destination)
         else:
             _beam().rename([source], [destination])
 
@@ -204,12 +185,7 @@ def delete_if_exists(paths: list[str]) -> None:
             if os.path.lexists(path):
                 os.remove(path)
         elif scheme(path) == "gs":
-            from google.api_core.exceptions import NotFound
-
-            try:
-                gcs_blob(path).delete()
-            except NotFound:
-                pass  # already gone: the state asked for
+            gcs.delete(path)  # already gone is the state asked for
         elif _beam().exists(path):
             _beam().delete([path])
 
@@ -267,9 +243,8 @@ def list_files(pattern: str, *, include_broken: bool = False) -> list[tuple[str,
     if not is_remote(pattern):
         return _list_local(literal, regex, include_broken=include_broken)
     if scheme(pattern) == "gs":
-        bucket, prefix = _split_gcs(literal)
-        found = ((f"gs://{bucket}/{blob.name}", int(blob.size or 0))
-                 for blob in _gcs_client().list_blobs(bucket, prefix=prefix))
+        bucket, prefix = gcs.split(literal)
+        found = ((f"gs://{bucket}/{name}", size) for name, size in gcs.list_objects(bucket, prefix))
         return sorted((path, size) for path, size in found if regex.fullmatch(path))
     result = _beam().match([pattern])[0]
     return sorted((m.path, m.size_in_bytes) for m in result.metadata_list)

@@ -47,7 +47,7 @@ def fake_gcs_binary() -> Path:
     return found[0]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -114,20 +114,36 @@ class _Running:
 _running: _Running | None = None
 
 
-def _start(work: Path) -> _Running:
-    port = _free_port()
+def launch_fake_gcs(work: Path, *, port: int, external_url: str | None = None) -> subprocess.Popen:
+    """Starts fake-gcs-server on 127.0.0.1:``port`` and waits until it answers.
+
+    ``external_url`` is the address it writes into the URLs it hands out (resumable upload
+    sessions): a proxy in front of it passes its own, so that every request goes through it.
+    """
     url = f"http://127.0.0.1:{port}"
-    log_path = work / "fake-gcs-server.log"
-    adc_path = work / "placeholder-adc.json"
-    adc_path.write_text(json.dumps(_PLACEHOLDER_ADC))
+    log_path = work / f"fake-gcs-server-{port}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [str(fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-             "-backend", "memory", "-external-url", url, "-log-level", "warn"],
+             "-backend", "memory", "-external-url", external_url or url, "-log-level", "warn"],
             stdout=log, stderr=subprocess.STDOUT)
     _wait_ready(process, url, log_path)
-    env = {"STORAGE_EMULATOR_HOST": url, "GOOGLE_APPLICATION_CREDENTIALS": str(adc_path), "NO_GCE_CHECK": "true",
-           "GOOGLE_CLOUD_PROJECT": "beam-tfrecord-test"}
+    return process
+
+
+def emulator_env(work: Path, url: str) -> dict[str, str]:
+    """The environment variables that point Google Cloud clients at the emulator (or proxy) at ``url``."""
+    adc_path = work / "placeholder-adc.json"
+    adc_path.write_text(json.dumps(_PLACEHOLDER_ADC))
+    return {"STORAGE_EMULATOR_HOST": url, "GOOGLE_APPLICATION_CREDENTIALS": str(adc_path), "NO_GCE_CHECK": "true",
+            "GOOGLE_CLOUD_PROJECT": "beam-tfrecord-test"}
+
+
+def _start(work: Path) -> _Running:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = launch_fake_gcs(work, port=port)
+    env = emulator_env(work, url)
     saved = {key: os.environ.get(key) for key in EMULATOR_ENV_KEYS}
     os.environ.update(env)
     return _Running(FakeGcs(url=url, env=env), process, saved)

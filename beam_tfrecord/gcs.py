@@ -1,0 +1,228 @@
+"""``gs://`` through google-cloud-storage: every call with an explicit retry policy and, for writes,
+a precondition that makes the retry safe.
+
+An object store fails now and then: 429 and 503 answers, dropped connections. Every request here
+is retried by ``google.cloud.storage.retry.DEFAULT_RETRY`` (429, 408, 5xx and connection errors;
+exponential back-off from 1 s, at most 120 s per call), passed explicitly because the library's
+defaults differ between versions and by call: before 3.0 an upload without a precondition was not
+retried at all, and a copy without one still is not. Retrying a write is safe only when doing it
+twice cannot differ from doing it once, so writes carry a precondition:
+
+- an upload (single request or resumable, every chunk) says which generation it replaces:
+  ``ifGenerationMatch=0`` ("must not exist") for a fresh temporary name, else the generation read
+  just before (``open_write``);
+- a copy (a rename's first half) is pinned to the source generation read before it and to the
+  destination generation it replaces; the delete of the source to that same source generation.
+
+The catch: a write can succeed on the server while its answer is lost; the retry then fails its
+precondition (412), because of our own first try. So a failed precondition is checked: when the
+object now holds exactly the bytes this call wrote (same CRC32C and size), the write is done;
+otherwise the 412 is raised. A delete that finds nothing (404) is done too. Reads need no
+precondition: ``download_as_bytes`` and ``BlobReader`` retry each range, resuming a cut download
+where it stopped.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import io
+import logging
+from types import TracebackType
+from typing import Any
+
+import google_crc32c
+
+_LOG = logging.getLogger(__name__)
+OCTET_STREAM = "application/octet-stream"
+CHUNK_BYTES = 16 << 20  # resumable upload chunk and read buffer, as Beam's GCS client uses
+
+
+def retry_policy() -> Any:
+    """The retry of every call (google-cloud-storage's own default, given explicitly)."""
+    from google.cloud.storage.retry import DEFAULT_RETRY  # imported on first gs:// use
+
+    return DEFAULT_RETRY
+
+
+def split(path: str) -> tuple[str, str]:
+    """(bucket, object name) of ``gs://bucket/name``."""
+    bucket, _, name = path[len("gs://"):].partition("/")
+    if not bucket:
+        raise ValueError(f"{path!r} names no bucket; expected gs://BUCKET/OBJECT")
+    return bucket, name
+
+
+@functools.lru_cache(maxsize=1)
+def client() -> Any:
+    """One client per process; ``STORAGE_EMULATOR_HOST`` (read when it is made) points it at an emulator."""
+    from google.cloud.storage import Client
+
+    return Client()
+
+
+def blob(path: str) -> Any:
+    """The ``Blob`` of a ``gs://`` path (no request made)."""
+    bucket, name = split(path)
+    return client().bucket(bucket).blob(name)
+
+
+def generation_of(path: str) -> int:
+    """The generation of the object at ``path``; 0 if there is none (``ifGenerationMatch=0`` means "absent")."""
+    bucket, name = split(path)
+    found = client().bucket(bucket).get_blob(name, retry=retry_policy())
+    return int(found.generation) if found is not None else 0
+
+
+def crc32c_base64(data: bytes) -> str:
+    """CRC32C as GCS reports it: base64 of the big-endian 4 bytes."""
+    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode("ascii")
+
+
+def holds(path: str, crc32c: str, size: int) -> bool:
+    """Whether the object at ``path`` holds exactly these bytes (base64 CRC32C, size)."""
+    bucket, name = split(path)
+    found = client().bucket(bucket).get_blob(name, retry=retry_policy())
+    return found is not None and found.crc32c == crc32c and int(found.size or 0) == size
+
+
+def _status(err: BaseException) -> int | None:
+    """The HTTP status of a failed call, as the JSON API calls raise it or as a resumable upload's requests do."""
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.cloud.storage.exceptions import InvalidResponse
+
+    if isinstance(err, GoogleAPICallError):
+        return int(err.code) if err.code is not None else None
+    if isinstance(err, InvalidResponse):
+        return getattr(err.response, "status_code", None)
+    return None
+
+
+def _precondition_failed(err: BaseException) -> bool:
+    return _status(err) == 412
+
+
+def exists(path: str) -> bool:
+    return bool(blob(path).exists(retry=retry_policy()))
+
+
+def read_bytes(path: str) -> bytes:
+    # raw_download: the stored bytes, never a transcoded (decompressed) copy.
+    return bytes(blob(path).download_as_bytes(raw_download=True, retry=retry_policy()))
+
+
+def open_read(path: str) -> Any:
+    """A seekable reader; each range read (``CHUNK_BYTES``) is retried on its own."""
+    from google.cloud.storage.fileio import BlobReader
+
+    return BlobReader(blob(path), chunk_size=CHUNK_BYTES, retry=retry_policy(), raw_download=True)
+
+
+def upload_new(path: str, data: bytes) -> None:
+    """Creates ``path`` holding ``data`` in one request; it must not exist (``ifGenerationMatch=0``)."""
+    try:
+        blob(path).upload_from_string(data, content_type=OCTET_STREAM, if_generation_match=0,
+                                      retry=retry_policy())
+    except Exception as err:
+        if not (_precondition_failed(err) and holds(path, crc32c_base64(data), len(data))):
+            raise  # someone else's object, not our own first try
+
+
+class GcsWriter(io.BufferedIOBase):
+    """A resumable upload that replaces exactly the generation found when it was opened.
+
+    Every request of the upload (the session's start, each chunk, the last chunk that commits
+    the object) is retried; a retried last chunk that finds the object already committed by its
+    first try is recognised by the CRC32C and size of the bytes written. Leaving a ``with`` block
+    by an exception cancels the upload: nothing is committed.
+    """
+
+    def __init__(self, path: str, *, chunk_bytes: int = CHUNK_BYTES, generation: int | None = None) -> None:
+        from google.cloud.storage.fileio import BlobWriter
+
+        super().__init__()
+        self._path = path
+        self._generation = generation_of(path) if generation is None else generation
+        self._writer = BlobWriter(blob(path), chunk_size=chunk_bytes, ignore_flush=True, content_type=OCTET_STREAM,
+                                  retry=retry_policy(), if_generation_match=self._generation)
+        self._digest = google_crc32c.Checksum()
+        self._size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:  # bytes-like
+        chunk = data if isinstance(data, bytes) else bytes(data)  # the CRC32C extension takes read-only buffers
+        self._digest.update(chunk)
+        self._size += len(chunk)
+        self._writer.write(chunk)
+        return len(chunk)
+
+    def flush(self) -> None:
+        pass  # only close() commits an object
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._writer.close()
+        except Exception as err:
+            # 412: the object changed since opened, maybe by our own first try; 404: a session that
+            # finished and is gone (emulators answer so a re-sent last chunk, Cloud Storage with the object).
+            crc32c = base64.b64encode(self._digest.digest()).decode("ascii")
+            if not (_status(err) in (404, 412) and holds(self._path, crc32c, self._size)):
+                raise
+        finally:
+            super().close()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self._writer.terminate()  # cancel the session: the partial object is never committed
+        except Exception as err:  # the block's own error is the one to raise; an open session expires by itself
+            _LOG.warning("could not cancel the upload session of %s: %s", self._path, err)
+        super().close()
+
+
+def rename(source: str, destination: str) -> None:
+    """Copies ``source`` over ``destination`` (one atomic replacement), then deletes ``source``.
+
+    The copy is pinned to the source generation read first and to the destination generation it
+    replaces (0: none); a retried copy that finds the destination already holding the source's
+    bytes (our first try) is done. The delete is pinned to the source generation; a 404 is done.
+    """
+    from google.api_core.exceptions import NotFound
+
+    source_blob = blob(source)
+    source_blob.reload(retry=retry_policy())  # generation, CRC32C, size; NotFound if missing
+    target_bucket, target_name = split(destination)
+    try:
+        source_blob.bucket.copy_blob(source_blob, client().bucket(target_bucket), target_name,
+                                     source_generation=source_blob.generation,
+                                     if_generation_match=generation_of(destination), retry=retry_policy())
+    except Exception as err:
+        if not (_precondition_failed(err) and holds(destination, source_blob.crc32c, int(source_blob.size))):
+            raise
+    try:
+        source_blob.delete(if_generation_match=source_blob.generation, retry=retry_policy())
+    except NotFound:
+        pass  # a retried delete whose first try removed it
+
+
+def delete(path: str) -> None:
+    """Deletes ``path``; a missing object (never there, or removed by a retried call's first try) is fine."""
+    from google.api_core.exceptions import NotFound
+
+    try:
+        blob(path).delete(retry=retry_policy())
+    except NotFound:
+        pass
+
+
+def list_objects(bucket: str, prefix: str) -> list[tuple[str, int]]:
+    """(name, size) of every object under ``prefix``; each page request is retried."""
+    return [(found.name, int(found.size or 0))
+            for found in client().list_blobs(bucket, prefix=prefix, retry=retry_policy())]
