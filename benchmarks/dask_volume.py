@@ -142,7 +142,8 @@ def _measure(args: argparse.Namespace, *, workload: str, records: int, runner: s
                "--dask_partition_size", str(args.dask_partition_size), "--direct_options", direct_options,
                "--fan_in", fan_in, "--stall_timeout_seconds", str(args.stall_timeout_seconds)]
     names = {"dask": "dask (beam_tfrecord's DaskRunner)", "beam-dask": "dask (Beam's DaskRunner)"}
-    row = {"workload": workload, "records": records, "runner": names.get(runner, f"direct {direct_options or 'default'}"),
+    row = {"workload": workload, "records": records,
+           "runner": names.get(runner, f"direct {direct_options or 'default'}"),
            "memory_limit": args.memory_limit if runner in names else "-", "fan_in": fan_in}
     try:
         measured = run_measured(command, env=child_env(HERE), interval_s=0.1)
@@ -161,18 +162,18 @@ def _measure(args: argparse.Namespace, *, workload: str, records: int, runner: s
 
 
 def _table(rows: list[dict]) -> None:
-    print(f"\n{'workload':<8} {'records':>9} {'data GiB':>8} {'runner':<34} {'fan_in':<7} {'mem limit':>9} "
+    print(f"\n{'workload':<8} {'records':>9} {'data GiB':>8} {'runner':<36} {'fan_in':<7} {'mem limit':>9} "
           f"{'seconds':>8} {'peak GiB':>8} {'restarts':>8} {'stall s':>7}  identical")
     reference: dict[tuple[str, int], list] = {}
     for row in rows:
         if row["failed"]:
-            print(f"{row['workload']:<8} {row['records']:>9} {'':>8} {row['runner']:<34} {row['fan_in']:<7} "
+            print(f"{row['workload']:<8} {row['records']:>9} {'':>8} {row['runner']:<36} {row['fan_in']:<7} "
                   f"{row['memory_limit']:>9}   FAILED")
             continue
         key = (row["workload"], row["records"])
         reference.setdefault(key, row["shards"])
         identical = "yes" if row["shards"] == reference[key] else "NO"
-        print(f"{row['workload']:<8} {row['records']:>9} {row['data_gib']:8.2f} {row['runner']:<34} "
+        print(f"{row['workload']:<8} {row['records']:>9} {row['data_gib']:8.2f} {row['runner']:<36} "
               f"{row['fan_in']:<7} {row['memory_limit']:>9} {row['seconds']:8.1f} {row['peak_rss_gib']:8.2f} "
               f"{row['restarts']:>8} {row['stalled_seconds']:7.0f}  {identical}")
 
