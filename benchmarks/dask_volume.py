@@ -185,7 +185,7 @@ def main() -> None:
     parser.add_argument("--throughput_records", type=int, default=600_000, help="small records (0: skip)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of the throughput pair")
     parser.add_argument("--memory_limit", default="1GiB", help="each Dask worker's memory_limit")
-    parser.add_argument("--dask_partition_size", type=int, default=8,
+    parser.add_argument("--dask_partition_size", type=int, default=32,
                         help="elements per Dask partition (an element is a chunk of 1,000 records or 100 files; "
                              "the DaskRunner holds a partition's outputs together)")
     parser.add_argument("--shuffle_too", action="store_true",

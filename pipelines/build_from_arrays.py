@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
@@ -32,7 +33,7 @@ COMMAND = JobCommand(
     prog="python -m pipelines.build_from_arrays",
     description="Builds a dataset from .npy / .npz files (axis 0 indexes samples).",
     groups=(("input", ArrayOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("progress", ProgressOptions)),
+            ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
 )
 
 

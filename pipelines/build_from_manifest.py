@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.infer import infer_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
@@ -104,7 +105,7 @@ COMMAND = JobCommand(
     prog="python -m pipelines.build_from_manifest",
     description="Builds a dataset from CSV, JSONL or Parquet manifests (one row per sample).",
     groups=(("input", ManifestOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("progress", ProgressOptions)),
+            ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
 )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat, Schema
@@ -81,7 +82,7 @@ COMMAND = JobCommand(
     prog="python -m pipelines.build_image_dataset",
     description="Builds a dataset from an image folder ROOT/<label>/<file>: the label is the folder name.",
     groups=(("input", ImageFolderOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("progress", ProgressOptions)),
+            ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
     refused=(("schema", "the schema comes from the folder names"),
              ("chunk_size", "images are one sample per Beam element")),
 )

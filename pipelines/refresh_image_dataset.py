@@ -19,6 +19,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import lease
+from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.refresh import (
     DEFAULT_KEEP_VERSIONS,
     FINGERPRINT_KEY,
@@ -106,7 +107,7 @@ COMMAND = JobCommand(
                 "inputs changed, then moves ROOT/LATEST to it and deletes old versions.",
     groups=(("refresh", RefreshOptions), ("input", ImageFolderOptions),
             ("output and sharding", DatasetOutputOptions), ("schema checks", SchemaOptions),
-            ("progress", ProgressOptions)),
+            ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
     refused=tuple(JOB_REJECTED_OPTIONS.items()),
 )
 

@@ -15,15 +15,13 @@ import time
 from pathlib import Path
 
 import apache_beam as beam
-import numpy as np
 import psutil
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from dask_fixtures import DASK_RUNNER
+from dask_fixtures import DASK_RUNNER, PER_ELEMENT, RECORD_BYTES, incompressible_records
 
 from beam_tfrecord import (
     DType,
-    Sample,
     Scalar,
     Schema,
     ShardingConfig,
@@ -36,18 +34,8 @@ from beam_tfrecord.errors import ClusterStalledError
 from pipelines.common import job_pipeline
 
 MiB = 2**20
-WORKER_MEMORY = 448 * MiB  # a worker with Beam and the writer imported holds ~220 MiB
-RECORD_BYTES = 256 * 1024
-PER_ELEMENT = 8
+WORKER_MEMORY = 512 * MiB  # a worker with Beam and the writer imported holds ~220 MiB; it pauses at 80%
 SCHEMA = Schema({"payload": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
-
-
-def _records(element: int) -> list[Sample]:
-    """Incompressible records made on the worker (the input is not held anywhere by construction)."""
-    rng = np.random.default_rng(element)
-    start = element * PER_ELEMENT
-    return [Sample(f"r/{i:07d}", {"payload": rng.bytes(RECORD_BYTES), "index": i})
-            for i in range(start, start + PER_ELEMENT)]
 
 
 class _PeakTreeRss:
@@ -83,7 +71,7 @@ def _build(out: str, options: list[str], elements: int) -> None:
     writer = WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse("train=0.9,test=0.1"),
                                   sharding=ShardingConfig(target_shard_bytes=64 * MiB), spill_run_bytes=8 * MiB)
     with job_pipeline(PipelineOptions(options)) as pipeline:
-        _ = pipeline | beam.Create(list(range(elements))) | beam.Map(_records) | writer
+        _ = pipeline | beam.Create(list(range(elements))) | beam.Map(incompressible_records) | writer
 
 
 def _shards(out: str) -> list[tuple[str, int, str]]:
@@ -99,7 +87,7 @@ def test_a_capped_cluster_builds_twice_its_memory_byte_identically(tmp_path: Pat
 
     out = str(tmp_path / "dask")
     options = [f"--runner={DASK_RUNNER}", "--dask_local_workers=2", f"--dask_memory_limit={WORKER_MEMORY}",
-               "--dask_partition_size=2", "--dask_stall_timeout_seconds=60"]
+               "--dask_partition_size=16", "--dask_stall_timeout_seconds=60"]
     with _PeakTreeRss() as rss:
         _build(out, options, elements)
 
@@ -107,7 +95,7 @@ def test_a_capped_cluster_builds_twice_its_memory_byte_identically(tmp_path: Pat
     assert data_bytes >= 2 * cluster_memory
     assert _shards(out) == _shards(reference)
     # Client (this pytest process, ~0.6 GB with TensorFlow imported by earlier tests) plus the workers,
-    # each under its cap: the peak follows the settings, never the 1.8 GB of data.
+    # each under its cap: the peak follows the settings, never the 2 GiB of data.
     client = psutil.Process().memory_info().rss
     assert rss.peak <= client + cluster_memory + 256 * MiB, (rss.peak / MiB, client / MiB)
 
