@@ -81,7 +81,6 @@ def local_cluster_for(options: PipelineOptions) -> Iterator[str | None]:
 class _StallWatch:
     """What the scheduler said while the job ran: since when no worker could run, and restarts."""
 
-    timeout_seconds: float
     stalled_since: float | None = None
     restarts: int = 0
     memory_limit_bytes: int | None = None
@@ -136,7 +135,7 @@ def wait_for_dask(result: Any, *, stall_timeout_seconds: float = DEFAULT_STALL_T
     from distributed.scheduler import KilledWorker
 
     futures = result.futures if isinstance(result.futures, (list, tuple)) else [result.futures]
-    watch = _StallWatch(stall_timeout_seconds)
+    watch = _StallWatch()
     longest = 0.0
     while True:
         try:

@@ -79,6 +79,14 @@ def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
 _START, _RUN, _PLAN, _SHARD, _DEAD = "start", "run", "plan", "shard", "dead"
 
 
+def _by_kind(group: tuple[None, Iterable[tuple[str, Any]]], kinds: tuple[str, ...]) -> dict[str, list[Any]]:
+    """The values of a one-key group of ``(kind, value)`` elements, listed by kind (each of ``kinds``)."""
+    found: dict[str, list[Any]] = {kind: [] for kind in kinds}
+    for kind, value in group[1]:
+        found[kind].append(value)
+    return found
+
+
 def _tag_encoded(element: SpilledRun | DeadLetter) -> tuple[None, tuple[str, SpilledRun | DeadLetter]]:
     """Tags what the spill encoder emits by its type (one output: see encode_fn's docstring)."""
     return None, (_RUN if element.__class__ is SpilledRun else _DEAD, element)
@@ -105,14 +113,9 @@ def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitC
     One step: on the runners the spill path serves, a pipeline stage per planning round costs more
     than reading the small index files.
     """
-    _, items = group
-    runs: list[SpilledRun] = []
-    dead: list[DeadLetter] = []
-    for kind, value in items:
-        if kind == _RUN:
-            runs.append(value)
-        elif kind == _DEAD:
-            dead.append(value)
+    found = _by_kind(group, (_START, _RUN, _DEAD))
+    runs: list[SpilledRun] = found[_RUN]
+    dead: list[DeadLetter] = found[_DEAD]
     if not runs:
         return PlannedRuns(None, None, tuple(dead))
     runs.sort(key=lambda run: run.path)
@@ -135,10 +138,7 @@ def _dead_letters_planned(planned: PlannedRuns) -> tuple[DeadLetter, ...]:
 
 
 def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings) -> Manifest:
-    _, items = group
-    found: dict[str, list[Any]] = {_START: [], _PLAN: [], _SHARD: [], _DEAD: []}
-    for kind, value in items:
-        found[kind].append(value)
+    found = _by_kind(group, (_START, _PLAN, _SHARD, _DEAD))
     if len(found[_PLAN]) > 1:
         raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[_PLAN])}")
     shard_infos: list[ShardInfo] = found[_SHARD]
