@@ -17,8 +17,6 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.entries import EncodedBatch
-from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
@@ -34,6 +32,8 @@ from beam_tfrecord.core.runs import (
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.summary import BucketGrid
+from beam_tfrecord.encoding.entries import EncodedBatch
+from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.errors import CorruptShardError, InputChangedError, PipelineInvariantError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.progress import ProgressSink

@@ -12,10 +12,8 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
-from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.beam.planning import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.records import FeatureTransform
 from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shards import (
     ShardTask,
@@ -34,6 +32,8 @@ from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.units import KiB
+from beam_tfrecord.encoding.entries import EncodedBatch
+from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
 from beam_tfrecord.spill import write_catalog
 
