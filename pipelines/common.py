@@ -19,8 +19,8 @@ from beam_tfrecord.beam.runners import traits_of_options, uses_dask_runner
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import Compression, FileFormat
-from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
 from beam_tfrecord.errors import BeamTFRecordError

@@ -20,7 +20,6 @@ from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
-from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
 from beam_tfrecord.core.runs import (
     HASH_BYTES,
     RECORD,
@@ -31,6 +30,7 @@ from beam_tfrecord.core.runs import (
 )
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.core.summary import BucketGrid
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder

@@ -12,7 +12,7 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
-from beam_tfrecord.beam.planning import PlanDataset, plan_in_one_step
+from beam_tfrecord.beam.plan_dataset import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shards import (
@@ -27,10 +27,10 @@ from beam_tfrecord.beam.shards import (
 )
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
-from beam_tfrecord.core.plan import DatasetPlan, MiB, ShardingConfig, SplitConfig
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import DatasetPlan, MiB, ShardingConfig, SplitConfig
 from beam_tfrecord.core.units import KiB
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform
@@ -156,7 +156,7 @@ class WriteTFRecordDataset(beam.PTransform):
     PCollection holding the published ``Manifest``.
 
     Stages: encode -> plan splits and shards from merged summaries (a hash-bucket histogram,
-    refined only where a boundary falls; see ``beam_tfrecord.beam.planning``) -> bring each
+    refined only where a boundary falls; see ``beam_tfrecord.beam.plan_dataset``) -> bring each
     shard's records together (``FanIn``) and write it -> publish (rename shards, write the
     manifest last). On local runners records are spilled into hash-sorted runs and merged by
     each shard writer, so no GroupByKey carries payload bytes; on distributed runners they go
