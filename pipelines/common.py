@@ -18,7 +18,7 @@ from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_fo
 from beam_tfrecord.beam.runners import traits_of_options, uses_dask_runner
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.dataset import load_manifest
@@ -46,7 +46,7 @@ class DatasetOutputOptions(PipelineOptions):
                             help="exactly this many shards per split instead of sizing by target")
         parser.add_argument("--compression", default="none", choices=["none", "gzip", "zlib"],
                             help="shard compression (tfrecord only)")
-        parser.add_argument("--file_format", default="tfrecord", choices=[f.value for f in FileFormat],
+        parser.add_argument("--file_format", default=DEFAULT_FILE_FORMAT.value, choices=[f.value for f in FileFormat],
                             help="tfrecord (sequential) or array_record (random access by index: global "
                                  "shuffles, Grain, TFDS as_data_source; needs the array-record package)")
         parser.add_argument("--salt", default=DEFAULT_SALT, help="hash salt for split assignment and order")

@@ -26,7 +26,7 @@ from beam_tfrecord.beam.shards import (
     specs_by_number,
 )
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
@@ -194,7 +194,7 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def __init__(self, output_dir: str, *, schema: Schema, dataset_name: str = "data",
                  splits: SplitConfig | None = None, sharding: ShardingConfig | None = None,
-                 compression: Compression = Compression.NONE, file_format: FileFormat = FileFormat.TFRECORD,
+                 compression: Compression = Compression.NONE, file_format: FileFormat = DEFAULT_FILE_FORMAT,
                  salt: str = DEFAULT_SALT,
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
