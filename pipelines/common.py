@@ -26,6 +26,7 @@ from beam_tfrecord.describe import describe_manifest as describe
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
 from pipelines.dry_run import check_dry_run, end_if_dry_run
+from pipelines.job_options import JobCommand
 from pipelines.source_options import parse_bool
 
 
@@ -120,6 +121,14 @@ def redact_command(argv: Sequence[str]) -> tuple[str, ...]:
             out.append(arg)
             hide_next = secret
     return tuple(out)
+
+
+def parse_job(command: JobCommand, argv: Sequence[str] | None, *,
+              prog: str | None) -> tuple[PipelineOptions, list[str]]:
+    """A job's options from its command line (the process's arguments when ``argv`` is None), and
+    the arguments as given (what the manifest records). See ``JobCommand.parse`` for the exits."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return command.parse(args, prog=prog), args
 
 
 def require_output(options: DatasetOutputOptions) -> str:
