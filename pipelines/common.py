@@ -21,10 +21,12 @@ from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
+from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
+from beam_tfrecord.spill import DEFAULT_RUN_BYTES
 from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.job_options import JobCommand
 from pipelines.source_options import parse_bool
@@ -53,7 +55,7 @@ class DatasetOutputOptions(PipelineOptions):
         parser.add_argument("--salt", default=DEFAULT_SALT, help="hash salt for split assignment and order")
         parser.add_argument("--max_rejected_fraction", type=float, default=0.0,
                             help="publish anyway if at most this fraction of samples is rejected")
-        parser.add_argument("--spill_run_mib", type=int, default=64,
+        parser.add_argument("--spill_run_mib", type=int, default=DEFAULT_RUN_BYTES // MiB,
                             help="MiB of encoded records a worker buffers before spilling a sorted run")
         parser.add_argument("--break_lock", type=parse_bool, nargs="?", const=True, default=False,
                             help="take over the output's lease even if another job seems to hold it (only when "

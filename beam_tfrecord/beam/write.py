@@ -30,12 +30,12 @@ from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileForm
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.core.sharding import DatasetPlan, MiB, ShardingConfig, SplitConfig
+from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.units import KiB
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
-from beam_tfrecord.spill import write_catalog
+from beam_tfrecord.spill import DEFAULT_RUN_BYTES, write_catalog
 
 DEFAULT_SALT = "beam-tfrecord"
 
@@ -198,7 +198,7 @@ class WriteTFRecordDataset(beam.PTransform):
                  salt: str = DEFAULT_SALT,
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
-                 spill_run_bytes: int = 64 * MiB, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
+                 spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
                  fan_in: FanIn = FanIn.AUTO, temp_dir: str | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
                  progress_dir: str | None = None) -> None:
