@@ -3,7 +3,8 @@
 Rules kept true here: every room (a subpackage or top-level module of ``beam_tfrecord``, and
 ``pipelines``) has a layer; a room imports only rooms in lower layers; the module import graph
 has no cycles (imports inside functions count); the Beam-free rooms never import Apache Beam;
-and no constant name is defined in two modules. A new room gets a line in ``LAYERS``.
+no module outside ``formats/`` names a ``FileFormat`` member (branches on the format); and no
+constant name is defined in two modules. A new room gets a line in ``LAYERS``.
 """
 
 from __future__ import annotations
@@ -184,6 +185,20 @@ def test_core_imports_only_errors(graph):
     assert {room(b) for a, targets in graph[0].items() if room(a) == "core" for b in targets} <= {"core", "errors"}
 
 
+def format_members_named(root: pathlib.Path) -> list[str]:
+    """Each ``FileFormat.MEMBER`` outside ``formats/`` and ``core/naming.py`` (which declares them), as
+    'module: FileFormat.MEMBER': code that branches on the format instead of asking ``formats``."""
+    return sorted(f"{name}: FileFormat.{node.attr}" for name, path in _modules(root).items()
+                  if room(name) != "formats" and name != "beam_tfrecord.core.naming"
+                  for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id == "FileFormat" and node.attr.isupper())
+
+
+def test_only_formats_name_a_file_format():
+    assert format_members_named(REPO) == []
+
+
 def test_each_constant_is_defined_once():
     assert constants_defined_twice(REPO) == {}
 
@@ -194,11 +209,12 @@ def _write(root: pathlib.Path, files: dict[str, str]) -> None:
         (root / name).write_text(files.get(name, ""))
 
 
-def test_the_checks_find_an_upward_import_a_cycle_and_a_repeated_constant(tmp_path):
+def test_the_checks_find_an_upward_import_a_cycle_a_format_branch_and_a_repeated_constant(tmp_path):
     _write(tmp_path, {
         "beam_tfrecord/core/__init__.py": "",
         "beam_tfrecord/core/a.py": "from beam_tfrecord.core import b\nSIZE_BYTES = 4 << 10\n",
         "beam_tfrecord/core/b.py": "def f():\n    from beam_tfrecord.beam.write import g\n    from . import a\n",
+        "beam_tfrecord/reader/__init__.py": "ok = fmt is not FileFormat.TFRECORD\n",
         "beam_tfrecord/beam/__init__.py": "",
         "beam_tfrecord/beam/write.py": "import apache_beam\n_SIZE_BYTES = 4096\n",
     })
@@ -206,4 +222,5 @@ def test_the_checks_find_an_upward_import_a_cycle_and_a_repeated_constant(tmp_pa
     assert upward_imports(graph) == ["beam_tfrecord.core.b -> beam_tfrecord.beam.write"]
     assert cycles(graph) == [["beam_tfrecord.core.a", "beam_tfrecord.core.b"]]
     assert external["beam_tfrecord.beam.write"] == {"apache_beam"}
+    assert format_members_named(tmp_path) == ["beam_tfrecord.reader: FileFormat.TFRECORD"]
     assert constants_defined_twice(tmp_path) == {"SIZE_BYTES": ["beam_tfrecord.beam.write", "beam_tfrecord.core.a"]}
