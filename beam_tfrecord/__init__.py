@@ -16,7 +16,6 @@ from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.infer import infer_array_schema, infer_schema
 from beam_tfrecord.core.manifest import MANIFEST_VERSION, Manifest, ShardInfo, SplitInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
-from beam_tfrecord.core.plan import ShardingConfig, SplitConfig, SplitSpec
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample
 from beam_tfrecord.core.schema import (
     ClassLabel,
@@ -30,6 +29,7 @@ from beam_tfrecord.core.schema import (
     TensorDType,
     VarList,
 )
+from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig, SplitSpec
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
 from beam_tfrecord.errors import MissingShardError, ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy

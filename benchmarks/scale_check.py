@@ -36,9 +36,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from beam_tfrecord.beam.planning import SummarizeFn, refine
-from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig
-from beam_tfrecord.core.planner import plan_dataset, plan_shards, start_plan
+from beam_tfrecord.beam.plan_dataset import SummarizeFn, refine
+from beam_tfrecord.core.cut_planner import plan_dataset, plan_shards, start_plan
+from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.summary import BucketGrid, HashHistogram
 
 MiB = 2**20

@@ -17,7 +17,7 @@ from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
 from beam_tfrecord.sources.chunks import list_inputs
-from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, run_as_command
+from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, parse_job, run_as_command
 from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions, pinned_or_inferred
 
@@ -39,8 +39,7 @@ COMMAND = JobCommand(
 
 def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manifest:
     """Builds the dataset, prints what was written and returns the manifest."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    options = COMMAND.parse(argv, prog=prog)
+    options, argv = parse_job(COMMAND, argv, prog=prog)
     source = options.view_as(ArrayOptions)
     checks = options.view_as(SchemaOptions)
     if not source.arrays:

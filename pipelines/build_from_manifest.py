@@ -24,7 +24,7 @@ from beam_tfrecord.sources.chunks import list_inputs
 from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows
 from beam_tfrecord.sources.rows import RowOptions
 from beam_tfrecord.sources.tabular import ReadCsvManifest, ReadJsonlManifest, iter_csv_dicts
-from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, run_as_command
+from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, parse_job, run_as_command
 from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions, parse_bool, pinned_or_inferred, with_check_decode
 
@@ -111,8 +111,7 @@ COMMAND = JobCommand(
 
 def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manifest:
     """Builds the dataset, prints what was written and returns the manifest."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    options = COMMAND.parse(argv, prog=prog)
+    options, argv = parse_job(COMMAND, argv, prog=prog)
     source = options.view_as(ManifestOptions)
     checks = options.view_as(SchemaOptions)
     if not source.manifest:

@@ -16,7 +16,7 @@ from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat, Schema
 from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
 from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema, list_folder
-from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, run_as_command
+from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, parse_job, run_as_command
 from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions
 
@@ -90,8 +90,7 @@ COMMAND = JobCommand(
 
 def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manifest:
     """Builds the dataset, prints what was written and returns the manifest."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    options = COMMAND.parse(argv, prog=prog)
+    options, argv = parse_job(COMMAND, argv, prog=prog)
     source = options.view_as(ImageFolderOptions)
     build = ImageFolderBuild.of(source, check_decode=options.view_as(SchemaOptions).check_decode)
     return build_dataset(options, ReadImageFolder(source.input), build.schema, ["build_image_dataset", *argv],

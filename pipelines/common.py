@@ -18,14 +18,17 @@ from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_fo
 from beam_tfrecord.beam.runners import traits_of_options, uses_dask_runner
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.core.naming import Compression, FileFormat
-from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
+from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
+from beam_tfrecord.spill import DEFAULT_RUN_BYTES
 from pipelines.dry_run import check_dry_run, end_if_dry_run
+from pipelines.job_options import JobCommand
 from pipelines.source_options import parse_bool
 
 
@@ -46,13 +49,13 @@ class DatasetOutputOptions(PipelineOptions):
                             help="exactly this many shards per split instead of sizing by target")
         parser.add_argument("--compression", default="none", choices=["none", "gzip", "zlib"],
                             help="shard compression (tfrecord only)")
-        parser.add_argument("--file_format", default="tfrecord", choices=[f.value for f in FileFormat],
+        parser.add_argument("--file_format", default=DEFAULT_FILE_FORMAT.value, choices=[f.value for f in FileFormat],
                             help="tfrecord (sequential) or array_record (random access by index: global "
                                  "shuffles, Grain, TFDS as_data_source; needs the array-record package)")
         parser.add_argument("--salt", default=DEFAULT_SALT, help="hash salt for split assignment and order")
         parser.add_argument("--max_rejected_fraction", type=float, default=0.0,
                             help="publish anyway if at most this fraction of samples is rejected")
-        parser.add_argument("--spill_run_mib", type=int, default=64,
+        parser.add_argument("--spill_run_mib", type=int, default=DEFAULT_RUN_BYTES // MiB,
                             help="MiB of encoded records a worker buffers before spilling a sorted run")
         parser.add_argument("--break_lock", type=parse_bool, nargs="?", const=True, default=False,
                             help="take over the output's lease even if another job seems to hold it (only when "
@@ -120,6 +123,14 @@ def redact_command(argv: Sequence[str]) -> tuple[str, ...]:
             out.append(arg)
             hide_next = secret
     return tuple(out)
+
+
+def parse_job(command: JobCommand, argv: Sequence[str] | None, *,
+              prog: str | None) -> tuple[PipelineOptions, list[str]]:
+    """A job's options from its command line (the process's arguments when ``argv`` is None), and
+    the arguments as given (what the manifest records). See ``JobCommand.parse`` for the exits."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return command.parse(args, prog=prog), args
 
 
 def require_output(options: DatasetOutputOptions) -> str:

@@ -38,6 +38,7 @@ from pipelines.common import (
     ProgressOptions,
     job_pipeline,
     make_writer,
+    parse_job,
     progress_for,
     quiet_logging,
     run_as_command,
@@ -114,8 +115,7 @@ COMMAND = JobCommand(
 
 def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan:
     """Refreshes the dataset (or does nothing when the inputs are unchanged); returns the decision taken."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    options = COMMAND.parse(argv, prog=prog)
+    options, _ = parse_job(COMMAND, argv, prog=prog)
     refresh, source, output = _validated(options)
     root = refresh.dataset_root
     # One refresh per root at a time: the lease covers deciding, building, pointing LATEST and retention.

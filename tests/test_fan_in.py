@@ -10,14 +10,14 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset, load_manifest
-from beam_tfrecord.beam.entries import EncodedBatch
-from beam_tfrecord.beam.planning import PlanDataset
+from beam_tfrecord.beam.plan_dataset import PlanDataset
 from beam_tfrecord.beam.write import FanIn, resolve_fan_in
+from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.plan import ShardingConfig, SplitConfig
-from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.core.runs import make_record_entry
 from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
+from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import WriterOptionError
 
 # (The DataflowRunner is left out: making its pipeline looks up Google credentials, ~200 s offline.)

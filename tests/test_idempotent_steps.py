@@ -15,11 +15,11 @@ from beam_tfrecord import DType, Scalar, Schema, ShardingConfig, SplitConfig, lo
 from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
 from beam_tfrecord.beam.publish import PublishSettings, _move_shards, publish
 from beam_tfrecord.beam.shards import WriteShardFromGroupFn, WriteShardFromRunsFn
+from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.naming import Compression
-from beam_tfrecord.core.plan import DatasetPlan
-from beam_tfrecord.core.planner import plan_dataset
 from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
+from beam_tfrecord.core.sharding import DatasetPlan
 from beam_tfrecord.errors import CorruptShardError
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING)})

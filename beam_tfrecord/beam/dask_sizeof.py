@@ -36,7 +36,7 @@ def register(sizeof: Any) -> None:
 
     @sizeof.register_lazy("beam_tfrecord")
     def _register_ours() -> None:
-        from beam_tfrecord.beam.entries import EncodedBatch
+        from beam_tfrecord.encoding.entries import EncodedBatch
 
         @sizeof.register(EncodedBatch)
         def _batch(batch: EncodedBatch) -> int:

@@ -14,11 +14,11 @@ from collections.abc import Iterator, Mapping
 import apache_beam as beam
 
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.entries import EncodedBatch, EntryEncoder
-from beam_tfrecord.beam.records import FeatureTransform
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.encoding.entries import EncodedBatch, EntryEncoder
+from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.progress import ProgressSink
 from beam_tfrecord.spill import RunSpiller
 

@@ -26,12 +26,12 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord._version import __version__
+from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.manifest import DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo, SplitInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
-from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
-from beam_tfrecord.core.planner import plan_dataset
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
 from beam_tfrecord.errors import BeamTFRecordError, PipelineInvariantError, RejectedSamplesError
 
@@ -54,7 +54,7 @@ class PublishSettings:
     command: tuple[str, ...]
     metadata: Mapping[str, Any]
     splits: SplitConfig
-    file_format: FileFormat = FileFormat.TFRECORD
+    file_format: FileFormat = DEFAULT_FILE_FORMAT
 
 
 def _read_old_manifest(path: str) -> Manifest | None:

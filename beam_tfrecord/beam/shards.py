@@ -17,12 +17,9 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.entries import EncodedBatch
-from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
-from beam_tfrecord.core.plan import DatasetPlan, ShardSpec
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.core.runs import (
     HASH_BYTES,
     RECORD,
@@ -33,7 +30,10 @@ from beam_tfrecord.core.runs import (
 )
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.core.summary import BucketGrid
+from beam_tfrecord.encoding.entries import EncodedBatch
+from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.errors import CorruptShardError, InputChangedError, PipelineInvariantError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.progress import ProgressSink
@@ -81,7 +81,7 @@ class ShardFileWriter:
     """
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
-                 *, direct_io: bool, file_format: FileFormat = FileFormat.TFRECORD) -> None:
+                 *, direct_io: bool, file_format: FileFormat = DEFAULT_FILE_FORMAT) -> None:
         self._builder = RecordBuilder(schema, feature_transforms)
         self._compression = compression
         self._direct_io = direct_io
@@ -137,7 +137,7 @@ class _WriteShardFn(beam.DoFn):
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
                  *, dataset_name: str, shards_dir: str, direct_io: bool,
-                 file_format: FileFormat = FileFormat.TFRECORD, progress_dir: str | None = None) -> None:
+                 file_format: FileFormat = DEFAULT_FILE_FORMAT, progress_dir: str | None = None) -> None:
         self._schema = schema
         self._progress_dir = progress_dir
         self._compression = compression

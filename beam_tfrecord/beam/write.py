@@ -12,10 +12,8 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
-from beam_tfrecord.beam.entries import EncodedBatch
-from beam_tfrecord.beam.planning import PlanDataset, plan_in_one_step
+from beam_tfrecord.beam.plan_dataset import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.records import FeatureTransform
 from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shards import (
     ShardTask,
@@ -28,14 +26,16 @@ from beam_tfrecord.beam.shards import (
     specs_by_number,
 )
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
-from beam_tfrecord.core.plan import DatasetPlan, MiB, ShardingConfig, SplitConfig
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.units import KiB
+from beam_tfrecord.encoding.entries import EncodedBatch
+from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
-from beam_tfrecord.spill import write_catalog
+from beam_tfrecord.spill import DEFAULT_RUN_BYTES, write_catalog
 
 DEFAULT_SALT = "beam-tfrecord"
 
@@ -156,7 +156,7 @@ class WriteTFRecordDataset(beam.PTransform):
     PCollection holding the published ``Manifest``.
 
     Stages: encode -> plan splits and shards from merged summaries (a hash-bucket histogram,
-    refined only where a boundary falls; see ``beam_tfrecord.beam.planning``) -> bring each
+    refined only where a boundary falls; see ``beam_tfrecord.beam.plan_dataset``) -> bring each
     shard's records together (``FanIn``) and write it -> publish (rename shards, write the
     manifest last). On local runners records are spilled into hash-sorted runs and merged by
     each shard writer, so no GroupByKey carries payload bytes; on distributed runners they go
@@ -194,11 +194,11 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def __init__(self, output_dir: str, *, schema: Schema, dataset_name: str = "data",
                  splits: SplitConfig | None = None, sharding: ShardingConfig | None = None,
-                 compression: Compression = Compression.NONE, file_format: FileFormat = FileFormat.TFRECORD,
+                 compression: Compression = Compression.NONE, file_format: FileFormat = DEFAULT_FILE_FORMAT,
                  salt: str = DEFAULT_SALT,
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
-                 spill_run_bytes: int = 64 * MiB, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
+                 spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
                  fan_in: FanIn = FanIn.AUTO, temp_dir: str | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
                  progress_dir: str | None = None) -> None:

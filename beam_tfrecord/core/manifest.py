@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from beam_tfrecord.core.manifest_checks import check_manifest_json, parse_file_format
-from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, SchemaError, UnknownSplitError
 
@@ -108,7 +108,7 @@ class Manifest:
     sharding: Mapping[str, Any]
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     run_id: str | None = None
-    file_format: FileFormat = FileFormat.TFRECORD
+    file_format: FileFormat = DEFAULT_FILE_FORMAT
     version: int = MANIFEST_VERSION
 
     def __post_init__(self) -> None:
@@ -132,10 +132,10 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         data = self._json_fields()
-        if self.file_format is not FileFormat.TFRECORD:
-            # Only when not TFRecord: a TFRecord manifest stays readable by versions that predate
-            # the field, and an older reader refuses an ArrayRecord one (unknown field) instead of
-            # misreading its shards.
+        if self.file_format is not DEFAULT_FILE_FORMAT:
+            # Only for another format: a manifest of the default format stays readable by versions
+            # that predate the field, and an older reader refuses any other (unknown field) instead
+            # of misreading its shards.
             data["file_format"] = self.file_format.value
         return data
 

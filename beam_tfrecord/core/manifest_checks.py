@@ -15,12 +15,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from beam_tfrecord.core.naming import Compression, FileFormat, ShardName
+from beam_tfrecord.core.framing import FRAMING_BYTES
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.errors import ManifestError, ShardNameError
 
 MAX_NAME_CHARS = 255  # a file name on every common filesystem and a GCS object name's last part
 MAX_TEXT_CHARS = 10_000
-TFRECORD_FRAMING_BYTES = 16
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _CRC32C = re.compile(r"[0-9a-f]{8}")
 _SHARD_FIELDS = {"filename", "split", "index", "num_records", "num_bytes", "num_record_bytes", "crc32c"}
@@ -51,8 +51,8 @@ def _text(data: Mapping[str, Any], key: str, path: str, *, optional: bool = Fals
 
 
 def parse_file_format(data: Mapping[str, Any]) -> FileFormat:
-    """The manifest's ``file_format``; manifests written before it existed hold TFRecord shards."""
-    value = data.get("file_format", FileFormat.TFRECORD.value)
+    """The manifest's ``file_format``; manifests written before it existed hold ``DEFAULT_FILE_FORMAT`` shards."""
+    value = data.get("file_format", DEFAULT_FILE_FORMAT.value)
     try:
         return FileFormat(value)
     except ValueError:
@@ -92,9 +92,9 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
     records = _count(shard, "num_records", f"{path}.")
     stored = _count(shard, "num_bytes", f"{path}.")
     framed = _count(shard, "num_record_bytes", f"{path}.")
-    if framed < TFRECORD_FRAMING_BYTES * records:
-        raise _fail(f"{path}.num_record_bytes", f">= {TFRECORD_FRAMING_BYTES} x num_records "
-                                                f"({TFRECORD_FRAMING_BYTES * records})", framed)
+    if framed < FRAMING_BYTES * records:
+        raise _fail(f"{path}.num_record_bytes", f">= {FRAMING_BYTES} x num_records "
+                                                f"({FRAMING_BYTES * records})", framed)
     if file_format.stores_framed_records and compression is Compression.NONE and stored != framed:
         raise _fail(f"{path}.num_bytes", f"num_record_bytes ({framed}) for an uncompressed shard", stored)
     if not isinstance(shard["crc32c"], str) or not _CRC32C.fullmatch(shard["crc32c"]):
@@ -129,9 +129,11 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
     if compression is None:
         raise _fail("compression", "one of 'NONE', 'GZIP', 'ZLIB'", data.get("compression"))
     file_format = parse_file_format(data)
-    if not file_format.stream_compression and compression is not Compression.NONE:
+    try:
+        file_format.check_compression(compression)
+    except ShardNameError:
         raise _fail("compression", f"'NONE' for {file_format.value} shards (they compress inside the format)",
-                    data["compression"])
+                    data["compression"]) from None
     inputs, rejected = _count(data, "num_inputs", ""), _count(data, "num_rejected", "")
     if data.get("dead_letters") is not None:
         plain_file_name(data["dead_letters"], "dead_letters")

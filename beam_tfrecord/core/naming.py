@@ -91,6 +91,10 @@ _FORMAT_FACTS = {
     FileFormat.ARRAY_RECORD: _FormatFacts(stream_compression=False, stores_framed_records=False),
 }
 
+# The writer's default, and what a manifest without ``file_format`` holds (it predates the field;
+# a manifest leaves the field out for this format, so older versions still read it).
+DEFAULT_FILE_FORMAT = FileFormat.TFRECORD
+
 
 @dataclasses.dataclass(frozen=True, order=True)
 class ShardName:
@@ -101,7 +105,7 @@ class ShardName:
     index: int
     count: int
     compression: Compression = Compression.NONE
-    file_format: FileFormat = FileFormat.TFRECORD
+    file_format: FileFormat = DEFAULT_FILE_FORMAT
 
     def __post_init__(self) -> None:
         for part in ("dataset", "split"):

@@ -26,9 +26,9 @@ from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.naming import Compression
-from beam_tfrecord.core.plan import ShardSpec
 from beam_tfrecord.core.runs import make_reference_entry
 from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.core.sharding import ShardSpec
 from beam_tfrecord.errors import InputChangedError, SourceError
 
 SCHEMA = Schema({"blob": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})

@@ -5,9 +5,9 @@ import itertools
 import numpy as np
 import pytest
 
+from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.plan import HASH_SPACE, DatasetPlan, ShardingConfig, SplitConfig, SplitSpec, balance_spread
-from beam_tfrecord.core.planner import plan_dataset
+from beam_tfrecord.core.sharding import HASH_SPACE, DatasetPlan, ShardingConfig, SplitConfig, SplitSpec, balance_spread
 from beam_tfrecord.errors import ShardingError
 
 SALT = "test"

@@ -8,8 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from beam_tfrecord.core.plan import HASH_SPACE, ShardingConfig, SplitConfig
-from beam_tfrecord.core.planner import plan_dataset, plan_shards, start_plan
+from beam_tfrecord.core.cut_planner import plan_dataset, plan_shards, start_plan
+from beam_tfrecord.core.sharding import HASH_SPACE, ShardingConfig, SplitConfig
 from beam_tfrecord.core.summary import BUCKET_BITS, BucketGrid, CutTarget, HashHistogram, refine_bucket
 from beam_tfrecord.errors import ShardingError
 

@@ -17,14 +17,14 @@ from job_graph import Step, downstream, group_by_keys_reading, job_steps, produc
 # runner), dead letters (a sample's key and the reason), shard infos (one per written shard).
 # Any other step is assumed to pass the payload on.
 NOT_PAYLOAD = frozenset({
-    "beam_tfrecord.beam.planning.records_to_refine",
-    "beam_tfrecord.beam.planning.bucket_records",
-    "beam_tfrecord.beam.planning.SummarizeFn",
+    "beam_tfrecord.beam.plan_dataset.records_to_refine",
+    "beam_tfrecord.beam.plan_dataset.bucket_records",
+    "beam_tfrecord.beam.plan_dataset.SummarizeFn",
     "beam_tfrecord.beam.write._dead_letters_of",
     "beam_tfrecord.beam.shards.WriteShardFromGroupFn",
 })
 # The planning step whose output (one Cut per split or shard boundary) is read as a list.
-CUTS = "beam_tfrecord.beam.planning.refine"
+CUTS = "beam_tfrecord.beam.plan_dataset.refine"
 
 
 def qualified_name(fn: Any) -> str | None:

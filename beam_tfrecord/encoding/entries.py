@@ -13,12 +13,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.errors import SampleError
 
 

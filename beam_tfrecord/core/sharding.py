@@ -2,7 +2,7 @@
 
 A plan is a value you can print and test: splits as hash ranges, each cut into shards (hash
 ranges too) with their expected records and framed bytes. How it is made from mergeable
-summaries, without one worker holding every record, is ``beam_tfrecord.core.planner``.
+summaries, without one worker holding every record, is ``beam_tfrecord.core.cut_planner``.
 
 Records are ordered by hash (a deterministic pseudo-random order, so sorted input never gives
 class-pure shards); a split is a hash range (ratio splits) or a rank range (exact counts). A

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from beam_tfrecord.core.hashing import HASH_SPACE
-from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, ShardSpec, SplitConfig, SplitPlan
+from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, ShardSpec, SplitConfig, SplitPlan
 from beam_tfrecord.core.summary import BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
 from beam_tfrecord.errors import PipelineInvariantError, ShardingError
 

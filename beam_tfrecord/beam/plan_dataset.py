@@ -14,11 +14,11 @@ from collections.abc import Iterable, Iterator, Sequence
 import apache_beam as beam
 import numpy as np
 
-from beam_tfrecord.beam.entries import EncodedBatch
-from beam_tfrecord.core.plan import DatasetPlan, ShardingConfig, SplitConfig
-from beam_tfrecord.core.planner import CutRequests, ShardRound, SplitRound, plan_shards, start_plan
+from beam_tfrecord.core.cut_planner import CutRequests, ShardRound, SplitRound, plan_shards, start_plan
 from beam_tfrecord.core.runs import SpilledRun
+from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.summary import BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
+from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import PipelineInvariantError
 from beam_tfrecord.spill import read_run_index
 

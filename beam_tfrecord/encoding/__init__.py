@@ -1,0 +1,1 @@
+"""Beam-free encoding of samples into records and entries, shared by the Beam DoFns and shard writers."""

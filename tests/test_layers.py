@@ -1,0 +1,226 @@
+"""The package's layers, read from the source with ``ast`` (nothing is imported, < 1 s).
+
+Rules kept true here: every room (a subpackage or top-level module of ``beam_tfrecord``, and
+``pipelines``) has a layer; a room imports only rooms in lower layers; the module import graph
+has no cycles (imports inside functions count); the Beam-free rooms never import Apache Beam;
+no module outside ``formats/`` names a ``FileFormat`` member (branches on the format); and no
+constant name is defined in two modules. A new room gets a line in ``LAYERS``.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("beam_tfrecord", "pipelines")
+
+# Lowest first. A room may import rooms of earlier layers only ("__init__" is the package's facade).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "_version", "gcs", "progress"),
+    ("core",),  # pure: schema, encoding, framing, naming, planning, the manifest
+    ("storage",),
+    ("direct_io", "dataset", "describe", "lease", "encoding"),
+    ("formats", "spill", "refresh"),
+    ("reader", "verify", "array_records"),
+    ("beam",),
+    ("sources", "report"),
+    ("pipelines",),
+    ("cli", "__init__"),
+)
+# Rooms that run without Apache Beam installed (readers, the pure core, the formats...).
+BEAM_FREE = ("errors", "core", "encoding", "formats", "spill", "reader", "dataset", "verify", "describe")
+
+Graph = dict[str, set[str]]
+
+
+def _modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """The names an import statement imports (``a.b.c`` for ``from a.b import c``)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        parts = module.split(".")[:len(module.split(".")) + is_package - node.level]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    return [f"{base}.{alias.name}" for alias in node.names]
+
+
+def import_graph(root: pathlib.Path) -> tuple[Graph, dict[str, set[str]]]:
+    """(module -> our modules it imports, module -> third-party top-level packages it imports)."""
+    modules = _modules(root)
+    graph: Graph = {name: set() for name in modules}
+    external: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for imported in _imported(node, name, path.name == "__init__.py"):
+                target = imported
+                while target and target not in modules:  # ``from a import name`` imports module a
+                    target = target.rpartition(".")[0]
+                if not target:
+                    external[name].add(imported.split(".")[0])
+                elif target != name:
+                    graph[name].add(target)
+    return graph, external
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] == "pipelines":
+        return "pipelines"
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_of(name: str) -> int:
+    return next(i for i, rooms in enumerate(LAYERS) if name in rooms)
+
+
+def upward_imports(graph: Graph) -> list[str]:
+    """Each import of a room in the same or a higher layer (by another room), as 'a -> b'."""
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if room(a) != room(b) and layer_of(room(b)) >= layer_of(room(a)))
+
+
+def cycles(graph: Graph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _is_constant(value: ast.expr) -> bool:
+    """A literal, or arithmetic of literals and names (``64 * MiB``): what a tunable constant is."""
+    return all(isinstance(node, ast.Constant | ast.BinOp | ast.UnaryOp | ast.Name | ast.Tuple | ast.operator
+                          | ast.unaryop | ast.expr_context) for node in ast.walk(value))
+
+
+def constants_defined_twice(root: pathlib.Path) -> dict[str, list[str]]:
+    """UPPER_CASE module-level constants (literal values) whose name is assigned in two modules."""
+    where = collections.defaultdict(list)
+    for name, path in _modules(root).items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None and _is_constant(node.value):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(target, ast.Name) and target.id.lstrip("_").isupper():
+                        where[target.id.lstrip("_")].append(name)
+    return {constant: modules for constant, modules in where.items() if len(modules) > 1}
+
+
+@pytest.fixture(scope="module")
+def graph() -> tuple[Graph, dict[str, set[str]]]:
+    return import_graph(REPO)
+
+
+def test_every_room_has_a_layer(graph):
+    rooms = {room(module) for module in graph[0]}
+    placed = {name for layer in LAYERS for name in layer}
+    assert rooms - placed == set(), "add the new room to LAYERS"
+    assert placed - rooms == set(), "LAYERS names a room that no longer exists"
+
+
+def test_rooms_import_only_lower_layers(graph):
+    assert upward_imports(graph[0]) == []
+
+
+def test_no_import_cycles(graph):
+    assert cycles(graph[0]) == []
+
+
+@pytest.mark.parametrize("name", BEAM_FREE)
+def test_beam_free_rooms_never_import_beam(graph, name):
+    importers = sorted(module for module, packages in graph[1].items()
+                       if room(module) == name and "apache_beam" in packages)
+    assert importers == []
+
+
+def test_core_imports_only_errors(graph):
+    assert {room(b) for a, targets in graph[0].items() if room(a) == "core" for b in targets} <= {"core", "errors"}
+
+
+def format_members_named(root: pathlib.Path) -> list[str]:
+    """Each ``FileFormat.MEMBER`` outside ``formats/`` and ``core/naming.py`` (which declares them), as
+    'module: FileFormat.MEMBER': code that branches on the format instead of asking ``formats``."""
+    return sorted(f"{name}: FileFormat.{node.attr}" for name, path in _modules(root).items()
+                  if room(name) != "formats" and name != "beam_tfrecord.core.naming"
+                  for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id == "FileFormat" and node.attr.isupper())
+
+
+def test_only_formats_name_a_file_format():
+    assert format_members_named(REPO) == []
+
+
+def test_each_constant_is_defined_once():
+    assert constants_defined_twice(REPO) == {}
+
+
+def _write(root: pathlib.Path, files: dict[str, str]) -> None:
+    for name in ("beam_tfrecord/__init__.py", "pipelines/__init__.py", *files):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(files.get(name, ""))
+
+
+def test_the_checks_find_an_upward_import_a_cycle_a_format_branch_and_a_repeated_constant(tmp_path):
+    _write(tmp_path, {
+        "beam_tfrecord/core/__init__.py": "",
+        "beam_tfrecord/core/a.py": "from beam_tfrecord.core import b\nSIZE_BYTES = 4 << 10\n",
+        "beam_tfrecord/core/b.py": "def f():\n    from beam_tfrecord.beam.write import g\n    from . import a\n",
+        "beam_tfrecord/reader/__init__.py": "ok = fmt is not FileFormat.TFRECORD\n",
+        "beam_tfrecord/beam/__init__.py": "",
+        "beam_tfrecord/beam/write.py": "import apache_beam\n_SIZE_BYTES = 4096\n",
+    })
+    graph, external = import_graph(tmp_path)
+    assert upward_imports(graph) == ["beam_tfrecord.core.b -> beam_tfrecord.beam.write"]
+    assert cycles(graph) == [["beam_tfrecord.core.a", "beam_tfrecord.core.b"]]
+    assert external["beam_tfrecord.beam.write"] == {"apache_beam"}
+    assert format_members_named(tmp_path) == ["beam_tfrecord.reader: FileFormat.TFRECORD"]
+    assert constants_defined_twice(tmp_path) == {"SIZE_BYTES": ["beam_tfrecord.beam.write", "beam_tfrecord.core.a"]}
