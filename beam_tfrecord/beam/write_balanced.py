@@ -30,8 +30,8 @@ from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.plan import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
-from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import ShardingError, WriterOptionError
+from beam_tfrecord.spill import DEFAULT_RUN_BYTES
 
 # The schema of raw payloads, and of a dataset of no record (what an empty one is published with).
 RAW_SCHEMA = Schema({RAW_FEATURE: Scalar(DType.BYTES)})
@@ -108,7 +108,7 @@ class WriteBalancedTFRecord(beam.PTransform):
                  target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES, max_shard_bytes: int | None = None,
                  key_fn: KeyFn | None = None, splits: SplitConfig | str | None = None, salt: str = DEFAULT_SALT,
                  payload: Payload = Payload.AUTO, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
-                 fan_in: FanIn = FanIn.AUTO, spill_run_bytes: int = 64 * MiB, temp_dir: str | None = None,
+                 fan_in: FanIn = FanIn.AUTO, spill_run_bytes: int = DEFAULT_RUN_BYTES, temp_dir: str | None = None,
                  metadata: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if not isinstance(payload, Payload):
