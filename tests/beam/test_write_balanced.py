@@ -260,3 +260,19 @@ def test_sequence_examples_get_sequence_features_and_read_back(tmp_path):
         steps = example["id"].item() % 4
         assert example["frames"].tolist() == [[s, s + 0.5] for s in range(steps)]
         assert [w.tolist() for w in example["words"]] == [[b"w"] * (s + 1) for s in range(steps)]
+
+
+def _key_of(record: bytes) -> str:
+    key = proto.Example.FromString(record).features.feature["id"].int64_list.value[0]
+    if key == 7:
+        raise LookupError("no key for record 7")
+    return f"id-{key}"
+
+
+def test_a_failing_key_fn_sends_its_record_to_the_dead_letters(tmp_path):
+    out = str(tmp_path / "ds")
+    _write(out, RECORDS[:50], key_fn=_key_of, max_rejected_fraction=0.1)
+    manifest = load_manifest(out)
+    assert (manifest.num_inputs, manifest.num_written, manifest.num_rejected) == (50, 49, 1)
+    with open(os.path.join(out, manifest.dead_letters)) as handle:
+        assert '"error_type": "LookupError"' in handle.read()
