@@ -314,9 +314,9 @@ class WriteTFRecordDataset(beam.PTransform):
     def _spill(self, samples: beam.PCollection) -> beam.PCollection:
         runs_dir = storage.join(self._temp_dir, "runs")
         encoded = samples | "EncodeToRuns" >> beam.ParDo(self._encode_to_runs_fn(runs_dir))
-        # SpilledRun | DeadLetter (| RecordsSummary), all gathered in one group. One consumer of what the encoder emits:
-        # the Dask runner keeps a finished task's inputs (the samples) referenced until every
-        # consumer of its output has run, so a second branch would hold them all.
+        # SpilledRun | DeadLetter (| RecordsSummary), all gathered in one group. One consumer of what
+        # the encoder emits: the Dask runner keeps a finished task's inputs (the samples) referenced
+        # until every consumer of its output has run, so a second branch would hold them all.
         start = samples.pipeline | "StartPlan" >> beam.Create([None])
         planned = (
             (start | "TagStartPlan" >> _tag(_START), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
