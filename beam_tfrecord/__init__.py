@@ -41,6 +41,8 @@ from beam_tfrecord.verify import verify_dataset
 # reading with NumPy or PyTorch needs neither Beam nor TensorFlow installed.
 _LAZY = {
     "WriteTFRecordDataset": "beam_tfrecord.beam.write",
+    "WriteBalancedTFRecord": "beam_tfrecord.beam.write_balanced",
+    "Payload": "beam_tfrecord.beam.record_encoding",
     "ReadNumpyFiles": "beam_tfrecord.sources.arrays",
     "SamplesFromArrays": "beam_tfrecord.sources.arrays",
     "SamplesFromIterable": "beam_tfrecord.sources.arrays",
@@ -74,6 +76,7 @@ __all__ = [
     "ImageFormat",
     "Manifest",
     "MissingShardError",
+    "Payload",
     "PixelType",
     "ReadAudioFiles",
     "ReadCsvManifest",
@@ -102,6 +105,7 @@ __all__ = [
     "TextUnit",
     "VarLen",
     "VarList",
+    "WriteBalancedTFRecord",
     "WriteTFRecordDataset",
     "__version__",
     "audio_class_names",

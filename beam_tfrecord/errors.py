@@ -30,6 +30,11 @@ class SchemaError(BeamTFRecordError, ValueError):
     """A schema (feature spec) is malformed: a bad dtype, shape or option."""
 
 
+class RecordSchemaError(SchemaError):
+    """Serialized records given to ``WriteBalancedTFRecord`` share no schema (a feature holds int64
+    values in some records and floats in others): no parse spec reads them all."""
+
+
 class SampleError(BeamTFRecordError, ValueError):
     """One sample cannot be written: it names the sample, the feature and the expectation.
 

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import apache_beam as beam
 
@@ -27,6 +27,7 @@ from beam_tfrecord.beam.shards import (
 )
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
+from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
@@ -34,7 +35,7 @@ from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.units import KiB
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform
-from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
+from beam_tfrecord.errors import PipelineInvariantError, RecordSchemaError, WriterOptionError
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES, write_catalog
 
 DEFAULT_SALT = "beam-tfrecord"
@@ -77,6 +78,26 @@ def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
 # rather than side inputs, which the Dask runner computes again inside each task that reads them.
 # Elements: (kind, value).
 _START, _RUN, _PLAN, _SHARD, _DEAD = "start", "run", "plan", "shard", "dead"
+_SUMMARY = "summary"  # RecordsSummary: what the records say about the schema (an ``Encoding`` that infers it)
+_KIND_OF_ENCODED = {SpilledRun: _RUN, DeadLetter: _DEAD, RecordsSummary: _SUMMARY}
+
+
+class Encoding(Protocol):
+    """The encode stage for inputs other than ``Sample``s (``WriteBalancedTFRecord``'s serialized records).
+
+    Its DoFns emit what the sample encoders emit (spill path: ``SpilledRun`` and ``DeadLetter``;
+    shuffle path: ``EncodedBatch``), and ``RecordsSummary`` values from which the plan step infers
+    the published schema (the spill path's DoFn emits them among its runs; ``summarize_batches``
+    merges the shuffle path's into one).
+    """
+
+    def to_runs_fn(self, *, runs_dir: str, run_bytes: int, direct_io: bool, salt: str,
+                   max_record_bytes: int) -> beam.DoFn: ...
+
+    def to_batches_fn(self, *, salt: str, max_record_bytes: int) -> beam.DoFn: ...
+
+    def summarize_batches(self) -> beam.PTransform:
+        """The shuffle path's batches -> their merged ``RecordsSummary`` (none for no record)."""
 
 
 def _by_kind(group: tuple[None, Iterable[tuple[str, Any]]], kinds: tuple[str, ...]) -> dict[str, list[Any]]:
@@ -87,9 +108,9 @@ def _by_kind(group: tuple[None, Iterable[tuple[str, Any]]], kinds: tuple[str, ..
     return found
 
 
-def _tag_encoded(element: SpilledRun | DeadLetter) -> tuple[None, tuple[str, SpilledRun | DeadLetter]]:
+def _tag_encoded(element: SpilledRun | DeadLetter | RecordsSummary) -> tuple[None, tuple[str, Any]]:
     """Tags what the spill encoder emits by its type (one output: see encode_fn's docstring)."""
-    return None, (_RUN if element.__class__ is SpilledRun else _DEAD, element)
+    return None, (_KIND_OF_ENCODED[element.__class__], element)
 
 
 def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
@@ -99,11 +120,12 @@ def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
 @dataclasses.dataclass(frozen=True)
 class PlannedRuns:
     """The spill path's plan (None when nothing was encoded), the catalog of the runs it was made
-    from, and the dead letters gathered with them."""
+    from, and the dead letters (and merged records summary, when inferring) gathered with them."""
 
     plan: DatasetPlan | None
     catalog: str | None
     dead_letters: tuple[DeadLetter, ...]
+    summary: RecordsSummary | None = None
 
 
 def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitConfig, sharding: ShardingConfig,
@@ -113,13 +135,14 @@ def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitC
     One step: on the runners the spill path serves, a pipeline stage per planning round costs more
     than reading the small index files.
     """
-    found = _by_kind(group, (_START, _RUN, _DEAD))
+    found = _by_kind(group, (_START, _RUN, _DEAD, _SUMMARY))
     runs: list[SpilledRun] = found[_RUN]
     dead: list[DeadLetter] = found[_DEAD]
+    summary = merge_summaries(found[_SUMMARY])
     if not runs:
-        return PlannedRuns(None, None, tuple(dead))
+        return PlannedRuns(None, None, tuple(dead), summary)
     runs.sort(key=lambda run: run.path)
-    return PlannedRuns(plan_in_one_step(runs, splits, sharding), write_catalog(runs_dir, runs), tuple(dead))
+    return PlannedRuns(plan_in_one_step(runs, splits, sharding), write_catalog(runs_dir, runs), tuple(dead), summary)
 
 
 def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[int, ShardTask]]:
@@ -137,10 +160,30 @@ def _dead_letters_planned(planned: PlannedRuns) -> tuple[DeadLetter, ...]:
     return planned.dead_letters
 
 
+def _summary_planned(planned: PlannedRuns) -> Iterator[RecordsSummary]:
+    if planned.summary is not None:
+        yield planned.summary
+
+
+def _with_inferred_schema(settings: PublishSettings, summaries: Sequence[RecordsSummary]) -> PublishSettings:
+    """The settings with the schema the records' summaries give (as they are without any)."""
+    summary = merge_summaries(summaries)
+    if summary is None:
+        return settings
+    try:
+        schema = summary.schema()
+    except RecordSchemaError:
+        storage.delete_tree(settings.temp_dir)  # nothing is published; the old dataset, if any, stays
+        raise
+    return dataclasses.replace(settings, schema=schema, metadata={
+        **settings.metadata, "schema_inferred": {"from": "records", "raw_payloads": summary.raw}})
+
+
 def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings) -> Manifest:
-    found = _by_kind(group, (_START, _PLAN, _SHARD, _DEAD))
+    found = _by_kind(group, (_START, _PLAN, _SHARD, _DEAD, _SUMMARY))
     if len(found[_PLAN]) > 1:
         raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[_PLAN])}")
+    settings = _with_inferred_schema(settings, found[_SUMMARY])
     shard_infos: list[ShardInfo] = found[_SHARD]
     return publish(settings, found[_PLAN][0] if found[_PLAN] else None, shard_infos, found[_DEAD])
 
@@ -190,6 +233,9 @@ class WriteTFRecordDataset(beam.PTransform):
             (``beam_tfrecord.progress``); only for runners whose workers share this machine.
         command: the command line to record in the manifest.
         metadata: extra facts to record in the manifest.
+        encoding: the encode stage for inputs that are not ``Sample``s (see ``Encoding``); its
+            records' summaries give the published schema, and ``schema`` only names the shard
+            writers' (unused: such inputs have no file-backed records) and an empty dataset's.
     """
 
     def __init__(self, output_dir: str, *, schema: Schema, dataset_name: str = "data",
@@ -201,7 +247,7 @@ class WriteTFRecordDataset(beam.PTransform):
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
                  fan_in: FanIn = FanIn.AUTO, temp_dir: str | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
-                 progress_dir: str | None = None) -> None:
+                 progress_dir: str | None = None, encoding: Encoding | None = None) -> None:
         super().__init__()
         if not 0.0 <= max_rejected_fraction <= 1.0:
             raise WriterOptionError(f"max_rejected_fraction must be in [0, 1], got {max_rejected_fraction}")
@@ -230,6 +276,7 @@ class WriteTFRecordDataset(beam.PTransform):
         self._direct_io = direct_io
         self._fan_in = fan_in
         self._progress_dir = progress_dir
+        self._encoding = encoding
         run_id = uuid.uuid4().hex[:12]
         self._temp_dir = temp_dir or storage.join(output_dir, f".tmp-beam-tfrecord-{run_id}")
         self._publish_settings = PublishSettings(
@@ -251,14 +298,25 @@ class WriteTFRecordDataset(beam.PTransform):
         return dict(dataset_name=self._dataset_name, shards_dir=storage.join(self._temp_dir, "shards"),
                     direct_io=self._direct_io, file_format=self._file_format, progress_dir=self._progress_dir)
 
+    def _encode_to_runs_fn(self, runs_dir: str) -> beam.DoFn:
+        if self._encoding is not None:
+            return self._encoding.to_runs_fn(runs_dir=runs_dir, run_bytes=self._spill_run_bytes,
+                                             direct_io=self._direct_io, salt=self._salt,
+                                             max_record_bytes=self._sharding.cap)
+        return EncodeToRunsFn(self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes,
+                              direct_io=self._direct_io, **self._encode_options())
+
+    def _encode_to_batches_fn(self) -> beam.DoFn:
+        if self._encoding is not None:
+            return self._encoding.to_batches_fn(salt=self._salt, max_record_bytes=self._sharding.cap)
+        return EncodeToBatchesFn(self._schema, **self._encode_options())
+
     def _spill(self, samples: beam.PCollection) -> beam.PCollection:
         runs_dir = storage.join(self._temp_dir, "runs")
-        encoded = samples | "EncodeToRuns" >> beam.ParDo(EncodeToRunsFn(
-            self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes, direct_io=self._direct_io,
-            **self._encode_options()))
-        # SpilledRun | DeadLetter, both gathered in one group. One consumer of what the encoder emits:
-        # the Dask runner keeps a finished task's inputs (the samples) referenced until every
-        # consumer of its output has run, so a second branch would hold them all.
+        encoded = samples | "EncodeToRuns" >> beam.ParDo(self._encode_to_runs_fn(runs_dir))
+        # SpilledRun | DeadLetter (| RecordsSummary), all gathered in one group. One consumer of what
+        # the encoder emits: the Dask runner keeps a finished task's inputs (the samples) referenced
+        # until every consumer of its output has run, so a second branch would hold them all.
         start = samples.pipeline | "StartPlan" >> beam.Create([None])
         planned = (
             (start | "TagStartPlan" >> _tag(_START), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
@@ -275,10 +333,11 @@ class WriteTFRecordDataset(beam.PTransform):
         )
         plan = planned | "PlanOf" >> beam.Map(_plan_of)
         dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
-        return self._publish(samples.pipeline, plan, shard_infos, dead_letters)
+        summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if self._encoding is not None else None
+        return self._publish(samples.pipeline, plan, shard_infos, dead_letters, summary)
 
     def _shuffle(self, samples: beam.PCollection) -> beam.PCollection:
-        batches = samples | "Encode" >> beam.ParDo(EncodeToBatchesFn(self._schema, **self._encode_options()))
+        batches = samples | "Encode" >> beam.ParDo(self._encode_to_batches_fn())
         # EncodedBatch: the entries and dead letters of one input element.
         dead_letters = batches | "DeadLetters" >> beam.FlatMap(_dead_letters_of)
         side_inputs = not traits_of(samples.pipeline).recomputes_side_inputs
@@ -302,14 +361,19 @@ class WriteTFRecordDataset(beam.PTransform):
             | "WriteShards" >> beam.ParDo(WriteShardFromGroupFn(self._schema, self._compression,
                                                                   self._feature_transforms, **self._shard_options()))
         )
-        return self._publish(samples.pipeline, plan, shard_infos, dead_letters)
+        summary = (batches | "SummarizeRecords" >> self._encoding.summarize_batches()  # one RecordsSummary
+                   if self._encoding is not None else None)
+        return self._publish(samples.pipeline, plan, shard_infos, dead_letters, summary)
 
     def _publish(self, pipeline: beam.Pipeline, plan: beam.PCollection, shard_infos: beam.PCollection,
-                 dead_letters: beam.PCollection) -> beam.PCollection:
+                 dead_letters: beam.PCollection, summary: beam.PCollection | None) -> beam.PCollection:
         start = pipeline | "StartPublish" >> beam.Create([None])
+        tagged = [start | "TagStart" >> _tag(_START), plan | "TagPlan" >> _tag(_PLAN),
+                  shard_infos | "TagShards" >> _tag(_SHARD), dead_letters | "TagDeadLetters" >> _tag(_DEAD)]
+        if summary is not None:
+            tagged.append(summary | "TagSummary" >> _tag(_SUMMARY))
         return (
-            (start | "TagStart" >> _tag(_START), plan | "TagPlan" >> _tag(_PLAN),
-             shard_infos | "TagShards" >> _tag(_SHARD), dead_letters | "TagDeadLetters" >> _tag(_DEAD))
+            tuple(tagged)
             | "Gather" >> beam.Flatten()
             | "ForPublish" >> beam.GroupByKey()  # (None, [(kind, value)]): one group, whatever is empty
             | "Publish" >> beam.Map(_publish_group, self._publish_settings)

@@ -25,3 +25,11 @@ def key_hash(key: str, salt: str) -> int:
     hasher = _keyed(salt).copy()
     hasher.update(key.encode("utf-8", "surrogatepass"))
     return int.from_bytes(hasher.digest(), "big")
+
+
+def content_hash(data: bytes, salt: str) -> int:
+    """``key_hash`` of raw bytes: records without a key are placed by their content (equal records
+    land together, in any order of arrival)."""
+    hasher = _keyed(salt).copy()
+    hasher.update(data)
+    return int.from_bytes(hasher.digest(), "big")
