@@ -54,11 +54,13 @@ class _EncodeFn(beam.DoFn):
         """Entries and dead letters of one element; counts them."""
         encoded = rejected = 0
         listed_before = self._encoder.num_listed
-        encode = self._encoder.encode
-        for sample in element if isinstance(element, list) else (element,):
-            # Sources emit a DeadLetter for an input they could not even turn into a sample
-            # (a malformed row, a path outside the allowed root), so every input is counted here.
-            outcome = sample if type(sample) is DeadLetter else encode(sample)
+        # Sources emit a DeadLetter for an input they could not even turn into a sample (a
+        # malformed row, a path outside the allowed root), so every input is counted here.
+        if isinstance(element, list):
+            outcomes = self._encoder.encode_chunk(element)
+        else:
+            outcomes = [element if type(element) is DeadLetter else self._encoder.encode(element)]
+        for outcome in outcomes:
             if type(outcome) is DeadLetter:
                 self._rejected[outcome.stage].inc()
                 rejected += 1

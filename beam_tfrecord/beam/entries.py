@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
+from beam_tfrecord.core.batch_encode import BatchEncoder
 from beam_tfrecord.core.framing import framed_size
-from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry
-from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
+from beam_tfrecord.core.hashing import key_digests, key_hash
+from beam_tfrecord.core.runs import RunIndex, make_record_entries, make_record_entry, make_reference_entry
+from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import SampleError
 
@@ -37,6 +38,8 @@ class EntryEncoder:
     def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,
                  feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int) -> None:
         self._builder = RecordBuilder(schema, feature_transforms)
+        # Chunks of in-memory samples without transforms are encoded column by column.
+        self._batch = BatchEncoder(schema) if not self._builder.has_transforms else None
         self._salt = salt
         self._max_record_bytes = max_record_bytes
         self._reread_min_bytes = reread_min_bytes
@@ -62,6 +65,38 @@ class EntryEncoder:
             # straight into its shard.
             return make_reference_entry(hashed, size, pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
         return make_record_entry(hashed, record)
+
+    def encode_chunk(self, items: Sequence[Sample | DeadLetter]) -> Iterable[bytes | DeadLetter]:
+        """``encode`` of every sample of a chunk, in order (a DeadLetter item stays as it is).
+
+        Column by column (``core/batch_encode.py``) when every sample is in memory and valid, and
+        no transform applies; otherwise, or whenever the batch encoder declines, sample by sample.
+        Either way the entries and dead letters are the same. One by one, they are made as they
+        are consumed (a chunk of large file-backed records is never held at once).
+        """
+        samples = [item for item in items if type(item) is not DeadLetter]
+        entries = self._batch_entries(samples)
+        if entries is None:
+            return (item if type(item) is DeadLetter else self.encode(item) for item in items)
+        if len(samples) == len(items):
+            return entries
+        it = iter(entries)
+        return [item if type(item) is DeadLetter else next(it) for item in items]
+
+    def _batch_entries(self, samples: list[Sample]) -> list[bytes] | None:
+        """RECORD entries of in-memory samples, all valid, or None (then: one by one)."""
+        if self._batch is None or not samples or not all(s.__class__ is Sample for s in samples):
+            return None
+        keys = [sample.key for sample in samples]
+        values = [sample.values for sample in samples]
+        if not {*map(type, keys)} <= {str} or not all(v.__class__ is dict for v in values):
+            return None
+        if FileRef in {value.__class__ for v in values for value in v.values()}:
+            return None  # files to load (and perhaps spill as references): one by one
+        records = self._batch.encode(values)
+        if records is None or framed_size(max(map(len, records))) > self._max_record_bytes:
+            return None
+        return make_record_entries(key_digests(keys, self._salt), records)
 
     def _listed_stand_in(self, sample: Sample) -> Sample | None:
         """For a large file-backed sample whose record size follows from listed file sizes: the

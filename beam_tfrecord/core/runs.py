@@ -26,7 +26,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from beam_tfrecord.core.framing import frame
+from beam_tfrecord.core.framing import frame, frame_parts_of_chunk
 from beam_tfrecord.core.hashing import HASH_SPACE
 from beam_tfrecord.errors import CorruptShardError
 
@@ -51,6 +51,14 @@ _REFERENCE_KIND = bytes([REFERENCE])
 def make_record_entry(key_hash: int, record: bytes) -> bytes:
     """A RECORD entry: hash, kind and the framed record, built in a single copy."""
     return frame(record, key_hash.to_bytes(HASH_BYTES, "big") + _RECORD_KIND)
+
+
+def make_record_entries(key_digests: Sequence[bytes], records: Sequence[bytes]) -> list[bytes]:
+    """``make_record_entry`` for a chunk: each key hash's 8 big-endian bytes with its record."""
+    headers, footers = frame_parts_of_chunk(records)
+    kind = _RECORD_KIND
+    return [b"".join((digest, kind, header, record, footer))
+            for digest, header, record, footer in zip(key_digests, headers, records, footers)]
 
 
 def make_reference_entry(key_hash: int, framed_size: int, sample_pickle: bytes) -> bytes:
