@@ -8,6 +8,7 @@ and both give byte-identical shards.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -85,18 +86,18 @@ class EntryEncoder:
 
     def _batch_entries(self, samples: list[Sample]) -> list[bytes] | None:
         """RECORD entries of in-memory samples, all valid, or None (then: one by one)."""
-        if self._batch is None or not samples or not all(s.__class__ is Sample for s in samples):
+        if self._batch is None or {*map(type, samples)} != {Sample}:
             return None
         keys = [sample.key for sample in samples]
         values = [sample.values for sample in samples]
-        if not {*map(type, keys)} <= {str} or not all(v.__class__ is dict for v in values):
+        if {*map(type, keys)} != {str} or {*map(type, values)} != {dict}:
             return None
-        if FileRef in {value.__class__ for v in values for value in v.values()}:
+        if FileRef in {*map(type, itertools.chain.from_iterable(map(dict.values, values)))}:
             return None  # files to load (and perhaps spill as references): one by one
-        records = self._batch.encode(values)
-        if records is None or framed_size(max(map(len, records))) > self._max_record_bytes:
+        rows = self._batch.encode_rows(values)
+        if rows is None or framed_size(max(rows.nbytes)) > self._max_record_bytes:
             return None
-        return make_record_entries(key_digests(keys, self._salt), records)
+        return make_record_entries(key_digests(keys, self._salt), rows.parts, rows.nbytes)
 
     def _listed_stand_in(self, sample: Sample) -> Sample | None:
         """For a large file-backed sample whose record size follows from listed file sizes: the

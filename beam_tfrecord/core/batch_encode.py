@@ -19,6 +19,7 @@ hypothesis for every feature type and random schemas.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -272,6 +273,18 @@ def _fast_column(name: str, feature: Feature) -> _ColumnEncoder:
     return _class_label_column(name, feature)
 
 
+class RecordRows(NamedTuple):
+    """A chunk's records, each as the parts that, joined, are the record (nothing copied yet).
+
+    Attributes:
+        parts: one tuple of bytes-like parts per record (C-contiguous arrays among them).
+        nbytes: the length of each record.
+    """
+
+    parts: list[tuple[Any, ...]]
+    nbytes: list[int]
+
+
 class BatchEncoder:
     """Encodes chunks of samples of one schema; byte-identical to ``SampleEncoder``, or None.
 
@@ -293,21 +306,29 @@ class BatchEncoder:
     def encode(self, values: Sequence[Mapping[str, Any]]) -> list[bytes] | None:
         """The records of a chunk's samples (their value dicts), or None: encode them one by one.
 
+        ``encode_rows``, with each record's parts joined.
+        """
+        rows = self.encode_rows(values)
+        return None if rows is None else list(map(b"".join, rows.parts))
+
+    def encode_rows(self, values: Sequence[Mapping[str, Any]]) -> RecordRows | None:
+        """The records of a chunk's samples as parts (see ``RecordRows``), or None: one by one.
+
         None when any sample is not a plain dict of schema features, when any value is not valid
         (the reference then names it) or when the records are large (``LARGE_RECORD_BYTES``);
         never records that differ from the reference's.
         """
         if not self.supports or not values:
             return None
-        known = self._known
-        if not all(v.__class__ is dict and v.keys() <= known for v in values):
+        if {*map(type, values)} != {dict} or not all(map(self._known.issuperset, values)):
             return None
         columns = []
+        payload_bytes = np.zeros(len(values), np.int64)
         for name, default, optional, fast, reference in self._columns:
             column = [v.get(name) for v in values]
             if default is not None:
                 column = [default if value is None else value for value in column]
-            elif not optional and any(value is None for value in column):
+            elif not optional and any(map(operator.is_, column, itertools.repeat(None))):
                 return None  # a required feature is missing: the reference names it
             try:
                 try:
@@ -316,16 +337,16 @@ class BatchEncoder:
                     columns.append(reference(column))
             except Exception:  # an invalid value (SampleError or what a conversion raised): the reference decides
                 return None
-        nbytes = np.zeros(len(values), np.int64)
-        for encoded in columns:
-            nbytes += encoded.nbytes  # an int or one per record
-        if nbytes.mean() > LARGE_RECORD_BYTES:
-            return None
+            payload_bytes += columns[-1].nbytes  # an int or one per record
+            if payload_bytes.mean() > LARGE_RECORD_BYTES:
+                return None
         headers = self._record_headers
-        parts: list[Iterable[Any]] = [[headers[n] for n in nbytes.tolist()]]
+        header_column = [headers[n] for n in payload_bytes.tolist()]
+        parts: list[Iterable[Any]] = [header_column]
         for encoded in columns:
             parts.extend(encoded.parts)
-        return list(map(b"".join, zip(*parts)))
+        record_bytes = payload_bytes + np.fromiter(map(len, header_column), np.int64, len(header_column))
+        return RecordRows(list(zip(*parts)), record_bytes.tolist())
 
 
 def _map_order(names: list[str]) -> list[str]:

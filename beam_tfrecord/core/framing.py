@@ -7,9 +7,11 @@ the data, masked CRC32C of the data (uint32 LE). Mask: rotate right by 15 bits, 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import struct
 from collections.abc import Iterator, Sequence
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import google_crc32c
 import numpy as np
@@ -43,17 +45,22 @@ def frame_parts(data: bytes, _crc32c=google_crc32c.value,
     return header, _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
 
 
-def frame_parts_of_chunk(records: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+def frame_parts_of_chunk(records: Sequence[Sequence[Any]], nbytes: Sequence[int]
+                         ) -> tuple[list[bytes], list[bytes]]:
     """``frame_parts`` of every record of a chunk: (headers, footers), one of each per record.
 
-    The batch encoder's path: the data CRCs are one C call per record (no Python frame), masked
-    all at once with NumPy, and a header is computed once per distinct length in the chunk.
+    The batch encoder's path. Each record is given as the parts that, joined, are the record
+    (bytes-like: bytes, C-contiguous arrays), with its length: the CRC runs over the parts, so the
+    record is never joined on its own, only into its run entry. The masks are computed all at once
+    with NumPy, and a header once per distinct length in the chunk.
     """
-    crcs = np.fromiter(map(google_crc32c.value, records), np.uint64, len(records))
-    footers = ((((crcs >> np.uint64(15)) | (crcs << np.uint64(17))) + np.uint64(_MASK_DELTA))
+    # reduce(extend, parts, 0) is the CRC32C of the joined parts; map() keeps it in C.
+    crcs = map(functools.reduce, itertools.repeat(google_crc32c.extend), records, itertools.repeat(0))
+    masked = np.fromiter(crcs, np.uint64, len(records))
+    footers = ((((masked >> np.uint64(15)) | (masked << np.uint64(17))) + np.uint64(_MASK_DELTA))
                & np.uint64(0xFFFFFFFF)).astype("<u4").tobytes()
-    headers = {length: _header_of_length(length) for length in set(map(len, records))}
-    return ([headers[len(record)] for record in records],
+    headers = {length: _header_of_length(length) for length in set(nbytes)}
+    return ([headers[length] for length in nbytes],
             [footers[i:i + FOOTER_BYTES] for i in range(0, len(footers), FOOTER_BYTES)])
 
 

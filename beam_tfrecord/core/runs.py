@@ -22,7 +22,7 @@ import heapq
 import operator
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -53,12 +53,19 @@ def make_record_entry(key_hash: int, record: bytes) -> bytes:
     return frame(record, key_hash.to_bytes(HASH_BYTES, "big") + _RECORD_KIND)
 
 
-def make_record_entries(key_digests: Sequence[bytes], records: Sequence[bytes]) -> list[bytes]:
-    """``make_record_entry`` for a chunk: each key hash's 8 big-endian bytes with its record."""
-    headers, footers = frame_parts_of_chunk(records)
+def make_record_entries(key_digests: Sequence[bytes], records: Sequence[Sequence[Any]],
+                        nbytes: Sequence[int]) -> list[bytes]:
+    """``make_record_entry`` for a chunk, each entry built in one join from its record's parts.
+
+    Args:
+        key_digests: each record's key hash as 8 big-endian bytes.
+        records: each record as the bytes-like parts that, joined, are the record.
+        nbytes: each record's length.
+    """
+    headers, footers = frame_parts_of_chunk(records, nbytes)
     kind = _RECORD_KIND
-    return [b"".join((digest, kind, header, record, footer))
-            for digest, header, record, footer in zip(key_digests, headers, records, footers)]
+    return [b"".join((digest, kind, header, *parts, footer))
+            for digest, header, parts, footer in zip(key_digests, headers, records, footers)]
 
 
 def make_reference_entry(key_hash: int, framed_size: int, sample_pickle: bytes) -> bytes:

@@ -101,7 +101,8 @@ def features_and_values(draw):
         arrays = hnp.arrays(np.dtype(tensor_dtype.value), shape,
                             elements={"allow_nan": allow, "allow_infinity": allow} if tensor_dtype.is_float else None)
         fortran = arrays.map(np.asfortranarray) if len(shape) > 1 else arrays  # not C-contiguous
-        values = st.one_of(arrays, fortran, arrays.map(lambda a: a.tolist()))
+        read_only = arrays.map(lambda a: np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape))
+        values = st.one_of(arrays, fortran, read_only, arrays.map(lambda a: a.tolist()))
     elif kind == "image":
         fmt = draw(st.sampled_from(list(ImageFormat)))
         feature = Image(fmt)
@@ -225,7 +226,9 @@ def test_key_digests_are_key_hash(keys, salt):
 @SETTINGS
 @given(st.lists(st.binary(max_size=300), max_size=8))
 def test_chunk_framing_is_frame_parts(records):
-    headers, footers = frame_parts_of_chunk(records)
+    # Joined, each row is its record: bytes and arrays (the parts the batch encoder gives).
+    parts = [(r[:1], np.frombuffer(r[1:], np.uint8), b"") if r else (r,) for r in records]
+    headers, footers = frame_parts_of_chunk(parts, list(map(len, records)))
     assert list(zip(headers, footers)) == [frame_parts(r) for r in records]
 
 
