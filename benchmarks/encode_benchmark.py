@@ -13,6 +13,8 @@ CPU time is ``time.process_time()`` (this process, all threads).
 
 Workloads:
   small: 32x32x3 uint8 Tensor + ClassLabel (the write benchmark's 3.1 KB records);
+  rows: tabular rows (int64, float32 and string scalars, a VarList of 0-3 int64s), not in the write
+      benchmark: what CSV and Parquet sources give;
   blobs (listed): ~200 KB files as FileRefs with listed sizes + int64 label, as the write
       benchmark's (c) gives them: planned from their sizes, spilled as references (no fast path);
   blobs (in memory): the same files' bytes as values (Scalar bytes + int64 label).
@@ -29,11 +31,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import numpy as np
 import workloads
 
 from beam_tfrecord.beam.entries import EntryEncoder
 from beam_tfrecord.core.samples import FileRef, Sample
-from beam_tfrecord.core.schema import ClassLabel, DType, Scalar, Schema, Tensor, TensorDType
+from beam_tfrecord.core.schema import ClassLabel, DType, Scalar, Schema, Tensor, TensorDType, VarList
 
 MAX_RECORD_BYTES = 1 << 30
 
@@ -43,6 +46,17 @@ def _small_chunks(total: int):
         keys, images, labels = workloads.small_chunk(index, total)
         yield [Sample(key, {"image": image, "label": label})
                for key, image, label in zip(keys, images, labels.tolist())]
+
+
+def _row_chunks(total: int, chunk: int = 1_000):
+    """Tabular rows, as a CSV or Parquet source gives them: an int, a float, a string, a short int list."""
+    rng = np.random.default_rng(0)
+    for start in range(0, total, chunk):
+        n = min(chunk, total - start)
+        ids, scores = rng.integers(0, 1 << 40, n).tolist(), rng.random(n).tolist()
+        tags = rng.integers(0, 1000, (n, 3)).tolist()
+        yield [Sample(f"row/{start + i}", {"id": ids[i], "score": scores[i], "name": f"item {start + i}",
+                                           "tags": tags[i][: i % 4]}) for i in range(n)]
 
 
 def _blob_chunks(paths: list[str], *, in_memory: bool, chunk: int = 100):
@@ -91,10 +105,13 @@ def main() -> None:
 
     small = Schema({"image": Tensor(TensorDType.UINT8, workloads.IMAGE_SHAPE),
                     "label": ClassLabel(tuple(str(i) for i in range(10)))})
+    rows = Schema({"id": Scalar(DType.INT64), "score": Scalar(DType.FLOAT32), "name": Scalar(DType.STRING),
+                   "tags": VarList(DType.INT64)})
     blobs = Schema({"image": Scalar(DType.BYTES), "label": Scalar(DType.INT64)})
     paths = workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
-    rows = [
+    table = [
         ("small", *_measure("small", small, _small_chunks(args.records), reread_min_bytes=1 << 20)),
+        ("rows", *_measure("rows", rows, _row_chunks(args.records), reread_min_bytes=1 << 20)),
         ("blobs (listed)", *_measure("blobs (listed)", blobs, _blob_chunks(paths, in_memory=False),
                                      reread_min_bytes=1 << 16)),
         ("blobs (in memory)", *_measure("blobs (in memory)", blobs, _blob_chunks(paths, in_memory=True),
@@ -102,7 +119,7 @@ def main() -> None:
     ]
     print(f"CPU microseconds per record of the encoding chain (machine load applies to both alike)\n"
           f"  {'workload':<18} {'records':>9} {'reference':>10} {'fast':>8} {'fast/ref':>9}")
-    for name, reference_us, fast_us, records in rows:
+    for name, reference_us, fast_us, records in table:
         print(f"  {name:<18} {records:>9,} {reference_us:10.2f} {fast_us:8.2f} {fast_us / reference_us:9.2f}")
 
 
