@@ -1,4 +1,5 @@
-"""EntryEncoder: one sample to one spill entry (see core/runs.py), or to a dead letter.
+"""EntryEncoder: one sample to one spill entry (see core/runs.py), or to a dead letter; a chunk
+of samples at a time, column by column, where the batch encoder covers it (core/batch_encode.py).
 
 Both fan-in paths encode through this class, so a record is the same entry whether it is
 spilled into a run (DirectRunner) or sent through the runner's shuffle (distributed runners),
@@ -72,8 +73,8 @@ class EntryEncoder:
 
         Column by column (``core/batch_encode.py``) when every sample is in memory and valid, and
         no transform applies; otherwise, or whenever the batch encoder declines, sample by sample.
-        Either way the entries and dead letters are the same. One by one, they are made as they
-        are consumed (a chunk of large file-backed records is never held at once).
+        Either way the entries and dead letters are the same (one by one, made as they are
+        consumed).
         """
         samples = [item for item in items if type(item) is not DeadLetter]
         entries = self._batch_entries(samples)

@@ -26,13 +26,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from beam_tfrecord.core import proto, wire
-from beam_tfrecord.core.encode import _SIGNATURES, make_filler
+from beam_tfrecord.core.encode import image_format_of, make_filler
 from beam_tfrecord.core.schema import (
     ClassLabel,
     DType,
     Feature,
     FixedList,
     Image,
+    ImageFormat,
     Scalar,
     Schema,
     Tensor,
@@ -185,8 +186,13 @@ def _bytes_column(name: str, check: Callable[[bytes], bool] | None, utf8: bool) 
 def _image_column(name: str, feature: Image) -> _ColumnEncoder:
     if feature.shape is not None or feature.check_decode:
         return _reference_column(name, feature)  # reading headers or pixels: Pillow, value by value
-    signature = _SIGNATURES[feature.format]
-    return _bytes_column(name, lambda data: bool(data) and signature(data), utf8=False)
+    wanted = feature.format
+
+    def check(data: bytes) -> bool:  # the signatures exclude one another: a value has one format or none
+        found = image_format_of(data)
+        return found is not None and (wanted is ImageFormat.ANY or found is wanted)
+
+    return _bytes_column(name, check, utf8=False)
 
 
 def _tensor_column(name: str, feature: Tensor) -> _ColumnEncoder:
