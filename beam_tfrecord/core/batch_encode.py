@@ -46,6 +46,8 @@ _MAX_TABLED_CLASSES = 1 << 16
 # cost little beside copying them, and a chunk of them held at once costs memory (measured: a
 # chunk of 100 x 200 KB records took more CPU at once than one by one, in page faults).
 LARGE_RECORD_BYTES = 64 << 10
+_DTYPE, _SHAPE = operator.attrgetter("dtype"), operator.attrgetter("shape")
+_C_CONTIGUOUS = operator.attrgetter("flags.c_contiguous")
 _KIND = {DType.INT64: wire.INT64_LIST, DType.FLOAT32: wire.FLOAT_LIST, DType.BYTES: wire.BYTES_LIST,
          DType.STRING: wire.BYTES_LIST}
 
@@ -205,16 +207,14 @@ def _tensor_column(name: str, feature: Tensor) -> _ColumnEncoder:
     header = wire.EntryHeaders(name, wire.BYTES_LIST, packed=False)[len(item) + nbytes] + item
 
     def encode(column: list[Any]) -> _Encoded:
-        contiguous = True
-        for value in column:
-            if not (value.__class__ is np.ndarray and (value.dtype is native or value.dtype == target)
-                    and value.shape == shape):
-                raise _NotCovered
-            if check_finite and not np.isfinite(value).all():
-                raise _NotCovered
-            contiguous = contiguous and value.flags.c_contiguous
+        # Checked as sets of classes, dtypes and shapes (one C-level pass each, no Python call per value).
+        if ({*map(type, column)} != {np.ndarray} or not {*map(_DTYPE, column)} <= {native, target}
+                or {*map(_SHAPE, column)} != {shape}):
+            raise _NotCovered
+        if check_finite and not all(np.isfinite(value).all() for value in column):
+            raise _NotCovered
         # A C-contiguous array's buffer is its ``tobytes()``: the record's join reads it directly.
-        data = column if contiguous else [value.tobytes() for value in column]
+        data = column if all(map(_C_CONTIGUOUS, column)) else [value.tobytes() for value in column]
         return _Encoded((itertools.repeat(header, len(column)), data), len(header) + nbytes)
 
     return encode
