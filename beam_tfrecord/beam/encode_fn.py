@@ -50,26 +50,30 @@ class _EncodeFn(beam.DoFn):
             self._progress.flush()
 
     def _encode_element(self, element: Sample | DeadLetter | list[Sample | DeadLetter]
-                        ) -> Iterator[bytes | DeadLetter]:
-        """Entries and dead letters of one element; counts them."""
-        encoded = rejected = 0
+                        ) -> tuple[list[bytes], list[DeadLetter]]:
+        """(entries, dead letters) of one element, each in input order; counts them."""
         listed_before = self._encoder.num_listed
-        encode = self._encoder.encode
-        for sample in element if isinstance(element, list) else (element,):
-            # Sources emit a DeadLetter for an input they could not even turn into a sample
-            # (a malformed row, a path outside the allowed root), so every input is counted here.
-            outcome = sample if type(sample) is DeadLetter else encode(sample)
+        # Sources emit a DeadLetter for an input they could not even turn into a sample (a
+        # malformed row, a path outside the allowed root), so every input is counted here.
+        if isinstance(element, list):
+            outcomes = self._encoder.encode_chunk(element)
+        else:
+            outcomes = [element if type(element) is DeadLetter else self._encoder.encode(element)]
+        entries: list[bytes] = []
+        dead: list[DeadLetter] = []
+        for outcome in outcomes:
             if type(outcome) is DeadLetter:
-                self._rejected[outcome.stage].inc()
-                rejected += 1
+                dead.append(outcome)
             else:
-                encoded += 1
-            yield outcome
-        self._encoded.inc(encoded)
+                entries.append(outcome)
+        for letter in dead:
+            self._rejected[letter.stage].inc()
+        self._encoded.inc(len(entries))
         if self._progress is not None:
-            self._progress.add(encoded=encoded, rejected=rejected)
+            self._progress.add(encoded=len(entries), rejected=len(dead))
         if self._encoder.num_listed > listed_before:
             self._listed.inc(self._encoder.num_listed - listed_before)
+        return entries, dead
 
 
 class EncodeToBatchesFn(_EncodeFn):
@@ -80,13 +84,7 @@ class EncodeToBatchesFn(_EncodeFn):
     """
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[EncodedBatch]:
-        entries: list[bytes] = []
-        dead: list[DeadLetter] = []
-        for outcome in self._encode_element(element):
-            if type(outcome) is DeadLetter:
-                dead.append(outcome)
-            else:
-                entries.append(outcome)
+        entries, dead = self._encode_element(element)
         yield EncodedBatch(tuple(entries), tuple(dead))
 
     def finish_bundle(self) -> None:
@@ -125,12 +123,12 @@ class EncodeToRunsFn(_EncodeFn):
                                    writer=self._run_writer)
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[SpilledRun | DeadLetter]:
-        for outcome in self._encode_element(element):
-            if type(outcome) is DeadLetter:
-                yield outcome
-            elif (started := self._spiller.add(outcome)) is not None:
-                self._runs.inc()  # metrics are per thread: counted here, not in the writing thread
-                yield started
+        entries, dead = self._encode_element(element)
+        yield from dead
+        started = self._spiller.add_many(entries)
+        if started:
+            self._runs.inc(len(started))  # metrics are per thread: counted here, not in the writing thread
+        yield from started
 
     def finish_bundle(self) -> None:
         self._spiller.finish()  # the bundle (and every run it announced) counts only once its runs are on storage

@@ -22,11 +22,11 @@ import heapq
 import operator
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from beam_tfrecord.core.framing import frame
+from beam_tfrecord.core.framing import frame, frame_parts_of_chunk
 from beam_tfrecord.core.hashing import HASH_SPACE
 from beam_tfrecord.errors import CorruptShardError
 
@@ -51,6 +51,21 @@ _REFERENCE_KIND = bytes([REFERENCE])
 def make_record_entry(key_hash: int, record: bytes) -> bytes:
     """A RECORD entry: hash, kind and the framed record, built in a single copy."""
     return frame(record, key_hash.to_bytes(HASH_BYTES, "big") + _RECORD_KIND)
+
+
+def make_record_entries(key_digests: Sequence[bytes], records: Sequence[Sequence[Any]],
+                        nbytes: Sequence[int]) -> list[bytes]:
+    """``make_record_entry`` for a chunk, each entry built in one join from its record's parts.
+
+    Args:
+        key_digests: each record's key hash as 8 big-endian bytes.
+        records: each record as the bytes-like parts that, joined, are the record.
+        nbytes: each record's length.
+    """
+    headers, footers = frame_parts_of_chunk(records, nbytes)
+    kind = _RECORD_KIND
+    return [b"".join((digest, kind, header, *parts, footer))
+            for digest, header, parts, footer in zip(key_digests, headers, records, footers)]
 
 
 def make_reference_entry(key_hash: int, framed_size: int, sample_pickle: bytes) -> bytes:

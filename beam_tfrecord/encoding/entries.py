@@ -1,4 +1,5 @@
-"""EntryEncoder: one sample to one spill entry (see core/runs.py), or to a dead letter.
+"""EntryEncoder: one sample to one spill entry (see core/runs.py), or to a dead letter; a chunk
+of samples at a time, column by column, where the batch encoder covers it (core/batch_encode.py).
 
 Both fan-in paths encode through this class, so a record is the same entry whether it is
 spilled into a run (DirectRunner) or sent through the runner's shuffle (distributed runners),
@@ -8,15 +9,17 @@ and both give byte-identical shards.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import pickle
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from beam_tfrecord.core.batch_encode import BatchEncoder
 from beam_tfrecord.core.framing import framed_size
-from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry
-from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
+from beam_tfrecord.core.hashing import key_digests, key_hash
+from beam_tfrecord.core.runs import RunIndex, make_record_entries, make_record_entry, make_reference_entry
+from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.errors import SampleError
@@ -37,6 +40,8 @@ class EntryEncoder:
     def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,
                  feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int) -> None:
         self._builder = RecordBuilder(schema, feature_transforms)
+        # Chunks of in-memory samples without transforms are encoded column by column.
+        self._batch = BatchEncoder(schema) if not self._builder.has_transforms else None
         self._salt = salt
         self._max_record_bytes = max_record_bytes
         self._reread_min_bytes = reread_min_bytes
@@ -62,6 +67,38 @@ class EntryEncoder:
             # straight into its shard.
             return make_reference_entry(hashed, size, pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
         return make_record_entry(hashed, record)
+
+    def encode_chunk(self, items: Sequence[Sample | DeadLetter]) -> Iterable[bytes | DeadLetter]:
+        """``encode`` of every sample of a chunk, in order (a DeadLetter item stays as it is).
+
+        Column by column (``core/batch_encode.py``) when every sample is in memory and valid, and
+        no transform applies; otherwise, or whenever the batch encoder declines, sample by sample.
+        Either way the entries and dead letters are the same (one by one, made as they are
+        consumed).
+        """
+        samples = [item for item in items if type(item) is not DeadLetter]
+        entries = self._batch_entries(samples)
+        if entries is None:
+            return (item if type(item) is DeadLetter else self.encode(item) for item in items)
+        if len(samples) == len(items):
+            return entries
+        it = iter(entries)
+        return [item if type(item) is DeadLetter else next(it) for item in items]
+
+    def _batch_entries(self, samples: list[Sample]) -> list[bytes] | None:
+        """RECORD entries of in-memory samples, all valid, or None (then: one by one)."""
+        if self._batch is None or {*map(type, samples)} != {Sample}:
+            return None
+        keys = [sample.key for sample in samples]
+        values = [sample.values for sample in samples]
+        if {*map(type, keys)} != {str} or {*map(type, values)} != {dict}:
+            return None
+        if FileRef in {*map(type, itertools.chain.from_iterable(map(dict.values, values)))}:
+            return None  # files to load (and perhaps spill as references): one by one
+        rows = self._batch.encode_rows(values)
+        if rows is None or framed_size(max(rows.nbytes)) > self._max_record_bytes:
+            return None
+        return make_record_entries(key_digests(keys, self._salt), rows.parts, rows.nbytes)
 
     def _listed_stand_in(self, sample: Sample) -> Sample | None:
         """For a large file-backed sample whose record size follows from listed file sizes: the

@@ -1,0 +1,124 @@
+"""Protobuf wire-format pieces of ``tf.train.Example``: varints and the bytes around a feature's values.
+
+The batch encoder (``core/batch_encode.py``) assembles records from these instead of filling one
+protobuf message per sample. The layout they write is the one the protobuf library writes for
+``SerializeToString(deterministic=True)``: hypothesis tests (``tests/core/test_batch_encode.py``)
+compare both, byte for byte, for every feature type. Limits: only what an ``Example`` needs
+(length-delimited fields, packed int64 and float lists, map entries), not a general encoder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_UINT64_MASK = (1 << 64) - 1
+_SMALL = 1 << 14  # lengths below this take one or two varint bytes: tabled
+# Field tags (field number << 3 | wire type 2, length-delimited), all field number 1 or 2 or 3.
+TAG_1 = b"\x0a"  # Example.features, Features.feature (a map entry), *List.value, map key
+TAG_2 = b"\x12"  # map value
+INT64_LIST = b"\x1a"  # Feature.int64_list (field 3)
+FLOAT_LIST = b"\x12"  # Feature.float_list (field 2)
+BYTES_LIST = b"\x0a"  # Feature.bytes_list (field 1)
+
+
+def varint(number: int) -> bytes:
+    """The base-128 varint of ``number``; a negative int64 is written as its two's complement (10 bytes)."""
+    number &= _UINT64_MASK
+    out = bytearray()
+    while number > 0x7F:
+        out.append((number & 0x7F) | 0x80)
+        number >>= 7
+    out.append(number)
+    return bytes(out)
+
+
+def read_varint(data: bytes, position: int) -> tuple[int, int]:
+    """(the varint at ``position``, the position after it)."""
+    number = shift = 0
+    while True:
+        byte = data[position]
+        position += 1
+        number |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return number, position
+
+
+_VARINTS = [varint(n) for n in range(_SMALL)]
+
+
+def length_prefix(length: int) -> bytes:
+    """The varint of a length (tabled for lengths below 16 KiB, the common case)."""
+    return _VARINTS[length] if length < _SMALL else varint(length)
+
+
+def delimited_header(tag: bytes, length: int) -> bytes:
+    """The tag and length that go before a length-delimited field of ``length`` bytes."""
+    return tag + length_prefix(length)
+
+
+class DelimitedHeaders(dict[int, bytes]):
+    """``delimited_header(tag, length)`` by length, computed once per length (``__missing__``)."""
+
+    def __init__(self, tag: bytes) -> None:
+        super().__init__()
+        self._tag = tag
+
+    def __missing__(self, length: int) -> bytes:
+        header = self[length] = delimited_header(self._tag, length)
+        return header
+
+
+class EntryHeaders(dict[int, bytes]):
+    """The bytes before a feature's list payload in a ``Features`` message, by payload length.
+
+    A ``Features.feature`` map entry is ``0a len {0a len name} {12 len Feature}`` and a Feature is
+    ``kind len List``; a packed list (int64, float) is ``0a len values`` when it has values and
+    empty otherwise, a bytes list is its items as they are. Everything before the payload depends
+    on the name and the payload's length only: computed once per length (``__missing__``), then a
+    dict lookup.
+
+    Args:
+        name: the feature's name.
+        kind: the Feature field tag (``INT64_LIST``, ``FLOAT_LIST`` or ``BYTES_LIST``).
+        packed: the payload is a packed field's values (int64, float), not bytes-list items.
+    """
+
+    def __init__(self, name: str, kind: bytes, *, packed: bool) -> None:
+        super().__init__()
+        self._key = delimited_header(TAG_1, len(name.encode("utf-8"))) + name.encode("utf-8")
+        self._kind = kind
+        self._packed = packed
+
+    def __missing__(self, payload_bytes: int) -> bytes:
+        inner = delimited_header(TAG_1, payload_bytes) if self._packed and payload_bytes else b""
+        feature = delimited_header(self._kind, len(inner) + payload_bytes) + inner
+        value_bytes = len(feature) + payload_bytes
+        entry = self._key + delimited_header(TAG_2, value_bytes) + feature
+        header = delimited_header(TAG_1, len(entry) + payload_bytes) + entry
+        self[payload_bytes] = header
+        return header
+
+
+def packed_varints(values: np.ndarray, counts: np.ndarray) -> list[bytes]:
+    """Each group's int64 values as a packed varint payload, computed for all groups at once.
+
+    Args:
+        values: int64 values of every group, end to end.
+        counts: how many values each group has (sums to ``len(values)``).
+    """
+    unsigned = values.astype(np.int64, copy=False).view(np.uint64)
+    groups = [(unsigned >> np.uint64(7 * k)) for k in range(10)]
+    num_bytes = np.ones(len(unsigned), np.int64)
+    for shifted in groups[1:]:
+        num_bytes += shifted != 0
+    grid = np.empty((len(unsigned), 10), np.uint8)
+    for k, shifted in enumerate(groups):
+        more = np.where(num_bytes > k + 1, 0x80, 0).astype(np.uint8)  # the continuation bit
+        grid[:, k] = (shifted & np.uint64(0x7F)).astype(np.uint8) | more
+    flat = grid[np.arange(10) < num_bytes[:, None]].tobytes()
+    byte_ends = np.concatenate(([0], np.cumsum(num_bytes)))
+    value_ends = np.cumsum(counts)
+    ends = byte_ends[value_ends].tolist()
+    starts = byte_ends[value_ends - counts].tolist()
+    return [flat[start:end] for start, end in zip(starts, ends)]
