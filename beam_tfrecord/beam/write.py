@@ -12,11 +12,12 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
+from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.entries import EncodedBatch
 from beam_tfrecord.beam.planning import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.records import FeatureTransform
-from beam_tfrecord.beam.runners import traits_of
+from beam_tfrecord.beam.runners import encode_processes_for, traits_of
 from beam_tfrecord.beam.shards import (
     ShardTask,
     WriteShardFromGroupFn,
@@ -185,6 +186,11 @@ class WriteTFRecordDataset(beam.PTransform):
             ``O_DIRECT``, bypassing the page cache (see ``beam_tfrecord.direct_io``); elsewhere,
             and where a filesystem refuses it, ordinary buffered I/O. The bytes are the same.
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
+        encode_processes: processes that encode samples and spill their runs, on the spill path
+            (``beam_tfrecord.beam.encode_pool``). Default: every core of this machine on the
+            DirectRunner, unless the pipeline's options choose the runner's parallelism
+            (``direct_num_workers``, ``direct_running_mode``, another runner: then 1); 1 encodes in
+            the runner's worker. More than 1 needs a runner whose workers run on this machine.
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
         progress_dir: a local folder where the DoFns keep their counts for a live progress display
             (``beam_tfrecord.progress``); only for runners whose workers share this machine.
@@ -199,7 +205,7 @@ class WriteTFRecordDataset(beam.PTransform):
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = 64 * MiB, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
-                 fan_in: FanIn = FanIn.AUTO, temp_dir: str | None = None,
+                 fan_in: FanIn = FanIn.AUTO, encode_processes: int | None = None, temp_dir: str | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
                  progress_dir: str | None = None) -> None:
         super().__init__()
@@ -209,6 +215,8 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"spill_run_bytes must be >= 1, got {spill_run_bytes}")
         if reread_min_bytes < 0:
             raise WriterOptionError(f"reread_min_bytes must be >= 0, got {reread_min_bytes}")
+        if encode_processes is not None and encode_processes < 1:
+            raise WriterOptionError(f"encode_processes must be >= 1, got {encode_processes}")
         if not isinstance(fan_in, FanIn):
             raise WriterOptionError(f"fan_in must be a FanIn, got {fan_in!r}")
         # Validates the dataset name, and the format with the compression, early (ShardNameError).
@@ -229,6 +237,7 @@ class WriteTFRecordDataset(beam.PTransform):
         self._reread_min_bytes = reread_min_bytes
         self._direct_io = direct_io
         self._fan_in = fan_in
+        self._encode_processes = encode_processes
         self._progress_dir = progress_dir
         run_id = uuid.uuid4().hex[:12]
         self._temp_dir = temp_dir or storage.join(output_dir, f".tmp-beam-tfrecord-{run_id}")
@@ -253,9 +262,9 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def _spill(self, samples: beam.PCollection) -> beam.PCollection:
         runs_dir = storage.join(self._temp_dir, "runs")
-        encoded = samples | "EncodeToRuns" >> beam.ParDo(EncodeToRunsFn(
-            self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes, direct_io=self._direct_io,
-            **self._encode_options()))
+        encode = EncodeToRunsFn(self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes,
+                                direct_io=self._direct_io, **self._encode_options())
+        encoded = samples | "EncodeToRuns" >> beam.ParDo(self._on_every_core(samples.pipeline, encode))
         # SpilledRun | DeadLetter, both gathered in one group. One consumer of what the encoder emits:
         # the Dask runner keeps a finished task's inputs (the samples) referenced until every
         # consumer of its output has run, so a second branch would hold them all.
@@ -276,6 +285,16 @@ class WriteTFRecordDataset(beam.PTransform):
         plan = planned | "PlanOf" >> beam.Map(_plan_of)
         dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
         return self._publish(samples.pipeline, plan, shard_infos, dead_letters)
+
+    def _on_every_core(self, pipeline: beam.Pipeline, encode: EncodeToRunsFn) -> beam.DoFn:
+        """``encode``, or a pool running it in several processes (see ``encode_processes``)."""
+        processes = encode_processes_for(pipeline.options, requested=self._encode_processes)
+        if processes == 1:
+            return encode
+        if not traits_of(pipeline).workers_on_this_machine:
+            raise WriterOptionError(f"encode_processes={processes} needs a runner whose workers run on this "
+                                    "machine (the DirectRunner); on others leave it unset")
+        return EncodeInPoolFn(encode, processes=processes)
 
     def _shuffle(self, samples: beam.PCollection) -> beam.PCollection:
         batches = samples | "Encode" >> beam.ParDo(EncodeToBatchesFn(self._schema, **self._encode_options()))
