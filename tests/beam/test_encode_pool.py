@@ -11,7 +11,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset, load_manifest
+from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset
 from beam_tfrecord.beam.encode_pool import available_cores
 from beam_tfrecord.beam.runners import encode_processes_for
 from beam_tfrecord.errors import EncodePoolError, WriterOptionError
