@@ -19,6 +19,10 @@ Limits: only on runners whose workers run on this machine (the pool's processes 
 temp folder); an element that cannot be pickled is encoded in the DoFn's own process. A pool
 process that dies (killed, out of memory) fails the bundle with ``EncodePoolError``; a killed
 runner process takes its pool with it (each process exits when its pipe closes).
+
+While every pool process has work queued, the DoFn's own process encodes the next element
+itself rather than wait: it covers the pool's start-up (a fresh interpreter imports Beam) and
+uses what the runner leaves of its core.
 """
 
 from __future__ import annotations
@@ -90,7 +94,11 @@ class _Process:
         self.in_flight = 0
 
     def send(self, kind: bytes, payload: bytes = b"") -> None:
-        self.connection.send_bytes(kind + payload)
+        try:
+            self.connection.send_bytes(kind + payload)
+        except OSError as err:
+            raise EncodePoolError(f"encoding process {self.process.pid} exited (code {self.process.poll()}): "
+                                  "it cannot take a task") from err
         self.in_flight += 1
 
     def receive(self) -> tuple[list[SpilledRun | DeadLetter], int]:
@@ -176,6 +184,14 @@ def _serve(connection: multiprocessing.connection.Connection) -> None:
         connection.send_bytes(reply)
 
 
+def _pickled(element: Any) -> bytes | None:
+    """``element`` pickled by value, or None when it cannot be (it is then encoded in the DoFn's process)."""
+    try:
+        return pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
+
+
 class EncodeInPoolFn(beam.DoFn):
     """``EncodeToRunsFn`` on every core: in a pool of processes, each encoding and spilling runs.
 
@@ -221,26 +237,22 @@ class EncodeInPoolFn(beam.DoFn):
         return bool(self._pool)
 
     def process(self, element: Any) -> Iterator[SpilledRun | DeadLetter]:
-        payload = None
         if self._wants_pool():
-            try:
-                payload = pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception:  # not picklable by value: encoded here
-                payload = None
-        if payload is None:
-            start = time.perf_counter()
-            yield from self._encode.process(element)
-            self._local_seconds += time.perf_counter() - start
-            return
-        while min(p.in_flight for p in self._pool) >= TASKS_IN_FLIGHT:
-            yield from self._receive_ready(block=True)
-        min(self._pool, key=lambda p: p.in_flight).send(_ENCODE, payload)
-        yield from self._receive_ready(block=False)
+            yield from self._receive_ready()
+            idlest = min(self._pool, key=lambda p: p.in_flight)
+            if idlest.in_flight < TASKS_IN_FLIGHT and (payload := _pickled(element)) is not None:
+                idlest.send(_ENCODE, payload)
+                return
+        # No pool yet, every pool process has work queued (this process takes a share rather than
+        # wait: it also covers the pool's start-up), or the element cannot be pickled by value.
+        start = time.perf_counter()
+        yield from self._encode.process(element)
+        self._local_seconds += time.perf_counter() - start
 
-    def _receive_ready(self, *, block: bool) -> Iterator[SpilledRun | DeadLetter]:
-        """Outcomes of the tasks that have finished (waits for one when ``block``)."""
+    def _receive_ready(self) -> Iterator[SpilledRun | DeadLetter]:
+        """Outcomes of the tasks that have finished (without waiting)."""
         busy = {p.connection: p for p in self._pool if p.in_flight}
-        ready = multiprocessing.connection.wait(list(busy), timeout=None if block else 0)
+        ready = multiprocessing.connection.wait(list(busy), timeout=0)
         for connection in ready:
             yield from self._counted(busy[connection].receive())  # type: ignore[index]
 
