@@ -39,6 +39,9 @@ import workloads
 from measure import child_env, run_measured
 
 VARIANTS = ("a_single_process", "b_naive_beam", "c_beam_tfrecord")
+# Optional, with --variants: (c) with Beam's own worker processes (one per core) instead of the
+# library's default, to compare the two ways of using every core in one run.
+C_BEAM_WORKERS = "c_beam_workers"
 
 
 # ----- the variants (each runs in a child process) -----
@@ -134,6 +137,8 @@ def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
     )
 
     options = ["--runner=DirectRunner", *args.c_options.split()]
+    if args.child == C_BEAM_WORKERS:
+        options += ["--direct_running_mode=multi_processing", f"--direct_num_workers={len(os.sched_getaffinity(0))}"]
     sharding = ShardingConfig(target_shard_bytes=args.target_shard_mib << 20)
     with beam.Pipeline(argv=options) as pipeline:
         if workload == "small":
@@ -249,7 +254,7 @@ def main() -> None:
     parser.add_argument("--target_shard_mib", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of (a) and (c), median reported; (b) runs once (minutes, ~16 GB RSS)")
-    parser.add_argument("--child", choices=VARIANTS)
+    parser.add_argument("--child", choices=[*VARIANTS, C_BEAM_WORKERS])
     parser.add_argument("--workload", choices=["small", "blobs"])
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -257,13 +262,14 @@ def main() -> None:
     if args.child:
         if args.pin_cpus:
             pin_to_cores(args.pin_cpus)
-        runner = {"a_single_process": run_a, "b_naive_beam": run_b, "c_beam_tfrecord": run_c}[args.child]
+        runner = {"a_single_process": run_a, "b_naive_beam": run_b, "c_beam_tfrecord": run_c,
+                  C_BEAM_WORKERS: run_c}[args.child]
         # Import time is not part of any variant's figure: load what the variant uses first.
-        if args.child != "c_beam_tfrecord":
+        if args.child in ("a_single_process", "b_naive_beam"):
             import tensorflow  # noqa: F401
         if args.child != "a_single_process":
             import apache_beam  # noqa: F401
-        if args.child == "c_beam_tfrecord":
+        if args.child in ("c_beam_tfrecord", C_BEAM_WORKERS):
             import beam_tfrecord.beam.write  # noqa: F401
         if args.workload == "blobs":
             workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
