@@ -105,7 +105,9 @@ class _Process:
         """(outcomes, samples encoded) of this process's oldest task in flight (blocks until it replies).
 
         Raises:
-            EncodePoolError: the process died, or its task raised (the error and its traceback).
+            EncodePoolError: the process died, or its task raised an error that could not be sent.
+            Exception: what the task raised (with the process's traceback as a note), as it would
+                have been raised in this process.
         """
         try:
             status, value, encoded, remote_traceback = pickle.loads(self.connection.recv_bytes())
@@ -118,7 +120,10 @@ class _Process:
                                   "before it finished its task") from err
         self.in_flight -= 1
         if status == "error":
-            raise EncodePoolError(f"encoding process {self.process.pid} failed:\n{remote_traceback}") from value
+            if isinstance(value, BaseException):
+                value.add_note(f"raised in encoding process {self.process.pid}:\n{remote_traceback}")
+                raise value
+            raise EncodePoolError(f"encoding process {self.process.pid} failed:\n{remote_traceback}")
         return value, encoded
 
     def stop(self) -> None:
