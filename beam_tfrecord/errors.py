@@ -140,6 +140,10 @@ class PipelineInvariantError(BeamTFRecordError, RuntimeError):
                          "not in the inputs; please report it)")
 
 
+class EncodePoolError(BeamTFRecordError, RuntimeError):
+    """A process of the writer's encoding pool died or failed: the bundle fails (and nothing is published)."""
+
+
 class RejectedSamplesError(BeamTFRecordError):
     """More samples were rejected than the job allows; the dataset was not published."""
 

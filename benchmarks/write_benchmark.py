@@ -1,9 +1,15 @@
 """Write benchmark: (a) single-process tf.train.Example + TFRecordWriter, (b) naive Beam
 (Create -> Map(serialize) -> WriteToTFRecord(num_shards=8)), (c) beam-tfrecord's writer on the
-DirectRunner, on the same data in one run. Prints records/s, MB/s, peak RSS and c/a, c/b.
+DirectRunner with the library's default options (every core: its encoding pool), on the same
+data in one run. Prints records/s, MB/s, CPU microseconds per record, peak RSS and c/a, c/b.
 
     python benchmarks/write_benchmark.py                       # both workloads, full size
     python benchmarks/write_benchmark.py --records 100000 --blobs 1000   # quicker
+    python benchmarks/write_benchmark.py --workloads small --variants c_beam_tfrecord --cpus 1,2
+                                         # (c) pinned to 1 core, then 2 (sched_setaffinity), interleaved: speed-up
+
+CPU per record is the whole process tree's user + system time (workers and pool processes
+included, as they exit), less the CPU the variant's child spent importing before its clock starts.
 
 Each run is its own process, after an ``os.sync()``; its time excludes interpreter and library
 imports. (b) runs once, first; then (a) and (c) run ``--repeats`` times each, interleaved (median
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -32,6 +39,9 @@ import workloads
 from measure import child_env, run_measured
 
 VARIANTS = ("a_single_process", "b_naive_beam", "c_beam_tfrecord")
+# Optional, with --variants: (c) with Beam's own worker processes (one per core) instead of the
+# library's default, to compare the two ways of using every core in one run.
+C_BEAM_WORKERS = "c_beam_workers"
 
 
 # ----- the variants (each runs in a child process) -----
@@ -127,6 +137,8 @@ def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
     )
 
     options = ["--runner=DirectRunner", *args.c_options.split()]
+    if args.child == C_BEAM_WORKERS:
+        options += ["--direct_running_mode=multi_processing", f"--direct_num_workers={len(os.sched_getaffinity(0))}"]
     sharding = ShardingConfig(target_shard_bytes=args.target_shard_mib << 20)
     with beam.Pipeline(argv=options) as pipeline:
         if workload == "small":
@@ -160,14 +172,33 @@ def _schedule(variants: list[str], repeats: int) -> list[str]:
     return order
 
 
-def _measure(variant: str, workload: str, args: argparse.Namespace, out: str) -> dict:
-    """Runs one variant in a child process; returns its time, peak process-tree RSS and output size."""
+def _tree_cpu_seconds() -> float:
+    """User + system CPU of every finished child process of this one (and theirs, once waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def pin_to_cores(count: int) -> None:
+    """Restricts this process (and what it starts) to the first ``count`` cores it may use."""
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:count])
+
+
+def _measure(variant: str, workload: str, args: argparse.Namespace, out: str, cpus: int = 0) -> dict:
+    """Runs one variant in a child process; returns its time, CPU, peak process-tree RSS and output size."""
     command = [sys.executable, __file__, "--child", variant, "--workload", workload, "--out", out,
                "--records", str(args.records), "--blobs", str(args.blobs), "--blob_kib", str(args.blob_kib),
                "--blob_dir", args.blob_dir, "--c_options", args.c_options,
-               "--target_shard_mib", str(args.target_shard_mib)]
+               "--target_shard_mib", str(args.target_shard_mib), "--pin_cpus", str(cpus)]
+    cpu_before = _tree_cpu_seconds()
     measured = run_measured(command, env=child_env(HERE))
-    seconds = json.loads(measured.stdout.strip().splitlines()[-1])["seconds"]
+    reported = json.loads(measured.stdout.strip().splitlines()[-1])
+    seconds = reported["seconds"]
+    cpu_seconds = _tree_cpu_seconds() - cpu_before - reported["import_cpu_seconds"]
     # What the run left in the page cache still has to reach the disk: (a) and (b) write through
     # the page cache, (c) writes its shards with O_DIRECT. Timed apart, after the child exits.
     start = time.perf_counter()
@@ -176,7 +207,7 @@ def _measure(variant: str, workload: str, args: argparse.Namespace, out: str) ->
     written = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(out) for f in files
                   if ".tfrecord" in f or f.startswith("data-"))
     return {"variant": variant, "seconds": seconds, "on_disk_seconds": seconds + sync_seconds,
-            "peak_rss_mb": measured.peak_rss_bytes / 2**20, "bytes": written}
+            "cpu_seconds": cpu_seconds, "peak_rss_mb": measured.peak_rss_bytes / 2**20, "bytes": written}
 
 
 def _median(values: list[float]) -> float:
@@ -185,11 +216,12 @@ def _median(values: list[float]) -> float:
 
 def _report(workload: str, records: int, results: list[dict]) -> None:
     print(f"\nworkload {workload}: {records} records")
-    print(f"  {'variant':<18} {'seconds':>8} {'records/s':>11} {'MB/s':>8} {'peak RSS MB':>12} "
-          f"{'on disk s':>10}  runs")
+    print(f"  {'variant':<18} {'seconds':>8} {'records/s':>11} {'MB/s':>8} {'CPU us/rec':>11} {'cores busy':>10} "
+          f"{'peak RSS MB':>12} {'on disk s':>10}  runs")
     for r in results:
         print(f"  {r['variant']:<18} {r['seconds']:8.2f} {records / r['seconds']:11,.0f} "
-              f"{r['bytes'] / 1e6 / r['seconds']:8.1f} {r['peak_rss_mb']:12,.0f} {r['on_disk_seconds']:10.2f}  "
+              f"{r['bytes'] / 1e6 / r['seconds']:8.1f} {r['cpu_seconds'] / records * 1e6:11,.1f} "
+              f"{r['cpu_seconds'] / r['seconds']:10.2f} {r['peak_rss_mb']:12,.0f} {r['on_disk_seconds']:10.2f}  "
               f"{r['runs']} (median)")
     by = {r["variant"]: r for r in results}
     a, b, c = (by.get(v) for v in VARIANTS)
@@ -210,34 +242,41 @@ def main() -> None:
     parser.add_argument("--blob_kib", type=int, default=200)
     parser.add_argument("--blob_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_bench_blobs"))
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_bench_out"))
-    parser.add_argument("--c_options_small", default="--direct_running_mode=multi_processing --direct_num_workers=2",
-                        help="pipeline options for variant (c) on small records: its best local settings")
-    parser.add_argument("--c_options_blobs", default="",
-                        help="pipeline options for variant (c) on blobs (in-memory: worker start-up costs more "
-                             "than the second core gives on a 5-second job)")
+    parser.add_argument("--c_options_small", default="",
+                        help="pipeline options for variant (c) on small records (default: none, the library's "
+                             "defaults)")
+    parser.add_argument("--c_options_blobs", default="", help="pipeline options for variant (c) on blobs")
+    parser.add_argument("--cpus", default="",
+                        help="comma-separated core counts (e.g. 1,2): runs the variants pinned to each, "
+                             "interleaved, and prints (c)'s speed-up over the first")
+    parser.add_argument("--pin_cpus", type=int, default=0, help=argparse.SUPPRESS)  # set for the child
     parser.add_argument("--c_options", default="", help=argparse.SUPPRESS)  # set per workload for the child
     parser.add_argument("--target_shard_mib", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of (a) and (c), median reported; (b) runs once (minutes, ~16 GB RSS)")
-    parser.add_argument("--child", choices=VARIANTS)
+    parser.add_argument("--child", choices=[*VARIANTS, C_BEAM_WORKERS])
     parser.add_argument("--workload", choices=["small", "blobs"])
     parser.add_argument("--out")
     args = parser.parse_args()
 
     if args.child:
-        runner = {"a_single_process": run_a, "b_naive_beam": run_b, "c_beam_tfrecord": run_c}[args.child]
+        if args.pin_cpus:
+            pin_to_cores(args.pin_cpus)
+        runner = {"a_single_process": run_a, "b_naive_beam": run_b, "c_beam_tfrecord": run_c,
+                  C_BEAM_WORKERS: run_c}[args.child]
         # Import time is not part of any variant's figure: load what the variant uses first.
-        if args.child != "c_beam_tfrecord":
+        if args.child in ("a_single_process", "b_naive_beam"):
             import tensorflow  # noqa: F401
         if args.child != "a_single_process":
             import apache_beam  # noqa: F401
-        if args.child == "c_beam_tfrecord":
+        if args.child in ("c_beam_tfrecord", C_BEAM_WORKERS):
             import beam_tfrecord.beam.write  # noqa: F401
         if args.workload == "blobs":
             workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
+        import_cpu_seconds = _own_cpu_seconds()
         start = time.perf_counter()
         runner(args.workload, args, args.out)
-        print(json.dumps({"seconds": time.perf_counter() - start}))
+        print(json.dumps({"seconds": time.perf_counter() - start, "import_cpu_seconds": import_cpu_seconds}))
         return
 
     for workload in args.workloads.split(","):
@@ -245,24 +284,37 @@ def main() -> None:
             paths = workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
             subprocess.run(["cat", *paths], stdout=subprocess.DEVNULL, check=True)  # inputs in page cache for all
         variants = args.variants.split(",")
-        runs: dict[str, list[dict]] = {v: [] for v in variants}
+        cpu_counts = [int(c) for c in args.cpus.split(",")] if args.cpus else [0]
+        runs: dict[tuple[str, int], list[dict]] = {(v, c): [] for v in variants for c in cpu_counts}
         for variant in _schedule(variants, args.repeats):
-            out = os.path.join(args.work_dir, f"{workload}-{variant}")
-            shutil.rmtree(out, ignore_errors=True)
-            os.sync()  # every run starts with no dirty pages of the previous one left to write back
-            args.c_options = args.c_options_small if workload == "small" else args.c_options_blobs
-            measured = _measure(variant, workload, args, out)
-            print(f"  {workload} {variant}: {measured['seconds']:.2f} s "
-                  f"({measured['on_disk_seconds']:.2f} s until on disk)", flush=True)
-            runs[variant].append(measured)
-            shutil.rmtree(out, ignore_errors=True)
-        results = []
-        for variant in variants:
-            median = sorted(runs[variant], key=lambda r: r["seconds"])[len(runs[variant]) // 2]
-            results.append({**median, "on_disk_seconds": _median([r["on_disk_seconds"] for r in runs[variant]]),
-                            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs[variant]),
-                            "runs": len(runs[variant])})
-        _report(workload, args.records if workload == "small" else args.blobs, results)
+            for cpus in cpu_counts:  # interleaved: the same machine state for every core count
+                out = os.path.join(args.work_dir, f"{workload}-{variant}")
+                shutil.rmtree(out, ignore_errors=True)
+                os.sync()  # every run starts with no dirty pages of the previous one left to write back
+                args.c_options = args.c_options_small if workload == "small" else args.c_options_blobs
+                measured = _measure(variant, workload, args, out, cpus)
+                pinned = f" on {cpus} cores" if cpus else ""
+                print(f"  {workload} {variant}{pinned}: {measured['seconds']:.2f} s "
+                      f"({measured['on_disk_seconds']:.2f} s until on disk), CPU {measured['cpu_seconds']:.1f} s",
+                      flush=True)
+                runs[(variant, cpus)].append(measured)
+                shutil.rmtree(out, ignore_errors=True)
+        count = args.records if workload == "small" else args.blobs
+        for cpus in cpu_counts:
+            results = []
+            for variant in variants:
+                done = runs[(variant, cpus)]
+                median = sorted(done, key=lambda r: r["seconds"])[len(done) // 2]
+                results.append({**median, "on_disk_seconds": _median([r["on_disk_seconds"] for r in done]),
+                                "cpu_seconds": _median([r["cpu_seconds"] for r in done]),
+                                "peak_rss_mb": max(r["peak_rss_mb"] for r in done), "runs": len(done)})
+            _report(workload + (f", pinned to {cpus} cores" if cpus else ""), count, results)
+        if len(cpu_counts) > 1 and "c_beam_tfrecord" in variants:
+            base = _median([r["seconds"] for r in runs[("c_beam_tfrecord", cpu_counts[0])]])
+            for cpus in cpu_counts[1:]:
+                seconds = _median([r["seconds"] for r in runs[("c_beam_tfrecord", cpus)]])
+                print(f"  (c) speed-up from {cpu_counts[0]} to {cpus} cores: {base / seconds:.2f}x "
+                      f"({base:.2f} s -> {seconds:.2f} s)")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import lease
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_for, wait_for_dask
-from beam_tfrecord.beam.runners import traits_of_options, uses_dask_runner
+from beam_tfrecord.beam.encode_pool import available_cores, describe_encode_processes
+from beam_tfrecord.beam.runners import encode_processes_for, traits_of_options, uses_dask_runner
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
@@ -60,6 +61,11 @@ class DatasetOutputOptions(PipelineOptions):
         parser.add_argument("--break_lock", type=parse_bool, nargs="?", const=True, default=False,
                             help="take over the output's lease even if another job seems to hold it (only when "
                                  "that job is known to be dead; --break_lock or --break_lock=true)")
+        parser.add_argument("--encode_processes", type=int, default=None,
+                            help="processes that encode samples and spill runs on this machine (default: every "
+                                 f"core, {available_cores()} here, on the DirectRunner unless --direct_num_workers, "
+                                 "--direct_running_mode or another --runner is given: then 1, the runner's own "
+                                 "worker; the pool starts after a second of encoding)")
         parser.add_argument("--fan_in", default="auto", choices=[f.value for f in FanIn],
                             help="how a shard's records come together: spill (sorted runs merged by each shard "
                                  "writer; local runners), shuffle (the runner's shuffle keyed by shard; "
@@ -150,7 +156,8 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
         compression=Compression.parse(options.compression), file_format=FileFormat.parse(options.file_format),
         salt=options.salt,
         max_rejected_fraction=options.max_rejected_fraction, spill_run_bytes=options.spill_run_mib << 20,
-        fan_in=FanIn.parse(options.fan_in), command=redact_command(command), **extra)
+        fan_in=FanIn.parse(options.fan_in), command=redact_command(command),
+        encode_processes=encode_processes_for(options, requested=options.encode_processes, flags=command), **extra)
 
 
 @contextlib.contextmanager
@@ -213,6 +220,9 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
         _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
+    encoding = describe_encode_processes(getattr(pipeline, "result", None))
+    if encoding:
+        print(encoding)
     return manifest
 
 

@@ -2,9 +2,10 @@
 
 Small spill runs (many runs per worker) and small shards make every mode cut and merge
 differently; the output must not notice. The spill path (runs merged by shard writers), the
-shuffle path with side inputs (DirectRunner forced to it) and the shuffle path that joins
-instead (Beam's DaskRunner on a local cluster of 2 worker processes) all give the same files,
-dead letters and manifests, for ratio and exact-count splits.
+shuffle path with side inputs (DirectRunner forced to it), the shuffle path that joins instead
+(Beam's DaskRunner on a local cluster of 2 worker processes) and the spill path's encoding pool
+(2 processes encoding and spilling runs) all give the same files, dead letters and manifests,
+for ratio and exact-count splits.
 """
 
 import os
@@ -55,14 +56,15 @@ def _chunk(index: int) -> list[Sample]:
 
 
 def _build(out: str, options: list[str], *, direct_io: bool = True, fan_in: FanIn = FanIn.AUTO,
-           splits: str = RATIO_SPLITS) -> None:
+           splits: str = RATIO_SPLITS, encode_processes: int | None = None) -> None:
     with job_pipeline(PipelineOptions(options)) as pipeline:
         _ = (pipeline
              | beam.Create(range(30))
              | beam.Map(_chunk)
              | WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse(splits),
                                     sharding=ShardingConfig(target_shard_bytes=60_000), spill_run_bytes=40_000,
-                                    direct_io=direct_io, fan_in=fan_in, max_rejected_fraction=0.05))
+                                    direct_io=direct_io, fan_in=fan_in, max_rejected_fraction=0.05,
+                                    encode_processes=encode_processes))
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +76,8 @@ def outputs(tmp_path_factory):
         _build(built[name], options)
     built["direct-in-memory-again"] = str(root / "again")
     _build(built["direct-in-memory-again"], MODES["direct-in-memory"])
+    built["encode-pool"] = str(root / "encode-pool")  # 2 encoding processes, started at once
+    _build(built["encode-pool"], MODES["direct-in-memory"], encode_processes=2)
     built["buffered-io"] = str(root / "buffered-io")  # page cache instead of O_DIRECT: same bytes
     _build(built["buffered-io"], MODES["direct-in-memory"], direct_io=False)
     built["direct-shuffle"] = str(root / "direct-shuffle")
@@ -99,6 +103,7 @@ def _manifest_content(out: str) -> dict:
 
 @pytest.mark.parametrize("mode, reference", [
     ("direct-in-memory-again", "direct-in-memory"), ("buffered-io", "direct-in-memory"),
+    ("encode-pool", "direct-in-memory"),
     ("direct-multi-processing", "direct-in-memory"), ("portable-loopback", "direct-in-memory"),
     ("direct-shuffle", "direct-in-memory"), ("dask", "direct-in-memory"),
     ("count-shuffle", "count-spill"), ("count-dask", "count-spill"),

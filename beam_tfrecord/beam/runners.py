@@ -8,10 +8,10 @@ distributed service with a disk-backed shuffle (Dataflow, Flink, Spark, Samza...
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, PortableOptions, StandardOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,3 +83,29 @@ def uses_dask_runner(options: PipelineOptions) -> bool:
     on a local cluster when the options name no scheduler)."""
     runner = options.view_as(StandardOptions).runner or ""
     return isinstance(runner, str) and runner.rsplit(".", 1)[-1] == "DaskRunner"
+
+
+def encode_processes_for(options: PipelineOptions, *, requested: int | None,
+                         flags: Sequence[str] = ()) -> int | None:
+    """How many processes the writer's encoding stage runs in (``beam.encode_pool``).
+
+    Every core of this machine (None: the pool's automatic size) on the DirectRunner unless the
+    user chose how it runs: ``requested`` when given; 1 (the runner's own worker) when ``flags``
+    (a job's command line) name a runner, ``--direct_num_workers`` or ``--direct_running_mode``,
+    or when ``options`` set any of them to other than Beam's defaults, or choose another runner.
+    A user's own pipeline built with ``--direct_num_workers=1`` cannot be told from Beam's default;
+    ``WriteTFRecordDataset(encode_processes=1)`` says it there.
+    """
+    if requested is not None:
+        return requested
+    given = {flag[2:].split("=", 1)[0] for flag in flags if flag.startswith("--")}
+    runner = options.view_as(StandardOptions).runner
+    runner_name = runner if isinstance(runner, str) or runner is None else type(runner).__name__
+    if given & {"direct_num_workers", "direct_running_mode"}:
+        return 1
+    if runner_name is not None and runner_name.rsplit(".", 1)[-1] not in ("DirectRunner", "SwitchingDirectRunner"):
+        return 1
+    direct = options.view_as(DirectOptions)
+    if direct.direct_num_workers != 1 or direct.direct_running_mode != "in_memory":
+        return 1
+    return None

@@ -12,9 +12,10 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
+from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.plan_dataset import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.runners import traits_of
+from beam_tfrecord.beam.runners import encode_processes_for, traits_of
 from beam_tfrecord.beam.shards import (
     ShardTask,
     WriteShardFromGroupFn,
@@ -228,6 +229,11 @@ class WriteTFRecordDataset(beam.PTransform):
             ``O_DIRECT``, bypassing the page cache (see ``beam_tfrecord.direct_io``); elsewhere,
             and where a filesystem refuses it, ordinary buffered I/O. The bytes are the same.
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
+        encode_processes: processes that encode samples and spill their runs, on the spill path
+            (``beam_tfrecord.beam.encode_pool``). Default: every core of this machine on the
+            DirectRunner, unless the pipeline's options choose the runner's parallelism
+            (``direct_num_workers``, ``direct_running_mode``, another runner: then 1); 1 encodes in
+            the runner's worker. More than 1 needs a runner whose workers run on this machine.
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
         progress_dir: a local folder where the DoFns keep their counts for a live progress display
             (``beam_tfrecord.progress``); only for runners whose workers share this machine.
@@ -245,7 +251,7 @@ class WriteTFRecordDataset(beam.PTransform):
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
-                 fan_in: FanIn = FanIn.AUTO, temp_dir: str | None = None,
+                 fan_in: FanIn = FanIn.AUTO, encode_processes: int | None = None, temp_dir: str | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
                  progress_dir: str | None = None, encoding: Encoding | None = None) -> None:
         super().__init__()
@@ -255,6 +261,8 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"spill_run_bytes must be >= 1, got {spill_run_bytes}")
         if reread_min_bytes < 0:
             raise WriterOptionError(f"reread_min_bytes must be >= 0, got {reread_min_bytes}")
+        if encode_processes is not None and encode_processes < 1:
+            raise WriterOptionError(f"encode_processes must be >= 1, got {encode_processes}")
         if not isinstance(fan_in, FanIn):
             raise WriterOptionError(f"fan_in must be a FanIn, got {fan_in!r}")
         # Validates the dataset name, and the format with the compression, early (ShardNameError).
@@ -275,6 +283,7 @@ class WriteTFRecordDataset(beam.PTransform):
         self._reread_min_bytes = reread_min_bytes
         self._direct_io = direct_io
         self._fan_in = fan_in
+        self._encode_processes = encode_processes
         self._progress_dir = progress_dir
         self._encoding = encoding
         run_id = uuid.uuid4().hex[:12]
@@ -298,13 +307,14 @@ class WriteTFRecordDataset(beam.PTransform):
         return dict(dataset_name=self._dataset_name, shards_dir=storage.join(self._temp_dir, "shards"),
                     direct_io=self._direct_io, file_format=self._file_format, progress_dir=self._progress_dir)
 
-    def _encode_to_runs_fn(self, runs_dir: str) -> beam.DoFn:
-        if self._encoding is not None:
+    def _encode_to_runs_fn(self, pipeline: beam.Pipeline, runs_dir: str) -> beam.DoFn:
+        if self._encoding is not None:  # records are already encoded: no pool (see ``encode_processes``)
             return self._encoding.to_runs_fn(runs_dir=runs_dir, run_bytes=self._spill_run_bytes,
                                              direct_io=self._direct_io, salt=self._salt,
                                              max_record_bytes=self._sharding.cap)
-        return EncodeToRunsFn(self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes,
-                              direct_io=self._direct_io, **self._encode_options())
+        return self._on_every_core(pipeline, EncodeToRunsFn(
+            self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes, direct_io=self._direct_io,
+            **self._encode_options()))
 
     def _encode_to_batches_fn(self) -> beam.DoFn:
         if self._encoding is not None:
@@ -313,7 +323,7 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def _spill(self, samples: beam.PCollection) -> beam.PCollection:
         runs_dir = storage.join(self._temp_dir, "runs")
-        encoded = samples | "EncodeToRuns" >> beam.ParDo(self._encode_to_runs_fn(runs_dir))
+        encoded = samples | "EncodeToRuns" >> beam.ParDo(self._encode_to_runs_fn(samples.pipeline, runs_dir))
         # SpilledRun | DeadLetter (| RecordsSummary), all gathered in one group. One consumer of what
         # the encoder emits: the Dask runner keeps a finished task's inputs (the samples) referenced
         # until every consumer of its output has run, so a second branch would hold them all.
@@ -335,6 +345,16 @@ class WriteTFRecordDataset(beam.PTransform):
         dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
         summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if self._encoding is not None else None
         return self._publish(samples.pipeline, plan, shard_infos, dead_letters, summary)
+
+    def _on_every_core(self, pipeline: beam.Pipeline, encode: EncodeToRunsFn) -> beam.DoFn:
+        """``encode``, or a pool running it in several processes (see ``encode_processes``)."""
+        processes = encode_processes_for(pipeline.options, requested=self._encode_processes)
+        if processes == 1:
+            return encode
+        if not traits_of(pipeline).workers_on_this_machine:
+            raise WriterOptionError(f"encode_processes={processes} needs a runner whose workers run on this "
+                                    "machine (the DirectRunner); on others leave it unset")
+        return EncodeInPoolFn(encode, processes=processes)
 
     def _shuffle(self, samples: beam.PCollection) -> beam.PCollection:
         batches = samples | "Encode" >> beam.ParDo(self._encode_to_batches_fn())

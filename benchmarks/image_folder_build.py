@@ -1,0 +1,88 @@
+"""Image-folder build: ``beam-tfrecord build --resize 128x128`` on 15,000 256-px JPEGs, with the
+default options (every core: the encoding pool) against one worker (``--encode_processes=1``)
+and Beam's own multi-processing mode, interleaved in one run. Prints wall, CPU and cores busy.
+
+    python benchmarks/image_folder_build.py                      # 15,000 images, 3 repeats
+    python benchmarks/image_folder_build.py --images 3000 --repeats 1   # quicker
+
+The images are made once (``pipelines.make_sample_images``, seeded) and kept in ``--images_dir``.
+Wall is the whole command's (interpreter start and imports included, as a user waits for it);
+CPU is the user + system time of the whole process tree (runner, Beam workers, pool processes).
+Targets (issue 22, 2 cores): default <= 13 s wall and >= 1.8 cores busy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from measure import child_env, run_measured
+
+VARIANTS = {
+    "default": [],
+    "1 worker": ["--encode_processes=1"],
+    "beam multi_processing": ["--direct_running_mode=multi_processing", f"--direct_num_workers={os.cpu_count()}"],
+}
+
+
+def _tree_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _make_images(root: str, count: int) -> None:
+    per_class = count // 3
+    marker = f"{root}.complete-{per_class}"  # beside the folder: nothing but class folders inside
+    if os.path.exists(marker):
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    from pipelines.make_sample_images import write_sample_images
+
+    write_sample_images(root, per_class=per_class, size=256, seed=0)
+    open(marker, "w").close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=15_000)
+    parser.add_argument("--images_dir", default=None, help="default: a folder per count in the temp dir")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_image_build"))
+    args = parser.parse_args()
+    images = args.images_dir or os.path.join(tempfile.gettempdir(), f"beam_tfrecord_images_{args.images}_256")
+    sys.path.insert(0, os.path.dirname(HERE))
+    _make_images(images, args.images)
+    variants = args.variants.split(",")
+    runs: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    for _ in range(args.repeats):
+        for variant in variants:  # interleaved: every variant sees the same machine state
+            shutil.rmtree(args.out, ignore_errors=True)
+            os.sync()
+            command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", images, "--output", args.out,
+                       "--resize", "128x128", "--progress", "none", *VARIANTS[variant]]
+            cpu_before = _tree_cpu_seconds()
+            measured = run_measured(command, env=child_env(os.path.dirname(HERE)))
+            cpu = _tree_cpu_seconds() - cpu_before
+            runs[variant].append((measured.seconds, cpu))
+            print(f"  {variant}: {measured.seconds:.2f} s wall, {cpu:.1f} s CPU, {cpu / measured.seconds:.2f} cores "
+                  f"busy, peak RSS {measured.peak_rss_bytes / 2**20:,.0f} MB", flush=True)
+    shutil.rmtree(args.out, ignore_errors=True)
+    print(f"\n{args.images} images, --resize 128x128, {os.cpu_count()} cores; median of {args.repeats}")
+    print(f"  {'variant':<24} {'wall s':>8} {'CPU s':>8} {'cores busy':>11} {'vs 1 worker':>12}")
+    median = {v: sorted(r)[len(r) // 2] for v, r in runs.items()}
+    base = median.get("1 worker", (None, None))[0]
+    for variant, (wall, cpu) in median.items():
+        speed = f"{base / wall:.2f}x" if base else ""
+        print(f"  {variant:<24} {wall:8.2f} {cpu:8.1f} {cpu / wall:11.2f} {speed:>12}")
+
+
+if __name__ == "__main__":
+    main()
