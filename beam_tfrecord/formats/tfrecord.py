@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from beam_tfrecord import direct_io, storage
-from beam_tfrecord.core.framing import FRAMING_BYTES, frame_parts, iter_records
+import struct
+
+from beam_tfrecord.core.blocks import RecordBlock, split_frames
+from beam_tfrecord.core.framing import FOOTER_BYTES, FRAMING_BYTES, HEADER_BYTES, frame_parts, iter_records
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
@@ -20,6 +23,7 @@ from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, Sha
 
 WRITE_CHUNK_BYTES = 4 << 20  # framed records joined into one write
 JOIN_MAX_RECORD_BYTES = 64 << 10  # larger records are written without a copy
+READ_BLOCK_BYTES = 4 << 20  # bytes read at once by ``iter_blocks`` (more when one record is larger)
 
 
 class TFRecordShardWriter(ShardWriter):
@@ -86,6 +90,39 @@ class TFRecordShardReader(ShardReader):
         if index < stop:
             raise CorruptShardError(self.path, f"ended after {index} records; the manifest lists {listed}", offset)
 
+    def iter_blocks(self, start: int, stop: int, *, block_records: int = 1024) -> Iterator[RecordBlock]:
+        """Reads ``READ_BLOCK_BYTES`` at a time and walks their framing at once (``core.blocks.split_frames``).
+
+        Blocks hold the whole records of each read (``block_records`` is not used). The checks and
+        errors are ``iter_records``'s: CRCs of every record walked, truncation, and the count
+        against the manifest when the read reaches the shard's end.
+        """
+        listed = self._shard.num_records
+        reaches_end = stop == listed
+        index = offset = 0  # records walked, and the stream offset of ``pending``
+        pending = b""
+        with storage.open_read(self.path, self._compression) as handle:
+            while True:
+                chunk = handle.read(max(READ_BLOCK_BYTES, len(pending)))  # doubles while one record is larger
+                if not chunk:
+                    break
+                buffer = pending + chunk if pending else chunk
+                block, used = split_frames(buffer, name=self.path, base_offset=offset, verify=self._verify)
+                if reaches_end and index + len(block) > stop:
+                    raise CorruptShardError(self.path, f"more records than the {listed} the manifest lists",
+                                            int(block.offsets[stop - index]))
+                low, high = max(start - index, 0), min(stop - index, len(block))
+                if low < high:
+                    yield block.slice(low, high)
+                index += len(block)
+                if index >= stop and not reaches_end:
+                    return
+                pending, offset = buffer[used:], offset + used
+        if pending:
+            raise CorruptShardError(self.path, _truncation(pending), offset)
+        if index < stop:
+            raise CorruptShardError(self.path, f"ended after {index} records; the manifest lists {listed}", offset)
+
     def count(self) -> ShardCount:
         records = record_bytes = 0
         with storage.open_read(self.path, self._compression) as stream:
@@ -93,6 +130,15 @@ class TFRecordShardReader(ShardReader):
                 records += 1
                 record_bytes += len(data) + FRAMING_BYTES
         return ShardCount(records, record_bytes)
+
+
+def _truncation(tail: bytes) -> str:
+    """What is wrong with the bytes left at a stream's end (as ``core.framing.iter_records`` says it)."""
+    if len(tail) < HEADER_BYTES:
+        return f"truncated record header ({len(tail)} of {HEADER_BYTES} bytes)"
+    (length,) = struct.unpack_from("<Q", tail)
+    return (f"truncated record (expected {length + FOOTER_BYTES} bytes after the header, "
+            f"got {len(tail) - HEADER_BYTES})")
 
 
 class TFRecordFormat(ShardFormat):
