@@ -29,7 +29,7 @@ class RecordBlock:
 
     Attributes:
         path: the shard (named in errors).
-        buffer: the bytes holding the records.
+        buffer: the bytes holding the records (a uint8 array: a copy, or a window of a mapped file).
         starts: where each record's data starts in ``buffer`` (int64).
         lengths: each record's data length (int64).
         offsets: where each record is in the shard, for errors: a byte offset for TFRecord, the
@@ -38,23 +38,23 @@ class RecordBlock:
     """
 
     path: str
-    buffer: bytes
+    buffer: np.ndarray
     starts: np.ndarray
     lengths: np.ndarray
     offsets: np.ndarray
     paths: tuple[str, ...] = ()
 
+    def __len__(self) -> int:
+        return len(self.starts)
+
     def path_of(self, index: int) -> str:
         """The shard of record ``index`` of the block."""
         return self.paths[index] if self.paths else self.path
 
-    def __len__(self) -> int:
-        return len(self.starts)
-
     def record(self, index: int) -> bytes:
         """The data of record ``index`` of the block."""
         start = int(self.starts[index])
-        return self.buffer[start:start + int(self.lengths[index])]
+        return self.buffer[start:start + int(self.lengths[index])].tobytes()
 
     def slice(self, start: int, stop: int) -> "RecordBlock":
         """Records ``[start, stop)`` of the block (the same buffer, no copy)."""
@@ -68,8 +68,8 @@ class RecordBlock:
         lengths = np.fromiter((len(r) for r in records), dtype=np.int64, count=len(records))
         starts = np.zeros(len(records), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
-        return cls(path, b"".join(records), starts, lengths, np.asarray(offsets, dtype=np.int64),
-                   tuple(paths or ()))
+        return cls(path, np.frombuffer(b"".join(records), dtype=np.uint8), starts, lengths,
+                   np.asarray(offsets, dtype=np.int64), tuple(paths or ()))
 
 
 def _mask(crcs: np.ndarray) -> np.ndarray:
@@ -78,51 +78,81 @@ def _mask(crcs: np.ndarray) -> np.ndarray:
     return ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
 
 
-def _stored_u32(view: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The little-endian uint32 at each position of ``at`` in ``view``."""
-    return view[at[:, None] + np.arange(4)].view("<u4").reshape(-1)
+def _stored(view: np.ndarray, at: np.ndarray, size: int, dtype: str) -> np.ndarray:
+    """The little-endian integer of ``size`` bytes at each position of ``at`` in ``view``."""
+    return view[at[:, None] + np.arange(size)].view(dtype).reshape(-1)
 
 
-def split_frames(buffer: bytes, *, name: str, base_offset: int = 0, verify: bool = True) -> tuple[RecordBlock, int]:
-    """Walks the TFRecord framing of ``buffer`` from its start: the whole records in it, and the bytes they use.
+def _walk(view: np.ndarray) -> tuple[list[np.ndarray], int, int | None]:
+    """The header positions of the whole records in ``view``, where they end, and the header of a
+    record cut by the end (None when the view ends at a record boundary or inside a header).
 
-    A record cut by the buffer's end is not returned (its bytes are left for the next buffer).
+    Records are walked one by one until two in a row have the same length; then a run of records
+    of that length (fixed layouts: usually all of them) is found in vector steps: their headers'
+    positions are predicted and the lengths stored there compared with it.
+    """
+    runs: list[np.ndarray] = []
+    single: list[int] = []
+    size = len(view)
+    position = 0
+    previous = -1
+    unpack = _LENGTH.unpack_from
+    while position + HEADER_BYTES <= size:
+        (length,) = unpack(view, position)  # type: ignore[arg-type]  (an array is a buffer)
+        step = HEADER_BYTES + length + FOOTER_BYTES
+        if position + step > size:
+            runs.append(np.array(single, dtype=np.int64))
+            return runs, position, position
+        if length != previous:
+            single.append(position)
+            position += step
+            previous = length
+            continue
+        runs.append(np.array(single, dtype=np.int64))
+        single = []
+        window = 64
+        while True:  # doubling windows of predicted headers, while every one holds the same length
+            fit = min(window, (size - position) // step)
+            predicted = position + step * np.arange(fit, dtype=np.int64)
+            same = _stored(view, predicted, 8, "<u8") == length
+            count = fit if same.all() else int(same.argmin())
+            runs.append(predicted[:count])
+            position += step * count
+            if count < window or position + step > size:
+                break
+            window *= 2
+        previous = -1
+    runs.append(np.array(single, dtype=np.int64))
+    return runs, position, None
+
+
+def split_frames(view: np.ndarray, *, name: str, base_offset: int = 0, verify: bool = True) -> tuple[RecordBlock, int]:
+    """Walks the TFRecord framing of ``view`` from its start: the whole records in it, and the bytes they use.
+
+    A record cut by the view's end is not returned (its bytes are left for the next view).
 
     Args:
-        buffer: bytes of a record stream starting at a record boundary.
+        view: bytes of a record stream starting at a record boundary, as a read-only uint8 array.
         name: the stream's name (the shard's path) for errors.
-        base_offset: the stream offset of ``buffer[0]`` (for errors and ``offsets``).
+        base_offset: the stream offset of ``view[0]`` (for errors and ``offsets``).
         verify: check the length and data CRCs of the records returned.
 
     Returns:
-        The block of records, and the bytes of ``buffer`` its whole records take (where the next read resumes).
+        The block of records, and the bytes of ``view`` its whole records take (where the next read resumes).
 
     Raises:
-        CorruptShardError: on a CRC mismatch, with the record's offset.
+        CorruptShardError: on a CRC mismatch, with the record's offset (the first bad record's).
     """
-    starts: list[int] = []
-    size = len(buffer)
-    position = 0
-    unpack = _LENGTH.unpack_from
-    cut_header_bad = False  # the header of a record cut by the buffer's end fails its CRC
-    while position + HEADER_BYTES <= size:
-        (length,) = unpack(buffer, position)
-        if position + HEADER_BYTES + length + FOOTER_BYTES > size:
-            cut_header_bad = verify and masked_crc(buffer[position:position + 8]) != struct.unpack_from(
-                "<I", buffer, position + 8)[0]
-            break
-        starts.append(position)
-        position += HEADER_BYTES + length + FOOTER_BYTES
-    headers = np.array(starts, dtype=np.int64)
-    view = np.frombuffer(buffer, dtype=np.uint8)
-    lengths = view[headers[:, None] + np.arange(8)].view("<u8").reshape(-1).astype(np.int64) \
-        if len(headers) else np.zeros(0, dtype=np.int64)
+    runs, position, cut = _walk(view)
+    headers = np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)
+    lengths = _stored(view, headers, 8, "<u8").astype(np.int64)
     data = headers + HEADER_BYTES
     if verify and len(headers):  # a walk led astray by a bad length is caught here, at that record
         _check_crcs(view, headers, data, lengths, name=name, base_offset=base_offset)
-    if cut_header_bad:
-        raise CorruptShardError(name, "length CRC mismatch", base_offset + position)
-    return RecordBlock(name, buffer, data, lengths, headers + base_offset), position
+    if verify and cut is not None and masked_crc(view[cut:cut + 8].tobytes()) != int(
+            view[cut + 8:cut + 12].view("<u4")[0]):
+        raise CorruptShardError(name, "length CRC mismatch", base_offset + cut)
+    return RecordBlock(name, view, data, lengths, headers + base_offset), position
 
 
 def _check_crcs(view: np.ndarray, headers: np.ndarray, data: np.ndarray, lengths: np.ndarray, *,
@@ -130,11 +160,12 @@ def _check_crcs(view: np.ndarray, headers: np.ndarray, data: np.ndarray, lengths
     """Checks every record's length CRC (once per distinct length) and data CRC, naming the first bad one."""
     distinct, which = np.unique(lengths, return_inverse=True)
     expected = np.array([masked_crc(_LENGTH.pack(int(n))) for n in distinct], dtype=np.uint32)[which]
-    bad_length = np.flatnonzero(_stored_u32(view, headers + 8) != expected)
-    crc = google_crc32c.value  # takes read-only NumPy slices (no copy), not memoryviews
-    found = np.fromiter((crc(view[s:s + n]) for s, n in zip(data.tolist(), lengths.tolist())),
+    bad_length = np.flatnonzero(_stored(view, headers + 8, 4, "<u4") != expected)
+    # google-crc32c takes read-only NumPy slices (no copy); map() keeps the per-record loop in C.
+    found = np.fromiter(map(google_crc32c.value, map(view.__getitem__, map(slice, data.tolist(),
+                                                                            (data + lengths).tolist()))),
                         dtype=np.uint64, count=len(data))
-    bad_data = np.flatnonzero(_stored_u32(view, data + lengths) != _mask(found))
+    bad_data = np.flatnonzero(_stored(view, data + lengths, 4, "<u4") != _mask(found))
     # The first bad record, and its length's CRC first (a front-to-back read checks it before the data's).
     first_length = bad_length[0] if len(bad_length) else len(headers)
     first_data = bad_data[0] if len(bad_data) else len(headers)

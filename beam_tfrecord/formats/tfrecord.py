@@ -9,11 +9,14 @@ count against the manifest.
 
 from __future__ import annotations
 
+import mmap
+import os
+import struct
 from collections.abc import Iterator
 
-from beam_tfrecord import direct_io, storage
-import struct
+import numpy as np
 
+from beam_tfrecord import direct_io, storage
 from beam_tfrecord.core.blocks import RecordBlock, split_frames
 from beam_tfrecord.core.framing import FOOTER_BYTES, FRAMING_BYTES, HEADER_BYTES, frame_parts, iter_records
 from beam_tfrecord.core.manifest import ShardInfo
@@ -91,23 +94,23 @@ class TFRecordShardReader(ShardReader):
             raise CorruptShardError(self.path, f"ended after {index} records; the manifest lists {listed}", offset)
 
     def iter_blocks(self, start: int, stop: int, *, block_records: int = 1024) -> Iterator[RecordBlock]:
-        """Reads ``READ_BLOCK_BYTES`` at a time and walks their framing at once (``core.blocks.split_frames``).
+        """Walks ``READ_BLOCK_BYTES`` of the stream at a time (``core.blocks.split_frames``).
 
-        Blocks hold the whole records of each read (``block_records`` is not used). The checks and
-        errors are ``iter_records``'s: CRCs of every record walked, truncation, and the count
+        A local uncompressed shard is mapped into memory (no copy); others are read in chunks.
+        Blocks hold the whole records of each window (``block_records`` is not used). The checks
+        and errors are ``iter_records``'s: CRCs of every record walked, truncation, and the count
         against the manifest when the read reaches the shard's end.
         """
         listed = self._shard.num_records
         reaches_end = stop == listed
-        index = offset = 0  # records walked, and the stream offset of ``pending``
-        pending = b""
-        with storage.open_read(self.path, self._compression) as handle:
+        index = offset = 0  # records walked, and the stream offset of the next window
+        want = READ_BLOCK_BYTES
+        with _open_windows(self.path, self._compression) as source:
             while True:
-                chunk = handle.read(max(READ_BLOCK_BYTES, len(pending)))  # doubles while one record is larger
-                if not chunk:
-                    break
-                buffer = pending + chunk if pending else chunk
-                block, used = split_frames(buffer, name=self.path, base_offset=offset, verify=self._verify)
+                view = source.window(offset, want)
+                block, used = split_frames(view, name=self.path, base_offset=offset, verify=self._verify)
+                if used < len(view) and len(view) < want:  # the stream ended inside a record
+                    raise CorruptShardError(self.path, _truncation(view[used:].tobytes()), offset + used)
                 if reaches_end and index + len(block) > stop:
                     raise CorruptShardError(self.path, f"more records than the {listed} the manifest lists",
                                             int(block.offsets[stop - index]))
@@ -115,11 +118,10 @@ class TFRecordShardReader(ShardReader):
                 if low < high:
                     yield block.slice(low, high)
                 index += len(block)
-                if index >= stop and not reaches_end:
-                    return
-                pending, offset = buffer[used:], offset + used
-        if pending:
-            raise CorruptShardError(self.path, _truncation(pending), offset)
+                offset += used
+                if (index >= stop and not reaches_end) or len(view) < want:
+                    break
+                want = READ_BLOCK_BYTES if used else 2 * want  # a record larger than the window: widen it
         if index < stop:
             raise CorruptShardError(self.path, f"ended after {index} records; the manifest lists {listed}", offset)
 
@@ -130,6 +132,59 @@ class TFRecordShardReader(ShardReader):
                 records += 1
                 record_bytes += len(data) + FRAMING_BYTES
         return ShardCount(records, record_bytes)
+
+
+class _MappedWindows:
+    """Windows of a local file mapped into memory: views, no copies (kept alive by the blocks using them)."""
+
+    def __init__(self, path: str) -> None:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self._view = np.frombuffer(mapped, dtype=np.uint8)
+
+    def window(self, offset: int, size: int) -> np.ndarray:
+        return self._view[offset:offset + size]
+
+    def __enter__(self) -> "_MappedWindows":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """The mapping closes when the last view of it is gone."""
+
+
+class _ReadWindows:
+    """Windows of a stream (remote or compressed) read in chunks: each window is a new buffer."""
+
+    def __init__(self, path: str, compression: Compression) -> None:
+        self._handle = storage.open_read(path, compression)
+        self._pending = b""
+        self._offset = 0  # the stream offset of ``_pending``
+
+    def window(self, offset: int, size: int) -> np.ndarray:
+        pending = self._pending[offset - self._offset:]
+        parts = [pending]
+        held = len(pending)
+        while held < size:
+            chunk = self._handle.read(size - held)
+            if not chunk:
+                break
+            parts.append(chunk)
+            held += len(chunk)
+        self._pending, self._offset = b"".join(parts), offset
+        return np.frombuffer(self._pending, dtype=np.uint8)
+
+    def __enter__(self) -> "_ReadWindows":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.close()
+
+
+def _open_windows(path: str, compression: Compression) -> _MappedWindows | _ReadWindows:
+    if compression is Compression.NONE and not storage.is_remote(path):
+        return _MappedWindows(path)
+    return _ReadWindows(path, compression)
 
 
 def _truncation(tail: bytes) -> str:

@@ -46,12 +46,13 @@ class _Cursor:
     """One position per record of a block, moved through the wire format together."""
 
     def __init__(self, block: RecordBlock) -> None:
-        self.data = np.frombuffer(block.buffer, dtype=np.uint8)
+        self.data = block.buffer
         self.last = len(self.data) - 1
         self.pos = block.starts.copy()
 
-    def require(self, condition: np.ndarray | bool) -> None:
-        if not np.all(condition):
+    def require(self, condition: Any) -> None:
+        """Raises _Mismatch unless ``condition`` (a bool or an array of them) holds everywhere."""
+        if not (condition.all() if isinstance(condition, np.ndarray) else condition):
             raise _Mismatch
 
     def tag(self, expected: int) -> None:
@@ -61,7 +62,7 @@ class _Cursor:
     def varint(self) -> np.ndarray:
         """The varint at each position (uint64), moving past it."""
         first = self.data[np.minimum(self.pos, self.last)]
-        if np.all(first < 0x80):  # the common case: one byte
+        if (first < 0x80).all():  # the common case: one byte
             self.pos += 1
             return first.astype(np.uint64)
         raw = self.data[np.minimum(self.pos[:, None] + _VARINT_BYTES, self.last)]
@@ -70,7 +71,7 @@ class _Cursor:
         width = ends.argmax(axis=1) + 1
         self.require((width < 10) | (raw[:, 9] <= 1))  # longer than 64 bits: left to the protobuf library
         parts = (raw & 0x7F).astype(np.uint64) << _SHIFTS
-        parts[_VARINT_BYTES >= width[:, None]] = 0
+        parts[width[:, None] <= _VARINT_BYTES] = 0
         self.pos += width
         return np.bitwise_or.reduce(parts, axis=1)
 
@@ -85,7 +86,7 @@ class _Cursor:
     def gather(self, size: int) -> np.ndarray:
         """(records, size) bytes at the positions, moving past them (one strided copy when evenly spaced)."""
         pos = self.pos
-        if len(pos) > 1 and np.all(np.diff(pos) == pos[1] - pos[0]) and pos[1] > pos[0]:
+        if len(pos) > 1 and pos[1] > pos[0] and (np.diff(pos) == pos[1] - pos[0]).all():
             strided = np.lib.stride_tricks.as_strided(self.data[pos[0]:], shape=(len(pos), size),
                                                       strides=(int(pos[1] - pos[0]), 1))
             out = strided.copy()
@@ -95,7 +96,7 @@ class _Cursor:
         return out
 
 
-def _bytes_values(cursor: _Cursor, buffer: bytes, count: int, limit: np.ndarray,
+def _bytes_values(cursor: _Cursor, count: int, limit: np.ndarray,
                   size: int | None) -> list[list[bytes]] | np.ndarray:
     """``count`` BytesList values per record: a (records, size) array when ``size`` is fixed, else lists."""
     if size is not None and count == 1:
@@ -107,7 +108,7 @@ def _bytes_values(cursor: _Cursor, buffer: bytes, count: int, limit: np.ndarray,
         cursor.tag(0x0A)
         lengths = cursor.length(limit)
         for row, (start, length) in enumerate(zip(cursor.pos.tolist(), lengths.tolist())):
-            values[row].append(buffer[start:start + length])
+            values[row].append(cursor.data[start:start + length].tobytes())
         cursor.pos = cursor.pos + lengths
     return values
 
@@ -152,13 +153,13 @@ class FixedLayout:
         try:
             cursor.tag(0x0A)  # Example.features
             cursor.require(cursor.length(ends) + cursor.pos == ends)
-            out = {name: self._entry(cursor, block.buffer, name, feature, ends) for name, feature in self._features}
+            out = {name: self._entry(cursor, name, feature, ends) for name, feature in self._features}
             cursor.require(cursor.pos == ends)
         except _Mismatch:
             return None
         return out
 
-    def _entry(self, cursor: _Cursor, buffer: bytes, name: str, feature: Feature, ends: np.ndarray) -> Any:
+    def _entry(self, cursor: _Cursor, name: str, feature: Feature, ends: np.ndarray) -> Any:
         """One map entry (key, Feature) of every record."""
         cursor.tag(0x0A)
         entry_end = cursor.pos + cursor.length(ends)
@@ -169,16 +170,17 @@ class FixedLayout:
         cursor.tag(0x12)
         cursor.require(cursor.length(entry_end) + cursor.pos == entry_end)
         dtype = DType.INT64 if isinstance(feature, ClassLabel) else \
-            DType.BYTES if isinstance(feature, (Tensor, Image)) else feature.dtype  # type: ignore[union-attr]
+            DType.BYTES if isinstance(feature, (Tensor, Image)) else feature.dtype
         cursor.tag(_KIND_TAG[dtype])
         cursor.require(cursor.length(entry_end) + cursor.pos == entry_end)
         count = feature.length if isinstance(feature, FixedList) else 1
         if isinstance(feature, Tensor):
             item = np.dtype(feature.dtype.value).newbyteorder("<")
-            raw = _bytes_values(cursor, buffer, 1, entry_end, feature.num_elements * item.itemsize)
-            value: Any = raw.view(item).astype(item.newbyteorder("=")).reshape(-1, *feature.shape)  # type: ignore[union-attr]
+            raw = _bytes_values(cursor, 1, entry_end, feature.num_elements * item.itemsize)
+            value: Any = raw.view(item).astype(item.newbyteorder("="), copy=False).reshape(  # type: ignore[union-attr]
+                -1, *feature.shape)
         elif dtype in (DType.BYTES, DType.STRING):
-            lists = _bytes_values(cursor, buffer, count, entry_end, None)
+            lists = _bytes_values(cursor, count, entry_end, None)
             if isinstance(feature, FixedList):
                 value = np.empty((len(lists), count), dtype=object)
                 value[:] = lists

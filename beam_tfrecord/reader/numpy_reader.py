@@ -15,10 +15,10 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
 
+from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import shard_format
-from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.reader.block_decode import BlockDecoder, Columns, rows
 from beam_tfrecord.reader.numpy_decode import Example
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
@@ -57,7 +57,8 @@ def iter_blocks(plan: ReadPlan, segments: Sequence[ReadSegment], *, verify: bool
             yield from reader.iter_blocks(segment.skip, segment.skip + segment.take)
 
 
-def iter_record_blocks(plan: ReadPlan, segments: Sequence[ReadSegment], *, verify: bool = True) -> Iterator[list[bytes]]:
+def iter_record_blocks(plan: ReadPlan, segments: Sequence[ReadSegment], *,
+                       verify: bool = True) -> Iterator[list[bytes]]:
     """``iter_blocks`` as lists of records (what tf.data is fed for formats it cannot read)."""
     for block in iter_blocks(plan, segments, verify=verify):
         yield [block.record(i) for i in range(len(block))]

@@ -179,7 +179,7 @@ def test_framing_walk_equals_the_record_by_record_reader(datas, where, byte, dam
     except CorruptShardError as err:
         want = (err.offset, str(err))
     try:
-        block, used = split_frames(stream, name="s")
+        block, used = split_frames(np.frombuffer(stream, dtype=np.uint8), name="s")
         got: list[bytes] | tuple = [block.record(i) for i in range(len(block))]
         if used != len(stream):  # a cut record: the reader reports it at the stream's end
             got = ("cut", used)
