@@ -96,9 +96,9 @@ def _walk(view: np.ndarray) -> tuple[list[np.ndarray], int, int | None]:
     size = len(view)
     position = 0
     previous = -1
-    unpack = _LENGTH.unpack_from
+    unpack = _LENGTH.unpack_from  # takes the array (a buffer)
     while position + HEADER_BYTES <= size:
-        (length,) = unpack(view, position)  # type: ignore[arg-type]  (an array is a buffer)
+        (length,) = unpack(view, position)  # type: ignore[arg-type]
         step = HEADER_BYTES + length + FOOTER_BYTES
         if position + step > size:
             runs.append(np.array(single, dtype=np.int64))
