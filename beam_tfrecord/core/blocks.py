@@ -16,11 +16,10 @@ import struct
 import google_crc32c
 import numpy as np
 
-from beam_tfrecord.core.framing import FOOTER_BYTES, FRAMING_BYTES, HEADER_BYTES, masked_crc
+from beam_tfrecord.core.framing import FOOTER_BYTES, FRAMING_BYTES, HEADER_BYTES, MASK_DELTA, masked_crc
 from beam_tfrecord.errors import CorruptShardError
 
 _LENGTH = struct.Struct("<Q")
-_MASK_DELTA = 0xA282EAD8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +74,7 @@ class RecordBlock:
 def _mask(crcs: np.ndarray) -> np.ndarray:
     """TFRecord's CRC mask (rotate right by 15, add a constant), on an array of raw CRC32C values."""
     crcs = crcs.astype(np.uint64)
-    return ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
+    return ((((crcs >> 15) | (crcs << 17)) + MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
 
 
 def _stored(view: np.ndarray, at: np.ndarray, size: int, dtype: str) -> np.ndarray:

@@ -20,13 +20,13 @@ HEADER_BYTES = 12  # the length and its CRC, before the data
 FOOTER_BYTES = FRAMING_BYTES - HEADER_BYTES  # the data's CRC, after it
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
-_MASK_DELTA = 0xA282EAD8
+MASK_DELTA = 0xA282EAD8  # added to the rotated CRC (TFRecord's mask)
 
 
 def masked_crc(data: bytes) -> int:
     """The masked CRC32C that TFRecord stores for ``data``."""
     crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
 
 def frame_parts(data: bytes, _crc32c=google_crc32c.value,
@@ -37,9 +37,9 @@ def frame_parts(data: bytes, _crc32c=google_crc32c.value,
     Large records are written as header, data, footer, without copying ``data``.
     """
     crc = _crc32c(_LENGTH.pack(len(data)))
-    header = _pack_header(len(data), (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+    header = _pack_header(len(data), (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF)
     crc = _crc32c(data)
-    return header, _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+    return header, _CRC.pack((((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF)
 
 
 def frame(data: bytes, prefix: bytes = b"") -> bytes:
