@@ -146,7 +146,7 @@ class FixedLayout:
 
     def parse(self, block: RecordBlock) -> Columns | None:
         """The block's columns (images still encoded), or None when a record does not have the layout."""
-        if not len(block):
+        if not len(block) or not len(block.buffer):
             return None
         cursor = _Cursor(block)
         ends = block.starts + block.lengths
