@@ -1,4 +1,4 @@
-"""Read benchmark: the tutorials' recipe vs the raw record rate vs ``read_dataset``, on the same shards.
+"""Read benchmark: tf.data, NumPy and PyTorch readers against their baselines, on the same shards, in one run.
 
 Builds (once, with the project's Beam writer) a dataset of ~3 KB records, CIFAR-like: a 32x32x3
 uint8 ``Tensor`` and a ``ClassLabel``. Then, in one run, times full passes of each reader, mode
@@ -7,36 +7,41 @@ after mode, after a warm-up round (so every mode reads from the page cache), and
   (a) tutorial: TFRecordDataset(files) -> map(parse_single_example + decode_raw) -> batch(32)
   (b) raw:      TFRecordDataset(files) -> batch(1024), no parsing (the practical limit)
   (c) ours:     read_dataset(path, batch_size=B), parse spec from the manifest, no image decoding
+  (n) NumPy:    read_numpy(path), one dict of arrays per example
+  (t) PyTorch:  DataLoader(TFRecordIterableDataset(path, batch_size=256), batch_size=None), 0 and 2
+                workers (batches built in the workers), and the per-example API with DataLoader(batch_size=256)
+  (p) package:  the `tfrecord` package's reader (tfrecord.reader.tfrecord_loader over the shards,
+                split between workers by file), DataLoader(batch_size=256), 0 and 2 workers
 
-and prints records/s and the ratios c/a and c/b (c at batch 1024, as b, and at batch 32, as a).
+and prints records/s and the ratios c/a and c/b (c at batch 1024, as b, and at batch 32, as a),
+t/p at 0 and 2 workers, and t at 2 workers over t at 0. The NumPy and PyTorch modes are timed in a
+child process without TensorFlow (the `tfrecord` package's protos clash with TensorFlow's in one
+process, and DataLoader workers should not fork a process running TensorFlow's threads), with
+the same interleaved rounds.
 
 Run: python benchmarks/read_benchmark.py [--records 200000] [--dir /tmp/bt_read_bench] [--rounds 5]
+     [--skip_torch]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import apache_beam as beam
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
-import tensorflow as tf
 from measure import already_built
 
-from beam_tfrecord import (
-    ClassLabel,
-    Sample,
-    Schema,
-    ShardingConfig,
-    Tensor,
-    TensorDType,
-    WriteTFRecordDataset,
-    read_dataset,
-)
+from beam_tfrecord import ClassLabel, Sample, Schema, Tensor, TensorDType
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.dataset import load_manifest, shard_paths
 
@@ -56,6 +61,10 @@ def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRE
     already exists)."""
     if already_built(path, num_records):
         return
+    import apache_beam as beam
+
+    from beam_tfrecord import ShardingConfig, WriteTFRecordDataset
+
     started = time.perf_counter()
     with beam.Pipeline() as pipeline:
         _ = (pipeline
@@ -66,7 +75,9 @@ def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRE
     print(f"built {num_records} {file_format.value} records in {time.perf_counter() - started:.1f} s")
 
 
-def tutorial(files: list[str]) -> tf.data.Dataset:
+def tutorial(files: list[str]) -> Any:
+    import tensorflow as tf
+
     spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
 
     def parse(record: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -77,17 +88,51 @@ def tutorial(files: list[str]) -> tf.data.Dataset:
     return tf.data.TFRecordDataset(files).map(parse).batch(32)
 
 
-def raw(files: list[str]) -> tf.data.Dataset:
+def raw(files: list[str]) -> Any:
+    import tensorflow as tf
+
     return tf.data.TFRecordDataset(files).batch(1024)
 
 
-def measure(modes: dict[str, Callable[[], tf.data.Dataset]], num_records: int,
+TORCH_BATCH = 256
+
+
+def torch_modes(path: str, files: list[str]) -> dict[str, Callable[[], Iterable[Any]]]:
+    """The PyTorch readers: ours (ready batches, and the per-example API) and the `tfrecord` package's."""
+    import torch.utils.data
+    from tfrecord import reader as tfrecord_reader
+
+    from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
+
+    class TFRecordPackage(torch.utils.data.IterableDataset):
+        """The `tfrecord` package over the shards, each DataLoader worker reading every n-th file."""
+
+        def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+            info = torch.utils.data.get_worker_info()
+            worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+            for file in files[worker::workers]:
+                yield from tfrecord_reader.tfrecord_loader(file, None, {"image": "byte", "label": "int"})
+
+    def ours(workers: int) -> Iterable[Any]:
+        return torch.utils.data.DataLoader(TFRecordIterableDataset(path, batch_size=TORCH_BATCH), batch_size=None,
+                                           num_workers=workers)
+
+    def package(workers: int) -> Iterable[Any]:
+        return torch.utils.data.DataLoader(TFRecordPackage(), batch_size=TORCH_BATCH, num_workers=workers)
+
+    return {"t0": lambda: ours(0), "t2": lambda: ours(2),
+            "te0": lambda: torch.utils.data.DataLoader(TFRecordIterableDataset(path), batch_size=TORCH_BATCH),
+            "p0": lambda: package(0), "p2": lambda: package(2)}
+
+
+def measure(modes: dict[str, Callable[[], Iterable[Any]]], num_records: int,
             rounds: int) -> dict[str, tuple[float, float]]:
     """(records/s, CPU microseconds per record) of each mode: the best of ``rounds`` full passes.
 
     Passes are iterated from Python like a training loop. Rounds go mode after mode (a, b, c, a,
     b, c...), after one warm-up round, so that a busy moment on a shared machine hits every mode
-    alike rather than one of them. CPU time (all threads of this process) is the noise-robust view.
+    alike rather than one of them. CPU time (all threads of this process; DataLoader workers are
+    other processes, not counted) is the noise-robust view.
     """
     best = {name: (float("inf"), float("inf")) for name in modes}
     for round_index in range(rounds + 1):
@@ -102,33 +147,70 @@ def measure(modes: dict[str, Callable[[], tf.data.Dataset]], num_records: int,
     return {name: (num_records / wall, cpu * 1e6 / num_records) for name, (wall, cpu) in best.items()}
 
 
+def _child_rates(path: str, files: list[str], num_records: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """The NumPy and PyTorch modes, timed in a child process without TensorFlow (see the module docstring)."""
+    request = json.dumps({"path": path, "files": files, "records": num_records, "rounds": rounds})
+    output = subprocess.run([sys.executable, __file__, "--child", request], check=True, capture_output=True,
+                            text=True).stdout
+    return {name: (rate, cpu) for name, (rate, cpu) in json.loads(output.splitlines()[-1]).items()}
+
+
+def _child(request: str) -> None:
+    args = json.loads(request)
+    from beam_tfrecord.reader.numpy_reader import read_numpy
+
+    modes: dict[str, Callable[[], Iterable[Any]]] = {"n": lambda: read_numpy(args["path"])}
+    modes.update(torch_modes(args["path"], args["files"]))
+    print(json.dumps(measure(modes, args["records"], args["rounds"])))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--dir", default="/tmp/bt_read_bench")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--skip_torch", action="store_true", help="time only the tf.data readers")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # the NumPy/PyTorch timing process
     args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child)
+        return
 
     build(args.dir, args.records)
     manifest = load_manifest(args.dir)
     files = [str(p) for p in shard_paths(args.dir, manifest, "train")]
     split = manifest.split("train")
+    import tensorflow as tf
+
+    from beam_tfrecord import read_dataset
+
     print(f"{split.num_records} records of {split.num_bytes / split.num_records / 1000:.2f} KB "
           f"in {len(files)} shards ({split.num_bytes / 1e6:.0f} MB), {os.cpu_count()} CPUs, TF {tf.__version__}")
-
     rates = measure({
         "a": lambda: tutorial(files),
         "b": lambda: raw(files),
         "c1024": lambda: read_dataset(args.dir, batch_size=1024),
         "c32": lambda: read_dataset(args.dir, batch_size=32),
     }, split.num_records, args.rounds)
+    if not args.skip_torch:
+        rates.update(_child_rates(args.dir, files, split.num_records, args.rounds))
     labels = {"a": "(a) tutorial map(parse_single_example).batch(32)", "b": "(b) raw TFRecordDataset.batch(1024)",
-              "c1024": "(c) read_dataset(batch_size=1024)", "c32": "(c) read_dataset(batch_size=32)"}
+              "c1024": "(c) read_dataset(batch_size=1024)", "c32": "(c) read_dataset(batch_size=32)",
+              "n": "(n) read_numpy, per example",
+              "t0": f"(t) TFRecordIterableDataset(batch_size={TORCH_BATCH}), 0 workers",
+              "t2": f"(t) TFRecordIterableDataset(batch_size={TORCH_BATCH}), 2 workers",
+              "te0": f"(t) TFRecordIterableDataset, DataLoader(batch_size={TORCH_BATCH}), 0 w.",
+              "p0": "(p) tfrecord package, 0 workers", "p2": "(p) tfrecord package, 2 workers"}
     for name, label in labels.items():
-        print(f"{label:<50} {rates[name][0]:>10,.0f} records/s  {rates[name][1]:5.2f} CPU us/record")
+        if name in rates:
+            print(f"{label:<58} {rates[name][0]:>10,.0f} records/s  {rates[name][1]:5.2f} CPU us/record")
     a, b, c1024, c32 = (rates[n][0] for n in ("a", "b", "c1024", "c32"))
     print(f"c/a = {c1024 / a:.2f} (batch 1024), {c32 / a:.2f} (batch 32)")
     print(f"c/b = {c1024 / b:.2f} (batch 1024), {c32 / b:.2f} (batch 32)")
+    if not args.skip_torch:
+        t0, t2, te0, p0, p2 = (rates[n][0] for n in ("t0", "t2", "te0", "p0", "p2"))
+        print(f"t/p = {t0 / p0:.2f} (0 workers), {t2 / p2:.2f} (2 workers); per-example API / p = {te0 / p0:.2f}")
+        print(f"t 2 workers / t 0 workers = {t2 / t0:.2f}; p 2 workers / p 0 workers = {p2 / p0:.2f}")
     print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs")
 
 

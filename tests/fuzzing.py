@@ -29,9 +29,13 @@ import shutil
 import signal
 from collections.abc import Callable
 
+import numpy as np
+
+from beam_tfrecord.core.blocks import RecordBlock, split_frames
 from beam_tfrecord.core.framing import frame, iter_records
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import BeamTFRecordError, CorruptShardError, ManifestError
+from beam_tfrecord.reader.block_decode import BlockDecoder, rows
 from beam_tfrecord.reader.numpy_decode import RecordDecoder
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.verify import verify_dataset
@@ -265,24 +269,53 @@ def _manifest_case(copy: str, manifest, originals: set[tuple[str, int]], tally: 
         tally.undetectable += 1
 
 
+def _outcome(read: Callable[..., object], *args: object) -> object:
+    """What ``read(*args)`` gives: its value, or the offset and message of its CorruptShardError (other
+    errors propagate)."""
+    try:
+        return read(*args)
+    except CorruptShardError as err:
+        return ("CorruptShardError", err.offset, str(err))
+
+
+def _block_rows(blocks: BlockDecoder, records: list[bytes]) -> list[tuple]:
+    columns = blocks.decode(RecordBlock.of_records("record", records, list(range(len(records)))))
+    return [tuple((name, np.asarray(v).tobytes() if isinstance(v, np.ndarray) else v) for name, v in row.items())
+            for row in rows(columns)]
+
+
+def _record_rows(decoder: RecordDecoder, records: list[bytes]) -> list[tuple]:
+    return [tuple((name, np.asarray(v).tobytes() if isinstance(v, np.ndarray) else v)
+                  for name, v in decoder.decode(r, shard="record", offset=i).items()) for i, r in enumerate(records)]
+
+
 def fuzz_bytes(cases: int, seed: int, records: list[bytes], decoder: RecordDecoder) -> tuple[int, list[str]]:
-    """Mutates framed streams and serialized records; the light readers may only raise CorruptShardError."""
+    """Mutates framed streams and serialized records; the light readers may only raise CorruptShardError.
+
+    The block readers (``core.blocks.split_frames``, ``reader.block_decode``) must also give what the
+    record-by-record ones give: the same records and values, or the same error at the same offset.
+    """
     rng = random.Random(seed)
     stream = b"".join(frame(r) for r in records)
+    blocks = BlockDecoder(decoder.schema)
     failures = []
     for case in range(cases):
         kind, mutated = mutate(stream, rng)
         try:
-            list(iter_records(io.BytesIO(mutated), name="stream"))
-        except CorruptShardError:
-            pass
+            by_record = _outcome(lambda data: list(iter_records(io.BytesIO(data), name="stream")), mutated)
+            walked = _outcome(lambda data: split_frames(np.frombuffer(data, dtype=np.uint8), name="stream"), mutated)
+            if isinstance(by_record, list) and (not isinstance(walked, tuple) or walked[1] != len(mutated) or [
+                    walked[0].record(i) for i in range(len(walked[0]))] != by_record):
+                failures.append(f"framing case {case} ({kind}): the block walk differs from the record reader")
         except Exception as err:
             failures.append(f"framing case {case} ({kind}): untyped {type(err).__name__}: {err}")
         kind, mutated = mutate(rng.choice(records), rng)
+        block = [*rng.sample(records, min(3, len(records))), mutated]
         try:
-            decoder.decode(mutated, shard="record", offset=0)
-        except CorruptShardError:
-            pass
+            by_record = _outcome(_record_rows, decoder, block)
+            by_block = _outcome(_block_rows, blocks, block)
+            if by_record != by_block:
+                failures.append(f"decoding case {case} ({kind}): the block decoder differs from the protobuf library")
         except Exception as err:
             failures.append(f"decoding case {case} ({kind}): untyped {type(err).__name__}: {err}")
     return cases, failures

@@ -23,13 +23,13 @@ HEADER_BYTES = 12  # the length and its CRC, before the data
 FOOTER_BYTES = FRAMING_BYTES - HEADER_BYTES  # the data's CRC, after it
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
-_MASK_DELTA = 0xA282EAD8
+MASK_DELTA = 0xA282EAD8  # added to the rotated CRC (TFRecord's mask)
 
 
 def masked_crc(data: bytes) -> int:
     """The masked CRC32C that TFRecord stores for ``data``."""
     crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
 
 def frame_parts(data: bytes, _crc32c=google_crc32c.value,
@@ -40,9 +40,9 @@ def frame_parts(data: bytes, _crc32c=google_crc32c.value,
     Large records are written as header, data, footer, without copying ``data``.
     """
     crc = _crc32c(_LENGTH.pack(len(data)))
-    header = _pack_header(len(data), (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+    header = _pack_header(len(data), (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF)
     crc = _crc32c(data)
-    return header, _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+    return header, _CRC.pack((((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF)
 
 
 def frame_parts_of_chunk(records: Sequence[Sequence[Any]], nbytes: Sequence[int]
@@ -56,17 +56,20 @@ def frame_parts_of_chunk(records: Sequence[Sequence[Any]], nbytes: Sequence[int]
     """
     # reduce(extend, parts, 0) is the CRC32C of the joined parts; map() keeps it in C.
     crcs = map(functools.reduce, itertools.repeat(google_crc32c.extend), records, itertools.repeat(0))
-    masked = np.fromiter(crcs, np.uint64, len(records))
-    footers = ((((masked >> np.uint64(15)) | (masked << np.uint64(17))) + np.uint64(_MASK_DELTA))
-               & np.uint64(0xFFFFFFFF)).astype("<u4").tobytes()
+    footers = mask_crcs(np.fromiter(crcs, np.uint64, len(records))).astype("<u4").tobytes()
     headers = {length: _header_of_length(length) for length in set(nbytes)}
     return ([headers[length] for length in nbytes],
             [footers[i:i + FOOTER_BYTES] for i in range(0, len(footers), FOOTER_BYTES)])
 
 
+def mask_crcs(crcs: np.ndarray) -> np.ndarray:
+    """``masked_crc``'s mask (rotate right by 15, add a constant) over an array of raw CRC32C values."""
+    crcs = crcs.astype(np.uint64)
+    return ((((crcs >> 15) | (crcs << 17)) + MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
+
+
 def _header_of_length(length: int) -> bytes:
-    crc = google_crc32c.value(_LENGTH.pack(length))
-    return _LENGTH.pack(length) + _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+    return _LENGTH.pack(length) + _CRC.pack(masked_crc(_LENGTH.pack(length)))
 
 
 def frame(data: bytes, prefix: bytes = b"") -> bytes:

@@ -20,7 +20,10 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from beam_tfrecord import storage
+from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
@@ -156,6 +159,11 @@ class ArrayRecordShardReader(ShardReader):
             end = min(begin + READ_BLOCK_RECORDS, stop)
             yield from zip(self.read_range(begin, end), range(begin, end))
 
+    def iter_blocks(self, start: int, stop: int, *, block_records: int = 1024) -> Iterator[RecordBlock]:
+        for begin in range(start, stop, block_records):
+            end = min(begin + block_records, stop)
+            yield RecordBlock.of_records(self.path, self.read_range(begin, end), np.arange(begin, end))
+
     def count(self) -> ShardCount:
         """The count was checked when opened; reading every record checks its chunk hashes."""
         record_bytes = 0
@@ -169,11 +177,11 @@ class ArrayRecordShardReader(ShardReader):
 
 
 class ArrayRecordFormat(ShardFormat):
-    """Random-access shards, for the NumPy and PyTorch readers' true global shuffle (not tf.data)."""
+    """Random-access shards, for a true global shuffle in every reader (tf.data is fed by this reader)."""
 
     file_format = FileFormat.ARRAY_RECORD
     random_access = True
-    readers = ("read_numpy", "TFRecordIterableDataset")
+    readers = ("read_dataset", "read_numpy", "TFRecordIterableDataset")
 
     def open_writer(self, path: str, *, compression: Compression, direct_io: bool) -> ShardWriter:
         """Compression is inside the format (the manifest checks it is NONE); ``direct_io`` does not apply."""

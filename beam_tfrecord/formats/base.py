@@ -16,6 +16,9 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import ClassVar
 
+import numpy as np
+
+from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.core.framing import unframed
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
@@ -71,6 +74,22 @@ class ShardReader(abc.ABC):
             CorruptShardError: on damaged records, or when a read that reaches the shard's end
                 finds more or fewer records than the manifest lists.
         """
+
+    def iter_blocks(self, start: int, stop: int, *, block_records: int = 1024) -> Iterator[RecordBlock]:
+        """Yields records ``[start, stop)`` in blocks (see ``core.blocks``), checked as ``iter_records`` checks them.
+
+        This default groups ``iter_records``; a format that can read many records at once overrides it.
+        """
+        records: list[bytes] = []
+        offsets: list[int] = []
+        for record, offset in self.iter_records(start, stop):
+            records.append(record)
+            offsets.append(offset)
+            if len(records) == block_records:
+                yield RecordBlock.of_records(self.path, records, np.array(offsets, dtype=np.int64))
+                records, offsets = [], []
+        if records:
+            yield RecordBlock.of_records(self.path, records, np.array(offsets, dtype=np.int64))
 
     @abc.abstractmethod
     def count(self) -> ShardCount:

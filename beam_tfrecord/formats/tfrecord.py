@@ -9,10 +9,16 @@ count against the manifest.
 
 from __future__ import annotations
 
+import mmap
+import os
+import struct
 from collections.abc import Iterator
 
+import numpy as np
+
 from beam_tfrecord import direct_io, storage
-from beam_tfrecord.core.framing import FRAMING_BYTES, frame_parts, iter_records
+from beam_tfrecord.core.blocks import RecordBlock, split_frames
+from beam_tfrecord.core.framing import FOOTER_BYTES, FRAMING_BYTES, HEADER_BYTES, frame_parts, iter_records
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
@@ -20,6 +26,7 @@ from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, Sha
 
 WRITE_CHUNK_BYTES = 4 << 20  # framed records joined into one write
 JOIN_MAX_RECORD_BYTES = 64 << 10  # larger records are written without a copy
+READ_BLOCK_BYTES = 4 << 20  # bytes read at once by ``iter_blocks`` (more when one record is larger)
 
 
 class TFRecordShardWriter(ShardWriter):
@@ -86,6 +93,38 @@ class TFRecordShardReader(ShardReader):
         if index < stop:
             raise CorruptShardError(self.path, f"ended after {index} records; the manifest lists {listed}", offset)
 
+    def iter_blocks(self, start: int, stop: int, *, block_records: int = 1024) -> Iterator[RecordBlock]:
+        """Walks ``READ_BLOCK_BYTES`` of the stream at a time (``core.blocks.split_frames``).
+
+        A local uncompressed shard is mapped into memory (no copy); others are read in chunks.
+        Blocks hold the whole records of each window (``block_records`` is not used). The checks
+        and errors are ``iter_records``'s: CRCs of every record walked, truncation, and the count
+        against the manifest when the read reaches the shard's end.
+        """
+        listed = self._shard.num_records
+        reaches_end = stop == listed
+        index = offset = 0  # records walked, and the stream offset of the next window
+        want = READ_BLOCK_BYTES
+        with _open_windows(self.path, self._compression) as source:
+            while True:
+                view = source.window(offset, want)
+                block, used = split_frames(view, name=self.path, base_offset=offset, verify=self._verify)
+                if used < len(view) and len(view) < want:  # the stream ended inside a record
+                    raise CorruptShardError(self.path, _truncation(view[used:].tobytes()), offset + used)
+                if reaches_end and index + len(block) > stop:
+                    raise CorruptShardError(self.path, f"more records than the {listed} the manifest lists",
+                                            int(block.offsets[stop - index]))
+                low, high = max(start - index, 0), min(stop - index, len(block))
+                if low < high:
+                    yield block.slice(low, high)
+                index += len(block)
+                offset += used
+                if (index >= stop and not reaches_end) or len(view) < want:
+                    break
+                want = READ_BLOCK_BYTES if used else 2 * want  # a record larger than the window: widen it
+        if index < stop:
+            raise CorruptShardError(self.path, f"ended after {index} records; the manifest lists {listed}", offset)
+
     def count(self) -> ShardCount:
         records = record_bytes = 0
         with storage.open_read(self.path, self._compression) as stream:
@@ -93,6 +132,68 @@ class TFRecordShardReader(ShardReader):
                 records += 1
                 record_bytes += len(data) + FRAMING_BYTES
         return ShardCount(records, record_bytes)
+
+
+class _MappedWindows:
+    """Windows of a local file mapped into memory: views, no copies (kept alive by the blocks using them)."""
+
+    def __init__(self, path: str) -> None:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        self._view = np.frombuffer(mapped, dtype=np.uint8)
+
+    def window(self, offset: int, size: int) -> np.ndarray:
+        return self._view[offset:offset + size]
+
+    def __enter__(self) -> "_MappedWindows":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """The mapping closes when the last view of it is gone."""
+
+
+class _ReadWindows:
+    """Windows of a stream (remote or compressed) read in chunks: each window is a new buffer."""
+
+    def __init__(self, path: str, compression: Compression) -> None:
+        self._handle = storage.open_read(path, compression)
+        self._pending = b""
+        self._offset = 0  # the stream offset of ``_pending``
+
+    def window(self, offset: int, size: int) -> np.ndarray:
+        pending = self._pending[offset - self._offset:]
+        parts = [pending]
+        held = len(pending)
+        while held < size:
+            chunk = self._handle.read(size - held)
+            if not chunk:
+                break
+            parts.append(chunk)
+            held += len(chunk)
+        self._pending, self._offset = b"".join(parts), offset
+        return np.frombuffer(self._pending, dtype=np.uint8)
+
+    def __enter__(self) -> "_ReadWindows":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.close()
+
+
+def _open_windows(path: str, compression: Compression) -> _MappedWindows | _ReadWindows:
+    if compression is Compression.NONE and not storage.is_remote(path):
+        return _MappedWindows(path)
+    return _ReadWindows(path, compression)
+
+
+def _truncation(tail: bytes) -> str:
+    """What is wrong with the bytes left at a stream's end (as ``core.framing.iter_records`` says it)."""
+    if len(tail) < HEADER_BYTES:
+        return f"truncated record header ({len(tail)} of {HEADER_BYTES} bytes)"
+    (length,) = struct.unpack_from("<Q", tail)
+    return (f"truncated record (expected {length + FOOTER_BYTES} bytes after the header, "
+            f"got {len(tail) - HEADER_BYTES})")
 
 
 class TFRecordFormat(ShardFormat):

@@ -76,13 +76,11 @@ def _tensor_decoder(name: str, feature: Tensor) -> _Decoder:
     return decode
 
 
-def _image_decoder(name: str, feature: Image, decoding: ImageDecoding | None) -> _Decoder:
-    shape = decoding.output_shape(name, feature) if decoding is not None else None
+def decode_image(name: str, feature: Image, decoding: ImageDecoding) -> Callable[[bytes], np.ndarray]:
+    """The function that decodes (and resizes) one encoded image of a feature to its pixel array."""
+    shape = decoding.output_shape(name, feature)
 
-    def decode(stored: Any) -> Any:
-        data = stored.bytes_list.value[0] if stored is not None and stored.bytes_list.value else b""
-        if shape is None or decoding is None:
-            return bytes(data)
+    def decode(data: bytes) -> np.ndarray:
         from PIL import Image as PILImage  # lazily: only when images are decoded
 
         with PILImage.open(io.BytesIO(data)) as opened:
@@ -91,6 +89,16 @@ def _image_decoder(name: str, feature: Image, decoding: ImageDecoding | None) ->
                 image = image.resize((shape[1], shape[0]), PILImage.Resampling.BILINEAR)
             pixels = np.asarray(image, dtype=np.uint8).reshape(shape)
         return pixels.astype(np.float32) / 255.0 if decoding.pixel_type is PixelType.FLOAT32 else pixels
+
+    return decode
+
+
+def _image_decoder(name: str, feature: Image, decoding: ImageDecoding | None) -> _Decoder:
+    pixels = decode_image(name, feature, decoding) if decoding is not None else None
+
+    def decode(stored: Any) -> Any:
+        data = stored.bytes_list.value[0] if stored is not None and stored.bytes_list.value else b""
+        return bytes(data) if pixels is None else pixels(data)
 
     return decode
 
@@ -135,15 +143,23 @@ class RecordDecoder:
         Raises:
             CorruptShardError: when the record is not a valid proto of the schema, naming where it is.
         """
+        return self.guard(self._decode, record, shard=shard, offset=offset)
+
+    @staticmethod
+    def guard(decode: Callable[[bytes], Any], record: bytes, *, shard: str, offset: int) -> Any:
+        """``decode(record)``, its errors raised as a CorruptShardError naming the shard and offset."""
         try:
-            if self._sequence:
-                message = proto.SequenceExample.FromString(record)
-                context, lists = message.context.feature, message.feature_lists.feature_list
-                out = {n: decode(context.get(n, None)) for n, decode in self._context}
-                out.update({n: decode(lists.get(n, None)) for n, decode in self._sequence})
-                return out
-            features = proto.Example.FromString(record).features.feature
-            return {n: decode(features.get(n, None)) for n, decode in self._context}
+            return decode(record)
         except Exception as err:  # protobuf's DecodeError, our ValueError, Pillow's many error types
             raise CorruptShardError(shard, f"record does not match the schema: {type(err).__name__}: {err}",
                                     offset) from err
+
+    def _decode(self, record: bytes) -> Example:
+        if self._sequence:
+            message = proto.SequenceExample.FromString(record)
+            context, lists = message.context.feature, message.feature_lists.feature_list
+            out = {n: decode(context.get(n, None)) for n, decode in self._context}
+            out.update({n: decode(lists.get(n, None)) for n, decode in self._sequence})
+            return out
+        features = proto.Example.FromString(record).features.feature
+        return {n: decode(features.get(n, None)) for n, decode in self._context}

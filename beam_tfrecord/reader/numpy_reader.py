@@ -15,10 +15,12 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
 
+from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import shard_format
-from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
+from beam_tfrecord.reader.block_decode import BlockDecoder, Columns, rows
+from beam_tfrecord.reader.numpy_decode import Example
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
 from beam_tfrecord.reader.random_access import RandomAccessRecords, global_order
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
@@ -42,6 +44,36 @@ def iter_segment(plan: ReadPlan, segment: ReadSegment, *, verify: bool = True) -
     """
     with plan.open_shard(segment, verify=verify) as reader:
         yield from reader.iter_records(segment.skip, segment.skip + segment.take)
+
+
+def iter_blocks(plan: ReadPlan, segments: Sequence[ReadSegment], *, verify: bool = True) -> Iterator[RecordBlock]:
+    """Yields the records of ``segments`` in blocks (``core.blocks``), in order, checked as ``iter_segment`` checks.
+
+    Raises:
+        MissingShardError, CorruptShardError: as ``iter_segment``.
+    """
+    for segment in segments:
+        with plan.open_shard(segment, verify=verify) as reader:
+            yield from reader.iter_blocks(segment.skip, segment.skip + segment.take)
+
+
+def iter_record_blocks(plan: ReadPlan, segments: Sequence[ReadSegment], *,
+                       verify: bool = True) -> Iterator[list[bytes]]:
+    """``iter_blocks`` as lists of records (what tf.data is fed for formats it cannot read)."""
+    for block in iter_blocks(plan, segments, verify=verify):
+        yield [block.record(i) for i in range(len(block))]
+
+
+def iter_columns(plan: ReadPlan, segments: Sequence[ReadSegment], *, image_decoding: ImageDecoding | None = None,
+                 verify: bool = True) -> Iterator[Columns]:
+    """Yields the records of ``segments`` decoded a block at a time, as columns (``block_decode``), in order.
+
+    Raises:
+        MissingShardError, CorruptShardError: as ``iter_segment``, and on records that do not match the schema.
+    """
+    decoder = BlockDecoder(plan.manifest.schema, image_decoding=image_decoding)
+    for block in iter_blocks(plan, segments, verify=verify):
+        yield decoder.decode(block)
 
 
 def mix_seed(*parts: int) -> int:
@@ -79,17 +111,14 @@ def iter_examples(plan: ReadPlan, *, segments: Sequence[ReadSegment] | None = No
         verify: check every record's CRCs.
     """
     check_positive("shuffle_buffer", shuffle_buffer)
-    decoder = RecordDecoder(plan.manifest.schema, image_decoding=image_decoding)
     chosen = list(plan.segments if segments is None else segments)
     rng = random.Random(seed)
     if shuffle:
         rng.shuffle(chosen)
 
     def records() -> Iterator[Example]:
-        for segment in chosen:
-            path = plan.path(segment)
-            for record, offset in iter_segment(plan, segment, verify=verify):
-                yield decoder.decode(record, shard=path, offset=offset)
+        for columns in iter_columns(plan, chosen, image_decoding=image_decoding, verify=verify):
+            yield from rows(columns)
 
     yield from shuffled(records(), shuffle_buffer, rng) if shuffle else records()
 
@@ -108,13 +137,44 @@ def iter_global_shuffle(plan: ReadPlan, *, seed: int, epoch: int, rank: int = 0,
         worker, num_workers: read only this worker's near-equal run of the rank's share (the
             DataLoader workers of one rank split it so).
     """
-    decoder = RecordDecoder(plan.manifest.schema, image_decoding=image_decoding)
+    yield from (example for columns in iter_global_columns(
+        plan, seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start, image_decoding=image_decoding,
+        worker=worker, num_workers=num_workers) for example in rows(columns))
+
+
+def worker_share(count: int, num_workers: int, worker: int, *, unit: int = 1) -> tuple[int, int]:
+    """[start, stop) of ``count`` items for one of ``num_workers`` workers: near-equal runs of whole
+    ``unit``s (batches), so that only the last run can end with a partial unit."""
+    lo, hi = split_evenly(-(-count // unit), num_workers, worker)
+    return min(lo * unit, count), min(hi * unit, count)
+
+
+def iter_global_columns(plan: ReadPlan, *, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
+                        start: int = 0, image_decoding: ImageDecoding | None = None, worker: int = 0,
+                        num_workers: int = 1, unit: int = 1) -> Iterator[Columns]:
+    """``iter_global_shuffle``'s examples, decoded a block at a time, as columns (``block_decode``);
+    workers split the rank's share in whole ``unit``s (``worker_share``)."""
+    decoder = BlockDecoder(plan.manifest.schema, image_decoding=image_decoding)
     records = RandomAccessRecords(plan)
     positions = global_order(len(records), seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start)
-    lo, hi = split_evenly(len(positions), num_workers, worker)
+    lo, hi = worker_share(len(positions), num_workers, worker, unit=unit)
     try:
-        for record, path, index in records.iter_positions(positions[lo:hi]):
-            yield decoder.decode(record, shard=path, offset=index)
+        for found in records.iter_blocks(positions[lo:hi]):
+            yield decoder.decode(RecordBlock.of_records("", [record for record, _, _ in found],
+                                                        [index for _, _, index in found],
+                                                        paths=[path for _, path, _ in found]))
+    finally:
+        records.close()
+
+
+def iter_global_blocks(plan: ReadPlan, *, seed: int, epoch: int, rank: int = 0,
+                       world_size: int = 1) -> Iterator[list[bytes]]:
+    """Rank ``rank``'s records of an ArrayRecord read plan in the epoch's global order, a block at a time."""
+    records = RandomAccessRecords(plan)
+    try:
+        positions = global_order(len(records), seed=seed, epoch=epoch, rank=rank, world_size=world_size)
+        for found in records.iter_blocks(positions):
+            yield [record for record, _, _ in found]
     finally:
         records.close()
 

@@ -90,8 +90,13 @@ class RandomAccessRecords:
 
     def iter_positions(self, positions: np.ndarray) -> Iterator[tuple[bytes, str, int]]:
         """Reads ``positions`` in blocks of ``BLOCK_RECORDS``, yielding one record at a time."""
+        for block in self.iter_blocks(positions):
+            yield from block
+
+    def iter_blocks(self, positions: np.ndarray) -> Iterator[list[tuple[bytes, str, int]]]:
+        """Reads ``positions`` in blocks of ``BLOCK_RECORDS``: the (record, shard path, index) of each."""
         for begin in range(0, len(positions), BLOCK_RECORDS):
-            yield from self.read(positions[begin:begin + BLOCK_RECORDS])
+            yield self.read(positions[begin:begin + BLOCK_RECORDS])
 
     def close(self) -> None:
         for reader in self._readers.values():

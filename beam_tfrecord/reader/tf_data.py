@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
+from collections.abc import Iterator
+
+import numpy as np
 
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
@@ -71,14 +76,48 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     With ``verify_count``, reading more or fewer records than the plan is an error (a shard that
     does not hold its manifest count must not give one worker more steps than the others).
 
+    A random-access format (ArrayRecord), which tf.data has no reader for, is read by the format's
+    own reader in blocks fed through ``from_generator`` (see ``array_record_records``).
+
     Raises:
         ReaderError: the shards are in a format tf.data cannot read here (naming the readers that can).
     """
     plan.require_reader("read_dataset")
-    records = _read_segments(plan, shuffle_files=shuffle_files, seed=seed, num_parallel_reads=num_parallel_reads)
+    if plan.format.random_access:
+        records = array_record_records(plan, shuffle=shuffle_files, seed=seed)
+    else:
+        records = _read_segments(plan, shuffle_files=shuffle_files, seed=seed, num_parallel_reads=num_parallel_reads)
     if verify_count:
         records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
     return records
+
+
+def array_record_records(plan: ReadPlan, *, shuffle: bool, seed: int | None) -> tf.data.Dataset:
+    """The records of a plan over a random-access format, read by its own reader in blocks.
+
+    With ``shuffle``, each pass over the dataset (each epoch) is a new true global shuffle, as
+    ``read_numpy`` gives: the worker's equal share of a seeded permutation of every record of the
+    split expression (``random_access.global_order``; a random seed when ``seed`` is None).
+    """
+    from beam_tfrecord.reader.numpy_reader import iter_global_blocks, iter_record_blocks
+
+    epochs = itertools.count()
+    base_seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
+
+    def blocks() -> Iterator[np.ndarray]:
+        if shuffle:
+            found: Iterator[list[bytes]] = iter_global_blocks(
+                plan_read(plan.dataset_dir, split=plan.split, manifest=plan.manifest), seed=base_seed,
+                epoch=next(epochs), rank=plan.worker_index, world_size=plan.num_workers)
+        else:
+            found = iter_record_blocks(plan, plan.segments)
+        for records in found:
+            block = np.empty(len(records), dtype=object)
+            block[:] = records
+            yield block
+
+    generated = tf.data.Dataset.from_generator(blocks, output_signature=tf.TensorSpec([None], tf.string))
+    return generated.unbatch()
 
 
 def _read_segments(plan: ReadPlan, *, shuffle_files: bool, seed: int | None,
@@ -158,6 +197,7 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
         batch_size: records per batch (per worker; with an InputContext pass
             ``input_context.get_per_replica_batch_size(global_batch_size)``).
         shuffle: shuffle shard order and records; reproducible when ``seed`` is set, different each epoch.
+            On an ArrayRecord dataset, a true global shuffle (``shuffle_buffer`` is not used).
         seed: shuffle seed.
         shuffle_buffer: records held in the shuffle buffer.
         repeat: repeat forever (the cardinality becomes infinite).
@@ -178,8 +218,7 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
     Raises:
         DatasetNotFoundError, UnknownSplitError: no such dataset or split.
         ReaderError: on invalid options (split expression, worker arguments, label key, image size),
-            or shards in a format it does not read (ArrayRecord: use ``read_numpy`` or
-            ``TFRecordIterableDataset``).
+            or shards in a format it does not read (naming the readers that do).
     """
     check_positive("batch_size", batch_size)
     check_positive("shuffle_buffer", shuffle_buffer)
@@ -198,7 +237,7 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
                            verify_count=verify_count and repeat)
     if cache:
         dataset = dataset.cache()
-    if shuffle:
+    if shuffle and not plan.format.random_access:  # a random-access format is globally shuffled already
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()

@@ -123,14 +123,6 @@ def test_a_damaged_array_record_shard_is_a_corrupt_shard_error(tmp_path, array_r
         verify_dataset(copy)
 
 
-def test_read_dataset_names_the_readers_of_array_record_shards(array_record_dataset):
-    from beam_tfrecord import read_dataset
-
-    with pytest.raises(ReaderError, match="read_dataset cannot read array_record shards .* read them with read_numpy "
-                                          "or TFRecordIterableDataset"):
-        read_dataset(array_record_dataset)
-
-
 @pytest.mark.parametrize("dataset", ["tfrecord_dataset", "array_record_dataset"])
 def test_verify_names_a_missing_shard_as_missing(tmp_path, request, dataset):
     import shutil

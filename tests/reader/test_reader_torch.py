@@ -72,3 +72,22 @@ def test_rank_without_world_size_is_rejected(counted):
 def test_tensor_values_are_writable_numpy(all_types):
     example = next(iter(TFRecordIterableDataset(all_types.path)))
     assert example["t_u8"].flags.writeable and isinstance(example["t_u8"], np.ndarray)
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["ordered", "shuffled"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_ready_batches_are_whole_batches_of_the_same_examples(counted, num_workers, shuffle):
+    dataset = TFRecordIterableDataset(counted.path, split="train", batch_size=64, shuffle=shuffle, seed=2,
+                                      shuffle_buffer=50)
+    batches = list(DataLoader(dataset, batch_size=None, num_workers=num_workers))
+    assert len(batches) == len(dataset) == -(-num_examples(counted.path) // 64)
+    assert [len(b["i"]) for b in batches[:-1]] == [64] * (len(batches) - 1)  # only the epoch's last is short
+    assert batches[0]["i"].dtype == torch.int64 and isinstance(batches[0]["key"], list)
+    keys = [k for b in batches for k in b["key"]]
+    assert sorted(keys) == sorted(e["key"] for e in TFRecordIterableDataset(counted.path, split="train"))
+    assert [int(i) for b in batches for i in b["i"]] == [int(k.decode()[1:]) for k in keys]  # rows stay together
+
+
+def test_ready_batch_size_must_be_positive(counted):
+    with pytest.raises(ReaderError, match="batch_size must be a positive int, got 0"):
+        TFRecordIterableDataset(counted.path, batch_size=0)

@@ -1,0 +1,294 @@
+"""A block of serialized Examples -> column arrays, without TensorFlow: vectorized for fixed layouts.
+
+The NumPy and PyTorch readers decode a block of records of one shard at once (``core.blocks``).
+For a schema whose features all have a fixed number of values (``Scalar``, ``FixedList``,
+``ClassLabel``, ``Tensor``, ``Image``; no ``VarList``, no sequences), ``FixedLayout`` walks the
+Example wire format of every record of the block together, one NumPy step per field of the
+layout instead of one Python step per record: the tags, lengths and map keys the protobuf library
+writes (``SerializeToString(deterministic=True)``: features in key order, packed numbers) are
+checked in every record, and the values are gathered into one array per feature.
+
+The fast path accepts a block only when every byte of every record is accounted for by that
+layout; anything else (a missing feature, another field order, unknown fields, an unusual
+encoding) sends the whole block through the protobuf library (``numpy_decode.RecordDecoder``),
+which stays the reference and the source of every decoding error (typed, naming the shard and
+offset). ``tests/reader/test_block_decode.py`` checks with hypothesis that both give the same values.
+
+A column is an array whose first dimension is the block's records (numbers, ``Tensor``, fixed
+lists of bytes as object arrays, decoded images) or a list (bytes scalars, encoded images,
+variable-length and sequence features).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from beam_tfrecord.core.blocks import RecordBlock
+from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor
+from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder, decode_image
+from beam_tfrecord.reader.options import ImageDecoding
+
+Columns = dict[str, Any]
+_VARINT_BYTES = np.arange(10)
+_SHIFTS = (7 * np.arange(10)).astype(np.uint64)
+_MAX_LENGTH = 1 << 31  # protobuf's limit on a length-delimited field
+_KIND_TAG = {DType.BYTES: 0x0A, DType.STRING: 0x0A, DType.FLOAT32: 0x12, DType.INT64: 0x1A}
+
+
+class _Mismatch(Exception):
+    """A record of the block does not have the fixed layout (the block goes to the protobuf library)."""
+
+
+class _Cursor:
+    """One position per record of a block, moved through the wire format together."""
+
+    def __init__(self, block: RecordBlock) -> None:
+        self.data = block.buffer
+        self.last = len(self.data) - 1
+        self.pos = block.starts.copy()
+
+    def require(self, condition: Any) -> None:
+        """Raises _Mismatch unless ``condition`` (a bool or an array of them) holds everywhere."""
+        if not (condition.all() if isinstance(condition, np.ndarray) else condition):
+            raise _Mismatch
+
+    def tag(self, expected: int) -> None:
+        self.require(self.data[np.minimum(self.pos, self.last)] == expected)
+        self.pos += 1
+
+    def varint(self) -> np.ndarray:
+        """The varint at each position (uint64), moving past it."""
+        first = self.data[np.minimum(self.pos, self.last)]
+        if (first < 0x80).all():  # the common case: one byte
+            self.pos += 1
+            return first.astype(np.uint64)
+        raw = self.data[np.minimum(self.pos[:, None] + _VARINT_BYTES, self.last)]
+        ends = raw < 0x80
+        self.require(ends.any(axis=1))
+        width = ends.argmax(axis=1) + 1
+        self.require((width < 10) | (raw[:, 9] <= 1))  # longer than 64 bits: left to the protobuf library
+        parts = (raw & 0x7F).astype(np.uint64) << _SHIFTS
+        parts[width[:, None] <= _VARINT_BYTES] = 0
+        self.pos += width
+        return np.bitwise_or.reduce(parts, axis=1)
+
+    def length(self, limit: np.ndarray) -> np.ndarray:
+        """A length varint that must fit before ``limit`` (int64)."""
+        value = self.varint()
+        self.require(value < _MAX_LENGTH)
+        length = value.astype(np.int64)
+        self.require(self.pos + length <= limit)
+        return length
+
+    def gather(self, size: int) -> np.ndarray:
+        """(records, size) bytes at the positions, moving past them (one strided copy when evenly spaced)."""
+        pos = self.pos
+        if len(pos) > 1 and pos[1] > pos[0] and (np.diff(pos) == pos[1] - pos[0]).all():
+            strided = np.lib.stride_tricks.as_strided(self.data[pos[0]:], shape=(len(pos), size),
+                                                      strides=(int(pos[1] - pos[0]), 1))
+            out = strided.copy()
+        else:
+            out = self.data[pos[:, None] + np.arange(size)] if size else np.zeros((len(pos), 0), np.uint8)
+        self.pos = pos + size
+        return out
+
+
+def _bytes_values(cursor: _Cursor, count: int, limit: np.ndarray,
+                  size: int | None) -> list[list[bytes]] | np.ndarray:
+    """``count`` BytesList values per record: a (records, size) array when ``size`` is fixed, else lists."""
+    if size is not None and count == 1:
+        cursor.tag(0x0A)
+        cursor.require(cursor.length(limit) == size)
+        return cursor.gather(size)
+    values: list[list[bytes]] = [[] for _ in range(len(cursor.pos))]
+    for _ in range(count):
+        cursor.tag(0x0A)
+        lengths = cursor.length(limit)
+        for row, (start, length) in enumerate(zip(cursor.pos.tolist(), lengths.tolist())):
+            values[row].append(cursor.data[start:start + length].tobytes())
+        cursor.pos = cursor.pos + lengths
+    return values
+
+
+def _numbers(cursor: _Cursor, dtype: DType, count: int, limit: np.ndarray) -> np.ndarray:
+    """``count`` packed FloatList / Int64List values per record, as (records, count)."""
+    cursor.tag(0x0A)
+    packed = cursor.length(limit)
+    if dtype is DType.FLOAT32:
+        cursor.require(packed == 4 * count)
+        return cursor.gather(4 * count).view("<f4").astype(np.float32)
+    end = cursor.pos + packed
+    values = np.stack([cursor.varint() for _ in range(count)], axis=1).view(np.int64)
+    cursor.require(cursor.pos == end)
+    return values
+
+
+class FixedLayout:
+    """The vectorized Example decoder of a schema with a fixed number of values per feature.
+
+    Use ``FixedLayout.of(schema)``, which is None for schemas it does not cover.
+    """
+
+    def __init__(self, schema: Schema) -> None:
+        self._features = sorted(schema.features.items())  # deterministic serialization: map keys in order
+        self._keys = {name: np.frombuffer(name.encode("utf-8"), dtype=np.uint8) for name in schema.features}
+
+    @staticmethod
+    def of(schema: Schema) -> "FixedLayout | None":
+        fixed = (Scalar, FixedList, ClassLabel, Tensor, Image)
+        if schema.sequence_features or not schema.features or \
+                not all(isinstance(f, fixed) for f in schema.features.values()):
+            return None
+        return FixedLayout(schema)
+
+    def parse(self, block: RecordBlock) -> Columns | None:
+        """The block's columns (images still encoded), or None when a record does not have the layout."""
+        if not len(block) or not len(block.buffer):
+            return None
+        cursor = _Cursor(block)
+        ends = block.starts + block.lengths
+        try:
+            cursor.tag(0x0A)  # Example.features
+            cursor.require(cursor.length(ends) + cursor.pos == ends)
+            out = {name: self._entry(cursor, name, feature, ends) for name, feature in self._features}
+            cursor.require(cursor.pos == ends)
+        except _Mismatch:
+            return None
+        return out
+
+    def _entry(self, cursor: _Cursor, name: str, feature: Feature, ends: np.ndarray) -> Any:
+        """One map entry (key, Feature) of every record."""
+        cursor.tag(0x0A)
+        entry_end = cursor.pos + cursor.length(ends)
+        key = self._keys[name]
+        cursor.tag(0x0A)
+        cursor.require(cursor.length(entry_end) == len(key))
+        cursor.require(cursor.gather(len(key)) == key)
+        cursor.tag(0x12)
+        cursor.require(cursor.length(entry_end) + cursor.pos == entry_end)
+        dtype = DType.INT64 if isinstance(feature, ClassLabel) else \
+            DType.BYTES if isinstance(feature, (Tensor, Image)) else feature.dtype
+        cursor.tag(_KIND_TAG[dtype])
+        cursor.require(cursor.length(entry_end) + cursor.pos == entry_end)
+        count = feature.length if isinstance(feature, FixedList) else 1
+        if isinstance(feature, Tensor):
+            item = np.dtype(feature.dtype.value).newbyteorder("<")
+            raw = _bytes_values(cursor, 1, entry_end, feature.num_elements * item.itemsize)
+            value: Any = raw.view(item).astype(item.newbyteorder("="), copy=False).reshape(  # type: ignore[union-attr]
+                -1, *feature.shape)
+        elif dtype in (DType.BYTES, DType.STRING):
+            lists = _bytes_values(cursor, count, entry_end, None)
+            if isinstance(feature, FixedList):
+                value = np.empty((len(lists), count), dtype=object)
+                value[:] = lists
+            else:
+                value = [values[0] for values in lists]
+        else:
+            numbers = _numbers(cursor, dtype, count, entry_end)
+            value = numbers if isinstance(feature, FixedList) else numbers[:, 0]
+        cursor.require(cursor.pos == entry_end)
+        return value
+
+
+def _stackable(feature: Feature, decoding: ImageDecoding | None) -> bool:
+    """Whether a feature's column is an array (else a list): fixed-size values, or decoded images."""
+    if isinstance(feature, Image):
+        return decoding is not None
+    if isinstance(feature, (Scalar, ClassLabel)):
+        return feature.dtype not in (DType.BYTES, DType.STRING) if isinstance(feature, Scalar) else True
+    return isinstance(feature, (FixedList, Tensor))
+
+
+class BlockDecoder:
+    """Decodes blocks of records of one schema into columns. Build once, call ``decode`` per block.
+
+    Args:
+        schema: the dataset's schema.
+        image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
+    """
+
+    def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None) -> None:
+        self.schema = schema
+        self._records = RecordDecoder(schema, image_decoding=image_decoding)
+        self._layout = FixedLayout.of(schema)
+        self._stack = {name: _stackable(f, image_decoding) for name, f in schema.features.items()}
+        self._stack.update({name: False for name in schema.sequence_features})
+        self._images: dict[str, Callable[[bytes], np.ndarray]] = {}
+        if image_decoding is not None:
+            for name, feature in schema.features.items():
+                if isinstance(feature, Image):
+                    self._images[name] = decode_image(name, feature, image_decoding)
+
+    def decode(self, block: RecordBlock) -> Columns:
+        """The block's columns, in the order of its records.
+
+        Raises:
+            CorruptShardError: when a record is not a valid proto of the schema, naming its shard and offset.
+        """
+        columns = self._layout.parse(block) if self._layout is not None else None
+        if columns is None:
+            return self.columns([self._records.decode(block.record(i), shard=block.path_of(i), offset=int(offset))
+                                 for i, offset in enumerate(block.offsets.tolist())])
+        for name, decode in self._images.items():
+            columns[name] = self._decoded_images(block, name, columns[name], decode)
+        return columns
+
+    def _decoded_images(self, block: RecordBlock, name: str, encoded: list[bytes],
+                        decode: Callable[[bytes], np.ndarray]) -> np.ndarray:
+        return np.stack([self._records.guard(decode, data, shard=block.path_of(i), offset=int(offset))
+                         for i, (data, offset) in enumerate(zip(encoded, block.offsets.tolist()))])
+
+    def columns(self, examples: list[Example]) -> Columns:
+        """Examples (as ``RecordDecoder`` gives them) as columns."""
+        return {name: np.stack([e[name] for e in examples]) if stack and examples else [e[name] for e in examples]
+                for name, stack in self._stack.items()}
+
+
+def rows(columns: Columns) -> Iterator[Example]:
+    """The examples of a block's columns, one dict each (arrays are views into the columns)."""
+    names = list(columns)
+    if not names:
+        return
+    count = len(columns[names[0]])
+    for index in range(count):
+        yield {name: column[index, ...] if isinstance(column, np.ndarray) else column[index]
+               for name, column in columns.items()}
+
+
+def num_rows(columns: Columns) -> int:
+    """The records in a block's columns."""
+    return len(next(iter(columns.values()))) if columns else 0
+
+
+def concat(parts: list[Columns]) -> Columns:
+    """Columns of consecutive blocks (or slices of them) joined into one."""
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([p[name] for p in parts]) if isinstance(parts[0][name], np.ndarray)
+            else [v for p in parts for v in p[name]] for name in parts[0]}
+
+
+def take(columns: Columns, start: int, stop: int) -> Columns:
+    """Rows ``[start, stop)`` of columns (views for arrays)."""
+    return {name: column[start:stop] for name, column in columns.items()}
+
+
+def rebatch(blocks: Iterable[Columns], batch_size: int) -> Iterator[Columns]:
+    """Columns of ``batch_size`` rows cut from a stream of blocks' columns, in order (the last may be smaller)."""
+    parts: list[Columns] = []
+    held = 0
+    for columns in blocks:
+        start, count = 0, num_rows(columns)
+        while held + count - start >= batch_size:
+            stop = start + batch_size - held
+            parts.append(take(columns, start, stop))
+            yield concat(parts)
+            parts, held, start = [], 0, stop
+        if start < count:
+            parts.append(take(columns, start, count))
+            held += count - start
+    if parts:
+        yield concat(parts)
