@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from beam_tfrecord.beam.records import FeatureTransform, RecordBuilder, has_file_refs
+from beam_tfrecord.core.encoded import EncodedRecord
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.runs import RunIndex, make_record_entry, make_reference_entry
@@ -44,8 +45,10 @@ class EntryEncoder:
         self._reread = reread_min_bytes > 0 and not self._builder.has_transforms
         self.num_listed = 0  # records planned from listed file sizes (read once, by their shard writer)
 
-    def encode(self, sample: Sample) -> bytes | DeadLetter:
-        """The sample's entry, or its dead letter."""
+    def encode(self, sample: Sample | EncodedRecord) -> bytes | DeadLetter:
+        """The sample's entry, or its dead letter. An ``EncodedRecord`` is taken as it is."""
+        if isinstance(sample, EncodedRecord):  # kept by an incremental refresh: only the cap applies
+            return self._checked_entry(sample.key, sample.record)
         stand_in = self._listed_stand_in(sample)
         record = self._builder.build(sample if stand_in is None else stand_in)
         if type(record) is DeadLetter:  # type() is: the hot path's cheapest check, and mypy narrows on it
@@ -62,6 +65,14 @@ class EntryEncoder:
             # straight into its shard.
             return make_reference_entry(hashed, size, pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL))
         return make_record_entry(hashed, record)
+
+    def _checked_entry(self, key: str, record: bytes) -> bytes | DeadLetter:
+        size = framed_size(len(record))
+        if size > self._max_record_bytes:
+            error = SampleError(key, None, f"a record of at most {self._max_record_bytes} bytes "
+                                           "(the hard shard-size cap)", f"{size} bytes")
+            return DeadLetter.from_error(key, Stage.ENCODE, error)
+        return make_record_entry(key_hash(key, self._salt), record)
 
     def _listed_stand_in(self, sample: Sample) -> Sample | None:
         """For a large file-backed sample whose record size follows from listed file sizes: the
