@@ -31,7 +31,8 @@ from beam_tfrecord.refresh import RefreshAction, list_versions
 from beam_tfrecord.verify import verify_dataset
 from pipelines import build_image_dataset, refresh_image_dataset
 
-LAYOUT = ["--splits=train=0.7,validation=0.3", "--target_shard_bytes=3000", "--resize=12x12"]
+LAYOUT = ["--splits=train=0.7,validation=0.3", "--target_shard_bytes=3000", "--resize=12x12",
+          "--max_rejected_fraction=0.1"]
 RUNNER = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 
 
@@ -83,6 +84,7 @@ def _assert_same_as_full_build(images: str, root: str, full_dir: str) -> Manifes
     verify_dataset(latest_dir)
     assert _records(latest_dir, manifest) == _records(full_dir, full)
     assert [(s.name, s.num_records) for s in manifest.splits] == [(s.name, s.num_records) for s in full.splits]
+    assert (manifest.num_inputs, manifest.num_rejected) == (full.num_inputs, full.num_rejected)
     # Same records, same planner: the same shards (so the same balance), TFDS metadata included.
     assert [(s.filename, s.crc32c) for s in manifest.shards] == [(s.filename, s.crc32c) for s in full.shards]
     assert storage.exists(storage.join(latest_dir, "dataset_info.json"))
@@ -91,22 +93,25 @@ def _assert_same_as_full_build(images: str, root: str, full_dir: str) -> Manifes
 
 def test_incremental_refresh_equals_full_build(input_and_root: tuple[str, str], tmp_path) -> None:
     images, root = input_and_root
+    with storage.open_write(f"{images}/circle/broken.jpg") as handle:  # rejected: encoded again every time
+        handle.write(b"not a jpeg")
     first = _refresh(images, root)
     assert REFRESH_KEY not in load_manifest(root).metadata  # the first version is a full build
     _change_inputs(images)
 
-    second = _refresh(images, root)
+    # Locally through the shuffle fan-in path: both paths write the same shards.
+    second = _refresh(images, root, *([] if root.startswith("gs://") else ["--fan_in=shuffle"]))
     assert second.action is RefreshAction.BUILD and read_latest(root) == second.version_id
     manifest = _assert_same_as_full_build(images, root, str(tmp_path / "full"))
     assert manifest.metadata[REFRESH_KEY] == {"base_version": first.version_id, "reused_records": 26,
-                                              "encoded_records": 5, "removed_records": 2}
-    assert manifest.num_written == 31
+                                              "encoded_records": 6, "removed_records": 2}
+    assert (manifest.num_written, manifest.num_rejected) == (31, 1)
 
     assert _refresh(images, root).action is RefreshAction.SKIP  # a re-run with no change does nothing
     storage.delete_if_exists([sorted(p for p, _ in storage.list_files(images.rstrip("/") + "/*/*"))[0]])
     _refresh(images, root)  # an incremental version lends its records in turn
     assert load_manifest(root).metadata[REFRESH_KEY] == {"base_version": second.version_id, "reused_records": 30,
-                                                         "encoded_records": 0, "removed_records": 1}
+                                                         "encoded_records": 1, "removed_records": 1}
 
 
 @pytest.mark.parametrize("index_bytes, reason", [
