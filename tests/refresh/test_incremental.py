@@ -17,7 +17,6 @@ import sys
 import time
 
 import pytest
-from fixtures_gcs import FakeGcs
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
@@ -34,16 +33,6 @@ from pipelines import build_image_dataset, refresh_image_dataset
 LAYOUT = ["--splits=train=0.7,validation=0.3", "--target_shard_bytes=3000", "--resize=12x12",
           "--max_rejected_fraction=0.1"]
 RUNNER = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
-
-
-@pytest.fixture(params=["local", "gs"])
-def input_and_root(request: pytest.FixtureRequest, images: str, tmp_path) -> tuple[str, str]:
-    if request.param == "local":
-        return images, str(tmp_path / "root")
-    fake_gcs: FakeGcs = request.getfixturevalue("fake_gcs")
-    bucket = request.getfixturevalue("gcs_bucket")
-    fake_gcs.upload_tree(images, f"{bucket}/raw/images")
-    return f"{bucket}/raw/images", f"{bucket}/datasets/images"
 
 
 def _refresh(images: str, root: str, *extra: str):
