@@ -278,3 +278,19 @@ class ClusterStalledError(BeamTFRecordError):
         super().__init__(f"the Dask cluster stalled: {reason} (memory limit: {limit}); give each worker more memory "
                          "(--dask_memory_limit for the cluster a job starts, the workers' --memory-limit otherwise) "
                          "or hold less per task (a smaller --dask_partition_size or --spill_run_mib)")
+
+
+class InputIndexError(RefreshError):
+    """A version's input index (``input_index.json``) is malformed or disagrees with its manifest.
+
+    An incremental refresh then builds the version in full instead; the message says why.
+
+    Attributes:
+        path: the index file.
+        reason: what was wrong.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"input index {path}: {reason}")
+        self.path = path
+        self.reason = reason

@@ -226,3 +226,9 @@ def list_objects(bucket: str, prefix: str) -> list[tuple[str, int]]:
     """(name, size) of every object under ``prefix``; each page request is retried."""
     return [(found.name, int(found.size or 0))
             for found in client().list_blobs(bucket, prefix=prefix, retry=retry_policy())]
+
+
+def list_generations(bucket: str, prefix: str) -> list[tuple[str, int, int]]:
+    """(name, size, generation) of every object under ``prefix``: a new generation is new content."""
+    return [(found.name, int(found.size or 0), int(found.generation))
+            for found in client().list_blobs(bucket, prefix=prefix, retry=retry_policy())]

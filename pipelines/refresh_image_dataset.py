@@ -20,6 +20,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import lease
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
+from beam_tfrecord.errors import InputIndexError
+from beam_tfrecord.incremental import REFRESH_KEY, IncrementalPlan, ReadKeptRecords, plan_from_root
+from beam_tfrecord.input_index import (
+    InputIndex,
+    content_tokens,
+    encoding_digest,
+    index_inputs,
+    write_input_index,
+)
 from beam_tfrecord.refresh import (
     DEFAULT_KEEP_VERSIONS,
     FINGERPRINT_KEY,
@@ -31,7 +40,7 @@ from beam_tfrecord.refresh import (
     plan_refresh,
     publish_version,
 )
-from beam_tfrecord.sources.image_folder import ReadImageFolder
+from beam_tfrecord.sources.image_folder import ReadImageFolder, image_sample, list_folder
 from pipelines.build_image_dataset import ImageFolderBuild, ImageFolderOptions
 from pipelines.common import (
     DatasetOutputOptions,
@@ -58,6 +67,10 @@ class RefreshOptions(PipelineOptions):
                             help="complete versions to keep; older ones are deleted after a new one is published")
         parser.add_argument("--force", type=parse_bool, nargs="?", const=True, default=False,
                             help="rebuild even when the inputs are unchanged (--force or --force=true)")
+        parser.add_argument("--incremental", type=parse_bool, nargs="?", const=True, default=True,
+                            help="keep the records of inputs unchanged since LATEST (same key, size and mtime, "
+                                 "or gs:// generation) and encode only new and changed ones; a full build when "
+                                 "LATEST cannot lend its records (--incremental=false: always a full build)")
 
 
 # The option classes the job reads, in the order the Flex Template lists them. Options of these
@@ -140,11 +153,18 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
 
     build = ImageFolderBuild.of(source, check_decode=options.view_as(SchemaOptions).check_decode)
     output.output = plan.version_dir
+    index = index_inputs(list_folder(source.input).images, content_tokens(source.input),
+                         encoding_digest(schema_json=build.schema.to_json(), transforms=build.feature_transforms,
+                                         salt=output.salt))
+    incremental = _incremental_plan(plan, index) if refresh.incremental else None
+    # Before the writer runs: the version is complete only once its manifest is written, index included.
+    write_input_index(plan.version_dir, index)
     metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id, **build.metadata}
+    if incremental is not None:
+        metadata[REFRESH_KEY] = incremental.metadata()
     quiet_logging()
-    with progress_for(options, expected_inputs=build.num_images) as progress_dir, job_pipeline(options) as pipeline:
-        _ = (pipeline
-             | "ReadImageFolder" >> ReadImageFolder(source.input)
+    with progress_for(options, expected_inputs=len(index.inputs)) as progress_dir, job_pipeline(options) as pipeline:
+        _ = (_read_inputs(pipeline, source.input, incremental)  # Sample | [EncodedRecord, ...]
              | "WriteVersion" >> make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
                                              feature_transforms=build.feature_transforms, progress_dir=progress_dir)
              # the published Manifest of the new version
@@ -152,6 +172,32 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
                                             keep_versions=refresh.keep_versions))
     print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions})")
     return plan
+
+
+def _incremental_plan(plan: RefreshPlan, index: InputIndex) -> IncrementalPlan | None:
+    """What LATEST lends to the new version, or None (a full build) when it cannot lend anything."""
+    if plan.latest is None:
+        return None
+    try:
+        incremental = plan_from_root(plan.root, plan.latest, index)
+    except InputIndexError as err:
+        print(f"refresh {plan.root}: full build: version {plan.latest} cannot lend its records ({err.reason})")
+        return None
+    print(f"refresh {plan.root}: incremental from {plan.latest}: {incremental.reused_records} records kept, "
+          f"{len(incremental.fresh)} inputs to encode, {incremental.removed_records} records removed")
+    return incremental
+
+
+def _read_inputs(pipeline: beam.Pipeline, folder: str, incremental: IncrementalPlan | None) -> beam.PCollection:
+    """Every sample of the folder (a full build), or the base's kept records and the fresh samples."""
+    if incremental is None:
+        return pipeline | "ReadImageFolder" >> ReadImageFolder(folder)
+    kept = pipeline | "ReadKeptRecords" >> ReadKeptRecords(incremental.shards)
+    fresh = (pipeline
+             | "FreshInputs" >> beam.Create([(i.key, i.path) for i in incremental.fresh])
+             | "FreshSamples" >> beam.MapTuple(image_sample)
+             | "SpreadFresh" >> beam.Reshuffle())
+    return (kept, fresh) | "KeptAndFresh" >> beam.Flatten()
 
 
 if __name__ == "__main__":

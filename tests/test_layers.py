@@ -24,10 +24,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),  # pure: schema, encoding, framing, naming, planning, the manifest
     ("storage",),
     ("direct_io", "dataset", "describe", "lease", "encoding"),
-    ("formats", "spill", "refresh"),
+    ("formats", "spill", "refresh", "input_index"),
     ("reader", "verify", "array_records"),
     ("beam",),
-    ("sources", "report"),
+    ("sources", "report", "incremental"),
     ("pipelines",),
     ("cli", "__init__"),
 )

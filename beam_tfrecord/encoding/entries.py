@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from beam_tfrecord.core.batch_encode import BatchEncoder
+from beam_tfrecord.core.encoded import EncodedRecord
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_digests, key_hash
 from beam_tfrecord.core.runs import RunIndex, make_record_entries, make_record_entry, make_reference_entry
@@ -49,17 +50,17 @@ class EntryEncoder:
         self._reread = reread_min_bytes > 0 and not self._builder.has_transforms
         self.num_listed = 0  # records planned from listed file sizes (read once, by their shard writer)
 
-    def encode(self, sample: Sample) -> bytes | DeadLetter:
-        """The sample's entry, or its dead letter."""
+    def encode(self, sample: Sample | EncodedRecord) -> bytes | DeadLetter:
+        """The sample's entry, or its dead letter. An ``EncodedRecord`` is taken as it is."""
+        if isinstance(sample, EncodedRecord):  # kept by an incremental refresh: only the cap applies
+            return self._checked_entry(sample.key, sample.record)
         stand_in = self._listed_stand_in(sample)
         record = self._builder.build(sample if stand_in is None else stand_in)
         if type(record) is DeadLetter:  # type() is: the hot path's cheapest check, and mypy narrows on it
             return record
         size = framed_size(len(record))
         if size > self._max_record_bytes:
-            error = SampleError(sample.key, None, f"a record of at most {self._max_record_bytes} bytes "
-                                                  "(the hard shard-size cap)", f"{size} bytes")
-            return DeadLetter.from_error(sample.key, Stage.ENCODE, error)
+            return self._over_cap(sample.key, size)
         hashed = key_hash(sample.key, self._salt)
         if stand_in is not None or (self._reread and size >= self._reread_min_bytes and has_file_refs(sample)):
             # Large and file-backed: spill the reference; the shard writer reads the file (again,
@@ -99,6 +100,17 @@ class EntryEncoder:
         if rows is None or framed_size(max(rows.nbytes)) > self._max_record_bytes:
             return None
         return make_record_entries(key_digests(keys, self._salt), rows.parts, rows.nbytes)
+
+    def _checked_entry(self, key: str, record: bytes) -> bytes | DeadLetter:
+        size = framed_size(len(record))
+        if size > self._max_record_bytes:
+            return self._over_cap(key, size)
+        return make_record_entry(key_hash(key, self._salt), record)
+
+    def _over_cap(self, key: str, size: int) -> DeadLetter:
+        error = SampleError(key, None, f"a record of at most {self._max_record_bytes} bytes "
+                                       "(the hard shard-size cap)", f"{size} bytes")
+        return DeadLetter.from_error(key, Stage.ENCODE, error)
 
     def _listed_stand_in(self, sample: Sample) -> Sample | None:
         """For a large file-backed sample whose record size follows from listed file sizes: the

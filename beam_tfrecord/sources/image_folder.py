@@ -113,10 +113,14 @@ def image_folder_schema(root: str, image_format: ImageFormat, *, resize: ResizeI
     return Schema({"image": image, "label": ClassLabel(class_names(root))})
 
 
+def image_sample(relative: str, path: str) -> Sample:
+    """The sample of one image file: key 'label/file', the file's bytes (read by the encoder), the label."""
+    return Sample(key=relative, values={"image": FileRef(path), "label": relative.split("/")[0]})
+
+
 def _samples(root: str) -> Iterator[Sample]:
     for relative, path in list_image_files(root):
-        label = relative.split("/")[0]
-        yield Sample(key=relative, values={"image": FileRef(path), "label": label})
+        yield image_sample(relative, path)
 
 
 class ReadImageFolder(beam.PTransform):

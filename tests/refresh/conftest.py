@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fixtures_gcs import fake_gcs, gcs_bucket, tiny_images  # noqa: F401  (pytest fixtures)
+from fixtures_gcs import FakeGcs, fake_gcs, gcs_bucket, tiny_images  # noqa: F401  (pytest fixtures)
 
 from pipelines import refresh_image_dataset
 
@@ -16,6 +16,17 @@ from pipelines import refresh_image_dataset
 def images(tmp_path: Path, tiny_images: str) -> str:
     """A copy of the 30 tiny images that the test may change."""
     return str(shutil.copytree(tiny_images, tmp_path / "images"))
+
+
+@pytest.fixture(params=["local", "gs"])
+def input_and_root(request: pytest.FixtureRequest, images: str, tmp_path: Path) -> tuple[str, str]:
+    """(image folder, dataset root): both local, or both on gs:// (the emulator; a copy of the images)."""
+    if request.param == "local":
+        return images, str(tmp_path / "root")
+    fake_gcs: FakeGcs = request.getfixturevalue("fake_gcs")
+    bucket = request.getfixturevalue("gcs_bucket")
+    fake_gcs.upload_tree(images, f"{bucket}/raw/images")
+    return f"{bucket}/raw/images", f"{bucket}/datasets/images"
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,6 @@ import sys
 import time
 
 import pytest
-from fixtures_gcs import FakeGcs
 
 from beam_tfrecord import storage
 from beam_tfrecord.dataset import LATEST_FILENAME, load_manifest, read_latest, resolve_dataset_dir, version_dir
@@ -31,16 +30,6 @@ from beam_tfrecord.verify import verify_dataset
 NUM_KILLS = 5
 MAX_RUN_SECONDS = 120.0
 POLL_SECONDS = 0.01
-
-
-@pytest.fixture(params=["local", "gs"])
-def input_and_root(request: pytest.FixtureRequest, images: str, tmp_path) -> tuple[str, str]:
-    if request.param == "local":
-        return images, str(tmp_path / "root")
-    fake_gcs: FakeGcs = request.getfixturevalue("fake_gcs")
-    bucket = request.getfixturevalue("gcs_bucket")
-    fake_gcs.upload_tree(images, f"{bucket}/raw/images")
-    return f"{bucket}/raw/images", f"{bucket}/datasets/images"
 
 
 def _command(images: str, root: str) -> list[str]:

@@ -1,0 +1,199 @@
+"""Incremental refresh: keep the records of unchanged inputs, encode only what is new or changed.
+
+Policy (simple and exactly a full build's result): the new version is planned and written by the
+same writer as a full build. Records of unchanged inputs are read from the base version's shards
+(no file read, no decode, no transform) and handed to the writer as ``EncodedRecord``s beside the
+samples of new and changed inputs; the writer hashes their keys as it hashes a sample's, so every
+record keeps its split, and plans and balances the shards as in a full build. Every shard is
+therefore rewritten (boundaries move when records are added), so no shard is copied whole: the
+saving is the decoding and encoding of unchanged inputs, which dominates an image build.
+
+Which record belongs to which input: the base version's input index (``beam_tfrecord.input_index``)
+lists its inputs; those not in its dead-letter file were written. A version's records are in key
+hash order (splits are hash ranges in manifest order, shards hash ranges in index order, records
+sorted by hash within a shard), so the written keys sorted by hash line up with the records read
+split by split, shard by shard. Records whose key hashes collide are not told apart: they are
+dropped and encoded again. The line-up is checked against the manifest's counts; any mismatch
+(``InputIndexError``) means a full build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+
+from beam_tfrecord import storage
+from beam_tfrecord.core.encoded import EncodedRecord
+from beam_tfrecord.core.hashing import key_hash
+from beam_tfrecord.core.manifest import Manifest, ShardInfo
+from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.dataset import load_manifest, version_dir
+from beam_tfrecord.errors import InputIndexError
+from beam_tfrecord.formats import shard_format
+from beam_tfrecord.input_index import IndexedInput, InputIndex, read_input_index
+
+REFRESH_KEY = "refresh"  # the manifest metadata key of what an incremental refresh did
+DEFAULT_CHUNK_RECORDS = 256  # kept records per Beam element: per-element overhead stays small
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardReuse:
+    """One base shard and, record by record, the key to keep it under (None: dropped).
+
+    Attributes:
+        path: the shard's full path in the base version.
+        shard: its manifest entry (the reader checks the record count against it).
+        compression: the base version's compression.
+        file_format: the base version's shard format.
+        keys: one per record, in shard order.
+    """
+
+    path: str
+    shard: ShardInfo
+    compression: Compression
+    file_format: FileFormat
+    keys: tuple[str | None, ...]
+
+    @property
+    def num_kept(self) -> int:
+        return sum(key is not None for key in self.keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class IncrementalPlan:
+    """What an incremental refresh reuses, encodes and drops.
+
+    Attributes:
+        base_version: the version it starts from.
+        shards: base shards holding at least one kept record.
+        fresh: inputs to encode: new, changed, or rejected by the base version (rejected again,
+            or not, exactly as in a full build).
+        removed_records: base records whose input is gone.
+    """
+
+    base_version: str
+    shards: tuple[ShardReuse, ...]
+    fresh: tuple[IndexedInput, ...]
+    removed_records: int
+
+    @property
+    def reused_records(self) -> int:
+        return sum(s.num_kept for s in self.shards)
+
+    def metadata(self) -> dict[str, Any]:
+        """The manifest's ``metadata.refresh``."""
+        return {"base_version": self.base_version, "reused_records": self.reused_records,
+                "encoded_records": len(self.fresh), "removed_records": self.removed_records}
+
+
+def rejected_keys(base_dir: str, manifest: Manifest) -> set[str]:
+    """Keys in the base version's dead-letter file (untrusted: ``InputIndexError`` when malformed)."""
+    if not manifest.dead_letters:
+        return set()
+    path = storage.join(base_dir, manifest.dead_letters)
+    keys = set()
+    for number, line in enumerate(storage.read_bytes(path).decode("utf-8", "replace").splitlines()):
+        try:
+            keys.add(str(json.loads(line)["key"]))
+        except (ValueError, KeyError, TypeError) as err:
+            raise InputIndexError(path, f"dead letter {number}: expected a JSON object with a 'key': {err}") from err
+    if len(keys) != manifest.num_rejected:
+        raise InputIndexError(path, f"{len(keys)} rejected keys; the manifest counts {manifest.num_rejected}")
+    return keys
+
+
+def _keys_in_record_order(index: InputIndex, rejected: set[str], manifest: Manifest) -> list[str | None]:
+    """The key of every record of the base version, in manifest order (None where hashes collide)."""
+    written = [i.key for i in index.inputs if i.key not in rejected]
+    if len(written) != manifest.num_written:
+        raise InputIndexError("input index", f"{len(written)} inputs were written by its account; the manifest "
+                                             f"lists {manifest.num_written} records")
+    hashed = sorted((key_hash(key, manifest.salt), key) for key in written)
+    keys: list[str | None] = [key for _, key in hashed]
+    for i in range(1, len(hashed)):
+        if hashed[i][0] == hashed[i - 1][0]:  # equal hashes: the shard order is by content, unknown here
+            keys[i] = keys[i - 1] = None
+    return keys
+
+
+def plan_incremental(*, base_version: str, base_dir: str, manifest: Manifest, base_index: InputIndex,
+                     current: InputIndex) -> IncrementalPlan:
+    """Compares the current inputs with the base version's and decides what to keep.
+
+    Raises:
+        InputIndexError: the base cannot lend its records (other encoding, index and manifest
+            disagree); the caller builds in full.
+    """
+    if base_index.encoding != current.encoding:
+        raise InputIndexError(base_dir, "built with another schema, transform or salt")
+    rejected = rejected_keys(base_dir, manifest)
+    order = _keys_in_record_order(base_index, rejected, manifest)
+    now = {i.key: i for i in current.inputs}
+    before = {i.key: i for i in base_index.inputs}
+    unchanged = {key for key, old in before.items()
+                 if old.token and key in now and now[key].token == old.token and key not in rejected}
+    shards = []
+    start = 0
+    for split in manifest.splits:
+        for shard in sorted(split.shards, key=lambda s: s.index):
+            keys = tuple(key if key in unchanged else None for key in order[start:start + shard.num_records])
+            start += shard.num_records
+            reuse = ShardReuse(storage.join(base_dir, shard.filename), shard, manifest.compression,
+                               manifest.file_format, keys)
+            if reuse.num_kept:
+                shards.append(reuse)
+    kept = {key for s in shards for key in s.keys if key is not None}
+    fresh = tuple(i for i in current.inputs if i.key not in kept)
+    removed = sum(1 for key in order if key is not None and key not in now)
+    return IncrementalPlan(base_version, tuple(shards), fresh, removed)
+
+
+def read_kept_records(reuse: ShardReuse, *, chunk_records: int = DEFAULT_CHUNK_RECORDS
+                      ) -> Iterator[list[EncodedRecord]]:
+    """The kept records of one base shard as ``EncodedRecord``s, in chunks (one Beam element each).
+
+    The whole shard is read (and its record count and CRCs checked); dropped records are skipped.
+    """
+    reader = shard_format(reuse.file_format).open_reader(reuse.path, reuse.shard, compression=reuse.compression)
+    chunk: list[EncodedRecord] = []
+    with reader:
+        for (record, _), key in zip(reader.iter_records(0, reuse.shard.num_records), reuse.keys, strict=True):
+            if key is not None:
+                chunk.append(EncodedRecord(key, bytes(record)))
+                if len(chunk) >= chunk_records:
+                    yield chunk
+                    chunk = []
+    if chunk:
+        yield chunk
+
+
+def plan_from_root(root: str, base_version: str, current: InputIndex) -> IncrementalPlan:
+    """``plan_incremental`` against version ``base_version`` of the versioned ``root``.
+
+    Raises:
+        InputIndexError: the base cannot lend its records (no or bad index, other encoding...).
+        BeamTFRecordError: its manifest cannot be read.
+    """
+    base_dir = version_dir(root, base_version)
+    return plan_incremental(base_version=base_version, base_dir=base_dir, manifest=load_manifest(base_dir),
+                            base_index=read_input_index(base_dir), current=current)
+
+
+class ReadKeptRecords(beam.PTransform):
+    """PBegin -> lists of ``EncodedRecord``: the kept records of the base shards, a shard per task."""
+
+    def __init__(self, shards: Sequence[ShardReuse]) -> None:
+        super().__init__()
+        self._shards = tuple(shards)
+
+    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
+        return (
+            pipeline
+            | "BaseShards" >> beam.Create(self._shards)  # ShardReuse: a base shard and the keys of its records
+            | "Spread" >> beam.Reshuffle()
+            | "ReadKept" >> beam.FlatMap(read_kept_records)  # [EncodedRecord, ...] per chunk
+        )

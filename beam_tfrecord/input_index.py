@@ -1,0 +1,138 @@
+"""A version's input index: every input it was built from, with a content token, and how it was encoded.
+
+An incremental refresh (``beam_tfrecord.incremental``) compares the inputs now with the index of
+the version it starts from: an input whose key and token are unchanged keeps its record. The
+index is written into the version's folder before the writer runs (``input_index.json``; the
+manifest, written last, still decides whether the version is complete).
+
+Content tokens come from the listing, never from reading the files: ``"<size>:<mtime ns>"`` for a
+local file, ``"<size>:g<generation>"`` for a ``gs://`` object (every upload makes a new
+generation). A file rewritten with the same size inside the filesystem's mtime resolution looks
+unchanged: the limit of a listing-based fingerprint (use ``--force`` after such an edit).
+
+The index is read back as untrusted input: ``InputIndexError`` for anything malformed, and the
+caller then builds in full.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from beam_tfrecord import gcs, storage
+from beam_tfrecord.errors import InputIndexError
+
+INPUT_INDEX_FILENAME = "input_index.json"
+INPUT_INDEX_FORMAT = "beam-tfrecord-input-index"
+INPUT_INDEX_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexedInput:
+    """One input of a version.
+
+    Attributes:
+        key: the sample key (the writer hashes it into the record's split and place).
+        path: the input's full path when the version was built.
+        token: its content token (see the module docstring).
+    """
+
+    key: str
+    path: str
+    token: str
+
+
+@dataclasses.dataclass(frozen=True)
+class InputIndex:
+    """The inputs of one version and a digest of everything else that decides their records' bytes.
+
+    Attributes:
+        encoding: hex digest of the schema, the feature transforms and the salt (``encoding_digest``).
+        inputs: every input, sorted by key.
+    """
+
+    encoding: str
+    inputs: tuple[IndexedInput, ...]
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"format": INPUT_INDEX_FORMAT, "version": INPUT_INDEX_VERSION, "encoding": self.encoding,
+                           "inputs": [[i.key, i.path, i.token] for i in self.inputs]},
+                          separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, path: str) -> "InputIndex":
+        """Parses an index read from storage; raises ``InputIndexError`` on anything unexpected."""
+        try:
+            parsed = json.loads(data)
+        except (UnicodeDecodeError, ValueError) as err:
+            raise InputIndexError(path, f"not JSON: {err}") from err
+        if not isinstance(parsed, dict) or parsed.get("format") != INPUT_INDEX_FORMAT:
+            raise InputIndexError(path, f"expected an object with format {INPUT_INDEX_FORMAT!r}")
+        if parsed.get("version") != INPUT_INDEX_VERSION:
+            raise InputIndexError(path, f"version {parsed.get('version')!r}; this reader knows {INPUT_INDEX_VERSION}")
+        encoding, rows = parsed.get("encoding"), parsed.get("inputs")
+        if not isinstance(encoding, str) or not isinstance(rows, list):
+            raise InputIndexError(path, "expected 'encoding' (a string) and 'inputs' (a list)")
+        inputs = []
+        for number, row in enumerate(rows):
+            if not (isinstance(row, list) and len(row) == 3 and all(isinstance(v, str) for v in row)):
+                raise InputIndexError(path, f"input {number}: expected [key, path, token] strings, got {row!r:.200}")
+            inputs.append(IndexedInput(*row))
+        keys = [i.key for i in inputs]
+        if len(set(keys)) != len(keys):
+            raise InputIndexError(path, "an input key is listed twice")
+        return cls(encoding, tuple(sorted(inputs, key=lambda i: i.key)))
+
+
+def encoding_digest(*, schema_json: Mapping[str, Any], transforms: Mapping[str, object], salt: str) -> str:
+    """A digest of what, besides an input's content, decides its record's bytes.
+
+    Transforms are described by their ``repr`` (``ResizeImage`` is a frozen dataclass: its repr
+    lists every option). A version whose digest differs cannot lend its records.
+    """
+    described = {"schema": schema_json, "transforms": {name: repr(t) for name, t in sorted(transforms.items())},
+                 "salt": salt}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def content_tokens(root: str) -> dict[str, str]:
+    """{full path: content token} of every file under ``root`` (local or ``gs://``), from one listing."""
+    base = root.rstrip("/") + "/"
+    if storage.scheme(base) == "gs":
+        bucket, prefix = gcs.split(base)
+        return {f"gs://{bucket}/{name}": f"{size}:g{generation}"
+                for name, size, generation in gcs.list_generations(bucket, prefix)}
+    if storage.is_remote(base):
+        raise InputIndexError(base, "incremental refresh lists local folders and gs:// only")
+    tokens = {}
+    for folder, _, names in os.walk(base):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                stat = os.stat(path)
+            except OSError:  # a dangling link: no token, so it is always read (and rejected) again
+                continue
+            tokens[path] = f"{stat.st_size}:{stat.st_mtime_ns}"
+    return tokens
+
+
+def index_inputs(inputs: Sequence[tuple[str, str]], tokens: Mapping[str, str], encoding: str) -> InputIndex:
+    """The index of ``(key, path)`` inputs; a path without a token gets an empty one (never matches)."""
+    return InputIndex(encoding, tuple(sorted((IndexedInput(key, path, tokens.get(path, ""))
+                                              for key, path in inputs), key=lambda i: i.key)))
+
+
+def write_input_index(directory: str, index: InputIndex) -> None:
+    storage.write_bytes_atomic(storage.join(directory, INPUT_INDEX_FILENAME), index.to_bytes())
+
+
+def read_input_index(directory: str) -> InputIndex:
+    """The index of the version at ``directory``; ``InputIndexError`` when it is missing or malformed."""
+    path = storage.join(directory, INPUT_INDEX_FILENAME)
+    if not storage.exists(path):
+        raise InputIndexError(path, "missing (the version was built without one)")
+    return InputIndex.from_bytes(storage.read_bytes(path), path=path)
