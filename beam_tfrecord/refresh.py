@@ -39,6 +39,7 @@ from beam_tfrecord.dataset import (
     load_manifest,
     read_latest,
     version_dir,
+    write_tfds_files,
 )
 from beam_tfrecord.errors import LatestPointerError, RefreshError
 
@@ -229,11 +230,16 @@ def plan_refresh(root: str, fingerprint: InputFingerprint, *, force: bool = Fals
 def commit_version(root: str, version_id: str) -> None:
     """Points LATEST at a complete version, replacing the old pointer in one step.
 
+    A run killed between its manifest and TFDS's metadata leaves a complete version without
+    ``dataset_info.json``: those files are written again (the same bytes) before LATEST moves.
+
     Raises:
         LatestPointerError: when the version has no manifest (it is not complete).
     """
-    if not storage.exists(storage.join(version_dir(root, version_id), MANIFEST_FILENAME)):
+    directory = version_dir(root, version_id)
+    if not storage.exists(storage.join(directory, MANIFEST_FILENAME)):
         raise LatestPointerError(root, f"cannot name {version_id!r}: that version has no {MANIFEST_FILENAME}")
+    write_tfds_files(directory, load_manifest(directory))
     storage.write_bytes_atomic(storage.join(root, LATEST_FILENAME), f"{version_id}\n".encode())
 
 

@@ -33,6 +33,7 @@ from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
+from beam_tfrecord.dataset import write_tfds_files
 from beam_tfrecord.errors import BeamTFRecordError, PipelineInvariantError, RejectedSamplesError
 
 _LOG = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     manifest_path = storage.join(settings.output_dir, MANIFEST_FILENAME)
     old = _read_old_manifest(manifest_path)
     if old is not None and old.run_id == settings.run_id:  # this run published already; this is a re-execution
-        _write_tfds_files(settings.output_dir, old)  # a crash may have come between the manifest and dataset_info.json
+        write_tfds_files(settings.output_dir, old)  # a crash may have come between the manifest and dataset_info.json
         return old
     rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
     num_inputs = sum(s.num_records for s in shard_infos) + len(rejected)
@@ -103,7 +104,7 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
     manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected))
     storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
-    _write_tfds_files(settings.output_dir, manifest)
+    write_tfds_files(settings.output_dir, manifest)
     storage.delete_tree(settings.temp_dir)
     return manifest
 
@@ -180,10 +181,3 @@ def _new_manifest(settings: PublishSettings, plan: DatasetPlan, by_split: Mappin
         run_id=settings.run_id,
         file_format=settings.file_format,
     )
-
-
-def _write_tfds_files(out: str, manifest: Manifest) -> None:
-    """Writes TFDS's metadata (dataset_info.json last); the same manifest always gives the same bytes."""
-    files = tfds_files(manifest)
-    for name in sorted(files, key=lambda n: n == DATASET_INFO_FILENAME):
-        storage.write_bytes_atomic(storage.join(out, name), files[name])

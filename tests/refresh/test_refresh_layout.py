@@ -163,3 +163,15 @@ def test_ids_without_milliseconds_are_still_read(tmp_path: Path, built_version: 
     assert resolve_dataset_dir(root).endswith(legacy)
     assert new_version_id(datetime.datetime(2025, 1, 1, tzinfo=UTC), "000000", after=[legacy]) == \
         "20260101T000000.001Z-000000"
+
+
+def test_adopting_a_version_completes_its_tfds_metadata(tmp_path: Path, built_version: Path) -> None:
+    """A run killed between its manifest and TFDS's files: adopting the version writes them (same bytes)."""
+    root = _root_with(tmp_path, built_version, complete=[IDS[1]])
+    version = Path(root, "versions", IDS[1])
+    expected = {name: (built_version / name).read_bytes() for name in ("dataset_info.json", "features.json")}
+    for name in expected:
+        (version / name).unlink()
+    commit_version(root, IDS[1])
+    assert {name: (version / name).read_bytes() for name in expected} == expected
+    assert read_latest(root) == IDS[1]
