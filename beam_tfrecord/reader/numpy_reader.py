@@ -3,9 +3,8 @@
 Shards are read through ``storage`` (local or ``gs://``, no Beam), every record's CRCs are
 checked, and each shard read to its end is checked against the manifest's record count. Work is
 split between workers exactly as the tf.data reader splits it (same records, same counts).
-
-ArrayRecord datasets are read the same way in order; shuffled, they get a true global shuffle
-(see ``random_access``) instead of shard order plus a buffer.
+Which records come in which order (mixtures, shuffles, resume) is decided in ``mixing``,
+``orders`` and ``resume``.
 """
 
 from __future__ import annotations
@@ -15,14 +14,14 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
 
-from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.formats import shard_format
+from beam_tfrecord.reader import mixing
+from beam_tfrecord.reader.mixing import DatasetPaths, EpochOrder, open_sources
 from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
-from beam_tfrecord.reader.random_access import RandomAccessRecords, global_order
-from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.slicing import ReadSegment, split_evenly, sub_range
+from beam_tfrecord.reader.read_plan import ReadPlan
+from beam_tfrecord.reader.resume import length, rank_share, take
+from beam_tfrecord.reader.slicing import ReadSegment
 
 
 def iter_segment(plan: ReadPlan, segment: ReadSegment, *, verify: bool = True) -> Iterator[tuple[bytes, int]]:
@@ -94,69 +93,46 @@ def iter_examples(plan: ReadPlan, *, segments: Sequence[ReadSegment] | None = No
     yield from shuffled(records(), shuffle_buffer, rng) if shuffle else records()
 
 
-def iter_global_shuffle(plan: ReadPlan, *, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
-                        start: int = 0, image_decoding: ImageDecoding | None = None, worker: int = 0,
-                        num_workers: int = 1) -> Iterator[Example]:
-    """Yields rank ``rank``'s examples of an ArrayRecord read plan in the epoch's global order.
-
-    Args:
-        plan: the read plan of every rank's records (``plan_read`` with one worker).
-        seed, epoch: decide the permutation, the same on every rank.
-        rank, world_size: this rank's equal share of the permutation.
-        start: examples of this rank's epoch already consumed (to resume).
-        image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
-        worker, num_workers: read only this worker's near-equal run of the rank's share (the
-            DataLoader workers of one rank split it so).
-    """
-    decoder = RecordDecoder(plan.manifest.schema, image_decoding=image_decoding)
-    records = RandomAccessRecords(plan)
-    positions = global_order(len(records), seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start)
-    lo, hi = split_evenly(len(positions), num_workers, worker)
-    try:
-        for record, path, index in records.iter_positions(positions[lo:hi]):
-            yield decoder.decode(record, shard=path, offset=index)
-    finally:
-        records.close()
-
-
-def read_numpy(path: str, *, split: str = "train", num_workers: int = 1, worker_index: int = 0,
+def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1, worker_index: int = 0,
                shuffle: bool = False, seed: int = 0, epoch: int = 0, shuffle_buffer: int = 10_000,
                image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0) -> Iterator[Example]:
-    """Reads a split expression as one dict of NumPy values per example, without TensorFlow.
+    """Reads a split expression of one dataset, or a weighted mixture of several, as dicts of NumPy values.
 
-    Every worker gets the same number of examples (the manifest's per-shard counts decide the
-    record-level split, as for ``read_dataset``). On an ArrayRecord dataset, ``shuffle`` is a true
-    global shuffle: each epoch, a seeded permutation of every record of the split expression,
-    dealt out to the workers in equal shares (``shuffle_buffer`` is not used).
+    The epoch's order depends only on the datasets, the split expression, ``seed``, ``epoch`` and
+    the shuffle options (``mixing``); each worker reads an equal, contiguous share of it (the
+    manifests' per-shard counts decide the record-level split, as for ``read_dataset``; the last
+    ``total % num_workers`` examples are left out). With ``shuffle``, an ArrayRecord dataset is
+    read in a seeded permutation of all its records, a TFRecord dataset in shuffled shard order
+    with records permuted in windows of ``shuffle_buffer`` (``orders``).
 
     Args:
-        path: dataset directory (the one holding manifest.json), local or ``gs://``.
+        path: dataset directory (the one holding manifest.json), local or ``gs://``; or a mapping
+            ``{path: weight}`` to mix datasets in proportion to their weights (see ``mixing``: the
+            epoch ends when the first dataset is exhausted at its weight).
         split: split expression: ``"train"``, ``"train[:10%]"``, ``"train[1000:2000]"``, ``"train+validation"``.
-        num_workers: workers sharing the split.
+        num_workers: workers sharing the epoch.
         worker_index: this worker, in ``[0, num_workers)``.
-        shuffle: shuffle shard order and records, reproducibly from ``seed`` and ``epoch``.
-        seed: shuffle seed, the same on every worker.
+        shuffle: shuffle each dataset, reproducibly from ``seed`` and ``epoch``.
+        seed: the seed of the shuffle and of the mixture's interleaving, the same on every worker.
         epoch: epoch number, so that each epoch has its own order.
-        shuffle_buffer: records held in the shuffle buffer.
+        shuffle_buffer: records in a TFRecord shuffle window.
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
         verify: check every record's CRCs (ArrayRecord checks its own chunk hashes always).
-        start: examples of this worker's epoch already consumed: resume after them (same seed,
-            epoch and worker: the rest of the same order).
+        start: examples of this worker's share already consumed: the rest of the same order follows.
 
     Raises:
+        ReaderError: on bad options (worker index, start, weights).
+        IncompatibleSchemasError: when mixed datasets' schemas differ.
         MissingShardError, CorruptShardError: on missing or damaged shards, naming the shard and offset.
     """
-    dataset = open_dataset(path)
-    if shuffle and shard_format(dataset.manifest.file_format).random_access:
-        return iter_global_shuffle(plan_read(path, split=split, dataset=dataset), seed=seed, epoch=epoch,
-                                   rank=worker_index, world_size=num_workers, start=start,
-                                   image_decoding=image_decoding)
-    plan = plan_read(path, split=split, num_workers=num_workers, worker_index=worker_index, dataset=dataset)
-    if not 0 <= start <= plan.num_records:
-        raise ReaderError(f"start must be in [0, {plan.num_records}] (this worker's examples), got {start}")
-    if shuffle:  # the buffered order is fixed by the seed: a resume reads (and drops) what was consumed
-        examples = iter_examples(plan, shuffle=True, seed=mix_seed(seed, epoch, worker_index),
-                                 shuffle_buffer=shuffle_buffer, image_decoding=image_decoding, verify=verify)
-        return itertools.islice(examples, start, None)
-    return iter_examples(plan, segments=sub_range(plan.segments, start, plan.num_records),
-                         image_decoding=image_decoding, verify=verify)
+    check_positive("shuffle_buffer", shuffle_buffer)
+    if not 0 <= worker_index < max(num_workers, 1):
+        raise ReaderError(f"worker_index must be in [0, {num_workers}), got {worker_index}")
+    sources = open_sources(path, split=split)
+    order = EpochOrder(sources, seed=seed, epoch=epoch, shuffle=shuffle, shuffle_buffer=shuffle_buffer, verify=verify)
+    share = rank_share(((0, order.total),), num_workers, worker_index)
+    if order.total and not share:
+        raise ReaderError(f"{order.total} records cannot give each of {num_workers} workers at least one")
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= length(share):
+        raise ReaderError(f"start must be in [0, {length(share)}] (this worker's examples), got {start!r}")
+    return mixing.iter_examples(order, take(share, start, length(share)), image_decoding=image_decoding)

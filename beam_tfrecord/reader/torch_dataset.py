@@ -13,7 +13,8 @@ DataLoader workers of a rank split that share into near-equal runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,14 +22,21 @@ import torch
 import torch.distributed
 import torch.utils.data
 
-from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.formats import shard_format
+from beam_tfrecord.reader.mixing import DatasetPaths, EpochOrder, describe_read, epoch_takes, iter_examples, open_sources
 from beam_tfrecord.reader.numpy_decode import Example
-from beam_tfrecord.reader.numpy_reader import iter_examples, iter_global_shuffle, mix_seed
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
-from beam_tfrecord.reader.read_plan import plan_read
-from beam_tfrecord.reader.slicing import split_evenly, sub_range
+from beam_tfrecord.reader.resume import (
+    ReadState,
+    check_same_read,
+    complement,
+    consumed_after,
+    consumed_by_start,
+    length,
+    rank_share,
+    take,
+    worker_states,
+)
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -42,68 +50,130 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
 
 
 class TFRecordIterableDataset(torch.utils.data.IterableDataset):
-    """Examples of a split expression for one DDP rank, split between its DataLoader workers.
+    """Examples of one dataset, or a weighted mixture, for one DDP rank, split between its DataLoader workers.
 
-    ``len(dataset)`` is the rank's number of examples per epoch, the same on every rank. Call
-    ``set_epoch(epoch)`` before each epoch (as with ``DistributedSampler``) to reshuffle.
+    ``len(dataset)`` is the rank's number of examples left in the epoch, the same on every rank.
+    Call ``set_epoch(epoch)`` before each epoch (as with ``DistributedSampler``) to reshuffle.
+
+    **Resume.** The epoch's order is fixed by the datasets, the split, ``seed``, the epoch and the
+    shuffle options, whatever the number of ranks and workers (``mixing``, ``resume``).
+    ``state_dict()`` / ``load_state_dict()`` follow torchdata's ``Stateful`` protocol, so a
+    ``StatefulDataLoader`` saves and restores the read with the loader (same worker count: each
+    worker continues its own part). To resume with another number of DataLoader workers or of
+    ranks, give the saved loader state to the *dataset* instead, before building the new loader::
+
+        dataset.load_state_dict(old_loader_state)      # any rank's; any worker count before and after
+        loader = StatefulDataLoader(dataset, batch_size=64, num_workers=3, collate_fn=collate)
+
+    Exact: no example of the epoch is repeated or skipped, except that the last
+    ``remaining % world_size`` of the epoch's order are left out so that ranks keep equal counts.
+    Ranks are taken to have advanced together (DDP's lockstep), so one rank's state stands for all.
 
     Args:
-        path: dataset directory (the one holding manifest.json), local or ``gs://``.
+        path: dataset directory (the one holding manifest.json), local or ``gs://``; or a mapping
+            ``{path: weight}`` to mix datasets in proportion to their weights (``mixing``: the epoch
+            ends when the first dataset is exhausted at its weight).
         split: split expression: ``"train"``, ``"train[:10%]"``, ``"train+validation"``.
         rank: this process's rank; default from ``torch.distributed`` if initialized, else 0.
         world_size: number of ranks; default from ``torch.distributed`` if initialized, else 1.
-        shuffle: shuffle shard order and records, reproducibly from ``seed`` and the epoch (a true
-            global shuffle on an ArrayRecord dataset).
-        seed: shuffle seed, the same on every rank.
-        shuffle_buffer: records held in each worker's shuffle buffer.
+        shuffle: shuffle each dataset, reproducibly from ``seed`` and the epoch (a seeded permutation
+            of an ArrayRecord dataset; shuffled shards and windows of a TFRecord one).
+        seed: seed of the shuffle and of the mixture's interleaving, the same on every rank.
+        shuffle_buffer: records in a TFRecord shuffle window.
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
         verify: check every record's CRCs.
-        start: with a global shuffle, examples of this rank's epoch already consumed (to resume
-            after them; exact when the DataLoader has at most one worker, whose order is the
-            rank's order).
+        start: examples each rank already consumed in the first epoch read (the simple resume: exact
+            when they were read in the rank's order, i.e. with at most one DataLoader worker;
+            ``load_state_dict`` is exact with any).
     """
 
-    def __init__(self, path: str, *, split: str = "train", rank: int | None = None, world_size: int | None = None,
-                 shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 10_000,
+    def __init__(self, path: DatasetPaths, *, split: str = "train", rank: int | None = None,
+                 world_size: int | None = None, shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 10_000,
                  image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0) -> None:
         super().__init__()
         check_positive("shuffle_buffer", shuffle_buffer)
         self.rank, self.world_size = _rank_and_world(rank, world_size)
-        dataset = open_dataset(path)
-        self.global_shuffle = shuffle and shard_format(dataset.manifest.file_format).random_access
-        if start and not self.global_shuffle:
-            raise ReaderError("start (resume) is for the global shuffle of an array_record dataset")
-        self.start = start
-        # The global shuffle deals out every rank's records itself; otherwise each rank plans its own.
-        self.all_ranks_plan = plan_read(path, split=split, dataset=dataset) if self.global_shuffle else None
-        self.plan = plan_read(path, split=split, num_workers=self.world_size, worker_index=self.rank,
-                              dataset=dataset)
+        self.sources = open_sources(path, split=split)
+        self.total = sum(epoch_takes(self.sources))
+        self.read = describe_read(self.sources, split=split, seed=seed, shuffle=shuffle, shuffle_buffer=shuffle_buffer)
+        self.split = split
         self.shuffle = shuffle
         self.seed = seed
         self.shuffle_buffer = shuffle_buffer
         self.image_decoding = image_decoding
         self.verify = verify
         self.epoch = 0
+        self._consumed = consumed_by_start(self.total, world_size=self.world_size, start=start)
+        self._own: ReadState | None = None  # a worker's own saved state (StatefulDataLoader, same workers)
+        self._state: ReadState | None = None  # this process's reader, once iterating
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch, which (with the seed) decides the shuffle order."""
+        """Sets the epoch, which (with the seed) decides the order; a new epoch starts from its beginning."""
+        if epoch != self.epoch:
+            self._consumed, self._own = (), None
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return self.plan.num_records - self.start
+        return length(rank_share(complement(self.total, self._consumed), self.world_size, self.rank))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this reader stands (torchdata's ``Stateful``): in a DataLoader worker, that worker's part."""
+        if self._state is None:
+            return self._reader_state(*_worker()).to_dict()
+        return self._state.to_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Resumes from ``state_dict()``, or from a torchdata ``StatefulDataLoader``'s whole ``state_dict()``.
+
+        Raises:
+            ReaderError: when the state is of another read (datasets, weights, split, seed, shuffle),
+                or holds only some of a rank's DataLoader workers.
+        """
+        states = worker_states(state_dict)
+        first = states[0]
+        if len(states) == 1 and first.num_workers > 1:  # one worker's part, loaded in that worker
+            check_same_read(first.read, self.read)
+            self.epoch, self._consumed, self._own = first.epoch, first.consumed, first
+            return
+        self.epoch = first.epoch
+        self._consumed = consumed_after(states, self.total, read=self.read, epoch=first.epoch)
+        self._own = None
+
+    def _reader_state(self, worker: int, num_workers: int) -> ReadState:
+        return ReadState(self.read, self.epoch, self._consumed, self.world_size, self.rank, num_workers, worker, 0)
 
     def __iter__(self) -> Iterator[Example]:
-        info = torch.utils.data.get_worker_info()
-        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        if self.all_ranks_plan is not None:
-            return iter_global_shuffle(self.all_ranks_plan, seed=self.seed, epoch=self.epoch, rank=self.rank,
-                                       world_size=self.world_size, start=self.start,
-                                       image_decoding=self.image_decoding, worker=worker, num_workers=num_workers)
-        start, stop = split_evenly(self.plan.num_records, num_workers, worker)
-        return iter_examples(self.plan, segments=sub_range(self.plan.segments, start, stop), shuffle=self.shuffle,
-                             seed=mix_seed(self.seed, self.epoch, self.rank, worker),
-                             shuffle_buffer=self.shuffle_buffer, image_decoding=self.image_decoding,
-                             verify=self.verify)
+        worker, num_workers = _worker()
+        state = self._reader_state(worker, num_workers)
+        skip = 0
+        if self._own is not None:
+            own = self._own
+            if (own.world_size, own.rank, own.num_workers, own.worker) != (self.world_size, self.rank, num_workers,
+                                                                           worker):
+                raise ReaderError(f"a state of DataLoader worker {own.worker} of {own.num_workers} (rank {own.rank} "
+                                  f"of {own.world_size}) cannot resume worker {worker} of {num_workers} (rank "
+                                  f"{self.rank} of {self.world_size}): give the whole loader state_dict() to "
+                                  "dataset.load_state_dict() before building the new DataLoader")
+            skip = own.yielded
+        order = EpochOrder(self.sources, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                           shuffle_buffer=self.shuffle_buffer, verify=self.verify)
+        stream = state.stream(order.total)
+        self._state = dataclasses.replace(state, yielded=skip)
+        return self._count(state, skip, iter_examples(order, take(stream, skip, length(stream)),
+                                                      image_decoding=self.image_decoding))
+
+    def _count(self, state: ReadState, yielded: int, examples: Iterator[Example]) -> Iterator[Example]:
+        """Yields the examples, keeping ``state_dict()`` at the count handed out (what a loader snapshots)."""
+        for example in examples:
+            yielded += 1
+            self._state = dataclasses.replace(state, yielded=yielded)
+            yield example
+
+
+def _worker() -> tuple[int, int]:
+    """(this DataLoader worker, the number of workers): (0, 1) outside a worker process."""
+    info = torch.utils.data.get_worker_info()
+    return (info.id, info.num_workers) if info is not None else (0, 1)
 
 
 def collate(examples: Sequence[Example]) -> dict[str, Any]:

@@ -1,0 +1,203 @@
+"""Weighted mixing of datasets, and the global order of an epoch (one dataset is a mixture of one).
+
+Every reader accepts a path or a mapping ``{path: weight, ...}``. The epoch's order is a pure
+function of the datasets (their manifests and the split expression), the weights, the seed, the
+epoch and the shuffle options: ranks and DataLoader workers only decide who reads which part of it
+(``resume``), so an epoch can be resumed exactly with other counts of either.
+
+**The epoch's length: it ends when the first dataset is exhausted at its weight.** With weights
+normalized to sum to 1, an epoch holds ``T = min_d(N_d / w_d)`` examples (``N_d``: the records of
+dataset ``d``'s split expression), of which ``floor(w_d * T)`` come from dataset ``d``: the
+proportions are exact, and no record is read twice in an epoch. This is the rule of Grain's
+``MapDataset.mix`` and of tf.data's ``sample_from_datasets(..., stop_on_empty_dataset=True)``;
+MosaicML Streaming's ``Stream(proportion=...)`` instead repeats a small dataset to fill a fixed
+epoch size, which makes some examples count twice in an epoch. The larger datasets are not cut
+the same way each epoch: epoch ``e`` reads dataset ``d``'s records from position ``e * take_d``
+of its own order on (wrapping around), so consecutive epochs walk through all of them. To
+upsample a small dataset instead, give the larger ones less weight, or read it in several epochs.
+
+**The interleaving** is a seeded permutation of the epoch's choices (``take_d`` times dataset
+``d``), from ``(seed, epoch)``, with or without ``shuffle``: each dataset's records keep their own
+order (``orders``), and any run of the order holds each dataset in proportion (over 100,000
+examples, within a fraction of a percent). It costs one byte per example of the epoch (up to 255
+datasets).
+
+Datasets are mixed only when their schemas have the same features, each of the same type, so
+that their examples batch together (``IncompatibleSchemasError`` names the first that differs).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from collections.abc import Iterator, Mapping
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.errors import IncompatibleSchemasError, ReaderError
+from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
+from beam_tfrecord.reader.options import ImageDecoding
+from beam_tfrecord.reader.orders import Record, RecordOrder, generator, make_order
+from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
+from beam_tfrecord.reader.resume import Ranges
+
+MAX_DATASETS = 255  # one byte per choice
+_CHOICES = -1  # the seed part that makes the interleaving's generator differ from the datasets' ones
+
+DatasetPaths = str | Mapping[str, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One dataset of a mixture.
+
+    Attributes:
+        path: the dataset's path, as the user gave it.
+        weight: its normalized weight (the weights of a mixture sum to 1).
+        plan: every record of the split expression (one reader, no share taken yet).
+    """
+
+    path: str
+    weight: Fraction
+    plan: ReadPlan
+
+
+def _weights(datasets: DatasetPaths) -> dict[str, Fraction]:
+    if isinstance(datasets, str):
+        return {datasets: Fraction(1)}
+    if not isinstance(datasets, Mapping) or not datasets:
+        raise ReaderError(f"expected a dataset path or a non-empty mapping {{path: weight}}, got {datasets!r}")
+    if len(datasets) > MAX_DATASETS:
+        raise ReaderError(f"at most {MAX_DATASETS} datasets can be mixed, got {len(datasets)}")
+    weights = {}
+    for path, weight in datasets.items():
+        if not isinstance(path, str) or isinstance(weight, bool) or not isinstance(weight, (int, float)) \
+                or not math.isfinite(weight) or weight <= 0:
+            raise ReaderError(f"dataset {path!r}: the weight must be a positive number, got {weight!r}")
+        weights[path] = Fraction(weight)
+    total = sum(weights.values())
+    return {path: weight / total for path, weight in weights.items()}
+
+
+def check_compatible(first: str, first_schema: Schema, second: str, second_schema: Schema) -> None:
+    """Checks that two datasets' examples have the same features, of the same types.
+
+    Raises:
+        IncompatibleSchemasError: naming both datasets and the first feature that differs.
+    """
+    for group in ("features", "sequence_features"):
+        mine, theirs = getattr(first_schema, group), getattr(second_schema, group)
+        for name in sorted({*mine, *theirs}):
+            kind = "a sequence feature" if group == "sequence_features" else "a feature"
+            if name not in theirs:
+                raise IncompatibleSchemasError(first, second, name, f"is {kind} of the first only")
+            if name not in mine:
+                raise IncompatibleSchemasError(first, second, name, f"is {kind} of the second only")
+            if mine[name] != theirs[name]:
+                raise IncompatibleSchemasError(first, second, name, f"is {mine[name]!r} in the first and "
+                                                                    f"{theirs[name]!r} in the second")
+
+
+def open_sources(datasets: DatasetPaths, *, split: str) -> tuple[Source, ...]:
+    """The datasets of a read, with their plans, checked compatible.
+
+    Raises:
+        ReaderError: on a bad mapping or weight.
+        IncompatibleSchemasError: when two datasets' schemas differ.
+        DatasetNotFoundError, UnknownSplitError: a dataset or a split is missing.
+    """
+    sources = tuple(Source(path, weight, plan_read(path, split=split)) for path, weight in _weights(datasets).items())
+    first = sources[0]
+    for other in sources[1:]:
+        check_compatible(first.path, first.plan.manifest.schema, other.path, other.plan.manifest.schema)
+    return sources
+
+
+def epoch_takes(sources: tuple[Source, ...]) -> list[int]:
+    """Examples each dataset gives per epoch: ``floor(w_d * min(N_e / w_e))`` (see the module docstring)."""
+    length = min(Fraction(s.plan.num_records) / s.weight for s in sources)
+    return [math.floor(s.weight * length) for s in sources]
+
+
+def describe_read(sources: tuple[Source, ...], *, split: str, seed: int, shuffle: bool,
+                  shuffle_buffer: int) -> dict[str, Any]:
+    """What decides an epoch's order, as plain values (a saved read state names it)."""
+    return {"datasets": {s.path: str(s.weight) for s in sources}, "split": split, "seed": seed,
+            "shuffle": shuffle, "shuffle_buffer": shuffle_buffer}
+
+
+class EpochOrder:
+    """One epoch's global order of examples over every dataset of a mixture.
+
+    Args:
+        sources: the datasets (``open_sources``).
+        seed, epoch: decide the interleaving and, with ``shuffle``, each dataset's order (the first
+            dataset's from ``(seed, epoch)`` alone, so one dataset is shuffled as ``random_access.global_order``
+            does; the others' from ``(seed, epoch, number)``).
+        shuffle: shuffle each dataset (``orders.make_order``).
+        shuffle_buffer: the window of a TFRecord dataset's shuffle.
+        verify: check every record's CRCs.
+    """
+
+    def __init__(self, sources: tuple[Source, ...], *, seed: int, epoch: int, shuffle: bool, shuffle_buffer: int,
+                 verify: bool) -> None:
+        self.sources = sources
+        self.takes = epoch_takes(sources)
+        self.total = sum(self.takes)
+        self._orders: list[RecordOrder] = [
+            make_order(s.plan, shuffle=shuffle, seed_parts=(seed, epoch, number) if number else (seed, epoch),
+                       shuffle_buffer=shuffle_buffer, verify=verify) for number, s in enumerate(sources)]
+        self._offsets = [epoch * take % s.plan.num_records if s.plan.num_records else 0
+                         for take, s in zip(self.takes, sources)]
+        self._choices = None
+        if len(sources) > 1:
+            choices = np.repeat(np.arange(len(sources), dtype=np.uint8), self.takes)
+            self._choices = generator(seed, epoch, _CHOICES).permutation(choices)
+
+    def choices(self, lo: int, hi: int) -> np.ndarray:
+        """The dataset of each position in ``[lo, hi)``."""
+        if self._choices is None:
+            return np.zeros(hi - lo, dtype=np.uint8)
+        return self._choices[lo:hi]
+
+    def dataset_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """For each dataset, the run ``[first, stop)`` of its epoch's examples that positions ``[lo, hi)`` hold."""
+        if self._choices is None:
+            return [(lo, hi)]
+        before = np.bincount(self._choices[:lo], minlength=len(self.sources))
+        inside = np.bincount(self._choices[lo:hi], minlength=len(self.sources))
+        return [(int(b), int(b + n)) for b, n in zip(before, inside)]
+
+    def iter_dataset(self, number: int, first: int, stop: int) -> Iterator[Record]:
+        """Dataset ``number``'s examples ``[first, stop)`` of this epoch (its order, from the epoch's offset)."""
+        order, size = self._orders[number], self.sources[number].plan.num_records
+        begin = self._offsets[number] + first
+        end = begin + stop - first
+        for lo, hi in ((begin, min(end, size)), (max(begin, size) - size, end - size)):
+            if lo < hi:
+                yield from order.iter_range(lo, hi)
+
+    def iter_range(self, lo: int, hi: int) -> Iterator[tuple[int, Record]]:
+        """(dataset number, record) at each position of ``[lo, hi)``."""
+        streams = [self.iter_dataset(number, first, stop)
+                   for number, (first, stop) in enumerate(self.dataset_ranges(lo, hi))]
+        try:
+            for number in self.choices(lo, hi).tolist():
+                yield number, next(streams[number])
+            for stream in streams:  # run each to its end: a shard reader checks its count there
+                collections.deque(stream, maxlen=0)
+        finally:
+            for stream in streams:
+                stream.close()
+
+
+def iter_examples(order: EpochOrder, positions: Ranges, *, image_decoding: ImageDecoding | None) -> Iterator[Example]:
+    """Decodes the examples at ``positions`` of an epoch's order, in that order."""
+    decoders = [RecordDecoder(s.plan.manifest.schema, image_decoding=image_decoding) for s in order.sources]
+    for lo, hi in positions:
+        for number, (record, path, offset) in order.iter_range(lo, hi):
+            yield decoders[number].decode(record, shard=path, offset=offset)
