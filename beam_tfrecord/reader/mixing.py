@@ -37,13 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.schema import Schema, feature_to_json
 from beam_tfrecord.errors import IncompatibleSchemasError, ReaderError
 from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
 from beam_tfrecord.reader.options import ImageDecoding
 from beam_tfrecord.reader.orders import Record, RecordOrder, generator, make_order
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.resume import Ranges
+from beam_tfrecord.reader.resume import Ranges, rank_share
+from beam_tfrecord.reader.slicing import sub_range
 
 MAX_DATASETS = 255  # one byte per choice
 _CHOICES = -1  # the seed part that makes the interleaving's generator differ from the datasets' ones
@@ -98,8 +99,10 @@ def check_compatible(first: str, first_schema: Schema, second: str, second_schem
             if name not in mine:
                 raise IncompatibleSchemasError(first, second, name, f"is {kind} of the second only")
             if mine[name] != theirs[name]:
-                raise IncompatibleSchemasError(first, second, name, f"is {mine[name]!r} in the first and "
-                                                                    f"{theirs[name]!r} in the second")
+                a, b = feature_to_json(mine[name]), feature_to_json(theirs[name])
+                differences = "; ".join(f"{key} {a.get(key)!r} in the first, {b.get(key)!r} in the second"
+                                        for key in sorted({*a, *b}) if a.get(key) != b.get(key))
+                raise IncompatibleSchemasError(first, second, name, f"differs: {differences}")
 
 
 def open_sources(datasets: DatasetPaths, *, split: str) -> tuple[Source, ...]:
@@ -130,6 +133,12 @@ def describe_read(sources: tuple[Source, ...], *, split: str, seed: int, shuffle
             "shuffle": shuffle, "shuffle_buffer": shuffle_buffer}
 
 
+def interleave(takes: list[int], *, seed: int, epoch: int) -> np.ndarray:
+    """The dataset of each position of an epoch: a seeded permutation of ``takes[d]`` times ``d`` (uint8)."""
+    choices = np.repeat(np.arange(len(takes), dtype=np.uint8), takes)
+    return generator(seed, epoch, _CHOICES).permutation(choices)
+
+
 class EpochOrder:
     """One epoch's global order of examples over every dataset of a mixture.
 
@@ -153,10 +162,7 @@ class EpochOrder:
                        shuffle_buffer=shuffle_buffer, verify=verify) for number, s in enumerate(sources)]
         self._offsets = [epoch * take % s.plan.num_records if s.plan.num_records else 0
                          for take, s in zip(self.takes, sources)]
-        self._choices = None
-        if len(sources) > 1:
-            choices = np.repeat(np.arange(len(sources), dtype=np.uint8), self.takes)
-            self._choices = generator(seed, epoch, _CHOICES).permutation(choices)
+        self._choices = interleave(self.takes, seed=seed, epoch=epoch) if len(sources) > 1 else None
 
     def choices(self, lo: int, hi: int) -> np.ndarray:
         """The dataset of each position in ``[lo, hi)``."""
@@ -201,3 +207,24 @@ def iter_examples(order: EpochOrder, positions: Ranges, *, image_decoding: Image
     for lo, hi in positions:
         for number, (record, path, offset) in order.iter_range(lo, hi):
             yield decoders[number].decode(record, shard=path, offset=offset)
+
+
+def worker_plans(datasets: Mapping[str, float], *, split: str, num_workers: int, worker_index: int,
+                 seed: int) -> tuple[list[ReadPlan], np.ndarray]:
+    """One worker's share of a mixture's epoch-0 order (unshuffled), as one plan per dataset plus the interleaving.
+
+    For readers that read each dataset as a stream and interleave them (tf.data's
+    ``choose_from_datasets``): worker ``worker_index`` reads ``plans[d]`` for dataset ``d`` and takes
+    its next example from dataset ``choices[i]`` at step ``i``.
+
+    Raises:
+        ReaderError, IncompatibleSchemasError: as ``open_sources``, or on bad worker arguments.
+    """
+    sources = open_sources(datasets, split=split)
+    order = EpochOrder(sources, seed=seed, epoch=0, shuffle=False, shuffle_buffer=1, verify=True)
+    share = rank_share(((0, order.total),), num_workers, worker_index)
+    lo, hi = share[0] if share else (0, 0)
+    plans = [dataclasses.replace(s.plan, segments=sub_range(s.plan.segments, first, stop), num_workers=num_workers,
+                                 worker_index=worker_index)
+             for s, (first, stop) in zip(sources, order.dataset_ranges(lo, hi))]
+    return plans, order.choices(lo, hi)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.reader.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.tf_spec import make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
@@ -133,7 +135,7 @@ def _verified_batches(records: tf.data.Dataset, plan: ReadPlan, batch_size: int,
     return batches
 
 
-def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuffle: bool = False,
+def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 32, shuffle: bool = False,
                  seed: int | None = None, shuffle_buffer: int = 10_000, repeat: bool = False,
                  cache: bool = False, drop_remainder: bool = False, num_workers: int | None = None,
                  worker_index: int | None = None, input_context: tf.distribute.InputContext | None = None,
@@ -153,12 +155,17 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
     Iterators can be saved and restored mid-epoch with ``tf.train.Checkpoint(iterator=...)``.
 
     Args:
-        path: dataset directory (the one holding manifest.json) or versioned root, local or ``gs://``.
+        path: dataset directory (the one holding manifest.json) or versioned root, local or ``gs://``;
+            or a mapping ``{path: weight}`` to mix datasets in proportion to their weights, in the
+            order ``read_numpy`` reads its epoch 0 (``mixing``: the epoch ends when the first dataset
+            is exhausted at its weight; each dataset's part is read as one dataset is, and with
+            ``shuffle`` the mixed records pass through the shuffle buffer). Every iteration
+            (and every repetition) reads the same examples of each dataset.
         split: split expression: ``"train"``, ``"train[:10%]"``, ``"train[1000:2000]"``, ``"train+validation"``.
         batch_size: records per batch (per worker; with an InputContext pass
             ``input_context.get_per_replica_batch_size(global_batch_size)``).
         shuffle: shuffle shard order and records; reproducible when ``seed`` is set, different each epoch.
-        seed: shuffle seed.
+        seed: shuffle seed (and the mixture's interleaving, with 0 for None).
         shuffle_buffer: records held in the shuffle buffer.
         repeat: repeat forever (the cardinality becomes infinite).
         cache: cache the worker's serialized records in memory after the first epoch.
@@ -186,16 +193,25 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
     if num_parallel_reads is not None:
         check_positive("num_parallel_reads", num_parallel_reads)
     workers, index = _worker(num_workers, worker_index, input_context)
-    plan = plan_read(path, split=split, num_workers=workers, worker_index=index)
-    plan.require_reader("read_dataset")
+    if isinstance(path, str):
+        plans, choices = [plan_read(path, split=split, num_workers=workers, worker_index=index)], None
+    else:  # a mixture: each dataset's part of this worker's share, and the order to take them in
+        plans, choices = worker_plans(path, split=split, num_workers=workers, worker_index=index, seed=seed or 0)
+    for plan in plans:
+        plan.require_reader("read_dataset")
+    plan = plans[0] if choices is None else dataclasses.replace(
+        plans[0], dataset_dir=" + ".join(p.dataset_dir for p in plans), segments=tuple(
+            segment for p in plans for segment in p.segments))  # for the counts only
     schema = plan.manifest.schema
     check_label_key(schema, label_key)
     parse = make_batch_parser(schema, image_decoding=image_decoding)
 
-    reads = num_parallel_reads if num_parallel_reads is not None else _default_parallel_reads(plan, shuffle)
     # Without repeat, counts are checked per batch (free) rather than per record (~4% of the read rate).
-    dataset = read_records(plan, shuffle_files=shuffle, seed=seed, num_parallel_reads=reads,
-                           verify_count=verify_count and repeat)
+    components = [read_records(p, shuffle_files=shuffle, seed=seed, verify_count=verify_count and repeat,
+                               num_parallel_reads=num_parallel_reads or _default_parallel_reads(p, shuffle))
+                  for p in plans]
+    dataset = components[0] if choices is None else tf.data.Dataset.choose_from_datasets(
+        components, tf.data.Dataset.from_tensor_slices(choices).map(lambda choice: tf.cast(choice, tf.int64)))
     if cache:
         dataset = dataset.cache()
     if shuffle:
