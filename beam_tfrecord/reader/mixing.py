@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -178,7 +178,7 @@ class EpochOrder:
         inside = np.bincount(self._choices[lo:hi], minlength=len(self.sources))
         return [(int(b), int(b + n)) for b, n in zip(before, inside)]
 
-    def iter_dataset(self, number: int, first: int, stop: int) -> Iterator[Record]:
+    def iter_dataset(self, number: int, first: int, stop: int) -> Generator[Record, None, None]:
         """Dataset ``number``'s examples ``[first, stop)`` of this epoch (its order, from the epoch's offset)."""
         order, size = self._orders[number], self.sources[number].plan.num_records
         begin = self._offsets[number] + first

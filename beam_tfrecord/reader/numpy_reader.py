@@ -9,88 +9,34 @@ Which records come in which order (mixtures, shuffles, resume) is decided in ``m
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-import random
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader import mixing
 from beam_tfrecord.reader.mixing import DatasetPaths, EpochOrder, open_sources
 from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
+from beam_tfrecord.reader.orders import StoredOrder
 from beam_tfrecord.reader.read_plan import ReadPlan
 from beam_tfrecord.reader.resume import length, rank_share, take
-from beam_tfrecord.reader.slicing import ReadSegment
 
 
-def iter_segment(plan: ReadPlan, segment: ReadSegment, *, verify: bool = True) -> Iterator[tuple[bytes, int]]:
-    """Yields (record, offset) for the records of one segment, checking the shard against the manifest.
-
-    The offset is where the record is: a byte offset for TFRecord, the record's index for ArrayRecord.
-
-    Args:
-        plan: the read plan the segment belongs to.
-        segment: which records of which shard.
-        verify: check every record's CRCs.
-
-    Raises:
-        MissingShardError: the shard is not on storage.
-        CorruptShardError: a bad CRC, a truncated record, or fewer/more records than the manifest lists
-            (more is only noticed when the segment reaches the shard's end).
-    """
-    with plan.open_shard(segment, verify=verify) as reader:
-        yield from reader.iter_records(segment.skip, segment.skip + segment.take)
-
-
-def mix_seed(*parts: int) -> int:
-    """One seed from several (seed, epoch, worker...), the same in every process (unlike ``hash``)."""
-    digest = hashlib.sha256(",".join(str(p) for p in parts).encode("ascii")).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
-def shuffled(items: Iterable[Example], buffer_size: int, rng: random.Random) -> Iterator[Example]:
-    """Shuffles a stream through a buffer of ``buffer_size`` items (as tf.data's ``shuffle``)."""
-    buffer: list[Example] = []
-    for item in items:
-        if len(buffer) < buffer_size:
-            buffer.append(item)
-            continue
-        index = rng.randrange(buffer_size)
-        yield buffer[index]
-        buffer[index] = item
-    rng.shuffle(buffer)
-    yield from buffer
-
-
-def iter_examples(plan: ReadPlan, *, segments: Sequence[ReadSegment] | None = None, shuffle: bool = False,
-                  seed: int = 0, shuffle_buffer: int = 10_000, image_decoding: ImageDecoding | None = None,
+def iter_examples(plan: ReadPlan, *, image_decoding: ImageDecoding | None = None,
                   verify: bool = True) -> Iterator[Example]:
-    """Yields one dict of NumPy values per record of a read plan.
+    """Yields one dict of NumPy values per record of a read plan, in stored order.
 
     Args:
         plan: what to read (``plan_read``).
-        segments: a sub-range of the plan's segments to read instead of all of them.
-        shuffle: shuffle segment order and records (through ``shuffle_buffer``), reproducibly from ``seed``.
-        seed: shuffle seed.
-        shuffle_buffer: records held in the shuffle buffer.
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
         verify: check every record's CRCs.
+
+    Raises:
+        MissingShardError, CorruptShardError: on missing or damaged shards (a shard read to its end
+            is checked against the manifest's count).
     """
-    check_positive("shuffle_buffer", shuffle_buffer)
     decoder = RecordDecoder(plan.manifest.schema, image_decoding=image_decoding)
-    chosen = list(plan.segments if segments is None else segments)
-    rng = random.Random(seed)
-    if shuffle:
-        rng.shuffle(chosen)
-
-    def records() -> Iterator[Example]:
-        for segment in chosen:
-            path = plan.path(segment)
-            for record, offset in iter_segment(plan, segment, verify=verify):
-                yield decoder.decode(record, shard=path, offset=offset)
-
-    yield from shuffled(records(), shuffle_buffer, rng) if shuffle else records()
+    for record, path, offset in StoredOrder(plan, verify=verify).iter_range(0, plan.num_records):
+        yield decoder.decode(record, shard=path, offset=offset)
 
 
 def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1, worker_index: int = 0,

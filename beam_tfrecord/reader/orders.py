@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 
 import numpy as np
 
@@ -102,13 +102,13 @@ class WindowedOrder(RecordOrder):
         self._windows = windows
         self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
 
-    def _from(self, segment: ReadSegment, first: int) -> Iterator[Record]:
+    def _from(self, segment: ReadSegment, first: int) -> Generator[Record, None, None]:
         if first < segment.take:
             yield from self._iter_segment(ReadSegment(segment.shard, segment.skip + first, segment.take - first))
 
     def iter_range(self, lo: int, hi: int) -> Iterator[Record]:
         number = int(np.searchsorted(self._starts, lo, side="right")) - 1
-        open_cycle, streams = -1, []
+        open_cycle, streams = -1, list[Generator[Record, None, None]]()
         try:
             while number < len(self._windows) and self._starts[number] < hi:
                 cycle, t = self._windows[number]

@@ -23,7 +23,14 @@ import torch.distributed
 import torch.utils.data
 
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.mixing import DatasetPaths, EpochOrder, describe_read, epoch_takes, iter_examples, open_sources
+from beam_tfrecord.reader.mixing import (
+    DatasetPaths,
+    EpochOrder,
+    describe_read,
+    epoch_takes,
+    iter_examples,
+    open_sources,
+)
 from beam_tfrecord.reader.numpy_decode import Example
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
 from beam_tfrecord.reader.resume import (

@@ -99,8 +99,8 @@ def test_stateful_dataloader_resumes_its_own_workers_in_the_same_order(keyed_a, 
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_start_skips_what_each_rank_consumed(counted, world_size):
     for r in range(world_size):
-        def dataset(start: int) -> TFRecordIterableDataset:
-            return TFRecordIterableDataset(counted.path, split="validation", shuffle=True, rank=r,
+        def dataset(start: int, rank: int = r) -> TFRecordIterableDataset:
+            return TFRecordIterableDataset(counted.path, split="validation", shuffle=True, rank=rank,
                                            world_size=world_size, start=start)
 
         everything = [key for batch in DataLoader(dataset(0), batch_size=BATCH, collate_fn=collate)
@@ -112,7 +112,8 @@ def test_start_skips_what_each_rank_consumed(counted, world_size):
 
 def test_a_state_of_another_read_is_rejected(counted):
     _, state = _consume(TFRecordIterableDataset(counted.path, shuffle=True, seed=1), 0, 2)
-    with pytest.raises(ReaderError, match=r"the state was saved for another read: seed differ \(saved \[1\], now \[2\]\)"):
+    with pytest.raises(ReaderError, match=r"the state was saved for another read: seed differ "
+                                          r"\(saved \[1\], now \[2\]\)"):
         TFRecordIterableDataset(counted.path, shuffle=True, seed=2).load_state_dict(state)
 
 
