@@ -125,3 +125,16 @@ def test_one_workers_state_cannot_resume_another_worker_count(counted):
     with pytest.raises(ReaderError, match="a state of DataLoader worker 0 of 2 .* cannot resume worker 0 of 1 .* give "
                                           "the whole loader state_dict"):
         next(iter(dataset))
+
+
+@pytest.mark.parametrize("state, message", [
+    pytest.param({"beam_tfrecord_read_state": 99}, r"not a read state of version 1 \(found 99\)", id="version"),
+    pytest.param({"beam_tfrecord_read_state": 1, "epoch": 0}, "malformed read state: KeyError: 'read'",
+                 id="missing-key"),
+    pytest.param({"_snapshot": {"_worker_snapshots": {"worker_0": {"dataset_state": None}}}},
+                 "the DataLoader state holds no read state of this dataset", id="loader-without-dataset-state"),
+    pytest.param({"dataset_state": {"other": 1}}, r"not a read state of version 1 \(found None\)", id="foreign"),
+])
+def test_malformed_states_are_typed_errors(counted, state, message):
+    with pytest.raises(ReaderError, match=message):
+        TFRecordIterableDataset(counted.path).load_state_dict(state)
