@@ -8,6 +8,7 @@ import pytest
 from beam_tfrecord.errors import IncompatibleSchemasError, ReaderError
 from beam_tfrecord.reader.mixing import interleave
 from beam_tfrecord.reader.numpy_reader import read_numpy
+from beam_tfrecord.reader.read_plan import num_examples
 
 
 def _keys(examples) -> list[str]:
@@ -20,8 +21,10 @@ def _keys(examples) -> list[str]:
     pytest.param((0.9, 0.1), (600, 66), id="a-runs-out"),
 ])
 def test_epoch_ends_when_the_first_dataset_runs_out_at_its_weight(keyed_a, keyed_b, weights, takes):
-    keys = _keys(read_numpy({keyed_a.path: weights[0], keyed_b.path: weights[1]}))
+    mixture = {keyed_a.path: weights[0], keyed_b.path: weights[1]}
+    keys = _keys(read_numpy(mixture))
     assert (sum(k[0] == "a" for k in keys), sum(k[0] == "b" for k in keys)) == takes
+    assert num_examples(mixture) == sum(takes) and num_examples(mixture, num_workers=3) == sum(takes) // 3
     assert len(set(keys)) == len(keys)
 
 
