@@ -184,7 +184,8 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
 
     Raises:
         DatasetNotFoundError, UnknownSplitError: no such dataset or split.
-        ReaderError: on invalid options (split expression, worker arguments, label key, image size),
+        IncompatibleSchemasError: when mixed datasets' schemas differ.
+        ReaderError: on invalid options (split expression, worker arguments, label key, image size, weights),
             or shards in a format it does not read (ArrayRecord: use ``read_numpy`` or
             ``TFRecordIterableDataset``).
     """

@@ -1,14 +1,11 @@
-"""A ``torch.utils.data.IterableDataset`` over a published dataset (PyTorch is an optional extra).
+"""A ``torch.utils.data.IterableDataset`` over a published dataset or a mixture (PyTorch is an optional extra).
 
-Work is split twice, both times by the manifest's per-shard record counts: first between DDP
-ranks (every rank gets exactly the same number of examples, so no rank waits for another at the
-end of an epoch), then between the DataLoader workers of a rank (near-equal runs, which together
-are exactly that rank's examples). Examples are dicts of NumPy values (see ``numpy_decode``);
-``collate`` turns a list of them into a batch of tensors.
-
-On an ArrayRecord dataset, ``shuffle`` is a true global shuffle (``random_access``): each epoch
-every rank takes its equal share of one seeded permutation of all the records, and the
-DataLoader workers of a rank split that share into near-equal runs.
+Each epoch has one global order, fixed by the datasets, weights, split, seed, epoch and shuffle
+options (``mixing``). It is dealt out twice, from what remains of it (``resume``): to DDP ranks
+in equal contiguous runs (so no rank waits for another at the end of an epoch), then to the
+DataLoader workers of a rank in near-equal runs. What was consumed is kept as ranges of that
+order, so a read resumes exactly with other numbers of workers or ranks. Examples are dicts of
+NumPy values (see ``numpy_decode``); ``collate`` turns a list of them into a batch of tensors.
 """
 
 from __future__ import annotations
