@@ -3,6 +3,8 @@ example once (real DataLoader worker processes, torchdata's StatefulDataLoader).
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -138,3 +140,17 @@ def test_one_workers_state_cannot_resume_another_worker_count(counted):
 def test_malformed_states_are_typed_errors(counted, state, message):
     with pytest.raises(ReaderError, match=message):
         TFRecordIterableDataset(counted.path).load_state_dict(state)
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["stored", "shuffled"])
+@pytest.mark.parametrize("dataset", ["keyed_a", "keyed_r"])
+def test_an_order_read_in_pieces_is_the_order_read_whole(request, dataset, shuffle):
+    from beam_tfrecord.reader.orders import make_order
+    from beam_tfrecord.reader.read_plan import plan_read
+
+    plan = plan_read(request.getfixturevalue(dataset).path)
+    order = make_order(plan, shuffle=shuffle, seed_parts=(3, 1), shuffle_buffer=50, verify=True)
+    whole = [record for record, _, _ in order.iter_range(0, plan.num_records)]
+    cuts = [0, 1, 37, 38, 120, plan.num_records - 2, plan.num_records]
+    pieces = [record for lo, hi in itertools.pairwise(cuts) for record, _, _ in order.iter_range(lo, hi)]
+    assert pieces == whole and len(set(whole)) == plan.num_records
