@@ -31,7 +31,7 @@ from beam_tfrecord.core.schema import (
 )
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig, SplitSpec
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
-from beam_tfrecord.errors import MissingShardError, ReaderError
+from beam_tfrecord.errors import IncompatibleSchemasError, MissingShardError, ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
 from beam_tfrecord.reader.read_plan import num_examples
@@ -74,6 +74,7 @@ __all__ = [
     "Image",
     "ImageDecoding",
     "ImageFormat",
+    "IncompatibleSchemasError",
     "Manifest",
     "MissingShardError",
     "Payload",
