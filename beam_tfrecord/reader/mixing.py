@@ -24,7 +24,7 @@ datasets).
 
 **Decoding.** Records are decoded a block at a time (``block_decode``): ``iter_columns`` reads each
 dataset's run of the order in blocks (``orders``: a stored run straight from the shard), decodes
-them, and lays the rows of a stretch of ``BLOCK_RECORDS`` positions out in the interleaving's order.
+them, and lays the rows of a stretch of ``GATHERED_RECORDS`` positions out in the interleaving's order.
 One dataset is its decoded blocks as they are.
 
 Datasets are mixed only when their schemas have the same features, each of the same type, so
@@ -49,7 +49,7 @@ from beam_tfrecord.reader.block_decode import BlockDecoder, Columns, concat, num
 from beam_tfrecord.reader.block_decode import take as take_rows
 from beam_tfrecord.reader.numpy_decode import Example
 from beam_tfrecord.reader.options import ImageDecoding
-from beam_tfrecord.reader.orders import BLOCK_RECORDS, Record, RecordOrder, generator, make_order
+from beam_tfrecord.reader.orders import GATHERED_RECORDS, Record, RecordOrder, generator, make_order
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.resume import Ranges, rank_share
 from beam_tfrecord.reader.slicing import sub_range
@@ -132,6 +132,18 @@ def epoch_takes(sources: tuple[Source, ...]) -> list[int]:
     """Examples each dataset gives per epoch: ``floor(w_d * min(N_e / w_e))`` (see the module docstring)."""
     length = min(Fraction(s.plan.num_records) / s.weight for s in sources)
     return [math.floor(s.weight * length) for s in sources]
+
+
+def num_examples(path: str | Mapping[str, float], *, split: str = "train", num_workers: int = 1) -> int:
+    """Examples each of ``num_workers`` workers reads per epoch (for ``steps_per_epoch``), without TensorFlow.
+
+    ``path`` may be a mapping ``{path: weight}``: a mixture's epoch (see the module docstring).
+    """
+    if isinstance(path, str):
+        return plan_read(path, split=split, num_workers=num_workers).num_records
+    if num_workers < 1:
+        raise ReaderError(f"num_workers must be >= 1, got {num_workers}")
+    return sum(epoch_takes(open_sources(path, split=split))) // num_workers
 
 
 def describe_read(sources: tuple[Source, ...], *, split: str, seed: int, shuffle: bool,
@@ -272,7 +284,7 @@ def iter_columns(order: EpochOrder, positions: Ranges, *, image_decoding: ImageD
     """Decodes the examples at ``positions`` of an epoch's order, in that order, a block at a time, as columns.
 
     One dataset: its decoded blocks. A mixture: each dataset's run decoded in blocks, and the rows
-    of each stretch of ``BLOCK_RECORDS`` positions laid out in the interleaving's order.
+    of each stretch of ``GATHERED_RECORDS`` positions laid out in the interleaving's order.
 
     Raises:
         MissingShardError, CorruptShardError: on missing or damaged shards, or records that do not match the schema.
@@ -285,8 +297,8 @@ def iter_columns(order: EpochOrder, positions: Ranges, *, image_decoding: ImageD
         streams = [_Rows(decoders[number].decode(block) for block in order.iter_dataset_blocks(number, first, stop))
                    for number, (first, stop) in enumerate(order.dataset_ranges(lo, hi))]
         try:
-            for begin in range(lo, hi, BLOCK_RECORDS):
-                choices = order.choices(begin, min(begin + BLOCK_RECORDS, hi))
+            for begin in range(lo, hi, GATHERED_RECORDS):
+                choices = order.choices(begin, min(begin + GATHERED_RECORDS, hi))
                 counts = np.bincount(choices, minlength=len(streams)).tolist()
                 yield _laid_out(choices, [stream.take(count) for stream, count in zip(streams, counts)])
             for stream in streams:

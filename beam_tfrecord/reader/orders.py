@@ -36,7 +36,7 @@ from beam_tfrecord.reader.random_access import RandomAccessRecords
 from beam_tfrecord.reader.read_plan import ReadPlan
 from beam_tfrecord.reader.slicing import ReadSegment, sub_range
 
-BLOCK_RECORDS = 1024  # records gathered into one block when an order is not a stored run
+GATHERED_RECORDS = 1024  # records gathered into one block when an order is not a stored run
 CYCLE_SHARDS = 16  # shards read side by side in a windowed shuffle (tf.data's interleave cycle)
 Record = tuple[bytes, str, int]  # (serialized record, shard path, offset in the shard)
 
@@ -62,7 +62,7 @@ class RecordOrder(abc.ABC):
         """The records at positions ``[lo, hi)``, in order, in blocks (gathered from ``iter_range`` here)."""
         records = self.iter_range(lo, hi)
         try:
-            while chunk := list(itertools.islice(records, BLOCK_RECORDS)):
+            while chunk := list(itertools.islice(records, GATHERED_RECORDS)):
                 yield gathered(chunk)
         finally:
             records.close()  # type: ignore[attr-defined]

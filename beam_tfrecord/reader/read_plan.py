@@ -87,17 +87,3 @@ def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_i
     paths = {shard.filename: full for split_info in manifest.splits
              for shard, full in zip(split_info.shards, dataset.shard_paths(split_info.name))}
     return ReadPlan(path, manifest, split, num_workers, worker_index, segments, paths)
-
-
-def num_examples(path: str | Mapping[str, float], *, split: str = "train", num_workers: int = 1) -> int:
-    """Examples each of ``num_workers`` workers reads per epoch (for ``steps_per_epoch``), without TensorFlow.
-
-    ``path`` may be a mapping ``{path: weight}``: a mixture's epoch (``mixing``).
-    """
-    if isinstance(path, str):
-        return plan_read(path, split=split, num_workers=num_workers).num_records
-    from beam_tfrecord.reader.mixing import epoch_takes, open_sources  # mixing builds on this module
-
-    if num_workers < 1:
-        raise ReaderError(f"num_workers must be >= 1, got {num_workers}")
-    return sum(epoch_takes(open_sources(path, split=split))) // num_workers

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from beam_tfrecord.errors import IncompatibleSchemasError, ReaderError
-from beam_tfrecord.reader.mixing import interleave
+from beam_tfrecord.reader.mixing import interleave, num_examples
 from beam_tfrecord.reader.numpy_reader import read_numpy
-from beam_tfrecord.reader.read_plan import num_examples
 
 
 def _keys(examples) -> list[str]:
@@ -106,3 +105,20 @@ def test_bad_weights_are_rejected(keyed_a, weight, message):
 def test_empty_mapping_is_rejected():
     with pytest.raises(ReaderError, match=r"expected a dataset path or a non-empty mapping \{path: weight\}, got \{\}"):
         read_numpy({})
+
+
+@pytest.mark.parametrize("shuffle", [False, True], ids=["stored", "shuffled"])
+def test_block_decoded_mixture_equals_each_record_decoded_alone(keyed_a, keyed_r, shuffle):
+    """A mixture's rows, laid out from each dataset's decoded blocks, are its records decoded one by one."""
+    from beam_tfrecord.reader.mixing import EpochOrder, open_sources
+    from beam_tfrecord.reader.numpy_decode import RecordDecoder
+
+    mixture = {keyed_a.path: 3, keyed_r.path: 1}  # 450 + 150: stretches of 1024 positions cut the runs
+    sources = open_sources(mixture, split="train")
+    order = EpochOrder(sources, seed=5, epoch=1, shuffle=shuffle, shuffle_buffer=50, verify=True)
+    decoders = [RecordDecoder(s.plan.manifest.schema) for s in sources]
+    expected = [decoders[number].decode(record, shard=path, offset=offset)
+                for number, (record, path, offset) in order.iter_range(7, order.total)]
+    got = list(read_numpy(mixture, shuffle=shuffle, seed=5, epoch=1, shuffle_buffer=50, start=7))
+    assert [e["key"] for e in got] == [e["key"] for e in expected]
+    assert all(g["i"] == e["i"] and g["i"].dtype == e["i"].dtype for g, e in zip(got, expected))

@@ -154,3 +154,29 @@ def test_an_order_read_in_pieces_is_the_order_read_whole(request, dataset, shuff
     cuts = [0, 1, 37, 38, 120, plan.num_records - 2, plan.num_records]
     pieces = [record for lo, hi in itertools.pairwise(cuts) for record, _, _ in order.iter_range(lo, hi)]
     assert pieces == whole and len(set(whole)) == plan.num_records
+
+
+def test_ready_batches_resume_with_another_worker_count_and_batch_size(keyed_a, keyed_r):
+    """A state counts the examples handed out in ready batches; the resumed read may batch differently."""
+    mixture = {keyed_a.path: 0.5, keyed_r.path: 0.5}  # 300 examples an epoch
+
+    def dataset(batch_size: int) -> TFRecordIterableDataset:
+        return TFRecordIterableDataset(mixture, shuffle=True, seed=6, batch_size=batch_size)
+
+    def keys(loader) -> list[bytes]:
+        return [key for batch in loader for key in batch["key"]]
+
+    uninterrupted = keys(DataLoader(dataset(8), batch_size=None, num_workers=2))
+    assert sorted(uninterrupted) == sorted(e["key"] for e in read_numpy(mixture, shuffle=True, seed=6))
+    loader = stateful.StatefulDataLoader(dataset(8), batch_size=None, num_workers=2)
+    consumed: list[bytes] = []
+    for batch in itertools.islice(loader, 5):
+        assert len(batch["key"]) == 8 and batch["i"].shape == (8,)
+        consumed.extend(batch["key"])
+    resumed = dataset(16)
+    resumed.load_state_dict(loader.state_dict())
+    assert len(resumed) == -(-(300 - 40) // 16)
+    batches = list(DataLoader(resumed, batch_size=None, num_workers=1))
+    assert len(batches) == len(resumed) and [len(b["key"]) for b in batches[:-1]] == [16] * (len(batches) - 1)
+    rest = [key for batch in batches for key in batch["key"]]
+    assert len(consumed + rest) == len(set(consumed + rest)) and sorted(consumed + rest) == sorted(uninterrupted)
