@@ -120,7 +120,8 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         self.epoch = 0
         self._consumed = consumed_by_start(self.total, world_size=self.world_size, start=start)
         self._own: ReadState | None = None  # a worker's own saved state (StatefulDataLoader, same workers)
-        self._state: ReadState | None = None  # this process's reader, once iterating
+        self._state: ReadState | None = None  # this process's reader, once iterating (``yielded`` kept apart)
+        self._yielded = 0  # examples it handed out: a plain int, counted per example at no cost
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch, which (with the seed) decides the order; a new epoch starts from its beginning."""
@@ -137,7 +138,7 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         """Where this reader stands (torchdata's ``Stateful``): in a DataLoader worker, that worker's part."""
         if self._state is None:
             return self._reader_state(*_worker()).to_dict()
-        return self._state.to_dict()
+        return dataclasses.replace(self._state, yielded=self._yielded).to_dict()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resumes from ``state_dict()``, or from a torchdata ``StatefulDataLoader``'s whole ``state_dict()``.
@@ -177,21 +178,24 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         order = EpochOrder(self.sources, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
                            shuffle_buffer=self.shuffle_buffer, verify=self.verify)
         stream = state.stream(order.total)
-        self._state = dataclasses.replace(state, yielded=skip)
+        self._state, self._yielded = state, skip
         positions = take(stream, skip, length(stream))
         if self.batch_size is None:
-            examples = iter_examples(order, positions, image_decoding=self.image_decoding)
-            return self._count(state, skip, ((example, 1) for example in examples))
+            return self._count(iter_examples(order, positions, image_decoding=self.image_decoding))
         batches = rebatch(iter_columns(order, positions, image_decoding=self.image_decoding), self.batch_size)
-        return self._count(state, skip, ((tensors(batch), num_rows(batch)) for batch in batches))
+        return self._count_batches(batches)
 
-    def _count(self, state: ReadState, yielded: int, items: Iterator[tuple[Any, int]]) -> Iterator[Any]:
-        """Yields the examples or batches, keeping ``state_dict()`` at the examples handed out (what a loader
-        snapshots)."""
-        for item, examples in items:
-            yielded += examples
-            self._state = dataclasses.replace(state, yielded=yielded)
-            yield item
+    def _count(self, examples: Iterator[Example]) -> Iterator[Example]:
+        """Yields the examples, keeping ``state_dict()`` at the count handed out (what a loader snapshots)."""
+        for example in examples:
+            self._yielded += 1
+            yield example
+
+    def _count_batches(self, batches: Iterator[Columns]) -> Iterator[dict[str, Any]]:
+        """Yields ready batches as tensors; ``state_dict()`` still counts the examples handed out."""
+        for batch in batches:
+            self._yielded += num_rows(batch)
+            yield tensors(batch)
 
 
 def _worker() -> tuple[int, int]:
