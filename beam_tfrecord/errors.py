@@ -185,6 +185,20 @@ class ReaderError(BeamTFRecordError, ValueError):
     """Read options are invalid: a malformed split expression, a bad worker index or batch size."""
 
 
+class IncompatibleSchemasError(ReaderError):
+    """Datasets mixed in one read have schemas that differ, so their examples cannot share batches.
+
+    Attributes:
+        first, second: the two datasets' paths.
+        feature: the first feature that differs.
+        reason: how it differs.
+    """
+
+    def __init__(self, first: str, second: str, feature: str, reason: str) -> None:
+        self.first, self.second, self.feature, self.reason = first, second, feature, reason
+        super().__init__(f"datasets {first!r} and {second!r} cannot be mixed: feature {feature!r} {reason}")
+
+
 class MissingShardError(CorruptShardError, FileNotFoundError):
     """A shard the manifest lists is not on storage."""
 

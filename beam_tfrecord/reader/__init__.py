@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from beam_tfrecord.reader.mixing import num_examples
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
-from beam_tfrecord.reader.read_plan import ReadPlan, num_examples, plan_read
+from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.slicing import parse_split
 
 __all__ = ["ImageDecoding", "PixelType", "ReadPlan", "TFRecordIterableDataset", "VarLen", "collate", "num_examples",

@@ -87,8 +87,3 @@ def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_i
     paths = {shard.filename: full for split_info in manifest.splits
              for shard, full in zip(split_info.shards, dataset.shard_paths(split_info.name))}
     return ReadPlan(path, manifest, split, num_workers, worker_index, segments, paths)
-
-
-def num_examples(path: str, *, split: str = "train", num_workers: int = 1) -> int:
-    """Records each of ``num_workers`` workers reads per epoch (for ``steps_per_epoch``), without TensorFlow."""
-    return plan_read(path, split=split, num_workers=num_workers).num_records

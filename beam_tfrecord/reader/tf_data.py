@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import random
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.reader.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.tf_spec import make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
@@ -97,21 +99,15 @@ def array_record_records(plan: ReadPlan, *, shuffle: bool, seed: int | None) -> 
 
     With ``shuffle``, each pass over the dataset (each epoch) is a new true global shuffle, as
     ``read_numpy`` gives: the worker's equal share of a seeded permutation of every record of the
-    split expression (``random_access.global_order``; a random seed when ``seed`` is None).
+    split expression (``numpy_reader.iter_record_blocks``; a random seed when ``seed`` is None).
     """
-    from beam_tfrecord.reader.numpy_reader import iter_global_blocks, iter_record_blocks
+    from beam_tfrecord.reader.numpy_reader import iter_record_blocks
 
     epochs = itertools.count()
     base_seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
 
     def blocks() -> Iterator[np.ndarray]:
-        if shuffle:
-            found: Iterator[list[bytes]] = iter_global_blocks(
-                plan_read(plan.dataset_dir, split=plan.split, manifest=plan.manifest), seed=base_seed,
-                epoch=next(epochs), rank=plan.worker_index, world_size=plan.num_workers)
-        else:
-            found = iter_record_blocks(plan, plan.segments)
-        for records in found:
+        for records in iter_record_blocks(plan, shuffle=shuffle, seed=base_seed, epoch=next(epochs)):
             block = np.empty(len(records), dtype=object)
             block[:] = records
             yield block
@@ -172,7 +168,7 @@ def _verified_batches(records: tf.data.Dataset, plan: ReadPlan, batch_size: int,
     return batches
 
 
-def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuffle: bool = False,
+def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 32, shuffle: bool = False,
                  seed: int | None = None, shuffle_buffer: int = 10_000, repeat: bool = False,
                  cache: bool = False, drop_remainder: bool = False, num_workers: int | None = None,
                  worker_index: int | None = None, input_context: tf.distribute.InputContext | None = None,
@@ -192,13 +188,19 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
     Iterators can be saved and restored mid-epoch with ``tf.train.Checkpoint(iterator=...)``.
 
     Args:
-        path: dataset directory (the one holding manifest.json) or versioned root, local or ``gs://``.
+        path: dataset directory (the one holding manifest.json) or versioned root, local or ``gs://``;
+            or a mapping ``{path: weight}`` to mix datasets in proportion to their weights, in the
+            order ``read_numpy`` reads its epoch 0 (``mixing``: the epoch ends when the first dataset
+            is exhausted at its weight; each dataset's part is read as one dataset is, and with
+            ``shuffle`` the mixed records pass through the shuffle buffer). Every iteration
+            (and every repetition) reads the same examples of each dataset.
         split: split expression: ``"train"``, ``"train[:10%]"``, ``"train[1000:2000]"``, ``"train+validation"``.
         batch_size: records per batch (per worker; with an InputContext pass
             ``input_context.get_per_replica_batch_size(global_batch_size)``).
         shuffle: shuffle shard order and records; reproducible when ``seed`` is set, different each epoch.
-            On an ArrayRecord dataset, a true global shuffle (``shuffle_buffer`` is not used).
-        seed: shuffle seed.
+            On one ArrayRecord dataset, a true global shuffle (``shuffle_buffer`` is not used); in a
+            mixture, an ArrayRecord dataset's part is read in stored order, through the shuffle buffer.
+        seed: shuffle seed (and the mixture's interleaving, with 0 for None).
         shuffle_buffer: records held in the shuffle buffer.
         repeat: repeat forever (the cardinality becomes infinite).
         cache: cache the worker's serialized records in memory after the first epoch.
@@ -217,7 +219,8 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
 
     Raises:
         DatasetNotFoundError, UnknownSplitError: no such dataset or split.
-        ReaderError: on invalid options (split expression, worker arguments, label key, image size),
+        IncompatibleSchemasError: when mixed datasets' schemas differ.
+        ReaderError: on invalid options (split expression, worker arguments, label key, image size, weights),
             or shards in a format it does not read (naming the readers that do).
     """
     check_positive("batch_size", batch_size)
@@ -225,19 +228,30 @@ def read_dataset(path: str, *, split: str = "train", batch_size: int = 32, shuff
     if num_parallel_reads is not None:
         check_positive("num_parallel_reads", num_parallel_reads)
     workers, index = _worker(num_workers, worker_index, input_context)
-    plan = plan_read(path, split=split, num_workers=workers, worker_index=index)
-    plan.require_reader("read_dataset")
+    if isinstance(path, str):
+        plans, choices = [plan_read(path, split=split, num_workers=workers, worker_index=index)], None
+    else:  # a mixture: each dataset's part of this worker's share, and the order to take them in
+        plans, choices = worker_plans(path, split=split, num_workers=workers, worker_index=index, seed=seed or 0)
+    for plan in plans:
+        plan.require_reader("read_dataset")
+    plan = plans[0] if choices is None else dataclasses.replace(
+        plans[0], dataset_dir=" + ".join(p.dataset_dir for p in plans), segments=tuple(
+            segment for p in plans for segment in p.segments))  # for the counts only
     schema = plan.manifest.schema
     check_label_key(schema, label_key)
     parse = make_batch_parser(schema, image_decoding=image_decoding)
 
-    reads = num_parallel_reads if num_parallel_reads is not None else _default_parallel_reads(plan, shuffle)
     # Without repeat, counts are checked per batch (free) rather than per record (~4% of the read rate).
-    dataset = read_records(plan, shuffle_files=shuffle, seed=seed, num_parallel_reads=reads,
-                           verify_count=verify_count and repeat)
+    # One ArrayRecord dataset is globally shuffled by its reader; a mixture's parts are shuffled below.
+    components = [read_records(p, shuffle_files=shuffle and (choices is None or not p.format.random_access),
+                               seed=seed, verify_count=verify_count and repeat,
+                               num_parallel_reads=num_parallel_reads or _default_parallel_reads(p, shuffle))
+                  for p in plans]
+    dataset = components[0] if choices is None else tf.data.Dataset.choose_from_datasets(
+        components, tf.data.Dataset.from_tensor_slices(choices).map(lambda choice: tf.cast(choice, tf.int64)))
     if cache:
         dataset = dataset.cache()
-    if shuffle and not plan.format.random_access:  # a random-access format is globally shuffled already
+    if shuffle and (choices is not None or not plan.format.random_access):  # else globally shuffled already
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()

@@ -1,20 +1,17 @@
-"""A ``torch.utils.data.IterableDataset`` over a published dataset (PyTorch is an optional extra).
+"""A ``torch.utils.data.IterableDataset`` over a published dataset or a mixture (PyTorch is an optional extra).
 
-Work is split twice, both times by the manifest's per-shard record counts: first between DDP
-ranks (every rank gets exactly the same number of examples, so no rank waits for another at the
-end of an epoch), then between the DataLoader workers of a rank (near-equal runs, which together
-are exactly that rank's examples). Examples are dicts of NumPy values (see ``numpy_decode``);
-``collate`` turns a list of them into a batch of tensors.
-
-On an ArrayRecord dataset, ``shuffle`` is a true global shuffle (``random_access``): each epoch
-every rank takes its equal share of one seeded permutation of all the records, and the
-DataLoader workers of a rank split that share into near-equal runs.
+Each epoch has one global order, fixed by the datasets, weights, split, seed, epoch and shuffle
+options (``mixing``). It is dealt out twice, from what remains of it (``resume``): to DDP ranks
+in equal contiguous runs (so no rank waits for another at the end of an epoch), then to the
+DataLoader workers of a rank in near-equal runs. What was consumed is kept as ranges of that
+order, so a read resumes exactly with other numbers of workers or ranks. Examples are dicts of
+NumPy values (see ``numpy_decode``); ``collate`` turns a list of them into a batch of tensors.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,22 +19,30 @@ import torch
 import torch.distributed
 import torch.utils.data
 
-from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.formats import shard_format
-from beam_tfrecord.reader.block_decode import BlockDecoder, Columns, rebatch
-from beam_tfrecord.reader.numpy_decode import Example
-from beam_tfrecord.reader.numpy_reader import (
+from beam_tfrecord.reader.block_decode import Columns, num_rows, rebatch
+from beam_tfrecord.reader.mixing import (
+    DatasetPaths,
+    EpochOrder,
+    describe_read,
+    epoch_takes,
     iter_columns,
     iter_examples,
-    iter_global_columns,
-    iter_global_shuffle,
-    mix_seed,
-    worker_share,
+    open_sources,
 )
+from beam_tfrecord.reader.numpy_decode import Example
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
-from beam_tfrecord.reader.read_plan import plan_read
-from beam_tfrecord.reader.slicing import sub_range
+from beam_tfrecord.reader.resume import (
+    ReadState,
+    check_same_read,
+    complement,
+    consumed_after,
+    consumed_by_start,
+    length,
+    rank_share,
+    take,
+    worker_states,
+)
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -51,33 +56,50 @@ def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]
 
 
 class TFRecordIterableDataset(torch.utils.data.IterableDataset):
-    """Examples of a split expression for one DDP rank, split between its DataLoader workers.
+    """Examples of one dataset, or a weighted mixture, for one DDP rank, split between its DataLoader workers.
 
-    ``len(dataset)`` is the rank's number of examples per epoch, the same on every rank. Call
-    ``set_epoch(epoch)`` before each epoch (as with ``DistributedSampler``) to reshuffle.
+    ``len(dataset)`` is the rank's number of examples left in the epoch, the same on every rank.
+    Call ``set_epoch(epoch)`` before each epoch (as with ``DistributedSampler``) to reshuffle.
+
+    **Resume.** The epoch's order is fixed by the datasets, the split, ``seed``, the epoch and the
+    shuffle options, whatever the number of ranks and workers (``mixing``, ``resume``).
+    ``state_dict()`` / ``load_state_dict()`` follow torchdata's ``Stateful`` protocol, so a
+    ``StatefulDataLoader`` saves and restores the read with the loader (same worker count: each
+    worker continues its own part). To resume with another number of DataLoader workers or of
+    ranks, give the saved loader state to the *dataset* instead, before building the new loader::
+
+        dataset.load_state_dict(old_loader_state)      # any rank's; any worker count before and after
+        loader = StatefulDataLoader(dataset, batch_size=64, num_workers=3, collate_fn=collate)
+
+    Exact: no example of the epoch is repeated or skipped, except that the last
+    ``remaining % world_size`` of the epoch's order are left out so that ranks keep equal counts.
+    Ranks are taken to have advanced together (DDP's lockstep), so one rank's state stands for all.
 
     Args:
-        path: dataset directory (the one holding manifest.json), local or ``gs://``.
+        path: dataset directory (the one holding manifest.json), local or ``gs://``; or a mapping
+            ``{path: weight}`` to mix datasets in proportion to their weights (``mixing``: the epoch
+            ends when the first dataset is exhausted at its weight).
         split: split expression: ``"train"``, ``"train[:10%]"``, ``"train+validation"``.
         rank: this process's rank; default from ``torch.distributed`` if initialized, else 0.
         world_size: number of ranks; default from ``torch.distributed`` if initialized, else 1.
-        shuffle: shuffle shard order and records, reproducibly from ``seed`` and the epoch (a true
-            global shuffle on an ArrayRecord dataset).
-        seed: shuffle seed, the same on every rank.
-        shuffle_buffer: records held in each worker's shuffle buffer.
+        shuffle: shuffle each dataset, reproducibly from ``seed`` and the epoch (a seeded permutation
+            of an ArrayRecord dataset; shuffled shards and windows of a TFRecord one).
+        seed: seed of the shuffle and of the mixture's interleaving, the same on every rank.
+        shuffle_buffer: records in a TFRecord shuffle window.
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
         verify: check every record's CRCs.
-        start: with a global shuffle, examples of this rank's epoch already consumed (to resume
-            after them; exact when the DataLoader has at most one worker, whose order is the
-            rank's order).
-        batch_size: yield ready batches of this many examples (the last of each worker may be
+        start: examples each rank already consumed in the first epoch read (the simple resume: exact
+            when they were read in the rank's order, i.e. with at most one DataLoader worker;
+            ``load_state_dict`` is exact with any).
+        batch_size: yield ready batches of this many examples (the last of each epoch's read may be
             smaller) instead of single examples: use ``DataLoader(dataset, batch_size=None)``.
             Batches are then cut from whole decoded blocks inside the DataLoader workers, several
             times faster than collating examples; variable-length and bytes features are lists.
+            The workers split the rank's share in whole batches; a state still counts examples.
     """
 
-    def __init__(self, path: str, *, split: str = "train", rank: int | None = None, world_size: int | None = None,
-                 shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 10_000,
+    def __init__(self, path: DatasetPaths, *, split: str = "train", rank: int | None = None,
+                 world_size: int | None = None, shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 10_000,
                  image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0,
                  batch_size: int | None = None) -> None:
         super().__init__()
@@ -86,63 +108,100 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
             check_positive("batch_size", batch_size)
         self.batch_size = batch_size
         self.rank, self.world_size = _rank_and_world(rank, world_size)
-        dataset = open_dataset(path)
-        self.global_shuffle = shuffle and shard_format(dataset.manifest.file_format).random_access
-        if start and not self.global_shuffle:
-            raise ReaderError("start (resume) is for the global shuffle of an array_record dataset")
-        self.start = start
-        # The global shuffle deals out every rank's records itself; otherwise each rank plans its own.
-        self.all_ranks_plan = plan_read(path, split=split, dataset=dataset) if self.global_shuffle else None
-        self.plan = plan_read(path, split=split, num_workers=self.world_size, worker_index=self.rank,
-                              dataset=dataset)
+        self.sources = open_sources(path, split=split)
+        self.total = sum(epoch_takes(self.sources))
+        self.read = describe_read(self.sources, split=split, seed=seed, shuffle=shuffle, shuffle_buffer=shuffle_buffer)
+        self.split = split
         self.shuffle = shuffle
         self.seed = seed
         self.shuffle_buffer = shuffle_buffer
         self.image_decoding = image_decoding
         self.verify = verify
         self.epoch = 0
+        self._consumed = consumed_by_start(self.total, world_size=self.world_size, start=start)
+        self._own: ReadState | None = None  # a worker's own saved state (StatefulDataLoader, same workers)
+        self._state: ReadState | None = None  # this process's reader, once iterating (``yielded`` kept apart)
+        self._yielded = 0  # examples it handed out: a plain int, counted per example at no cost
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch, which (with the seed) decides the shuffle order."""
+        """Sets the epoch, which (with the seed) decides the order; a new epoch starts from its beginning."""
+        if epoch != self.epoch:
+            self._consumed, self._own = (), None
         self.epoch = epoch
 
     def __len__(self) -> int:
-        """The rank's examples per epoch; with ``batch_size``, its batches (whatever the number of workers)."""
-        examples = self.plan.num_records - self.start
+        """The rank's examples left in the epoch; with ``batch_size``, its batches (whatever the number of workers)."""
+        examples = length(rank_share(complement(self.total, self._consumed), self.world_size, self.rank))
         return examples if self.batch_size is None else -(-examples // self.batch_size)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Where this reader stands (torchdata's ``Stateful``): in a DataLoader worker, that worker's part."""
+        if self._state is None:
+            return self._reader_state(*_worker()).to_dict()
+        return dataclasses.replace(self._state, yielded=self._yielded).to_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Resumes from ``state_dict()``, or from a torchdata ``StatefulDataLoader``'s whole ``state_dict()``.
+
+        Raises:
+            ReaderError: when the state is of another read (datasets, weights, split, seed, shuffle),
+                or holds only some of a rank's DataLoader workers.
+        """
+        states = worker_states(state_dict)
+        first = states[0]
+        if len(states) == 1 and first.num_workers > 1:  # one worker's part, loaded in that worker
+            check_same_read(first.read, self.read)
+            self.epoch, self._consumed, self._own = first.epoch, first.consumed, first
+            return
+        self.epoch = first.epoch
+        self._consumed = consumed_after(states, self.total, read=self.read, epoch=first.epoch)
+        self._own = None
+
+    def _reader_state(self, worker: int, num_workers: int) -> ReadState:
+        return ReadState(self.read, self.epoch, self._consumed, self.world_size, self.rank, num_workers, worker, 0,
+                         unit=self.batch_size or 1)
+
     def __iter__(self) -> Iterator[Example] | Iterator[dict[str, Any]]:
-        info = torch.utils.data.get_worker_info()
-        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        if self.batch_size is not None:
-            return (tensors(batch) for batch in self._column_batches(self.batch_size, worker, num_workers))
-        return self._examples(worker, num_workers)
+        worker, num_workers = _worker()
+        state = self._reader_state(worker, num_workers)
+        skip = 0
+        if self._own is not None:
+            own = self._own
+            if (own.world_size, own.rank, own.num_workers, own.worker, own.unit) != (
+                    self.world_size, self.rank, num_workers, worker, state.unit):
+                raise ReaderError(f"a state of DataLoader worker {own.worker} of {own.num_workers} (rank {own.rank} "
+                                  f"of {own.world_size}, batches of {own.unit}) cannot resume worker {worker} of "
+                                  f"{num_workers} (rank {self.rank} of {self.world_size}, batches of {state.unit}): "
+                                  "give the whole loader state_dict() to dataset.load_state_dict() before building "
+                                  "the new DataLoader")
+            skip = own.yielded
+        order = EpochOrder(self.sources, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
+                           shuffle_buffer=self.shuffle_buffer, verify=self.verify)
+        stream = state.stream(order.total)
+        self._state, self._yielded = state, skip
+        positions = take(stream, skip, length(stream))
+        if self.batch_size is None:
+            return self._count(iter_examples(order, positions, image_decoding=self.image_decoding))
+        batches = rebatch(iter_columns(order, positions, image_decoding=self.image_decoding), self.batch_size)
+        return self._count_batches(batches)
 
-    def _column_batches(self, batch_size: int, worker: int, num_workers: int) -> Iterator[Columns]:
-        """This worker's batches, as columns: cut from decoded blocks (shuffled examples are stacked)."""
-        if self.all_ranks_plan is not None:
-            return rebatch(iter_global_columns(self.all_ranks_plan, seed=self.seed, epoch=self.epoch, rank=self.rank,
-                                               world_size=self.world_size, start=self.start,
-                                               image_decoding=self.image_decoding, worker=worker,
-                                               num_workers=num_workers, unit=batch_size), batch_size)
-        if not self.shuffle:
-            start, stop = worker_share(self.plan.num_records, num_workers, worker, unit=batch_size)
-            return rebatch(iter_columns(self.plan, sub_range(self.plan.segments, start, stop),
-                                        image_decoding=self.image_decoding, verify=self.verify), batch_size)
-        decoder = BlockDecoder(self.plan.manifest.schema, image_decoding=self.image_decoding)
-        examples = self._examples(worker, num_workers, unit=batch_size)
-        return (decoder.columns(chunk) for chunk in iter(lambda: list(itertools.islice(examples, batch_size)), []))
+    def _count(self, examples: Iterator[Example]) -> Iterator[Example]:
+        """Yields the examples, keeping ``state_dict()`` at the count handed out (what a loader snapshots)."""
+        for example in examples:
+            self._yielded += 1
+            yield example
 
-    def _examples(self, worker: int, num_workers: int, unit: int = 1) -> Iterator[Example]:
-        if self.all_ranks_plan is not None:
-            return iter_global_shuffle(self.all_ranks_plan, seed=self.seed, epoch=self.epoch, rank=self.rank,
-                                       world_size=self.world_size, start=self.start,
-                                       image_decoding=self.image_decoding, worker=worker, num_workers=num_workers)
-        start, stop = worker_share(self.plan.num_records, num_workers, worker, unit=unit)
-        return iter_examples(self.plan, segments=sub_range(self.plan.segments, start, stop), shuffle=self.shuffle,
-                             seed=mix_seed(self.seed, self.epoch, self.rank, worker),
-                             shuffle_buffer=self.shuffle_buffer, image_decoding=self.image_decoding,
-                             verify=self.verify)
+    def _count_batches(self, batches: Iterator[Columns]) -> Iterator[dict[str, Any]]:
+        """Yields ready batches as tensors; ``state_dict()`` still counts the examples handed out."""
+        for batch in batches:
+            self._yielded += num_rows(batch)
+            yield tensors(batch)
+
+
+def _worker() -> tuple[int, int]:
+    """(this DataLoader worker, the number of workers): (0, 1) outside a worker process."""
+    info = torch.utils.data.get_worker_info()
+    return (info.id, info.num_workers) if info is not None else (0, 1)
 
 
 def tensors(columns: Columns) -> dict[str, Any]:

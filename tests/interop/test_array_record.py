@@ -97,9 +97,7 @@ def test_torch_dataloader_workers_split_the_rank_share(array_record_dataset):
     assert not ranks[0] & ranks[1]
 
 
-def test_sequential_tfrecord_reader_refuses_random_access_and_resume_on_torch(tfrecord_dataset):
-    with pytest.raises(ReaderError, match="start \\(resume\\) is for the global shuffle of an array_record dataset"):
-        TFRecordIterableDataset(tfrecord_dataset, start=3)
+def test_random_access_refuses_tfrecord_shards(tfrecord_dataset):
     from beam_tfrecord.reader.random_access import RandomAccessRecords
     from beam_tfrecord.reader.read_plan import plan_read
 

@@ -33,7 +33,10 @@ from beam_tfrecord import (
     VarList,
     WriteTFRecordDataset,
 )
+from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.reader.random_access import RandomAccessRecords
+from beam_tfrecord.reader.read_plan import plan_read
 
 ALL_TYPES_SCHEMA = Schema(features={
     "key": Scalar(DType.STRING),
@@ -112,11 +115,13 @@ def sequence_values(n: int) -> dict[str, dict]:
 
 
 def write_dataset(out_dir: str, schema: Schema, samples: dict[str, dict], *, splits: str,
-                  target_shard_bytes: int, compression: Compression = Compression.NONE) -> str:
+                  target_shard_bytes: int, compression: Compression = Compression.NONE,
+                  file_format: FileFormat = FileFormat.TFRECORD) -> str:
     with beam.Pipeline() as pipeline:
         _ = (pipeline
              | beam.Create([Sample(key, values) for key, values in samples.items()])
              | WriteTFRecordDataset(out_dir, schema=schema, dataset_name="t", compression=compression,
+                                    file_format=file_format,
                                     sharding=ShardingConfig(target_shard_bytes=target_shard_bytes),
                                     splits=SplitConfig.parse(splits)))
     return out_dir
@@ -215,3 +220,58 @@ def damaged_copy(counted, tmp_path):
     path = os.path.join(root, shard.filename)
     with open(path, "rb") as handle:
         return root, path, handle.read()
+
+
+KEYED_SCHEMA = Schema(features={"key": Scalar(DType.STRING), "i": Scalar(DType.INT64)})
+
+
+def keyed_dataset(tmp_path_factory, prefix: str, n: int, *, schema: Schema = KEYED_SCHEMA,
+                  file_format: FileFormat = FileFormat.TFRECORD) -> BuiltDataset:
+    """``n`` tiny records keyed ``<prefix>00000``..., all in split train, in shards of ~40 records."""
+    samples = {f"{prefix}{i:05d}": {"key": f"{prefix}{i:05d}", "i": i} for i in range(n)}
+    if "i" not in schema.features:
+        samples = {key: {"key": key} for key in samples}
+    elif schema.features["i"] != KEYED_SCHEMA.features["i"]:
+        samples = {key: {"key": key, "i": float(values["i"])} for key, values in samples.items()}
+    path = write_dataset(str(tmp_path_factory.mktemp(f"keyed_{prefix}")), schema, samples, splits="train=1.0",
+                         target_shard_bytes=1000, file_format=file_format)
+    return BuiltDataset(path, samples)
+
+
+@pytest.fixture(scope="session")
+def keyed_a(tmp_path_factory) -> BuiltDataset:
+    """600 TFRecord records keyed a00000...: the larger dataset of the mixing and resume tests."""
+    return keyed_dataset(tmp_path_factory, "a", 600)
+
+
+@pytest.fixture(scope="session")
+def keyed_b(tmp_path_factory) -> BuiltDataset:
+    """200 TFRecord records keyed b00000...."""
+    return keyed_dataset(tmp_path_factory, "b", 200)
+
+
+@pytest.fixture(scope="session")
+def keyed_r(tmp_path_factory) -> BuiltDataset:
+    """150 ArrayRecord records keyed r00000...: mixtures of both formats.
+
+    Read once here: array-record 0.8.6 crashes (SIGSEGV) reading in a process forked from one that
+    wrote ArrayRecord files and has not read any since (a DataLoader worker of this test process).
+    """
+    built = keyed_dataset(tmp_path_factory, "r", 150, file_format=FileFormat.ARRAY_RECORD)
+    records = RandomAccessRecords(plan_read(built.path))
+    records.read([0])
+    records.close()
+    return built
+
+
+@pytest.fixture(scope="session")
+def float_i(tmp_path_factory) -> BuiltDataset:
+    """10 records whose feature ``i`` is a float: not mixable with ``keyed_a``."""
+    return keyed_dataset(tmp_path_factory, "f", 10, schema=Schema({"key": Scalar(DType.STRING),
+                                                                   "i": Scalar(DType.FLOAT32)}))
+
+
+@pytest.fixture(scope="session")
+def key_only(tmp_path_factory) -> BuiltDataset:
+    """10 records without feature ``i``: not mixable with ``keyed_a``."""
+    return keyed_dataset(tmp_path_factory, "k", 10, schema=Schema({"key": Scalar(DType.STRING)}))

@@ -13,8 +13,8 @@ from beam_tfrecord import Image, ImageFormat, read_dataset
 from beam_tfrecord.core.framing import FRAMING_BYTES, frame
 from beam_tfrecord.dataset import load_manifest, shard_paths
 from beam_tfrecord.errors import DatasetNotFoundError, ReaderError, UnknownSplitError
+from beam_tfrecord.reader.mixing import num_examples
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
-from beam_tfrecord.reader.read_plan import num_examples
 
 
 def _examples(dataset: tf.data.Dataset) -> list[dict]:
