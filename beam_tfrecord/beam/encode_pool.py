@@ -85,6 +85,10 @@ class _Process:
 
     def __init__(self, fn_bytes: bytes) -> None:
         ours, theirs = socket.socketpair()
+        # Blocking, whatever socket.setdefaulttimeout() says (client libraries set one): a socket
+        # with a timeout is non-blocking underneath, and Connection's raw reads then fail with EAGAIN.
+        ours.setblocking(True)
+        theirs.setblocking(True)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the DoFn's modules
         self.process = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno())],
                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, env=env)

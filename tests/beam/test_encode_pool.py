@@ -6,6 +6,7 @@ Byte-identity of the pool's output with one process is in tests/test_determinism
 
 import os
 import signal
+import socket
 
 import apache_beam as beam
 import pytest
@@ -69,3 +70,23 @@ def test_a_pool_process_that_dies_fails_the_build_and_publishes_nothing(tmp_path
     assert "EncodePoolError" in repr(raised.value) or isinstance(raised.value, EncodePoolError)
     assert "exited (code -9)" in str(raised.value)
     assert not os.path.exists(os.path.join(out, "manifest.json"))
+
+
+def _build(out: str, samples: list[list[Sample]], processes: int) -> dict[str, bytes]:
+    with beam.Pipeline(argv=["--runner=DirectRunner"]) as pipeline:
+        _ = pipeline | beam.Create(samples) | WriteTFRecordDataset(out, schema=SCHEMA, encode_processes=processes)
+    return {name: open(os.path.join(out, name), "rb").read() for name in sorted(os.listdir(out))
+            if name.startswith("data-")}
+
+
+def test_the_pool_works_under_a_default_socket_timeout(tmp_path):
+    """Beam's GCS auth calls socket.setdefaulttimeout(60): the pool's sockets must stay blocking
+    (a socket with a timeout is non-blocking underneath; reads failed with EAGAIN)."""
+    samples = [[Sample(f"k{c}-{i}", {"id": c * 100 + i}) for i in range(100)] for c in range(4)]
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(60)
+    try:
+        pooled = _build(str(tmp_path / "pool"), samples, processes=2)
+    finally:
+        socket.setdefaulttimeout(previous)
+    assert pooled and pooled == _build(str(tmp_path / "one"), samples, processes=1)
