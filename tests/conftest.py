@@ -1,6 +1,7 @@
-"""Shared fixtures: a small sample image folder, built once per test session."""
+"""Shared fixtures, built once per test session: a small sample image folder and a Dask LocalCluster."""
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,3 +19,17 @@ def sample_images(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("images")
     write_sample_images(str(root), per_class=100, size=64, seed=0)
     return str(root)
+
+
+@pytest.fixture(scope="session")
+def dask_address() -> Iterator[str]:
+    """One LocalCluster of two worker processes (a real dask.distributed scheduler) for the whole session.
+
+    Jobs given its address (``--dask_client_address``) skip a cluster start and the workers' Beam
+    imports. Tests that kill workers, cap their memory or need the workers to inherit a changed
+    environment start their own cluster.
+    """
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        yield cluster.scheduler_address

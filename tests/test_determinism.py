@@ -3,9 +3,9 @@
 Small spill runs (many runs per worker) and small shards make every mode cut and merge
 differently; the output must not notice. The spill path (runs merged by shard writers), the
 shuffle path with side inputs (DirectRunner forced to it), the shuffle path that joins instead
-(Beam's DaskRunner on a local cluster of 2 worker processes) and the spill path's encoding pool
-(2 processes encoding and spilling runs) all give the same files, dead letters and manifests,
-for ratio and exact-count splits.
+(Beam's DaskRunner on the session's local cluster of 2 worker processes) and the spill path's
+encoding pool (2 processes encoding and spilling runs) all give the same files, dead letters and
+manifests, for ratio and exact-count splits.
 """
 
 import os
@@ -68,10 +68,11 @@ def _build(out: str, options: list[str], *, direct_io: bool = True, fan_in: FanI
 
 
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory):
+def outputs(tmp_path_factory, dask_address):
     root = tmp_path_factory.mktemp("determinism")
+    modes = {**MODES, "dask": [*MODES["dask"], f"--dask_client_address={dask_address}"]}  # the session's cluster
     built = {}
-    for name, options in MODES.items():
+    for name, options in modes.items():
         built[name] = str(root / name)
         _build(built[name], options)
     built["direct-in-memory-again"] = str(root / "again")
@@ -84,7 +85,7 @@ def outputs(tmp_path_factory):
     _build(built["direct-shuffle"], MODES["direct-in-memory"], fan_in=FanIn.SHUFFLE)
     for name, options, fan_in in [("count-spill", MODES["direct-in-memory"], FanIn.SPILL),
                                   ("count-shuffle", MODES["direct-in-memory"], FanIn.SHUFFLE),
-                                  ("count-dask", MODES["dask"], FanIn.AUTO)]:
+                                  ("count-dask", modes["dask"], FanIn.AUTO)]:
         built[name] = str(root / name)
         _build(built[name], options, fan_in=fan_in, splits=COUNT_SPLITS)
     return built

@@ -2,7 +2,7 @@
 
 One shared set of builds (module fixture): the same 600 serialized Examples written on the
 DirectRunner by both fan-in paths, from ``tf.train.Example`` protos, and on the DaskRunner
-(LocalCluster of 2 worker processes with a memory limit; the spill path it picks). Every build must give the
+(the session's LocalCluster of 2 worker processes, tests/conftest.py; the spill path it picks). Every build must give the
 same shards, and the inferred schema must let every reader (NumPy, tf.data, PyTorch, TFDS) read
 back exactly the records written.
 """
@@ -68,15 +68,6 @@ def _write(out: str, records: list, *, options: list[str] | None = None, **write
              | beam.Create(records, reshuffle=False)
              | WriteBalancedTFRecord(out, **{"splits": SPLITS, "target_shard_bytes": TARGET_SHARD_BYTES,
                                              **writer_options}))
-
-
-@pytest.fixture(scope="module")
-def dask_address():
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GiB",
-                      dashboard_address=None) as cluster:
-        yield cluster.scheduler_address
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,9 @@
-"""A LocalCluster of two worker processes (a real dask.distributed scheduler) for the Dask tests."""
+"""What the Dask tests share: the runner's name and records made on the workers (the cluster itself is the
+session's ``dask_address`` fixture in tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
-import pytest
 
 from beam_tfrecord.core.samples import Sample
 
@@ -23,10 +21,3 @@ def incompressible_records(element: int) -> list[Sample]:
     return [Sample(f"r/{i:07d}", {"payload": rng.bytes(RECORD_BYTES), "index": i})
             for i in range(start, start + PER_ELEMENT)]
 
-
-@pytest.fixture(scope="module")
-def dask_address() -> Iterator[str]:
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        yield cluster.scheduler_address

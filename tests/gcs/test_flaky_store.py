@@ -20,6 +20,7 @@ from fixtures_gcs import EMULATOR_ENV_KEYS, emulator_env, free_port, launch_fake
 from flaky_proxy import FAULT_KINDS, FlakyProxy
 
 from beam_tfrecord import gcs, lease, storage
+from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.verify import verify_dataset
@@ -166,7 +167,8 @@ def test_a_build_verify_and_read_through_faults_give_the_same_bytes(
     assert records == clean_build.records
     assert {s.filename: s.crc32c for s in manifest.shards} == {
         name: google_crc32c.Checksum(data).hexdigest().decode("ascii") for name, data in clean_build.shards.items()}
-    assert all(not Path(p).name.startswith(".") and ".tmp-" not in p for p in listed)  # no temp file, no lease left
+    published = ["manifest.json", *tfds_files(manifest), *clean_build.shards]
+    assert listed == {f"{output}/{name}" for name in published}  # no temporary file, no lease left
 
 
 def _upload_tree(local_dir: str, gs_dir: str) -> int:

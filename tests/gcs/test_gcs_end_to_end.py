@@ -19,8 +19,9 @@ RUNNERS = {
     "direct-in-memory": ["--runner=DirectRunner", "--direct_running_mode=in_memory"],
     "direct-multi-processing": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
                                 "--direct_num_workers=2"],
-    "dask": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner"],  # workers inherit the emulator's env
 }
+# The DaskRunner's gs:// build (workers inheriting the emulator's environment) runs in
+# tests/gcs/test_flaky_store.py, through injected faults, with the same checks.
 
 
 def _local_images(root: str) -> dict[str, bytes]:

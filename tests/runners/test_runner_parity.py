@@ -2,8 +2,8 @@
 
 DirectRunner in memory, DirectRunner with 2 worker processes, the portable runner (an
 embedded job server with LOOPBACK workers, the same Fn API path Flink and Dataflow use), and
-Beam's DaskRunner on a dask.distributed LocalCluster (the spill fan-in path it picks, and the
-shuffle path forced).
+Beam's DaskRunner on a dask.distributed LocalCluster (the spill fan-in path it picks, on a cluster
+the job starts itself, and the shuffle path forced, on a running cluster named by address).
 Flink itself cannot run here: its job-server jar is downloaded at start (see deploy/flink).
 """
 
@@ -25,8 +25,10 @@ RUNNERS = {
     "portable-loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"],
     # Beam's DaskRunner on a LocalCluster of 2 worker processes that the job starts and stops itself.
     "dask": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner"],
+    # The shuffle path forced, on the session's cluster (the ``dask_address`` fixture) given by address.
     "dask-shuffle": ["--runner=apache_beam.runners.dask.dask_runner.DaskRunner", "--fan_in=shuffle"],
 }
+SHARED_CLUSTER = {"dask-shuffle"}
 JOB_ARGS = ["--splits=train=0.7,validation=0.2,test=0.1", "--target_shard_bytes=5000", "--compression=gzip"]
 
 
@@ -37,11 +39,12 @@ def _content(manifest: Manifest) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def built_by_runner(tiny_images: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def built_by_runner(tiny_images: str, tmp_path_factory: pytest.TempPathFactory, dask_address: str) -> dict[str, str]:
     roots = {}
     for name, runner_args in RUNNERS.items():
         root = str(tmp_path_factory.mktemp(f"parity-{name}"))
-        refresh_image_dataset.run(["--input", tiny_images, "--dataset_root", root, *JOB_ARGS, *runner_args])
+        address = [f"--dask_client_address={dask_address}"] if name in SHARED_CLUSTER else []
+        refresh_image_dataset.run(["--input", tiny_images, "--dataset_root", root, *JOB_ARGS, *runner_args, *address])
         roots[name] = root
     return roots
 
