@@ -2,10 +2,9 @@
 
 One shared set of builds (module fixture): the same 600 serialized Examples written on the
 DirectRunner by both fan-in paths, from ``tf.train.Example`` protos, and on the DaskRunner
-(the session's LocalCluster of 2 worker processes, tests/conftest.py; the spill path it picks). Every build
-must give the
-same shards, and the inferred schema must let every reader (NumPy, tf.data, PyTorch, TFDS) read
-back exactly the records written.
+(the session's LocalCluster of 2 worker processes, tests/conftest.py; the spill path it picks).
+Every build must give the same shards, and the inferred schema must let every reader (NumPy,
+tf.data, PyTorch, TFDS) read back exactly the records written.
 """
 
 from __future__ import annotations
