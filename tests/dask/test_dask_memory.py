@@ -39,18 +39,21 @@ SCHEMA = Schema({"payload": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
 
 
 class _PeakTreeRss:
-    """Samples this process and its descendants (the cluster's nannies and workers) every 100 ms."""
+    """Samples this process and the descendants it starts while measured (the cluster's nannies and
+    workers) every 100 ms. Children alive before (another test's cluster, in the same pytest
+    process) are not this build's and are left out."""
 
     def __init__(self) -> None:
         self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self._before = {child.pid for child in psutil.Process().children(recursive=True)}
 
     def _run(self) -> None:
         me = psutil.Process()
         while not self._stop.is_set():
             total = 0
-            for process in [me, *me.children(recursive=True)]:
+            for process in [me, *(c for c in me.children(recursive=True) if c.pid not in self._before)]:
                 try:
                     total += process.memory_info().rss
                 except psutil.Error:
