@@ -232,8 +232,10 @@ class WriteTFRecordDataset(beam.PTransform):
         encode_processes: processes that encode samples and spill their runs, on the spill path
             (``beam_tfrecord.beam.encode_pool``). Default: every core of this machine on the
             DirectRunner, unless the pipeline's options choose the runner's parallelism
-            (``direct_num_workers``, ``direct_running_mode``, another runner: then 1); 1 encodes in
-            the runner's worker. More than 1 needs a runner whose workers run on this machine.
+            (``direct_num_workers``, ``direct_running_mode``, another runner: then 1), started after
+            a second of encoding and only where encoding an element costs at least 4x pickling it
+            (images do; small rows do not, and stay in the runner's worker); 1 encodes in the
+            runner's worker. More than 1 needs a runner whose workers run on this machine.
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
         progress_dir: a local folder where the DoFns keep their counts for a live progress display
             (``beam_tfrecord.progress``); only for runners whose workers share this machine.
