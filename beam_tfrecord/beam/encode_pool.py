@@ -81,8 +81,9 @@ def describe_encode_processes(result: Any) -> str | None:
     started = sum(counter.committed or 0 for counter in counters["counters"])
     if started:
         return f"  encoded in {started} processes (the encoding pool; --encode_processes=1: in the runner's worker)"
-    return ("  encoded in the runner's worker(s), no encoding pool (it starts after a second of encoding, on the "
-            "DirectRunner when no --runner or --direct_* option is given)")
+    return ("  encoded in the runner's worker(s), no encoding pool (on the DirectRunner without --runner or "
+            "--direct_* options it starts after a second of encoding, where encoding a sample costs at least "
+            f"{MIN_ENCODE_TO_PICKLE:g}x sending it)")
 
 
 class _Process:
