@@ -165,8 +165,7 @@ class EpochOrder:
     Args:
         sources: the datasets (``open_sources``).
         seed, epoch: decide the interleaving and, with ``shuffle``, each dataset's order (the first
-            dataset's from ``(seed, epoch)`` alone, so one dataset is shuffled as ``random_access.global_order``
-            does; the others' from ``(seed, epoch, number)``).
+            dataset's from ``(seed, epoch)`` alone; the others' from ``(seed, epoch, number)``).
         shuffle: shuffle each dataset (``orders.make_order``).
         shuffle_buffer: the window of a TFRecord dataset's shuffle.
         verify: check every record's CRCs.

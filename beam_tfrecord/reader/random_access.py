@@ -2,16 +2,13 @@
 
 A TFRecord shard can only be read front to back, so its readers shuffle shard order and records
 through a buffer. An ArrayRecord shard is read by record index, so every epoch can visit the
-records of a split expression in a seeded permutation of all of them:
+records of a split expression in a seeded permutation of all of them (``orders.PermutedOrder``,
+which costs 8 bytes per record of the split expression: 80 MB for 10 million; ranks and
+DataLoader workers take their shares of it in ``resume``).
 
-- ``global_order`` deals the permutation out to ranks: each gets ``total // world_size``
-  positions (the same count on every rank, like the sequential readers; the remainder is left
-  out of that epoch), and ``start`` skips the positions a rank already consumed, to resume.
-- ``RandomAccessRecords`` reads positions of the split expression in blocks: positions are
-  grouped by shard, each shard is asked for its indices in one call, and the records come back
-  in the order asked.
-
-The permutation costs 8 bytes per record of the split expression (80 MB for 10 million).
+``RandomAccessRecords`` reads positions of the split expression in blocks: positions are grouped
+by shard, each shard is asked for its indices in one call, and the records come back in the order
+asked.
 """
 
 from __future__ import annotations
@@ -25,25 +22,6 @@ from beam_tfrecord.formats import ShardReader
 from beam_tfrecord.reader.read_plan import ReadPlan
 
 BLOCK_RECORDS = 256
-
-
-def global_order(num_records: int, *, seed: int, epoch: int, rank: int = 0, world_size: int = 1,
-                 start: int = 0) -> np.ndarray:
-    """Positions (into the split expression) rank ``rank`` reads in epoch ``epoch``, from ``start`` on.
-
-    Every rank computes the same permutation from ``(seed, epoch)`` and takes its own equal slice.
-
-    Raises:
-        ReaderError: on a bad rank, world size or start.
-    """
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ReaderError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
-    per_rank = num_records // world_size
-    if not 0 <= start <= per_rank:
-        raise ReaderError(f"start must be in [0, {per_rank}] (this rank's examples per epoch), got {start}")
-    rng = np.random.Generator(np.random.PCG64([seed & (2**63 - 1), epoch]))
-    order = rng.permutation(num_records)
-    return order[rank * per_rank + start:(rank + 1) * per_rank]
 
 
 class RandomAccessRecords:

@@ -13,7 +13,6 @@ from beam_tfrecord import load_manifest, read_numpy, verify_dataset
 from beam_tfrecord.core.framing import iter_records
 from beam_tfrecord.core.proto import Example
 from beam_tfrecord.errors import CorruptShardError, ReaderError
-from beam_tfrecord.reader.random_access import global_order
 from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
 
 
@@ -73,13 +72,6 @@ def test_numpy_global_shuffle_is_seeded_equal_per_rank_and_resumable(array_recor
     resumed = _keys(read_numpy(array_record_dataset, split="train", shuffle=True, seed=5, num_workers=3,
                                worker_index=1, start=7))
     assert resumed == ranks[1][7:]
-
-
-def test_global_order_rejects_bad_arguments():
-    with pytest.raises(ReaderError, match="need 0 <= rank < world_size, got rank=2, world_size=2"):
-        global_order(10, seed=0, epoch=0, rank=2, world_size=2)
-    with pytest.raises(ReaderError, match=r"start must be in \[0, 5\]"):
-        global_order(10, seed=0, epoch=0, rank=0, world_size=2, start=6)
 
 
 def test_torch_dataloader_workers_split_the_rank_share(array_record_dataset):

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy
+from beam_tfrecord.reader.resume import rank_share
 from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset, collate
 
 BATCH = 8
@@ -180,3 +181,10 @@ def test_ready_batches_resume_with_another_worker_count_and_batch_size(keyed_a, 
     assert len(batches) == len(resumed) and [len(b["key"]) for b in batches[:-1]] == [16] * (len(batches) - 1)
     rest = [key for batch in batches for key in batch["key"]]
     assert len(consumed + rest) == len(set(consumed + rest)) and sorted(consumed + rest) == sorted(uninterrupted)
+
+
+@pytest.mark.parametrize("rank, world_size", [(2, 2), (-1, 2), (0, 0), (0, True)],
+                         ids=["rank-past-world", "negative-rank", "no-ranks", "bool-world"])
+def test_a_bad_rank_or_world_size_is_a_reader_error(rank, world_size):
+    with pytest.raises(ReaderError, match="need 0 <= rank < world_size, got rank="):
+        rank_share(((0, 10),), world_size, rank)
