@@ -32,6 +32,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
+from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME
 from beam_tfrecord.dataset import (
     LATEST_FILENAME,
     VERSION_ID_PATTERN,
@@ -231,7 +232,8 @@ def commit_version(root: str, version_id: str) -> None:
     """Points LATEST at a complete version, replacing the old pointer in one step.
 
     A run killed between its manifest and TFDS's metadata leaves a complete version without
-    ``dataset_info.json``: those files are written again (the same bytes) before LATEST moves.
+    ``dataset_info.json`` (written last): then those files are written again (the same bytes)
+    before LATEST moves.
 
     Raises:
         LatestPointerError: when the version has no manifest (it is not complete).
@@ -239,7 +241,8 @@ def commit_version(root: str, version_id: str) -> None:
     directory = version_dir(root, version_id)
     if not storage.exists(storage.join(directory, MANIFEST_FILENAME)):
         raise LatestPointerError(root, f"cannot name {version_id!r}: that version has no {MANIFEST_FILENAME}")
-    write_tfds_files(directory, load_manifest(directory))
+    if not storage.exists(storage.join(directory, DATASET_INFO_FILENAME)):  # written last: its presence means all
+        write_tfds_files(directory, load_manifest(directory))
     storage.write_bytes_atomic(storage.join(root, LATEST_FILENAME), f"{version_id}\n".encode())
 
 
