@@ -28,9 +28,38 @@ from collections.abc import Iterator, Sequence
 
 from beam_tfrecord import direct_io, storage
 from beam_tfrecord.core.runs import RunIndex, SpilledRun, merge_slices, write_run
-from beam_tfrecord.errors import CorruptShardError
+from beam_tfrecord.errors import CorruptShardError, PipelineInvariantError
 
 DEFAULT_RUN_BYTES = 64 << 20
+
+
+class RunWriting:
+    """Where a spilling DoFn's runs go, and the one thread that writes them for all its bundles.
+
+    Built with the DoFn (it pickles until started); ``start`` in ``setup``, ``spiller`` in each
+    ``start_bundle``, ``stop`` in ``teardown``.
+    """
+
+    def __init__(self, runs_dir: str, *, run_bytes: int, direct: bool) -> None:
+        self._runs_dir = runs_dir
+        self._run_bytes = run_bytes
+        self._direct = direct
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def start(self) -> None:
+        # Runs are written by a thread while the next one fills (file writes release the GIL).
+        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill-run")
+
+    def spiller(self) -> RunSpiller:
+        """A bundle's spiller (``start`` first)."""
+        if self._writer is None:
+            raise PipelineInvariantError("spill", "RunWriting.spiller() before start()")
+        return RunSpiller(self._runs_dir, run_bytes=self._run_bytes, direct=self._direct, writer=self._writer)
+
+    def stop(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
 
 
 class RunSpiller:

@@ -8,7 +8,6 @@ emits from ``finish_bundle`` (the Dask runner drops what is emitted there).
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Iterator, Mapping
 
 import apache_beam as beam
@@ -20,7 +19,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.encoding.entries import EncodedBatch, EntryEncoder
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.progress import ProgressSink
-from beam_tfrecord.spill import RunSpiller
+from beam_tfrecord.spill import RunWriting
 
 
 class _EncodeFn(beam.DoFn):
@@ -105,22 +104,18 @@ class EncodeToRunsFn(_EncodeFn):
                  direct_io: bool, progress_dir: str | None = None) -> None:
         super().__init__(schema, salt=salt, max_record_bytes=max_record_bytes, feature_transforms=feature_transforms,
                          reread_min_bytes=reread_min_bytes, progress_dir=progress_dir)
-        self._runs_dir = runs_dir
-        self._run_bytes = run_bytes
-        self._direct_io = direct_io
+        self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
         self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
 
     def setup(self) -> None:
         super().setup()
-        # Runs are written by a thread while the next one is encoded (file writes release the GIL).
-        self._run_writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill-run")
+        self._run_writing.start()
 
     def teardown(self) -> None:
-        self._run_writer.shutdown(wait=True)
+        self._run_writing.stop()
 
     def start_bundle(self) -> None:
-        self._spiller = RunSpiller(self._runs_dir, run_bytes=self._run_bytes, direct=self._direct_io,
-                                   writer=self._run_writer)
+        self._spiller = self._run_writing.spiller()
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[SpilledRun | DeadLetter]:
         entries, dead = self._encode_element(element)

@@ -15,7 +15,6 @@ changes it (``SummaryTracker``), so a few per bundle.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Iterator
@@ -41,7 +40,7 @@ from beam_tfrecord.core.runs import SpilledRun, make_record_entry
 from beam_tfrecord.core.samples import DeadLetter, Stage
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import SampleError, WriterOptionError
-from beam_tfrecord.spill import RunSpiller
+from beam_tfrecord.spill import RunWriting
 
 # The element -> its key (a stable id), for records whose content is not the right key.
 KeyFn = Callable[[Any], str]
@@ -180,21 +179,18 @@ class EncodeRecordsToRunsFn(_EncodeRecordsFn):
     def __init__(self, *, runs_dir: str, run_bytes: int, direct_io: bool, payload: Payload, salt: str,
                  max_record_bytes: int, key_fn: KeyFn | None) -> None:
         super().__init__(payload=payload, salt=salt, max_record_bytes=max_record_bytes, key_fn=key_fn)
-        self._runs_dir = runs_dir
-        self._run_bytes = run_bytes
-        self._direct_io = direct_io
+        self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
 
     def setup(self) -> None:
         super().setup()
-        self._run_writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill-run")
+        self._run_writing.start()
 
     def teardown(self) -> None:
-        self._run_writer.shutdown(wait=True)
+        self._run_writing.stop()
 
     def start_bundle(self) -> None:
         super().start_bundle()
-        self._spiller = RunSpiller(self._runs_dir, run_bytes=self._run_bytes, direct=self._direct_io,
-                                   writer=self._run_writer)
+        self._spiller = self._run_writing.spiller()
 
     def process(self, element: Any) -> Iterator[SpilledRun | DeadLetter | RecordsSummary]:
         outcome, summary = self._make(element)
