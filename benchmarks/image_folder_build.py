@@ -1,6 +1,7 @@
 """Image-folder build: ``beam-tfrecord build --resize 128x128`` on 15,000 256-px JPEGs, with the
-default options (every core: the encoding pool) against one worker (``--encode_processes=1``)
-and Beam's own multi-processing mode, interleaved in one run. Prints wall, CPU and cores busy.
+default options (every core: one DirectRunner worker process per core) against one in-memory
+worker (``--direct_num_workers=1``) and one in-memory worker with an encoding pool of one process
+per core (``--encode_processes``), interleaved in one run. Prints wall, CPU and cores busy.
 
     python benchmarks/image_folder_build.py                      # 15,000 images, 3 repeats
     python benchmarks/image_folder_build.py --images 3000 --repeats 1   # quicker
@@ -27,8 +28,8 @@ from measure import child_env, run_measured
 
 VARIANTS = {
     "default": [],
-    "1 worker": ["--encode_processes=1"],
-    "beam multi_processing": ["--direct_running_mode=multi_processing", f"--direct_num_workers={os.cpu_count()}"],
+    "1 in-memory worker": ["--direct_num_workers=1"],
+    "encoding pool": ["--direct_num_workers=1", f"--encode_processes={len(os.sched_getaffinity(0))}"],
 }
 
 
@@ -78,7 +79,7 @@ def main() -> None:
     print(f"\n{args.images} images, --resize 128x128, {os.cpu_count()} cores; median of {args.repeats}")
     print(f"  {'variant':<24} {'wall s':>8} {'CPU s':>8} {'cores busy':>11} {'vs 1 worker':>12}")
     median = {v: sorted(r)[len(r) // 2] for v, r in runs.items()}
-    base = median.get("1 worker", (None, None))[0]
+    base = median.get("1 in-memory worker", (None, None))[0]
     for variant, (wall, cpu) in median.items():
         speed = f"{base / wall:.2f}x" if base else ""
         print(f"  {variant:<24} {wall:8.2f} {cpu:8.1f} {cpu / wall:11.2f} {speed:>12}")

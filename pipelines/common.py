@@ -15,8 +15,15 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import lease
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_for, wait_for_dask
-from beam_tfrecord.beam.encode_pool import available_cores, describe_encode_processes
-from beam_tfrecord.beam.runners import encode_processes_for, traits_of_options, uses_dask_runner
+from beam_tfrecord.beam.encode_pool import describe_encode_processes
+from beam_tfrecord.beam.runners import (
+    available_cores,
+    local_workers_for,
+    local_workers_of,
+    runs_on_direct_runner,
+    traits_of_options,
+    uses_dask_runner,
+)
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
@@ -61,12 +68,12 @@ class DatasetOutputOptions(PipelineOptions):
         parser.add_argument("--break_lock", type=parse_bool, nargs="?", const=True, default=False,
                             help="take over the output's lease even if another job seems to hold it (only when "
                                  "that job is known to be dead; --break_lock or --break_lock=true)")
-        parser.add_argument("--encode_processes", type=int, default=None,
-                            help="processes that encode samples and spill runs on this machine (default: every "
-                                 f"core, {available_cores()} here, on the DirectRunner unless --direct_num_workers, "
-                                 "--direct_running_mode or another --runner is given: then 1, the runner's own "
-                                 "worker; the pool starts after a second of encoding, where encoding a sample costs at "
-                                 "least 4x sending it: images, not small rows)")
+        parser.add_argument("--encode_processes", type=int, default=1,
+                            help="a pool of N processes that encode samples inside the runner's worker (default 1: "
+                                 "none). Every core is used without it: on the DirectRunner the job runs one worker "
+                                 f"process per core ({available_cores()} here, or $BEAM_TFRECORD_LOCAL_WORKERS) unless "
+                                 "--direct_num_workers or --direct_running_mode is given (--direct_num_workers=1: one "
+                                 "in-memory worker)")
         parser.add_argument("--fan_in", default="auto", choices=[f.value for f in FanIn],
                             help="how a shard's records come together: spill (sorted runs merged by each shard "
                                  "writer; local runners), shuffle (the runner's shuffle keyed by shard; "
@@ -158,7 +165,8 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
         salt=options.salt,
         max_rejected_fraction=options.max_rejected_fraction, spill_run_bytes=options.spill_run_mib << 20,
         fan_in=FanIn.parse(options.fan_in), command=redact_command(command),
-        encode_processes=encode_processes_for(options, requested=options.encode_processes, flags=command), **extra)
+        local_workers=local_workers_for(options, requested=None, flags=command),
+        encode_processes=options.encode_processes, **extra)
 
 
 @contextlib.contextmanager
@@ -221,10 +229,26 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
         _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
+    print_how_it_ran(pipeline)
+    return manifest
+
+
+def describe_local_workers(workers: int) -> str:
+    """The summary's line on how many DirectRunner workers ran the job."""
+    if workers == 1:
+        return "  ran in 1 in-memory DirectRunner worker"
+    return (f"  ran in {workers} DirectRunner worker processes (one per core by default; "
+            "--direct_num_workers=1 for one in-memory worker)")
+
+
+def print_how_it_ran(pipeline: beam.Pipeline) -> None:
+    """The summary's lines on the processes that ran a finished job: the DirectRunner's workers and
+    an encoding pool, when there was one."""
+    if runs_on_direct_runner(pipeline):
+        print(describe_local_workers(local_workers_of(pipeline.options)))
     encoding = describe_encode_processes(getattr(pipeline, "result", None))
     if encoding:
         print(encoding)
-    return manifest
 
 
 def _our_error(err: BaseException) -> BeamTFRecordError | None:

@@ -48,6 +48,7 @@ from pipelines.common import (
     job_pipeline,
     make_writer,
     parse_job,
+    print_how_it_ran,
     progress_for,
     quiet_logging,
     run_as_command,
@@ -171,6 +172,7 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
              | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
                                             keep_versions=refresh.keep_versions))
     print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions})")
+    print_how_it_ran(pipeline)
     return plan
 
 

@@ -56,7 +56,7 @@ def _chunk(index: int) -> list[Sample]:
 
 
 def _build(out: str, options: list[str], *, direct_io: bool = True, fan_in: FanIn = FanIn.AUTO,
-           splits: str = RATIO_SPLITS, encode_processes: int | None = None) -> None:
+           splits: str = RATIO_SPLITS, encode_processes: int = 1) -> None:
     with job_pipeline(PipelineOptions(options)) as pipeline:
         _ = (pipeline
              | beam.Create(range(30))

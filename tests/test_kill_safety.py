@@ -1,10 +1,11 @@
-"""SIGKILL during a build whose encoding runs in a pool of processes: nothing looks published unless
-it is (and then it is complete), no process is left behind, and a re-run writes the same bytes.
+"""SIGKILL during a build that runs in several processes: nothing looks published unless it is (and
+then it is complete), no process is left behind, and a re-run writes the same bytes.
 
-The job runs as a command (``python -m pipelines.build_image_dataset``) with two encoding
-processes started at once, on the shared 300-image folder resized (so encoding takes a while).
-Kill moments are drawn from seeded random delays after the pool has started; a case whose job
-finished before its kill would prove nothing and fails.
+The job runs as a command (``python -m pipelines.build_image_dataset``) on the shared 300-image
+folder resized (so encoding takes a while), in two ways: its default on the DirectRunner (one
+worker process per core; at least 2 here) and an encoding pool of two processes inside one
+in-memory worker. Kill moments are drawn from seeded random delays after those processes have
+started; a case whose job finished before its kill would prove nothing and fails.
 """
 
 import os
@@ -23,8 +24,14 @@ from pipelines import build_image_dataset
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _args(images: str, out: str) -> list[str]:
-    return ["--input", images, "--output", out, "--resize", "48x48", "--encode_processes", "2",
+POOL, WORKERS = "encoding-pool", "runner-workers"
+_MARK = {POOL: "beam_tfrecord.beam.encode_pool", WORKERS: "apache_beam.runners.worker.sdk_worker_main"}
+
+
+def _args(images: str, out: str, mode: str = POOL) -> list[str]:
+    processes = ["--encode_processes", "2"] if mode == POOL else ["--direct_running_mode", "multi_processing",
+                                                                    "--direct_num_workers", "2"]
+    return ["--input", images, "--output", out, "--resize", "48x48", *processes,
             "--target_shard_bytes", "60000", "--progress", "none"]
 
 
@@ -40,23 +47,39 @@ def reference(sample_images, tmp_path_factory) -> dict[str, bytes]:
     return _shard_bytes(out)
 
 
-def _pool_processes(job: psutil.Process) -> list[psutil.Process]:
+def _helper_processes(job: psutil.Process, mode: str) -> list[psutil.Process]:
     try:
-        return [p for p in job.children(recursive=True) if "beam_tfrecord.beam.encode_pool" in " ".join(p.cmdline())]
+        return [p for p in job.children(recursive=True) if _MARK[mode] in " ".join(p.cmdline())]
     except psutil.Error:
         return []
 
 
-def _start_job(images: str, out: str) -> tuple[psutil.Popen, list[psutil.Process]]:
-    """Starts the job; returns it once its encoding pool runs."""
-    job = psutil.Popen([sys.executable, "-m", "pipelines.build_image_dataset", *_args(images, out)], cwd=ROOT,
+def _connected(processes: list[psutil.Process]) -> bool:
+    """Whether every Python process among ``processes`` holds a TCP connection (a runner worker
+    that has reached the job's control service)."""
+    try:
+        python = [p for p in processes if "python" in p.cmdline()[0]]
+        return bool(python) and all(any(c.status == psutil.CONN_ESTABLISHED for c in p.net_connections("tcp"))
+                                    for p in python)
+    except psutil.Error:
+        return False
+
+
+def _start_job(images: str, out: str, mode: str = POOL) -> tuple[psutil.Popen, list[psutil.Process]]:
+    """Starts the job; returns it once its encoding pool runs, or its runner workers are connected.
+
+    A runner worker killed with its job before it has connected waits for the job's control service
+    until gRPC gives up (about two minutes; it has been given no work, so it writes nothing): the
+    kill moments here start once they are connected, when a dead job ends them at once.
+    """
+    job = psutil.Popen([sys.executable, "-m", "pipelines.build_image_dataset", *_args(images, out, mode)], cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while not (pool := _pool_processes(job)):
-        assert job.poll() is None, f"the job ended before its pool started: {job.communicate()[1][-2000:]!r}"
-        assert time.monotonic() < deadline, "no encoding pool started"
+    while len(helpers := _helper_processes(job, mode)) < 2 or (mode == WORKERS and not _connected(helpers)):
+        assert job.poll() is None, f"the job ended before its {mode} started: {job.communicate()[1][-2000:]!r}"
+        assert time.monotonic() < deadline, f"no {mode} started"
         time.sleep(0.05)
-    return job, pool
+    return job, helpers
 
 
 def _assert_only_the_finished_looks_published_and_rerun_is_identical(out: str, images: str, pool: list[psutil.Process],
@@ -65,7 +88,7 @@ def _assert_only_the_finished_looks_published_and_rerun_is_identical(out: str, i
     (shards moved into place just before the manifest are not a dataset); with one (the kill came
     after the publish point, while the job wrote TFDS's files or cleaned up), the reference bytes."""
     _, alive = psutil.wait_procs(pool, timeout=10)
-    assert not alive, f"pool processes outlived the job: {alive}"
+    assert not alive, f"processes outlived the job: {alive}"
     visible = os.listdir(out) if os.path.isdir(out) else []
     if "manifest.json" in visible:
         verify_dataset(out)
@@ -76,10 +99,10 @@ def _assert_only_the_finished_looks_published_and_rerun_is_identical(out: str, i
     assert _shard_bytes(out) == reference
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_sigkill_of_the_job_at_a_random_moment(seed, sample_images, reference, tmp_path):
+@pytest.mark.parametrize("mode, seed", [(POOL, 1), (POOL, 2), (WORKERS, 3), (WORKERS, 4)])
+def test_sigkill_of_the_job_at_a_random_moment(mode, seed, sample_images, reference, tmp_path):
     out = str(tmp_path / "dataset")
-    job, pool = _start_job(sample_images, out)
+    job, pool = _start_job(sample_images, out, mode)
     time.sleep(random.Random(seed).uniform(0.0, 1.5))
     assert job.poll() is None, "the job finished before it was killed: nothing was tested"
     job.send_signal(signal.SIGKILL)

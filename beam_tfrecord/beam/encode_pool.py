@@ -1,30 +1,25 @@
-"""Every core of this machine for the encoding stage, inside one DoFn: a pool of encoding processes.
+"""An explicit pool of encoding processes inside one DoFn (``encode_processes=N``).
 
-Why a pool of our own rather than the DirectRunner's ``multi_processing`` mode: a library
-transform cannot change the runner a user's pipeline runs on, and with worker processes the
-runner passes every element between processes (measured: ~9 s of CPU per million small
-records). Here a process of the pool encodes a sample *and spills its entry into a run file*
-(``EncodeToRunsFn`` runs whole inside it), so no record crosses a process boundary: what goes
-in is the sample (a path, for images), what comes back is a run's name or a dead letter.
+Every core by default comes from the DirectRunner's own worker processes (``beam.runners.use_local_workers``):
+each runs whole fused stages, the source included, so small rows never cross a process. This pool
+is for a pipeline that must stay in one runner process (an in-memory runner the user chose, or
+one that runs its Python workers in the launching process, as Prism's loopback does) and whose
+encoding costs far more than sending its input (images decoded and resized: a path goes in). A
+process of the pool encodes a sample *and spills its entry into a run file* (``EncodeToRunsFn``
+runs whole inside it): what comes back is a run's name or a dead letter.
 
 Output is byte-identical to encoding in one process: runs are sorted by hash and merged by the
 shard writers, whatever process wrote them (see ``core/runs.py``).
 
-Lifecycle: ``EncodeInPoolFn`` encodes in its own process at first; once it has spent
-``POOL_AFTER_SECONDS`` encoding (a job big enough to repay the processes' start-up) it starts
-the pool (fresh interpreters, see ``_Process``) and sends it every further element, provided
-encoding costs at least ``MIN_ENCODE_TO_PICKLE`` times pickling (measured meanwhile: small rows
-do not repay the pool, images do). ``finish_bundle`` has each process finish its runs (their
-files are on storage before the bundle counts, as in one process).
+Lifecycle: the pool's processes (fresh interpreters, see ``_Process``) start with the DoFn's
+first bundle; ``finish_bundle`` has each process finish its runs (their files are on storage
+before the bundle counts, as in one process). While every pool process has work queued, the
+DoFn's own process encodes the next element itself rather than wait.
 
 Limits: only on runners whose workers run on this machine (the pool's processes write the same
 temp folder); an element that cannot be pickled is encoded in the DoFn's own process. A pool
 process that dies (killed, out of memory) fails the bundle with ``EncodePoolError``; a killed
 runner process takes its pool with it (each process exits when its pipe closes).
-
-While every pool process has work queued, the DoFn's own process encodes the next element
-itself rather than wait: it covers the pool's start-up (a fresh interpreter imports Beam) and
-uses what the runner leaves of its core.
 """
 
 from __future__ import annotations
@@ -37,7 +32,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -52,38 +46,19 @@ from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Stage
 from beam_tfrecord.errors import EncodePoolError
 
-POOL_AFTER_SECONDS = 1.0  # encoding time in the DoFn's own process before the pool starts (automatic size)
-# Automatic size only: the pool starts when encoding an element costs at least this many times
-# pickling it (the runner's process pickles every element it sends; a pool process unpickles it).
-# Measured on 2 cores (benchmarks/write_benchmark.py --cpus 1,2, image_folder_build.py): small
-# rows (encode ~14 us, pickle ~6 us per record) ran 0.79x as fast with the pool as without;
-# resized images (encode ~1 ms, pickle a path ~2 us) 1.13x as fast.
-MIN_ENCODE_TO_PICKLE = 4.0
 TASKS_IN_FLIGHT = 2  # per process: one encoding, one waiting, so no process idles between tasks
 _ENCODE, _FINISH, _STOP = b"e", b"f", b"s"
 
 
-def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity: ``taskset`` and containers' cpusets count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def describe_encode_processes(result: Any) -> str | None:
-    """A line for a job's summary: how many processes encoded, read from a finished run's
-    counters (None when the runner reports no counters)."""
+    """A line for a job's summary when an encoding pool ran (None when none did, or the runner
+    reports no counters)."""
     try:
         counters = result.metrics().query(beam.metrics.MetricsFilter().with_name("encode_processes_started"))
     except (AttributeError, NotImplementedError):
         return None
     started = sum(counter.committed or 0 for counter in counters["counters"])
-    if started:
-        return f"  encoded in {started} processes (the encoding pool; --encode_processes=1: in the runner's worker)"
-    return ("  encoded in the runner's worker(s), no encoding pool (on the DirectRunner without --runner or "
-            "--direct_* options it starts after a second of encoding, where encoding a sample costs at least "
-            f"{MIN_ENCODE_TO_PICKLE:g}x sending it)")
+    return f"  encoded in a pool of {started} processes (--encode_processes)" if started else None
 
 
 class _Process:
@@ -211,20 +186,18 @@ def _pickled(element: Any) -> bytes | None:
 
 
 class EncodeInPoolFn(beam.DoFn):
-    """``EncodeToRunsFn`` on every core: in a pool of processes, each encoding and spilling runs.
+    """``EncodeToRunsFn`` in a pool of processes, each encoding and spilling runs.
 
     Input and output as ``EncodeToRunsFn`` (``SpilledRun`` and ``DeadLetter``). Outcomes of tasks
     still in flight when a bundle ends are emitted from ``finish_bundle``: the pool runs only on
     local runners, which keep them (the Dask runner, which drops them, is not one).
 
     Args:
-        encode: the DoFn to run in each process (and in this one before the pool starts).
-        processes: the pool's size; None for every core this process may use (``available_cores``),
-            started after ``POOL_AFTER_SECONDS`` of encoding; a number starts that many at once.
-            With one core (or ``processes=1``) everything is encoded in this process.
+        encode: the DoFn to run in each process (and in this one while every process is busy).
+        processes: the pool's size (>= 2).
     """
 
-    def __init__(self, encode: EncodeToRunsFn, *, processes: int | None) -> None:
+    def __init__(self, encode: EncodeToRunsFn, *, processes: int) -> None:
         self._encode = encode
         self._processes = processes
         self._started = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "encode_processes_started")
@@ -234,50 +207,25 @@ class EncodeInPoolFn(beam.DoFn):
                           for stage in Stage}
 
     def setup(self) -> None:
-        self._size = self._processes if self._processes is not None else available_cores()
         self._pool: list[_Process] = []
-        self._local_seconds = 0.0
-        self._pickle_seconds = 0.0  # pickling the elements encoded here before the pool's start was decided
-        self._pool_decided = self._size <= 1
         self._fn_bytes = pickler.dumps(self._encode)  # before its setup: what each process unpickles and sets up
         self._encode.setup()
 
     def start_bundle(self) -> None:
         self._encode.start_bundle()
-
-    def _start_pool(self) -> None:
-        self._pool = [_Process(self._fn_bytes) for _ in range(self._size)]
-        self._started.inc(self._size)
-
-    def _wants_pool(self) -> bool:
-        """Whether to send the next element to the pool (started here when it is time).
-
-        An explicit size starts at once. The automatic size waits for ``POOL_AFTER_SECONDS`` of
-        encoding here, then starts only if encoding cost at least ``MIN_ENCODE_TO_PICKLE`` times
-        pickling (else every element stays in this process: the pool would be slower).
-        """
-        if not self._pool_decided and (self._processes is not None or self._local_seconds >= POOL_AFTER_SECONDS):
-            self._pool_decided = True
-            if self._processes is not None or self._local_seconds >= MIN_ENCODE_TO_PICKLE * self._pickle_seconds:
-                self._start_pool()
-        return bool(self._pool)
+        if not self._pool:
+            self._pool = [_Process(self._fn_bytes) for _ in range(self._processes)]
+            self._started.inc(self._processes)
 
     def process(self, element: Any) -> Iterator[SpilledRun | DeadLetter]:
-        if self._wants_pool():
-            yield from self._receive_ready()
-            idlest = min(self._pool, key=lambda p: p.in_flight)
-            if idlest.in_flight < TASKS_IN_FLIGHT and (payload := _pickled(element)) is not None:
-                idlest.send(_ENCODE, payload)
-                return
-        # No pool yet, every pool process has work queued (this process takes a share rather than
-        # wait: it also covers the pool's start-up), or the element cannot be pickled by value.
-        if not self._pool_decided:  # what sending this element to the pool would have cost here
-            start = time.perf_counter()
-            _pickled(element)
-            self._pickle_seconds += time.perf_counter() - start
-        start = time.perf_counter()
+        yield from self._receive_ready()
+        idlest = min(self._pool, key=lambda p: p.in_flight)
+        if idlest.in_flight < TASKS_IN_FLIGHT and (payload := _pickled(element)) is not None:
+            idlest.send(_ENCODE, payload)
+            return
+        # Every pool process has work queued (this process takes a share rather than wait), or the
+        # element cannot be pickled by value.
         yield from self._encode.process(element)
-        self._local_seconds += time.perf_counter() - start
 
     def _receive_ready(self) -> Iterator[SpilledRun | DeadLetter]:
         """Outcomes of the tasks that have finished (without waiting)."""

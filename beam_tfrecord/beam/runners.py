@@ -8,10 +8,15 @@ distributed service with a disk-backed shuffle (Dataflow, Flink, Spark, Samza...
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+import sys
 from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, PortableOptions, StandardOptions
+
+from beam_tfrecord.errors import WriterOptionError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +46,7 @@ class RunnerTraits:
 _LOCAL = RunnerTraits(in_memory_shuffle=True, workers_on_this_machine=True)
 _DISTRIBUTED = RunnerTraits()
 _DASK = RunnerTraits(in_memory_shuffle=True, recomputes_side_inputs=True, drops_finish_bundle_output=True)
+_DIRECT_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "TestDirectRunner")
 FIXED_DASK_RUNNER = "beam_tfrecord.beam.dask_runner.DaskRunner"  # Beam's, two defects fixed (see that module)
 
 # Keyed by the runner's dotted path (looked up first) or class name, and by Beam's short names.
@@ -78,6 +84,11 @@ def traits_of(pipeline: beam.Pipeline) -> RunnerTraits:
     return traits_of_name(f"{runner.__module__}.{runner.__name__}", job_endpoint=endpoint)
 
 
+def runs_on_direct_runner(pipeline: beam.Pipeline) -> bool:
+    """Whether ``pipeline`` runs on Beam's DirectRunner (the only runner ``use_local_workers`` configures)."""
+    return type(pipeline.runner).__name__ in _DIRECT_RUNNERS
+
+
 def uses_dask_runner(options: PipelineOptions) -> bool:
     """Whether ``options`` choose a DaskRunner, Beam's or ``FIXED_DASK_RUNNER`` (the jobs run the latter,
     on a local cluster when the options name no scheduler)."""
@@ -85,27 +96,100 @@ def uses_dask_runner(options: PipelineOptions) -> bool:
     return isinstance(runner, str) and runner.rsplit(".", 1)[-1] == "DaskRunner"
 
 
-def encode_processes_for(options: PipelineOptions, *, requested: int | None,
-                         flags: Sequence[str] = ()) -> int | None:
-    """How many processes the writer's encoding stage runs in (``beam.encode_pool``).
+LOCAL_WORKERS_ENV = "BEAM_TFRECORD_LOCAL_WORKERS"  # the default number of local workers, when set
 
-    Every core of this machine (None: the pool's automatic size) on the DirectRunner unless the
-    user chose how it runs: ``requested`` when given; 1 (the runner's own worker) when ``flags``
-    (a job's command line) name a runner, ``--direct_num_workers`` or ``--direct_running_mode``,
-    or when ``options`` set any of them to other than Beam's defaults, or choose another runner.
-    A user's own pipeline built with ``--direct_num_workers=1`` cannot be told from Beam's default;
-    ``WriteTFRecordDataset(encode_processes=1)`` says it there.
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity: ``taskset`` and containers' cpusets count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def runner_parallelism_chosen(options: PipelineOptions, flags: Sequence[str] = ()) -> bool:
+    """Whether the user chose how the runner runs: ``flags`` (a job's command line) name
+    ``--direct_num_workers`` or ``--direct_running_mode``, or ``options`` set either to other than
+    Beam's defaults, or choose a runner other than the DirectRunner. A user's own pipeline built with
+    ``--direct_num_workers=1`` cannot be told from Beam's default (``local_workers=1`` says it there).
     """
-    if requested is not None:
-        return requested
     given = {flag[2:].split("=", 1)[0] for flag in flags if flag.startswith("--")}
+    if given & {"direct_num_workers", "direct_running_mode"}:
+        return True
     runner = options.view_as(StandardOptions).runner
     runner_name = runner if isinstance(runner, str) or runner is None else type(runner).__name__
-    if given & {"direct_num_workers", "direct_running_mode"}:
-        return 1
-    if runner_name is not None and runner_name.rsplit(".", 1)[-1] not in ("DirectRunner", "SwitchingDirectRunner"):
-        return 1
+    if runner_name is not None and runner_name.rsplit(".", 1)[-1] not in _DIRECT_RUNNERS:
+        return True
     direct = options.view_as(DirectOptions)
-    if direct.direct_num_workers != 1 or direct.direct_running_mode != "in_memory":
+    return direct.direct_num_workers != 1 or direct.direct_running_mode != "in_memory"
+
+
+def local_workers_for(options: PipelineOptions, *, requested: int | None, flags: Sequence[str] = ()) -> int:
+    """How many worker processes the writer asks the DirectRunner for (1: the runner as it is).
+
+    ``requested`` when given; else 1 when the user chose the runner's parallelism
+    (``runner_parallelism_chosen``); else ``$BEAM_TFRECORD_LOCAL_WORKERS`` when set; else every core
+    this process may use (``available_cores``).
+
+    Raises:
+        WriterOptionError: ``requested`` or the environment variable is not a whole number >= 1.
+    """
+    if requested is None:
+        if runner_parallelism_chosen(options, flags):
+            return 1
+        text = os.environ.get(LOCAL_WORKERS_ENV, "").strip()
+        if not text:
+            return available_cores()
+        try:
+            requested = int(text)
+        except ValueError:
+            raise WriterOptionError(f"{LOCAL_WORKERS_ENV} must be a whole number >= 1, got {text!r}") from None
+    if requested < 1:
+        raise WriterOptionError(f"local_workers must be >= 1, got {requested}")
+    return requested
+
+
+def use_local_workers(options: PipelineOptions, workers: int) -> None:
+    """Has the DirectRunner run ``workers`` worker processes (its ``multi_processing`` mode): each runs
+    whole fused stages (read, encode, spill; write shards), so no record crosses a process.
+
+    The workers are fresh interpreters: they get this process's ``sys.path`` (through
+    ``PYTHONPATH``, which they inherit with the environment) so that they import what this process
+    imports, as the in-memory worker did (a script's sibling modules, a notebook's folder).
+    Measured: ``docs/performance.md#every-core-by-default``. Does nothing for one worker.
+    """
+    if workers <= 1:
+        return
+    direct = options.view_as(DirectOptions)
+    direct.direct_running_mode = "multi_processing"
+    direct.direct_num_workers = workers
+    _quiet_worker_start_up()
+    paths = [path for path in sys.path if path]
+    known = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*known, *(p for p in paths if p not in known)]))
+
+
+# What every DirectRunner worker process logs at WARNING as it starts (Beam 2.77), relayed to this
+# process's log: true of every run, and nothing a user can act on.
+_WORKER_START_UP_NOISE = ("No semi_persistent_directory found", "Discarding unparseable args")
+
+
+class _DropWorkerStartUpNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(noise in message for noise in _WORKER_START_UP_NOISE)
+
+
+def _quiet_worker_start_up() -> None:
+    """Drops the two start-up warnings of each worker (once per process; other worker logs pass)."""
+    relay = logging.getLogger("apache_beam.runners.portability.local_job_service")
+    if not any(isinstance(f, _DropWorkerStartUpNoise) for f in relay.filters):
+        relay.addFilter(_DropWorkerStartUpNoise())
+
+
+def local_workers_of(options: PipelineOptions) -> int:
+    """The worker processes a finished or built pipeline's options give the DirectRunner (1: in memory)."""
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode == "in_memory":
         return 1
-    return None
+    return direct.direct_num_workers or os.cpu_count() or 1

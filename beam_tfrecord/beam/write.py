@@ -15,7 +15,7 @@ from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.plan_dataset import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.runners import encode_processes_for, traits_of
+from beam_tfrecord.beam.runners import local_workers_for, runs_on_direct_runner, traits_of, use_local_workers
 from beam_tfrecord.beam.shards import (
     ShardTask,
     WriteShardFromGroupFn,
@@ -229,13 +229,16 @@ class WriteTFRecordDataset(beam.PTransform):
             ``O_DIRECT``, bypassing the page cache (see ``beam_tfrecord.direct_io``); elsewhere,
             and where a filesystem refuses it, ordinary buffered I/O. The bytes are the same.
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
-        encode_processes: processes that encode samples and spill their runs, on the spill path
-            (``beam_tfrecord.beam.encode_pool``). Default: every core of this machine on the
-            DirectRunner, unless the pipeline's options choose the runner's parallelism
-            (``direct_num_workers``, ``direct_running_mode``, another runner: then 1), started after
-            a second of encoding and only where encoding an element costs at least 4x pickling it
-            (images do; small rows do not, and stay in the runner's worker); 1 encodes in the
-            runner's worker. More than 1 needs a runner whose workers run on this machine.
+        local_workers: on the DirectRunner, when the pipeline's options leave Beam's default (one
+            in-memory worker), the worker processes the writer asks it for (its ``multi_processing``
+            mode; see ``beam_tfrecord.beam.runners.use_local_workers``): None for every core of this
+            machine (or ``$BEAM_TFRECORD_LOCAL_WORKERS``), 1 to leave the runner as it is. Options
+            that choose the runner's parallelism (``direct_num_workers``, ``direct_running_mode``,
+            another runner) are kept. Applies to the whole pipeline the writer is part of.
+        encode_processes: an explicit pool of processes that encode samples and spill their runs,
+            inside the runner's worker, on the spill path (``beam_tfrecord.beam.encode_pool``): for a
+            pipeline that must stay in one runner process. 1 (the default): no pool. More than 1
+            needs a runner whose workers run on this machine.
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
         progress_dir: a local folder where the DoFns keep their counts for a live progress display
             (``beam_tfrecord.progress``); only for runners whose workers share this machine.
@@ -253,7 +256,8 @@ class WriteTFRecordDataset(beam.PTransform):
                  max_rejected_fraction: float = 0.0,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
-                 fan_in: FanIn = FanIn.AUTO, encode_processes: int | None = None, temp_dir: str | None = None,
+                 fan_in: FanIn = FanIn.AUTO, local_workers: int | None = None, encode_processes: int = 1,
+                 temp_dir: str | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
                  progress_dir: str | None = None, encoding: Encoding | None = None) -> None:
         super().__init__()
@@ -263,8 +267,10 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"spill_run_bytes must be >= 1, got {spill_run_bytes}")
         if reread_min_bytes < 0:
             raise WriterOptionError(f"reread_min_bytes must be >= 0, got {reread_min_bytes}")
-        if encode_processes is not None and encode_processes < 1:
+        if encode_processes < 1:
             raise WriterOptionError(f"encode_processes must be >= 1, got {encode_processes}")
+        if local_workers is not None and local_workers < 1:
+            raise WriterOptionError(f"local_workers must be >= 1, got {local_workers}")
         if not isinstance(fan_in, FanIn):
             raise WriterOptionError(f"fan_in must be a FanIn, got {fan_in!r}")
         # Validates the dataset name, and the format with the compression, early (ShardNameError).
@@ -286,6 +292,7 @@ class WriteTFRecordDataset(beam.PTransform):
         self._direct_io = direct_io
         self._fan_in = fan_in
         self._encode_processes = encode_processes
+        self._local_workers = local_workers
         self._progress_dir = progress_dir
         self._encoding = encoding
         run_id = uuid.uuid4().hex[:12]
@@ -297,6 +304,9 @@ class WriteTFRecordDataset(beam.PTransform):
             splits=self._splits)
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
+        if runs_on_direct_runner(samples.pipeline):
+            options = samples.pipeline.options
+            use_local_workers(options, local_workers_for(options, requested=self._local_workers))
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
             return self._spill(samples)
         return self._shuffle(samples)
@@ -350,7 +360,7 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def _on_every_core(self, pipeline: beam.Pipeline, encode: EncodeToRunsFn) -> beam.DoFn:
         """``encode``, or a pool running it in several processes (see ``encode_processes``)."""
-        processes = encode_processes_for(pipeline.options, requested=self._encode_processes)
+        processes = self._encode_processes
         if processes == 1:
             return encode
         if not traits_of(pipeline).workers_on_this_machine:

@@ -33,6 +33,9 @@ from beam_tfrecord.errors import CorruptShardError
 HASH_BYTES = 8
 ENTRY_HEADER_BYTES = HASH_BYTES + 1  # hash + kind
 MERGE_GROUP_BYTES = 16 << 20  # bytes of run data a shard writer holds at a time
+# Slices of a group read at once: a group takes a few hundred KiB from each of dozens of runs, and
+# the device serves such reads 2.2x faster four at a time than one at a time (direct_io.RangeReader).
+MERGE_READ_THREADS = 4
 INDEX_SUFFIX = ".idx"
 # A run's index file: one fixed-size item per entry, in run order, so any range of entries is
 # one contiguous read; then a trailer (the entry count and a magic), so that an index cut short
@@ -282,14 +285,20 @@ def merge_slices(slices: Sequence[RunSlice], read_range: ReadRange, *,
     read_at = np.zeros(len(slices), np.int64)  # bytes of each slice read so far (by the reading thread)
 
     def read_group(needed: np.ndarray) -> list[memoryview | None]:
+        """One group's part of every slice, read ``MERGE_READ_THREADS`` slices at a time."""
+        wanted_slices = np.flatnonzero(needed).tolist()
+        parts = slice_reader.map(lambda i: _read_exactly(read_range, slices[i], slices[i].start + int(read_at[i]),
+                                                         int(needed[i])), wanted_slices)
         views: list[memoryview | None] = [None] * len(slices)
-        for i in np.flatnonzero(needed).tolist():
-            views[i] = _read_exactly(read_range, slices[i], slices[i].start + int(read_at[i]), int(needed[i]))
+        for i, part in zip(wanted_slices, parts):
+            views[i] = part
             read_at[i] += needed[i]
         return views
 
     # While one group is being yielded, a thread reads the next (file reads release the GIL).
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-read") as reader:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="merge-read") as reader, \
+            concurrent.futures.ThreadPoolExecutor(max_workers=MERGE_READ_THREADS,
+                                                  thread_name_prefix="merge-read-slice") as slice_reader:
         next_read = reader.submit(read_group, wanted[0])
         for number, (lo, hi) in enumerate(groups):
             views = next_read.result()

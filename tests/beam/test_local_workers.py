@@ -1,0 +1,107 @@
+"""Every core by default: on the DirectRunner the writer asks for one worker process per core
+unless the user chose how the runner runs, and the bytes are those of one in-memory worker.
+
+The suite sets ``BEAM_TFRECORD_LOCAL_WORKERS=1`` (tests/conftest.py); these tests remove it.
+"""
+
+import os
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+
+from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset
+from beam_tfrecord.beam.runners import LOCAL_WORKERS_ENV, available_cores, local_workers_for, local_workers_of
+from beam_tfrecord.errors import WriterOptionError
+from pipelines.common import describe_local_workers
+
+SCHEMA = Schema({"id": Scalar(DType.INT64)})
+
+
+@pytest.fixture
+def default_workers(monkeypatch):
+    """The environment of a user who set nothing."""
+    monkeypatch.delenv(LOCAL_WORKERS_ENV, raising=False)
+
+
+@pytest.mark.parametrize("flags, requested, expected", [
+    pytest.param([], None, available_cores(), id="no-options-every-core"),
+    pytest.param(["--runner=DirectRunner"], None, available_cores(), id="direct-runner-named-every-core"),
+    pytest.param(["--direct_num_workers=1"], None, 1, id="direct-num-workers-1-respected"),
+    pytest.param(["--direct_num_workers=3", "--direct_running_mode=multi_processing"], None, 1,
+                 id="beam-multi-processing-chosen-kept"),
+    pytest.param(["--direct_running_mode=multi_threading"], None, 1, id="beam-multi-threading-chosen-kept"),
+    pytest.param(["--runner=DataflowRunner"], None, 1, id="another-runner-untouched"),
+    pytest.param(["--runner=PortableRunner"], None, 1, id="portable-runner-untouched"),
+    pytest.param([], 3, 3, id="explicit-request-wins"),
+])
+def test_local_workers_follow_the_users_runner_options(flags, requested, expected, default_workers):
+    assert local_workers_for(PipelineOptions(flags), requested=requested, flags=flags) == expected
+
+
+def test_a_users_pipeline_with_beam_parallelism_options_keeps_them(default_workers):
+    """Without the command line, options that differ from Beam's defaults still count as chosen."""
+    options = PipelineOptions([])
+    options.view_as(DirectOptions).direct_num_workers = 4
+    assert local_workers_for(options, requested=None) == 1
+
+
+def test_the_environment_sets_the_default(monkeypatch):
+    monkeypatch.setenv(LOCAL_WORKERS_ENV, "3")
+    assert local_workers_for(PipelineOptions([]), requested=None) == 3
+    assert local_workers_for(PipelineOptions(["--direct_num_workers=1"]), requested=None,
+                             flags=["--direct_num_workers=1"]) == 1  # the user's flag still wins
+
+
+@pytest.mark.parametrize("text, message", [
+    ("two", f"{LOCAL_WORKERS_ENV} must be a whole number >= 1, got 'two'"),
+    ("0", "local_workers must be >= 1, got 0"),
+])
+def test_a_bad_environment_value_is_an_option_error(text, message, monkeypatch):
+    monkeypatch.setenv(LOCAL_WORKERS_ENV, text)
+    with pytest.raises(WriterOptionError) as raised:
+        local_workers_for(PipelineOptions([]), requested=None)
+    assert str(raised.value) == message
+
+
+def test_local_workers_below_one_is_an_option_error(tmp_path):
+    with pytest.raises(WriterOptionError, match="local_workers must be >= 1, got 0"):
+        WriteTFRecordDataset(str(tmp_path), schema=SCHEMA, local_workers=0)
+
+
+def _build(out: str, pids: str, *, local_workers: int | None) -> tuple[beam.Pipeline, dict[str, bytes]]:
+    def note_pid(value):
+        with open(pids, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        return value
+
+    samples = [[Sample(f"k{c}-{i}", {"id": c * 100 + i}) for i in range(50)] for c in range(8)]
+    pipeline = beam.Pipeline()  # a user's pipeline with Beam's default options
+    with pipeline:
+        _ = (pipeline | beam.Create(samples)
+             | WriteTFRecordDataset(out, schema=SCHEMA, local_workers=local_workers,
+                                    feature_transforms={"id": note_pid}))
+    return pipeline, {name: open(os.path.join(out, name), "rb").read() for name in sorted(os.listdir(out))
+                      if name.startswith("data-")}
+
+
+@pytest.mark.skipif(available_cores() < 2, reason="every core is one core here")
+def test_by_default_a_users_pipeline_runs_in_worker_processes_with_the_same_bytes(tmp_path, default_workers):
+    pipeline, pooled = _build(str(tmp_path / "default"), str(tmp_path / "default.pids"), local_workers=None)
+    assert local_workers_of(pipeline.options) == available_cores()
+    encoded_in = set((tmp_path / "default.pids").read_text().split())
+    assert encoded_in and str(os.getpid()) not in encoded_in  # encoded in the runner's worker processes
+
+    one, alone = _build(str(tmp_path / "one"), str(tmp_path / "one.pids"), local_workers=1)
+    assert local_workers_of(one.options) == 1
+    assert set((tmp_path / "one.pids").read_text().split()) == {str(os.getpid())}  # in this process
+    assert pooled and pooled == alone
+
+
+@pytest.mark.parametrize("workers, line", [
+    (1, "  ran in 1 in-memory DirectRunner worker"),
+    (2, "  ran in 2 DirectRunner worker processes (one per core by default; --direct_num_workers=1 for one "
+        "in-memory worker)"),
+])
+def test_the_job_summary_says_how_many_workers_ran(workers, line):
+    assert describe_local_workers(workers) == line
