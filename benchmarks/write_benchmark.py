@@ -192,7 +192,7 @@ def _measure(variant: str, workload: str, args: argparse.Namespace, out: str, cp
     """Runs one variant in a child process; returns its time, CPU, peak process-tree RSS and output size."""
     command = [sys.executable, __file__, "--child", variant, "--workload", workload, "--out", out,
                "--records", str(args.records), "--blobs", str(args.blobs), "--blob_kib", str(args.blob_kib),
-               "--blob_dir", args.blob_dir, "--c_options", args.c_options,
+               "--blob_dir", args.blob_dir, f"--c_options={args.c_options}",
                "--target_shard_mib", str(args.target_shard_mib), "--pin_cpus", str(cpus)]
     cpu_before = _tree_cpu_seconds()
     measured = run_measured(command, env=child_env(HERE))

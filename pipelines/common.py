@@ -18,6 +18,7 @@ from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_fo
 from beam_tfrecord.beam.encode_pool import describe_encode_processes
 from beam_tfrecord.beam.runners import (
     available_cores,
+    local_batch_runner_for,
     local_workers_for,
     local_workers_of,
     runs_on_direct_runner,
@@ -172,13 +173,15 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
 @contextlib.contextmanager
 def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
     """``with beam.Pipeline(options)``, plus, on the DaskRunner, a local cluster when it names none and
-    a wait that fails with ``ClusterStalledError`` rather than hanging (``wait_for_dask``).
+    a wait that fails with ``ClusterStalledError`` rather than hanging (``wait_for_dask``). For the
+    DirectRunner (named, or no runner named) the pipeline runs on its batch engine, never Prism
+    (``beam_tfrecord.beam.runners.LocalBatchRunner``).
 
     With ``--dry_run=True`` (DataflowRunner only) the job ends after the runner has built it: see ``pipelines.dry_run``.
     """
     check_dry_run(options)
     if not uses_dask_runner(options):
-        with beam.Pipeline(options=options) as pipeline:
+        with beam.Pipeline(runner=local_batch_runner_for(options), options=options) as pipeline:
             yield pipeline
         end_if_dry_run(pipeline)
         return

@@ -12,9 +12,11 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, PortableOptions, StandardOptions
+from apache_beam.runners.runner import PipelineRunner
 
 from beam_tfrecord.errors import WriterOptionError
 
@@ -46,13 +48,14 @@ class RunnerTraits:
 _LOCAL = RunnerTraits(in_memory_shuffle=True, workers_on_this_machine=True)
 _DISTRIBUTED = RunnerTraits()
 _DASK = RunnerTraits(in_memory_shuffle=True, recomputes_side_inputs=True, drops_finish_bundle_output=True)
-_DIRECT_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "TestDirectRunner")
+_DIRECT_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "TestDirectRunner", "LocalBatchRunner")
 FIXED_DASK_RUNNER = "beam_tfrecord.beam.dask_runner.DaskRunner"  # Beam's, two defects fixed (see that module)
 
 # Keyed by the runner's dotted path (looked up first) or class name, and by Beam's short names.
 _TABLE: Mapping[str, RunnerTraits] = {
     **dict.fromkeys(("DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner",
-                     "PrismRunner", "InteractiveRunner", "TestDirectRunner", "direct", "prism"), _LOCAL),
+                     "LocalBatchRunner", "PrismRunner", "InteractiveRunner", "TestDirectRunner", "direct", "prism"),
+                    _LOCAL),
     "DaskRunner": _DASK,
     FIXED_DASK_RUNNER: dataclasses.replace(_DASK, drops_finish_bundle_output=False),
 }
@@ -82,6 +85,35 @@ def traits_of(pipeline: beam.Pipeline) -> RunnerTraits:
     endpoint = pipeline.options.get_all_options().get("job_endpoint")
     runner = type(pipeline.runner)
     return traits_of_name(f"{runner.__module__}.{runner.__name__}", job_endpoint=endpoint)
+
+
+class LocalBatchRunner(PipelineRunner):
+    """The DirectRunner's batch engine (Beam's ``FnApiRunner``), set up as the DirectRunner sets it up,
+    without the DirectRunner's first choice of Prism.
+
+    Beam 2.77's DirectRunner runs a pipeline on Prism when it can download it (online), where the
+    Python workers run in the launching process and ``direct_running_mode`` has no effect; offline it
+    runs this engine. The jobs run this engine either way, so a build uses the worker processes its
+    summary reports (``use_local_workers``) online and offline alike.
+    """
+
+    def run_pipeline(self, pipeline: beam.Pipeline, options: PipelineOptions) -> Any:
+        from apache_beam.portability.api import beam_provision_api_pb2
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+        from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+        provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+        return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+
+
+def local_batch_runner_for(options: PipelineOptions) -> LocalBatchRunner | None:
+    """``LocalBatchRunner`` when ``options`` choose the DirectRunner (by name, or by naming no runner),
+    else None (the runner the options name)."""
+    runner = options.view_as(StandardOptions).runner
+    if runner is None or (isinstance(runner, str) and runner.rsplit(".", 1)[-1] == "DirectRunner"):
+        return LocalBatchRunner()
+    return None
 
 
 def runs_on_direct_runner(pipeline: beam.Pipeline) -> bool:

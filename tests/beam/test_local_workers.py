@@ -11,9 +11,16 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset
-from beam_tfrecord.beam.runners import LOCAL_WORKERS_ENV, available_cores, local_workers_for, local_workers_of
+from beam_tfrecord.beam.runners import (
+    LOCAL_WORKERS_ENV,
+    LocalBatchRunner,
+    available_cores,
+    local_batch_runner_for,
+    local_workers_for,
+    local_workers_of,
+)
 from beam_tfrecord.errors import WriterOptionError
-from pipelines.common import describe_local_workers
+from pipelines.common import describe_local_workers, job_pipeline
 
 SCHEMA = Schema({"id": Scalar(DType.INT64)})
 
@@ -96,6 +103,34 @@ def test_by_default_a_users_pipeline_runs_in_worker_processes_with_the_same_byte
     assert local_workers_of(one.options) == 1
     assert set((tmp_path / "one.pids").read_text().split()) == {str(os.getpid())}  # in this process
     assert pooled and pooled == alone
+
+
+@pytest.mark.parametrize("flags, expected", [
+    pytest.param([], LocalBatchRunner, id="no-runner-named"),
+    pytest.param(["--runner=DirectRunner"], LocalBatchRunner, id="direct-runner-named"),
+    pytest.param(["--runner=PrismRunner"], type(None), id="prism-chosen-kept"),
+    pytest.param(["--runner=DataflowRunner"], type(None), id="another-runner-kept"),
+])
+def test_jobs_run_the_direct_runners_batch_engine_not_prism(flags, expected):
+    assert type(local_batch_runner_for(PipelineOptions(flags))) is expected
+
+
+def test_a_job_on_the_batch_engine_runs_in_worker_processes(tmp_path, default_workers):
+    """What the jobs run (``job_pipeline``): the summary's worker count is what ran."""
+    pids = str(tmp_path / "pids")
+
+    def note_pid(value):
+        with open(pids, "a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        return value
+
+    options = PipelineOptions([])
+    with job_pipeline(options) as pipeline:
+        _ = (pipeline | beam.Create([[Sample(f"k{i}", {"id": i}) for i in range(20)]])
+             | WriteTFRecordDataset(str(tmp_path / "out"), schema=SCHEMA, feature_transforms={"id": note_pid}))
+    assert isinstance(pipeline.runner, LocalBatchRunner)
+    assert local_workers_of(pipeline.options) == available_cores()
+    assert str(os.getpid()) not in set((tmp_path / "pids").read_text().split())
 
 
 @pytest.mark.parametrize("workers, line", [
