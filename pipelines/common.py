@@ -239,7 +239,7 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
 def describe_local_workers(workers: int) -> str:
     """The summary's line on how many DirectRunner workers ran the job."""
     if workers == 1:
-        return "  ran in 1 in-memory DirectRunner worker"
+        return "  ran in this process (1 DirectRunner worker process)"
     return (f"  ran in {workers} DirectRunner worker processes (one per core by default; "
             "--direct_num_workers=1 for one in-memory worker)")
 

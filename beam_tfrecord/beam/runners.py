@@ -220,8 +220,8 @@ def _quiet_worker_start_up() -> None:
 
 
 def local_workers_of(options: PipelineOptions) -> int:
-    """The worker processes a finished or built pipeline's options give the DirectRunner (1: in memory)."""
+    """The worker processes a finished or built pipeline's options give the DirectRunner (1: this one)."""
     direct = options.view_as(DirectOptions)
-    if direct.direct_running_mode == "in_memory":
+    if direct.direct_running_mode != "multi_processing":  # in_memory, multi_threading: threads of this process
         return 1
     return direct.direct_num_workers or os.cpu_count() or 1

@@ -133,10 +133,20 @@ def test_a_job_on_the_batch_engine_runs_in_worker_processes(tmp_path, default_wo
     assert str(os.getpid()) not in set((tmp_path / "pids").read_text().split())
 
 
+@pytest.mark.parametrize("flags, workers", [
+    pytest.param([], 1, id="beams-default-in-memory"),
+    pytest.param(["--direct_running_mode=multi_threading", "--direct_num_workers=4"], 1, id="threads-one-process"),
+    pytest.param(["--direct_running_mode=multi_processing", "--direct_num_workers=3"], 3, id="three-processes"),
+])
+def test_worker_processes_are_read_from_the_options(flags, workers):
+    assert local_workers_of(PipelineOptions(flags)) == workers
+
+
 @pytest.mark.parametrize("workers, line", [
-    (1, "  ran in 1 in-memory DirectRunner worker"),
+    (1, "  ran in this process (1 DirectRunner worker process)"),
     (2, "  ran in 2 DirectRunner worker processes (one per core by default; --direct_num_workers=1 for one "
         "in-memory worker)"),
 ])
 def test_the_job_summary_says_how_many_workers_ran(workers, line):
+    """What the summary prints (``print_how_it_ran``); the count comes from ``local_workers_of``."""
     assert describe_local_workers(workers) == line
