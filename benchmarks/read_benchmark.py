@@ -5,16 +5,20 @@ uint8 ``Tensor`` and a ``ClassLabel``. Then, in one run, times full passes of ea
 after mode, after a warm-up round (so every mode reads from the page cache), and keeps the best:
 
   (a) tutorial: TFRecordDataset(files) -> map(parse_single_example + decode_raw) -> batch(32)
-  (b) raw:      TFRecordDataset(files) -> batch(1024), no parsing (the practical limit)
+  (b) raw:      TFRecordDataset(files) -> batch(1024), no parsing (the practical limit), and -> batch(32)
+                (the limit at small batches: Python's own cost per batch iterated, with nothing parsed)
   (c) ours:     read_dataset(path, batch_size=B), parse spec from the manifest, no image decoding
   (n) NumPy:    read_numpy(path), one dict of arrays per example
   (t) PyTorch:  DataLoader(TFRecordIterableDataset(path, batch_size=256), batch_size=None), 0 and 2
                 workers (batches built in the workers), and the per-example API with DataLoader(batch_size=256)
   (p) package:  the `tfrecord` package's reader (tfrecord.reader.tfrecord_loader over the shards,
                 split between workers by file), DataLoader(batch_size=256), 0 and 2 workers
+  (h) handoff:  DataLoader(batch_size=None) with 2 workers yielding ready batches of 256 records as
+                tensors, no reading at all (what handing batches from workers to the main process costs)
 
-and prints records/s and the ratios c/a and c/b (c at batch 1024, as b, and at batch 32, as a),
-t/p at 0 and 2 workers, and t at 2 workers over t at 0. The NumPy and PyTorch modes are timed in a
+and prints records/s and the ratios c/a and c/b (c at batch 1024 and at batch 32 over b at batch
+1024, and c at batch 32 over b at batch 32), t/p at 0 and 2 workers, t at 2 workers over t at 0,
+and h over t at 0 (above 1 only when 2 workers can beat 0 at all). The NumPy and PyTorch modes are timed in a
 child process without TensorFlow (the `tfrecord` package's protos clash with TensorFlow's in one
 process, and DataLoader workers should not fork a process running TensorFlow's threads), with
 the same interleaved rounds.
@@ -88,10 +92,10 @@ def tutorial(files: list[str]) -> Any:
     return tf.data.TFRecordDataset(files).map(parse).batch(32)
 
 
-def raw(files: list[str]) -> Any:
+def raw(files: list[str], batch_size: int) -> Any:
     import tensorflow as tf
 
-    return tf.data.TFRecordDataset(files).batch(1024)
+    return tf.data.TFRecordDataset(files).batch(batch_size)
 
 
 TORCH_BATCH = 256
@@ -120,9 +124,27 @@ def torch_modes(path: str, files: list[str]) -> dict[str, Callable[[], Iterable[
     def package(workers: int) -> Iterable[Any]:
         return torch.utils.data.DataLoader(TFRecordPackage(), batch_size=TORCH_BATCH, num_workers=workers)
 
+    num_batches = -(-len(TFRecordIterableDataset(path)) // TORCH_BATCH)
     return {"t0": lambda: ours(0), "t2": lambda: ours(2),
             "te0": lambda: torch.utils.data.DataLoader(TFRecordIterableDataset(path), batch_size=TORCH_BATCH),
-            "p0": lambda: package(0), "p2": lambda: package(2)}
+            "p0": lambda: package(0), "p2": lambda: package(2),
+            "h2": lambda: torch.utils.data.DataLoader(_ready_batches(num_batches), batch_size=None, num_workers=2)}
+
+
+def _ready_batches(num_batches: int) -> Any:
+    """An IterableDataset whose DataLoader workers yield fresh copies of one CIFAR-like batch, reading nothing."""
+    import torch.utils.data
+
+    class ReadyBatches(torch.utils.data.IterableDataset):
+        def __iter__(self) -> Iterator[dict[str, Any]]:
+            info = torch.utils.data.get_worker_info()
+            worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+            image = np.zeros((TORCH_BATCH, 32, 32, 3), np.uint8)
+            label = np.zeros(TORCH_BATCH, np.int64)
+            for _ in range(worker, num_batches, workers):
+                yield {"image": torch.from_numpy(image.copy()), "label": torch.from_numpy(label.copy())}
+
+    return ReadyBatches()
 
 
 def measure(modes: dict[str, Callable[[], Iterable[Any]]], num_records: int,
@@ -188,29 +210,34 @@ def main(argv: list[str] | None = None) -> None:
           f"in {len(files)} shards ({split.num_bytes / 1e6:.0f} MB), {os.cpu_count()} CPUs, TF {tf.__version__}")
     rates = measure({
         "a": lambda: tutorial(files),
-        "b": lambda: raw(files),
+        "b": lambda: raw(files, 1024),
+        "b32": lambda: raw(files, 32),
         "c1024": lambda: read_dataset(args.dir, batch_size=1024),
         "c32": lambda: read_dataset(args.dir, batch_size=32),
     }, split.num_records, args.rounds)
     if not args.skip_torch:
         rates.update(_child_rates(args.dir, files, split.num_records, args.rounds))
     labels = {"a": "(a) tutorial map(parse_single_example).batch(32)", "b": "(b) raw TFRecordDataset.batch(1024)",
+              "b32": "(b) raw TFRecordDataset.batch(32)",
               "c1024": "(c) read_dataset(batch_size=1024)", "c32": "(c) read_dataset(batch_size=32)",
               "n": "(n) read_numpy, per example",
               "t0": f"(t) TFRecordIterableDataset(batch_size={TORCH_BATCH}), 0 workers",
               "t2": f"(t) TFRecordIterableDataset(batch_size={TORCH_BATCH}), 2 workers",
               "te0": f"(t) TFRecordIterableDataset, DataLoader(batch_size={TORCH_BATCH}), 0 w.",
-              "p0": "(p) tfrecord package, 0 workers", "p2": "(p) tfrecord package, 2 workers"}
+              "p0": "(p) tfrecord package, 0 workers", "p2": "(p) tfrecord package, 2 workers",
+              "h2": f"(h) handoff only: ready batches of {TORCH_BATCH}, 2 workers"}
     for name, label in labels.items():
         if name in rates:
             print(f"{label:<58} {rates[name][0]:>10,.0f} records/s  {rates[name][1]:5.2f} CPU us/record")
-    a, b, c1024, c32 = (rates[n][0] for n in ("a", "b", "c1024", "c32"))
+    a, b, b32, c1024, c32 = (rates[n][0] for n in ("a", "b", "b32", "c1024", "c32"))
     print(f"c/a = {c1024 / a:.2f} (batch 1024), {c32 / a:.2f} (batch 32)")
-    print(f"c/b = {c1024 / b:.2f} (batch 1024), {c32 / b:.2f} (batch 32)")
+    print(f"c/b = {c1024 / b:.2f} (batch 1024), {c32 / b:.2f} (batch 32); raw batch(32) / raw batch(1024) = "
+          f"{b32 / b:.2f}; c/b both at batch 32 = {c32 / b32:.2f}")
     if not args.skip_torch:
-        t0, t2, te0, p0, p2 = (rates[n][0] for n in ("t0", "t2", "te0", "p0", "p2"))
+        t0, t2, te0, p0, p2, h2 = (rates[n][0] for n in ("t0", "t2", "te0", "p0", "p2", "h2"))
         print(f"t/p = {t0 / p0:.2f} (0 workers), {t2 / p2:.2f} (2 workers); per-example API / p = {te0 / p0:.2f}")
-        print(f"t 2 workers / t 0 workers = {t2 / t0:.2f}; p 2 workers / p 0 workers = {p2 / p0:.2f}")
+        print(f"t 2 workers / t 0 workers = {t2 / t0:.2f}; p 2 workers / p 0 workers = {p2 / p0:.2f}; "
+              f"handoff only (h) / t 0 workers = {h2 / t0:.2f}")
     print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs")
 
 
