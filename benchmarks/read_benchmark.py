@@ -18,13 +18,14 @@ after mode, after a warm-up round (so every mode reads from the page cache), and
 
 and prints records/s and the ratios c/a and c/b (c at batch 1024 and at batch 32 over b at batch
 1024, and c at batch 32 over b at batch 32), t/p at 0 and 2 workers, t at 2 workers over t at 0,
-and h over t at 0 (above 1 only when 2 workers can beat 0 at all). The NumPy and PyTorch modes are timed in a
-child process without TensorFlow (the `tfrecord` package's protos clash with TensorFlow's in one
-process, and DataLoader workers should not fork a process running TensorFlow's threads), with
-the same interleaved rounds.
+and h over t at 0 (above 1 only when 2 workers can beat 0 at all). With ``--images``, also (i) the
+PyTorch reader over the same images PNG-encoded (a fifth of the records), decoding them, at 0 and 2
+workers. The NumPy and PyTorch modes are timed in a child process without TensorFlow (the
+`tfrecord` package's protos clash with TensorFlow's in one process, and DataLoader workers should
+not fork a process running TensorFlow's threads), with the same interleaved rounds.
 
 Run: python benchmarks/read_benchmark.py [--records 200000] [--dir /tmp/bt_read_bench] [--rounds 5]
-     [--skip_torch]
+     [--skip_torch] [--images]
 """
 
 from __future__ import annotations
@@ -45,24 +46,37 @@ from typing import Any
 import numpy as np
 from measure import already_built
 
-from beam_tfrecord import ClassLabel, Sample, Schema, Tensor, TensorDType
+from beam_tfrecord import ClassLabel, Image, ImageFormat, Sample, Schema, Tensor, TensorDType
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.dataset import load_manifest, shard_paths
 
 SCHEMA = Schema(features={"image": Tensor(TensorDType.UINT8, (32, 32, 3)),
                           "label": ClassLabel(tuple(f"class_{i}" for i in range(10)))})
+# The same images PNG-encoded (--images): per-batch work that DataLoader workers can share.
+PNG_SCHEMA = Schema(features={"image": Image(ImageFormat.PNG, (32, 32, 3)), "label": SCHEMA.features["label"]})
 CHUNK = 1000  # samples per Beam element (the writer accepts lists of samples)
 
 
-def _chunks(start: int, num_records: int) -> Iterator[list[Sample]]:
+def _png(pixels: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image as PILImage
+
+    encoded = io.BytesIO()
+    PILImage.fromarray(pixels).save(encoded, format="PNG")
+    return encoded.getvalue()
+
+
+def _chunks(start: int, num_records: int, png: bool) -> Iterator[list[Sample]]:
     rng = np.random.default_rng(start)
-    yield [Sample(f"{i:08d}", {"image": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), "label": i % 10})
-           for i in range(start, min(start + CHUNK, num_records))]
+    images = (rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(start, min(start + CHUNK, num_records)))
+    yield [Sample(f"{i:08d}", {"image": _png(image) if png else image, "label": i % 10})
+           for i, image in enumerate(images, start)]
 
 
-def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRECORD) -> None:
+def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRECORD, *, png: bool = False) -> None:
     """Writes the benchmark dataset in ``file_format`` with the project's writer (skipped when it
-    already exists)."""
+    already exists); with ``png``, its images PNG-encoded (``PNG_SCHEMA``)."""
     if already_built(path, num_records):
         return
     import apache_beam as beam
@@ -73,8 +87,8 @@ def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRE
     with beam.Pipeline() as pipeline:
         _ = (pipeline
              | beam.Create(list(range(0, num_records, CHUNK)))
-             | beam.FlatMap(_chunks, num_records)
-             | WriteTFRecordDataset(path, schema=SCHEMA, sharding=ShardingConfig(num_shards=16),
+             | beam.FlatMap(_chunks, num_records, png)
+             | WriteTFRecordDataset(path, schema=PNG_SCHEMA if png else SCHEMA, sharding=ShardingConfig(num_shards=16),
                                     file_format=file_format))
     print(f"built {num_records} {file_format.value} records in {time.perf_counter() - started:.1f} s")
 
@@ -169,9 +183,11 @@ def measure(modes: dict[str, Callable[[], Iterable[Any]]], num_records: int,
     return {name: (num_records / wall, cpu * 1e6 / num_records) for name, (wall, cpu) in best.items()}
 
 
-def _child_rates(path: str, files: list[str], num_records: int, rounds: int) -> dict[str, tuple[float, float]]:
+def _child_rates(path: str, files: list[str], num_records: int, rounds: int,
+                 png_path: str | None) -> dict[str, tuple[float, float]]:
     """The NumPy and PyTorch modes, timed in a child process without TensorFlow (see the module docstring)."""
-    request = json.dumps({"path": path, "files": files, "records": num_records, "rounds": rounds})
+    request = json.dumps({"path": path, "files": files, "records": num_records, "rounds": rounds,
+                          "png_path": png_path})
     output = subprocess.run([sys.executable, __file__, "--child", request], check=True, capture_output=True,
                             text=True).stdout
     return {name: (rate, cpu) for name, (rate, cpu) in json.loads(output.splitlines()[-1]).items()}
@@ -183,7 +199,20 @@ def _child(request: str) -> None:
 
     modes: dict[str, Callable[[], Iterable[Any]]] = {"n": lambda: read_numpy(args["path"])}
     modes.update(torch_modes(args["path"], args["files"]))
-    print(json.dumps(measure(modes, args["records"], args["rounds"])))
+    rates = measure(modes, args["records"], args["rounds"])
+    if args["png_path"]:  # fewer records (PNG decoding is slow): timed apart, i2/i0 from the same rounds
+        import torch.utils.data
+
+        from beam_tfrecord.reader.options import ImageDecoding
+        from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
+
+        def decoding(workers: int) -> Iterable[Any]:
+            dataset = TFRecordIterableDataset(args["png_path"], batch_size=TORCH_BATCH, image_decoding=ImageDecoding())
+            return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+
+        rates.update(measure({"i0": lambda: decoding(0), "i2": lambda: decoding(2)},
+                             load_manifest(args["png_path"]).num_written, args["rounds"]))
+    print(json.dumps(rates))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -192,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", default="/tmp/bt_read_bench")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip_torch", action="store_true", help="time only the tf.data readers")
+    parser.add_argument("--images", action="store_true",
+                        help="also time the PyTorch reader decoding PNG images (a fifth of the records)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the NumPy/PyTorch timing process
     args = parser.parse_args(argv)
     if args.child:
@@ -216,7 +247,10 @@ def main(argv: list[str] | None = None) -> None:
         "c32": lambda: read_dataset(args.dir, batch_size=32),
     }, split.num_records, args.rounds)
     if not args.skip_torch:
-        rates.update(_child_rates(args.dir, files, split.num_records, args.rounds))
+        png_path = f"{args.dir}-png" if args.images else None
+        if png_path:
+            build(png_path, args.records // 5, png=True)
+        rates.update(_child_rates(args.dir, files, split.num_records, args.rounds, png_path))
     labels = {"a": "(a) tutorial map(parse_single_example).batch(32)", "b": "(b) raw TFRecordDataset.batch(1024)",
               "b32": "(b) raw TFRecordDataset.batch(32)",
               "c1024": "(c) read_dataset(batch_size=1024)", "c32": "(c) read_dataset(batch_size=32)",
@@ -225,7 +259,9 @@ def main(argv: list[str] | None = None) -> None:
               "t2": f"(t) TFRecordIterableDataset(batch_size={TORCH_BATCH}), 2 workers",
               "te0": f"(t) TFRecordIterableDataset, DataLoader(batch_size={TORCH_BATCH}), 0 w.",
               "p0": "(p) tfrecord package, 0 workers", "p2": "(p) tfrecord package, 2 workers",
-              "h2": f"(h) handoff only: ready batches of {TORCH_BATCH}, 2 workers"}
+              "h2": f"(h) handoff only: ready batches of {TORCH_BATCH}, 2 workers",
+              "i0": "(i) PNG images decoded, batch_size=256, 0 workers",
+              "i2": "(i) PNG images decoded, batch_size=256, 2 workers"}
     for name, label in labels.items():
         if name in rates:
             print(f"{label:<58} {rates[name][0]:>10,.0f} records/s  {rates[name][1]:5.2f} CPU us/record")
@@ -238,6 +274,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"t/p = {t0 / p0:.2f} (0 workers), {t2 / p2:.2f} (2 workers); per-example API / p = {te0 / p0:.2f}")
         print(f"t 2 workers / t 0 workers = {t2 / t0:.2f}; p 2 workers / p 0 workers = {p2 / p0:.2f}; "
               f"handoff only (h) / t 0 workers = {h2 / t0:.2f}")
+    if "i0" in rates:
+        print(f"PNG images decoded: 2 workers / 0 workers = {rates['i2'][0] / rates['i0'][0]:.2f}")
     print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs")
 
 
