@@ -5,22 +5,27 @@ uint8 ``Tensor`` and a ``ClassLabel``. Then, in one run, times full passes of ea
 after mode, after a warm-up round (so every mode reads from the page cache), and keeps the best:
 
   (a) tutorial: TFRecordDataset(files) -> map(parse_single_example + decode_raw) -> batch(32)
-  (b) raw:      TFRecordDataset(files) -> batch(1024), no parsing (the practical limit)
+  (b) raw:      TFRecordDataset(files) -> batch(1024), no parsing (the practical limit), and -> batch(32)
+                (the limit at small batches: Python's own cost per batch iterated, with nothing parsed)
   (c) ours:     read_dataset(path, batch_size=B), parse spec from the manifest, no image decoding
   (n) NumPy:    read_numpy(path), one dict of arrays per example
   (t) PyTorch:  DataLoader(TFRecordIterableDataset(path, batch_size=256), batch_size=None), 0 and 2
                 workers (batches built in the workers), and the per-example API with DataLoader(batch_size=256)
   (p) package:  the `tfrecord` package's reader (tfrecord.reader.tfrecord_loader over the shards,
                 split between workers by file), DataLoader(batch_size=256), 0 and 2 workers
+  (h) handoff:  DataLoader(batch_size=None) with 2 workers yielding ready batches of 256 records as
+                tensors, no reading at all (what handing batches from workers to the main process costs)
 
-and prints records/s and the ratios c/a and c/b (c at batch 1024, as b, and at batch 32, as a),
-t/p at 0 and 2 workers, and t at 2 workers over t at 0. The NumPy and PyTorch modes are timed in a
-child process without TensorFlow (the `tfrecord` package's protos clash with TensorFlow's in one
-process, and DataLoader workers should not fork a process running TensorFlow's threads), with
-the same interleaved rounds.
+and prints records/s and the ratios c/a and c/b (c at batch 1024 and at batch 32 over b at batch
+1024, and c at batch 32 over b at batch 32), t/p at 0 and 2 workers, t at 2 workers over t at 0,
+and h over t at 0 (above 1 only when 2 workers can beat 0 at all). With ``--images``, also (i) the
+PyTorch reader over the same images PNG-encoded (a fifth of the records), decoding them, at 0 and 2
+workers. The NumPy and PyTorch modes are timed in a child process without TensorFlow (the
+`tfrecord` package's protos clash with TensorFlow's in one process, and DataLoader workers should
+not fork a process running TensorFlow's threads), with the same interleaved rounds.
 
 Run: python benchmarks/read_benchmark.py [--records 200000] [--dir /tmp/bt_read_bench] [--rounds 5]
-     [--skip_torch]
+     [--skip_torch] [--images]
 """
 
 from __future__ import annotations
@@ -41,24 +46,37 @@ from typing import Any
 import numpy as np
 from measure import already_built
 
-from beam_tfrecord import ClassLabel, Sample, Schema, Tensor, TensorDType
+from beam_tfrecord import ClassLabel, Image, ImageFormat, Sample, Schema, Tensor, TensorDType
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.dataset import load_manifest, shard_paths
 
 SCHEMA = Schema(features={"image": Tensor(TensorDType.UINT8, (32, 32, 3)),
                           "label": ClassLabel(tuple(f"class_{i}" for i in range(10)))})
+# The same images PNG-encoded (--images): per-batch work that DataLoader workers can share.
+PNG_SCHEMA = Schema(features={"image": Image(ImageFormat.PNG, (32, 32, 3)), "label": SCHEMA.features["label"]})
 CHUNK = 1000  # samples per Beam element (the writer accepts lists of samples)
 
 
-def _chunks(start: int, num_records: int) -> Iterator[list[Sample]]:
+def _png(pixels: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image as PILImage
+
+    encoded = io.BytesIO()
+    PILImage.fromarray(pixels).save(encoded, format="PNG")
+    return encoded.getvalue()
+
+
+def _chunks(start: int, num_records: int, png: bool) -> Iterator[list[Sample]]:
     rng = np.random.default_rng(start)
-    yield [Sample(f"{i:08d}", {"image": rng.integers(0, 256, (32, 32, 3), dtype=np.uint8), "label": i % 10})
-           for i in range(start, min(start + CHUNK, num_records))]
+    images = (rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in range(start, min(start + CHUNK, num_records)))
+    yield [Sample(f"{i:08d}", {"image": _png(image) if png else image, "label": i % 10})
+           for i, image in enumerate(images, start)]
 
 
-def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRECORD) -> None:
+def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRECORD, *, png: bool = False) -> None:
     """Writes the benchmark dataset in ``file_format`` with the project's writer (skipped when it
-    already exists)."""
+    already exists); with ``png``, its images PNG-encoded (``PNG_SCHEMA``)."""
     if already_built(path, num_records):
         return
     import apache_beam as beam
@@ -69,8 +87,8 @@ def build(path: str, num_records: int, file_format: FileFormat = FileFormat.TFRE
     with beam.Pipeline() as pipeline:
         _ = (pipeline
              | beam.Create(list(range(0, num_records, CHUNK)))
-             | beam.FlatMap(_chunks, num_records)
-             | WriteTFRecordDataset(path, schema=SCHEMA, sharding=ShardingConfig(num_shards=16),
+             | beam.FlatMap(_chunks, num_records, png)
+             | WriteTFRecordDataset(path, schema=PNG_SCHEMA if png else SCHEMA, sharding=ShardingConfig(num_shards=16),
                                     file_format=file_format))
     print(f"built {num_records} {file_format.value} records in {time.perf_counter() - started:.1f} s")
 
@@ -88,10 +106,10 @@ def tutorial(files: list[str]) -> Any:
     return tf.data.TFRecordDataset(files).map(parse).batch(32)
 
 
-def raw(files: list[str]) -> Any:
+def raw(files: list[str], batch_size: int) -> Any:
     import tensorflow as tf
 
-    return tf.data.TFRecordDataset(files).batch(1024)
+    return tf.data.TFRecordDataset(files).batch(batch_size)
 
 
 TORCH_BATCH = 256
@@ -120,9 +138,27 @@ def torch_modes(path: str, files: list[str]) -> dict[str, Callable[[], Iterable[
     def package(workers: int) -> Iterable[Any]:
         return torch.utils.data.DataLoader(TFRecordPackage(), batch_size=TORCH_BATCH, num_workers=workers)
 
+    num_batches = -(-len(TFRecordIterableDataset(path)) // TORCH_BATCH)
     return {"t0": lambda: ours(0), "t2": lambda: ours(2),
             "te0": lambda: torch.utils.data.DataLoader(TFRecordIterableDataset(path), batch_size=TORCH_BATCH),
-            "p0": lambda: package(0), "p2": lambda: package(2)}
+            "p0": lambda: package(0), "p2": lambda: package(2),
+            "h2": lambda: torch.utils.data.DataLoader(_ready_batches(num_batches), batch_size=None, num_workers=2)}
+
+
+def _ready_batches(num_batches: int) -> Any:
+    """An IterableDataset whose DataLoader workers yield fresh copies of one CIFAR-like batch, reading nothing."""
+    import torch.utils.data
+
+    class ReadyBatches(torch.utils.data.IterableDataset):
+        def __iter__(self) -> Iterator[dict[str, Any]]:
+            info = torch.utils.data.get_worker_info()
+            worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+            image = np.zeros((TORCH_BATCH, 32, 32, 3), np.uint8)
+            label = np.zeros(TORCH_BATCH, np.int64)
+            for _ in range(worker, num_batches, workers):
+                yield {"image": torch.from_numpy(image.copy()), "label": torch.from_numpy(label.copy())}
+
+    return ReadyBatches()
 
 
 def measure(modes: dict[str, Callable[[], Iterable[Any]]], num_records: int,
@@ -147,9 +183,11 @@ def measure(modes: dict[str, Callable[[], Iterable[Any]]], num_records: int,
     return {name: (num_records / wall, cpu * 1e6 / num_records) for name, (wall, cpu) in best.items()}
 
 
-def _child_rates(path: str, files: list[str], num_records: int, rounds: int) -> dict[str, tuple[float, float]]:
+def _child_rates(path: str, files: list[str], num_records: int, rounds: int,
+                 png_path: str | None) -> dict[str, tuple[float, float]]:
     """The NumPy and PyTorch modes, timed in a child process without TensorFlow (see the module docstring)."""
-    request = json.dumps({"path": path, "files": files, "records": num_records, "rounds": rounds})
+    request = json.dumps({"path": path, "files": files, "records": num_records, "rounds": rounds,
+                          "png_path": png_path})
     output = subprocess.run([sys.executable, __file__, "--child", request], check=True, capture_output=True,
                             text=True).stdout
     return {name: (rate, cpu) for name, (rate, cpu) in json.loads(output.splitlines()[-1]).items()}
@@ -161,7 +199,20 @@ def _child(request: str) -> None:
 
     modes: dict[str, Callable[[], Iterable[Any]]] = {"n": lambda: read_numpy(args["path"])}
     modes.update(torch_modes(args["path"], args["files"]))
-    print(json.dumps(measure(modes, args["records"], args["rounds"])))
+    rates = measure(modes, args["records"], args["rounds"])
+    if args["png_path"]:  # fewer records (PNG decoding is slow): timed apart, i2/i0 from the same rounds
+        import torch.utils.data
+
+        from beam_tfrecord.reader.options import ImageDecoding
+        from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
+
+        def decoding(workers: int) -> Iterable[Any]:
+            dataset = TFRecordIterableDataset(args["png_path"], batch_size=TORCH_BATCH, image_decoding=ImageDecoding())
+            return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+
+        rates.update(measure({"i0": lambda: decoding(0), "i2": lambda: decoding(2)},
+                             load_manifest(args["png_path"]).num_written, args["rounds"]))
+    print(json.dumps(rates))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -170,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", default="/tmp/bt_read_bench")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip_torch", action="store_true", help="time only the tf.data readers")
+    parser.add_argument("--images", action="store_true",
+                        help="also time the PyTorch reader decoding PNG images (a fifth of the records)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the NumPy/PyTorch timing process
     args = parser.parse_args(argv)
     if args.child:
@@ -188,29 +241,41 @@ def main(argv: list[str] | None = None) -> None:
           f"in {len(files)} shards ({split.num_bytes / 1e6:.0f} MB), {os.cpu_count()} CPUs, TF {tf.__version__}")
     rates = measure({
         "a": lambda: tutorial(files),
-        "b": lambda: raw(files),
+        "b": lambda: raw(files, 1024),
+        "b32": lambda: raw(files, 32),
         "c1024": lambda: read_dataset(args.dir, batch_size=1024),
         "c32": lambda: read_dataset(args.dir, batch_size=32),
     }, split.num_records, args.rounds)
     if not args.skip_torch:
-        rates.update(_child_rates(args.dir, files, split.num_records, args.rounds))
+        png_path = f"{args.dir}-png" if args.images else None
+        if png_path:
+            build(png_path, args.records // 5, png=True)
+        rates.update(_child_rates(args.dir, files, split.num_records, args.rounds, png_path))
     labels = {"a": "(a) tutorial map(parse_single_example).batch(32)", "b": "(b) raw TFRecordDataset.batch(1024)",
+              "b32": "(b) raw TFRecordDataset.batch(32)",
               "c1024": "(c) read_dataset(batch_size=1024)", "c32": "(c) read_dataset(batch_size=32)",
               "n": "(n) read_numpy, per example",
               "t0": f"(t) TFRecordIterableDataset(batch_size={TORCH_BATCH}), 0 workers",
               "t2": f"(t) TFRecordIterableDataset(batch_size={TORCH_BATCH}), 2 workers",
               "te0": f"(t) TFRecordIterableDataset, DataLoader(batch_size={TORCH_BATCH}), 0 w.",
-              "p0": "(p) tfrecord package, 0 workers", "p2": "(p) tfrecord package, 2 workers"}
+              "p0": "(p) tfrecord package, 0 workers", "p2": "(p) tfrecord package, 2 workers",
+              "h2": f"(h) handoff only: ready batches of {TORCH_BATCH}, 2 workers",
+              "i0": "(i) PNG images decoded, batch_size=256, 0 workers",
+              "i2": "(i) PNG images decoded, batch_size=256, 2 workers"}
     for name, label in labels.items():
         if name in rates:
             print(f"{label:<58} {rates[name][0]:>10,.0f} records/s  {rates[name][1]:5.2f} CPU us/record")
-    a, b, c1024, c32 = (rates[n][0] for n in ("a", "b", "c1024", "c32"))
+    a, b, b32, c1024, c32 = (rates[n][0] for n in ("a", "b", "b32", "c1024", "c32"))
     print(f"c/a = {c1024 / a:.2f} (batch 1024), {c32 / a:.2f} (batch 32)")
-    print(f"c/b = {c1024 / b:.2f} (batch 1024), {c32 / b:.2f} (batch 32)")
+    print(f"c/b = {c1024 / b:.2f} (batch 1024), {c32 / b:.2f} (batch 32); raw batch(32) / raw batch(1024) = "
+          f"{b32 / b:.2f}; c/b both at batch 32 = {c32 / b32:.2f}")
     if not args.skip_torch:
-        t0, t2, te0, p0, p2 = (rates[n][0] for n in ("t0", "t2", "te0", "p0", "p2"))
+        t0, t2, te0, p0, p2, h2 = (rates[n][0] for n in ("t0", "t2", "te0", "p0", "p2", "h2"))
         print(f"t/p = {t0 / p0:.2f} (0 workers), {t2 / p2:.2f} (2 workers); per-example API / p = {te0 / p0:.2f}")
-        print(f"t 2 workers / t 0 workers = {t2 / t0:.2f}; p 2 workers / p 0 workers = {p2 / p0:.2f}")
+        print(f"t 2 workers / t 0 workers = {t2 / t0:.2f}; p 2 workers / p 0 workers = {p2 / p0:.2f}; "
+              f"handoff only (h) / t 0 workers = {h2 / t0:.2f}")
+    if "i0" in rates:
+        print(f"PNG images decoded: 2 workers / 0 workers = {rates['i2'][0] / rates['i0'][0]:.2f}")
     print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs")
 
 

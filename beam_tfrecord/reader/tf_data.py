@@ -6,7 +6,7 @@ import dataclasses
 import itertools
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.tf_spec import make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
+from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
 
 _PREFETCH_BATCHES = 2
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
@@ -142,30 +142,33 @@ def _read_segments(plan: ReadPlan, *, shuffle_files: bool, seed: int | None,
                             deterministic=True)
 
 
-def _verified_batches(records: tf.data.Dataset, plan: ReadPlan, batch_size: int, *,
-                      drop_remainder: bool) -> tf.data.Dataset:
-    """Batches of serialized records, failing when the shards hold more or fewer records than planned.
+def _parse_verified(records: tf.data.Dataset, plan: ReadPlan, batch_size: int,
+                    parse: Callable[[tf.Tensor], ParsedBatch], *, drop_remainder: bool,
+                    parallel_calls: int) -> tf.data.Dataset:
+    """Batches of records parsed, failing when the shards hold more or fewer records than planned.
 
     The check costs nothing per record: the number of batches and the size of each are known
-    from the plan, and any difference in the record count changes one or the other.
+    from the plan, and any difference in the record count changes one or the other. It runs in
+    the parallel parse calls, not on the thread that reads the records (the pipeline's slowest
+    stage, which must stay as lean as the raw reader).
     """
     num_batches = -(-plan.num_records // batch_size)
     last_size = plan.num_records - (num_batches - 1) * batch_size
 
-    def check(index: tf.Tensor, batch: tf.Tensor) -> tf.Tensor:
+    def check_and_parse(index: tf.Tensor, batch: tf.Tensor) -> ParsedBatch:
         expected = tf.where(index == num_batches - 1, tf.constant(last_size, tf.int64), batch_size)
         check_size = tf.debugging.assert_equal(
             tf.size(batch, out_type=tf.int64), expected,
             message=f"the shards at {plan.dataset_dir} hold a different number of records than the manifest "
                     f"lists ({plan.num_records} planned for split {plan.split}, worker {plan.worker_index})")
         with tf.control_dependencies([check_size]):
-            return tf.identity(batch)
+            batch = tf.identity(batch)
+        return parse(tf.ensure_shape(batch, [batch_size]) if drop_remainder else batch)
 
-    batches = records.batch(batch_size).apply(tf.data.experimental.assert_cardinality(num_batches))
-    batches = batches.enumerate().map(check)
+    batches = records.batch(batch_size).apply(tf.data.experimental.assert_cardinality(num_batches)).enumerate()
     if drop_remainder and last_size != batch_size:
-        batches = batches.take(num_batches - 1).map(lambda batch: tf.ensure_shape(batch, [batch_size]))
-    return batches
+        batches = batches.take(num_batches - 1)
+    return batches.map(check_and_parse, num_parallel_calls=parallel_calls, deterministic=True)
 
 
 def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 32, shuffle: bool = False,
@@ -256,14 +259,14 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     if repeat:
         dataset = dataset.repeat()
     parse_batch = batch_size * -(-_MIN_PARSE_BATCH // batch_size)  # a multiple of batch_size
+    # Batches of serialized records -> dicts of batched tensors, one parse per CPU at once.
+    parallel_calls = os.cpu_count() or 1
     if repeat or not verify_count:
         dataset = dataset.batch(parse_batch, drop_remainder=drop_remainder and parse_batch == batch_size)
+        dataset = dataset.map(parse, num_parallel_calls=parallel_calls, deterministic=True)
     else:
-        dataset = _verified_batches(dataset, plan, parse_batch,
-                                    drop_remainder=drop_remainder and parse_batch == batch_size)
-    # Batches of serialized records -> dicts of batched tensors.
-    parallel_calls = os.cpu_count() or 1
-    dataset = dataset.map(parse, num_parallel_calls=parallel_calls, deterministic=True)
+        dataset = _parse_verified(dataset, plan, parse_batch, parse, parallel_calls=parallel_calls,
+                                  drop_remainder=drop_remainder and parse_batch == batch_size)
     if parse_batch != batch_size:
         dataset = dataset.rebatch(batch_size, drop_remainder=drop_remainder)
     # Known again after rebatch, and exact: len(dataset) is the number of steps.
@@ -282,4 +285,7 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     # Autotuning times every record of every stage (~15% of the raw record rate on 3 KB records);
     # parallelism is set instead: one parse per CPU, a few batches ahead.
     options.autotune.enabled = False
-    return dataset.with_options(options).prefetch(_PREFETCH_BATCHES)
+    dataset = dataset.with_options(options)
+    # Small batches are cut by the iterating thread from parses the parallel map holds ready: a
+    # prefetch would only add a thread handoff per small batch.
+    return dataset.prefetch(_PREFETCH_BATCHES) if parse_batch == batch_size else dataset
