@@ -5,12 +5,14 @@ The suite sets ``BEAM_TFRECORD_LOCAL_WORKERS=1`` (tests/conftest.py); these test
 """
 
 import os
+import subprocess
+import sys
 
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
-from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset
+from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset, read_numpy
 from beam_tfrecord.beam.runners import (
     LOCAL_WORKERS_ENV,
     LocalBatchRunner,
@@ -150,3 +152,33 @@ def test_worker_processes_are_read_from_the_options(flags, workers):
 def test_the_job_summary_says_how_many_workers_ran(workers, line):
     """What the summary prints (``print_how_it_ran``); the count comes from ``local_workers_of``."""
     assert describe_local_workers(workers) == line
+
+
+_SCRIPT = '''
+import sys
+import apache_beam as beam
+from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset
+from sibling_transforms import doubled  # next to this script, not importable from the working directory
+
+with beam.Pipeline() as pipeline:
+    _ = (pipeline | beam.Create([[Sample(f"k{i}", {"id": i}) for i in range(20)]])
+         | WriteTFRecordDataset(sys.argv[1], schema=Schema({"id": Scalar(DType.INT64)}),
+                                feature_transforms={"id": doubled}))
+'''
+
+
+@pytest.mark.skipif(available_cores() < 2, reason="every core is one core here")
+def test_a_scripts_sibling_modules_reach_the_worker_processes(tmp_path, default_workers):
+    """A script run from another folder imports a module beside it; its functions are pickled by
+    reference, so the workers (fresh interpreters) must find that module as the script did."""
+    scripts, elsewhere = tmp_path / "scripts", tmp_path / "elsewhere"
+    scripts.mkdir()
+    elsewhere.mkdir()
+    (scripts / "sibling_transforms.py").write_text("def doubled(value):\n    return 2 * value\n")
+    (scripts / "build.py").write_text(_SCRIPT)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(scripts / "build.py"), str(out)], cwd=elsewhere,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ids = sorted(int(example["id"]) for example in read_numpy(str(out)))
+    assert ids == [2 * i for i in range(20)]
