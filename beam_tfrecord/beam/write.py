@@ -324,7 +324,7 @@ class WriteTFRecordDataset(beam.PTransform):
             return self._encoding.to_runs_fn(runs_dir=runs_dir, run_bytes=self._spill_run_bytes,
                                              direct_io=self._direct_io, salt=self._salt,
                                              max_record_bytes=self._sharding.cap)
-        return self._on_every_core(pipeline, EncodeToRunsFn(
+        return self._in_pool_if_asked(pipeline, EncodeToRunsFn(
             self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes, direct_io=self._direct_io,
             **self._encode_options()))
 
@@ -358,7 +358,7 @@ class WriteTFRecordDataset(beam.PTransform):
         summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if self._encoding is not None else None
         return self._publish(samples.pipeline, plan, shard_infos, dead_letters, summary)
 
-    def _on_every_core(self, pipeline: beam.Pipeline, encode: EncodeToRunsFn) -> beam.DoFn:
+    def _in_pool_if_asked(self, pipeline: beam.Pipeline, encode: EncodeToRunsFn) -> beam.DoFn:
         """``encode``, or a pool running it in several processes (see ``encode_processes``)."""
         processes = self._encode_processes
         if processes == 1:
