@@ -17,6 +17,7 @@ from beam_tfrecord import lease
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_for, wait_for_dask
 from beam_tfrecord.beam.encode_pool import describe_encode_processes
 from beam_tfrecord.beam.runners import (
+    WORKER_LOG_RELAY,
     available_cores,
     local_batch_runner_for,
     local_workers_for,
@@ -204,10 +205,22 @@ def quiet_logging() -> None:
 
     Beam's DoFn runner also logs every exception a DoFn raises, with its traceback, before it
     re-raises it; the re-raised exception carries the same traceback (and ``run_as_command``
-    turns ours into their message), so that log line only repeats it.
+    turns ours into their message), so that log line only repeats it. With worker processes the
+    same log lines come relayed from each worker as ERROR records (twice per error): dropped too,
+    while the workers' warnings still pass.
     """
     logging.getLogger().setLevel(logging.WARNING)
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
+    relay = logging.getLogger(WORKER_LOG_RELAY)
+    if not any(isinstance(f, _DropRelayedErrors) for f in relay.filters):
+        relay.addFilter(_DropRelayedErrors())
+
+
+class _DropRelayedErrors(logging.Filter):
+    """Drops a worker's relayed ERROR records: the error they log fails the job, which reports it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR
 
 
 def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schema, command: Sequence[str], *,

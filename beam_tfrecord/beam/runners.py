@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,6 +19,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, PortableOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
+from beam_tfrecord import errors
 from beam_tfrecord.errors import WriterOptionError
 
 
@@ -89,12 +91,17 @@ def traits_of(pipeline: beam.Pipeline) -> RunnerTraits:
 
 class LocalBatchRunner(PipelineRunner):
     """The DirectRunner's batch engine (Beam's ``FnApiRunner``), set up as the DirectRunner sets it up,
-    without the DirectRunner's first choice of Prism.
+    without the DirectRunner's first choice of Prism, and with beam-tfrecord's errors typed again.
 
     Beam 2.77's DirectRunner runs a pipeline on Prism when it can download it (online), where the
     Python workers run in the launching process and ``direct_running_mode`` has no effect; offline it
-    runs this engine. The jobs run this engine either way, so a build uses the worker processes its
-    summary reports (``use_local_workers``) online and offline alike.
+    runs this engine. The jobs, and pipelines the writer gives worker processes (``use_local_workers``),
+    run this engine either way, so they use the worker processes the summary reports online and
+    offline alike.
+
+    A worker process's error reaches the launching process as a ``RuntimeError`` holding the
+    worker's traceback as text; when it names a beam-tfrecord error, that error is raised instead
+    (``error_from_worker``), as one in-memory worker raises it.
     """
 
     def run_pipeline(self, pipeline: beam.Pipeline, options: PipelineOptions) -> Any:
@@ -104,7 +111,36 @@ class LocalBatchRunner(PipelineRunner):
 
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-        return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+        try:
+            return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+        except Exception as err:
+            ours = error_from_worker(err)
+            if ours is None:
+                raise
+            raise ours from err
+
+
+# How Beam's worker harness words a DoFn's error: "<module>.<class>: <message> [while running '<step>']".
+_NAMED_ERROR = re.compile(r"beam_tfrecord\.errors\.(\w+): ")
+_STEP_SUFFIX = re.compile(r"(?: \[while running '[^']*'\])+\s*$")
+
+
+def error_from_worker(err: BaseException) -> errors.BeamTFRecordError | None:
+    """The beam-tfrecord error that ``err`` (a runner's error from a worker process) reports as text:
+    the same class and message, without the attributes the original carried (the worker kept them).
+    None when ``err`` already is one, or names none."""
+    if isinstance(err, errors.BeamTFRecordError):
+        return None
+    text = str(err)
+    named = list(_NAMED_ERROR.finditer(text))
+    if not named:
+        return None
+    cls = getattr(errors, named[-1].group(1), None)  # the last: the error the DoFn raised
+    if not (isinstance(cls, type) and issubclass(cls, errors.BeamTFRecordError)):
+        return None
+    restored = cls.__new__(cls)
+    BaseException.__init__(restored, _STEP_SUFFIX.sub("", text[named[-1].end():]))
+    return restored
 
 
 def local_batch_runner_for(options: PipelineOptions) -> LocalBatchRunner | None:
@@ -181,9 +217,11 @@ def local_workers_for(options: PipelineOptions, *, requested: int | None, flags:
     return requested
 
 
-def use_local_workers(options: PipelineOptions, workers: int) -> None:
-    """Has the DirectRunner run ``workers`` worker processes (its ``multi_processing`` mode): each runs
-    whole fused stages (read, encode, spill; write shards), so no record crosses a process.
+def use_local_workers(pipeline: beam.Pipeline, workers: int) -> None:
+    """Has ``pipeline`` (on the DirectRunner) run in ``workers`` worker processes (the DirectRunner's
+    ``multi_processing`` mode): each runs whole fused stages (read, encode, spill; write shards), so
+    no record crosses a process. It then runs on ``LocalBatchRunner``, which is the engine that mode
+    belongs to (Prism, the DirectRunner's first choice online, ignores it).
 
     The workers are fresh interpreters: they get this process's ``sys.path`` (through
     ``PYTHONPATH``, which they inherit with the environment) so that they import what this process
@@ -192,7 +230,9 @@ def use_local_workers(options: PipelineOptions, workers: int) -> None:
     """
     if workers <= 1:
         return
-    direct = options.view_as(DirectOptions)
+    if type(pipeline.runner).__name__ in ("DirectRunner", "SwitchingDirectRunner"):
+        pipeline.runner = LocalBatchRunner()
+    direct = pipeline.options.view_as(DirectOptions)
     direct.direct_running_mode = "multi_processing"
     direct.direct_num_workers = workers
     _quiet_worker_start_up()
@@ -201,6 +241,7 @@ def use_local_workers(options: PipelineOptions, workers: int) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*known, *(p for p in paths if p not in known)]))
 
 
+WORKER_LOG_RELAY = "apache_beam.runners.portability.local_job_service"  # logs what worker processes log
 # What every DirectRunner worker process logs at WARNING as it starts (Beam 2.77), relayed to this
 # process's log: true of every run, and nothing a user can act on.
 _WORKER_START_UP_NOISE = ("No semi_persistent_directory found", "Discarding unparseable args")
@@ -214,7 +255,7 @@ class _DropWorkerStartUpNoise(logging.Filter):
 
 def _quiet_worker_start_up() -> None:
     """Drops the two start-up warnings of each worker (once per process; other worker logs pass)."""
-    relay = logging.getLogger("apache_beam.runners.portability.local_job_service")
+    relay = logging.getLogger(WORKER_LOG_RELAY)
     if not any(isinstance(f, _DropWorkerStartUpNoise) for f in relay.filters):
         relay.addFilter(_DropWorkerStartUpNoise())
 

@@ -231,10 +231,11 @@ class WriteTFRecordDataset(beam.PTransform):
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
         local_workers: on the DirectRunner, when the pipeline's options leave Beam's default (one
             in-memory worker), the worker processes the writer asks it for (its ``multi_processing``
-            mode; see ``beam_tfrecord.beam.runners.use_local_workers``): None for every core of this
-            machine (or ``$BEAM_TFRECORD_LOCAL_WORKERS``), 1 to leave the runner as it is. Options
-            that choose the runner's parallelism (``direct_num_workers``, ``direct_running_mode``,
-            another runner) are kept. Applies to the whole pipeline the writer is part of.
+            mode, on its batch engine, not Prism; see ``beam_tfrecord.beam.runners.use_local_workers``):
+            None for every core of this machine (or ``$BEAM_TFRECORD_LOCAL_WORKERS``), 1 to leave
+            the runner as it is. Options that choose the runner's parallelism (``direct_num_workers``,
+            ``direct_running_mode``, another runner) are kept. Applies to the whole pipeline the
+            writer is part of; its errors stay typed (``LocalBatchRunner``).
         encode_processes: an explicit pool of processes that encode samples and spill their runs,
             inside the runner's worker, on the spill path (``beam_tfrecord.beam.encode_pool``): for a
             pipeline that must stay in one runner process. 1 (the default): no pool. More than 1
@@ -305,8 +306,8 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
         if runs_on_direct_runner(samples.pipeline):
-            options = samples.pipeline.options
-            use_local_workers(options, local_workers_for(options, requested=self._local_workers))
+            workers = local_workers_for(samples.pipeline.options, requested=self._local_workers)
+            use_local_workers(samples.pipeline, workers)
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
             return self._spill(samples)
         return self._shuffle(samples)

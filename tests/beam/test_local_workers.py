@@ -17,11 +17,12 @@ from beam_tfrecord.beam.runners import (
     LOCAL_WORKERS_ENV,
     LocalBatchRunner,
     available_cores,
+    error_from_worker,
     local_batch_runner_for,
     local_workers_for,
     local_workers_of,
 )
-from beam_tfrecord.errors import WriterOptionError
+from beam_tfrecord.errors import CorruptShardError, RejectedSamplesError, WriterOptionError
 from pipelines.common import describe_local_workers, job_pipeline
 
 SCHEMA = Schema({"id": Scalar(DType.INT64)})
@@ -182,3 +183,38 @@ def test_a_scripts_sibling_modules_reach_the_worker_processes(tmp_path, default_
     assert done.returncode == 0, done.stderr[-3000:]
     ids = sorted(int(example["id"]) for example in read_numpy(str(out)))
     assert ids == [2 * i for i in range(20)]
+
+
+@pytest.mark.skipif(available_cores() < 2, reason="every core is one core here")
+def test_a_users_pipeline_moved_to_worker_processes_still_raises_the_typed_error(tmp_path, default_workers):
+    """Beam returns a worker process's error as a RuntimeError holding its traceback as text; the
+    writer's pipeline raises the beam-tfrecord error it names, as one in-memory worker does."""
+    pipeline = beam.Pipeline()
+    with pytest.raises(RejectedSamplesError) as raised:
+        with pipeline:
+            _ = (pipeline | beam.Create([[Sample("good", {"id": 1}), Sample("bad", {"id": "x"})]])
+                 | WriteTFRecordDataset(str(tmp_path / "out"), schema=SCHEMA))
+    assert isinstance(pipeline.runner, LocalBatchRunner)
+    assert str(raised.value).startswith("1 of 2 input samples were rejected, more than the allowed fraction 0;")
+    assert "feature 'id': expected int64 scalar, got str 'x' in sample 'bad'" in str(raised.value)
+    assert not str(raised.value).endswith("']")  # the runner's "[while running ...]" is not part of it
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+_WORKER_TEXT = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+                "beam_tfrecord.errors.CorruptShardError: shard 'a' is corrupt at 16 [while running 'A/B']"
+                " [while running 'A']\n")
+
+
+@pytest.mark.parametrize("err, expected", [
+    pytest.param(RuntimeError(_WORKER_TEXT), (CorruptShardError, "shard 'a' is corrupt at 16"), id="named-error"),
+    pytest.param(RuntimeError("ValueError: something else [while running 'A']"), None, id="not-ours"),
+    pytest.param(RuntimeError("beam_tfrecord.errors.NoSuchError: x"), None, id="unknown-name"),
+    pytest.param(RejectedSamplesError(1, 2, 0.0, "p", ["r"]), None, id="already-typed"),
+])
+def test_error_from_worker(err, expected):
+    restored = error_from_worker(err)
+    if expected is None:
+        assert restored is None
+    else:
+        assert (type(restored), str(restored)) == expected
