@@ -106,6 +106,43 @@ class WriterOptionError(BeamTFRecordError, ValueError):
     """An option of the writer (not of sharding) is out of range, or does not fit the runner."""
 
 
+class LocalPathError(WriterOptionError):
+    """A local path given to a job whose workers may run on other machines, where it names another
+    disk or nothing (``beam_tfrecord.beam.worker_placement``). Raised before any work starts.
+
+    Attributes:
+        role: what the path is (``--output``, ``output_dir``...).
+        path: the local path.
+        reason: why the workers may not see it (the runner and its options).
+    """
+
+    def __init__(self, role: str, path: str, reason: str, declare: str) -> None:
+        self.role = role
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{role} {path!r} is a local path, but {reason}: they would not see it. Put it on "
+                         f"storage every worker reads (gs://BUCKET/...), or, if every worker mounts this path "
+                         f"(NFS, a bucket mounted with gcsfuse), say so with {declare}")
+
+
+class InputsMismatchError(BeamTFRecordError):
+    """The workers read other inputs than the client planned (listed, counted, took labels from):
+    they do not see the client's files, or the inputs changed while the job ran. Nothing is published.
+
+    Attributes:
+        planned: inputs the client planned.
+        found: inputs the workers read.
+    """
+
+    def __init__(self, where: str, planned: int, found: int, detail: str) -> None:
+        self.planned = planned
+        self.found = found
+        super().__init__(f"{where}: the workers read {found} inputs where the client planned {planned}{detail}; "
+                         "nothing was published. Either the workers do not see the client's inputs (workers on "
+                         "other machines see shared storage, gs://..., and only the folders they mount) or the "
+                         "inputs changed while the job ran")
+
+
 class CorruptShardError(BeamTFRecordError):
     """A shard's bytes do not match the TFRecord framing or the manifest.
 
@@ -145,7 +182,7 @@ class EncodePoolError(BeamTFRecordError, RuntimeError):
 
 
 class RejectedSamplesError(BeamTFRecordError):
-    """More samples were rejected than the job allows; the dataset was not published."""
+    """More samples were rejected than the job allows, or every one; the dataset was not published."""
 
     def __init__(self, num_rejected: int, num_inputs: int, max_fraction: float, dead_letter_path: str,
                  examples: list[str]) -> None:
@@ -154,10 +191,14 @@ class RejectedSamplesError(BeamTFRecordError):
         self.max_fraction = max_fraction
         self.dead_letter_path = dead_letter_path
         shown = "\n  ".join(examples)
+        over = num_rejected > max_fraction * num_inputs
+        how_many = (f"{num_rejected} of {num_inputs} input samples were rejected, more than the allowed fraction "
+                    f"{max_fraction:g}" if over else
+                    f"all {num_inputs} input samples were rejected (a dataset of 0 records is never published)")
+        hint = "\n(Allow skipping with --max_rejected_fraction.)" if over else ""
         super().__init__(
-            f"{num_rejected} of {num_inputs} input samples were rejected, more than the allowed fraction "
-            f"{max_fraction:g}; the dataset was NOT published. Every reason is in {dead_letter_path}. "
-            f"First reasons:\n  {shown}\n(Allow skipping with --max_rejected_fraction.)"
+            f"{how_many}; the dataset was NOT published. Every reason is in {dead_letter_path}. "
+            f"First reasons:\n  {shown}{hint}"
         )
 
 

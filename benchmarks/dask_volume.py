@@ -105,8 +105,11 @@ def _child(args: argparse.Namespace) -> None:
         from distributed import LocalCluster
 
         start = time.perf_counter()
+        from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
+
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=args.memory_limit,
-                          dashboard_address=None) as cluster:
+                          dashboard_address=None) as cluster, \
+                scheduler_on_this_machine(cluster.scheduler_address):  # local paths: its workers are here
             runner = ("apache_beam.runners.dask.dask_runner.DaskRunner" if args.runner == "beam-dask"
                       else "beam_tfrecord.beam.dask_runner.DaskRunner")
             pipeline = beam.Pipeline(argv=[f"--runner={runner}",

@@ -17,7 +17,14 @@ from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
 from beam_tfrecord.sources.chunks import list_inputs
-from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, parse_job, run_as_command
+from pipelines.common import (
+    DatasetOutputOptions,
+    ProgressOptions,
+    build_dataset,
+    parse_job,
+    require_worker_paths,
+    run_as_command,
+)
 from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions, pinned_or_inferred
 
@@ -44,10 +51,11 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     checks = options.view_as(SchemaOptions)
     if not source.arrays:
         raise SystemExit("--arrays is required: .npy / .npz files (file or glob)")
+    shared = require_worker_paths(options, {"--arrays": source.arrays})
     schema = pinned_or_inferred(checks, lambda: infer_array_schema(
         peek_arrays(list_inputs(source.arrays)[0][1], npy_feature=source.npy_feature)), job="build_from_arrays")
     read = ReadNumpyFiles(source.arrays, npy_feature=source.npy_feature, chunk_size=checks.chunk_size)
-    return build_dataset(options, read, schema, ["build_from_arrays", *argv])
+    return build_dataset(options, read, schema, ["build_from_arrays", *argv], shared_filesystem=shared)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,14 @@ from beam_tfrecord.sources.chunks import list_inputs
 from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows
 from beam_tfrecord.sources.rows import RowOptions
 from beam_tfrecord.sources.tabular import ReadCsvManifest, ReadJsonlManifest, iter_csv_dicts
-from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, parse_job, run_as_command
+from pipelines.common import (
+    DatasetOutputOptions,
+    ProgressOptions,
+    build_dataset,
+    parse_job,
+    require_worker_paths,
+    run_as_command,
+)
 from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions, parse_bool, pinned_or_inferred, with_check_decode
 
@@ -116,6 +123,7 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     checks = options.view_as(SchemaOptions)
     if not source.manifest:
         raise SystemExit("--manifest is required: a CSV, JSONL or Parquet manifest (file or glob)")
+    shared = require_worker_paths(options, {"--manifest": source.manifest, "--allowed_root": source.allowed_root})
     fmt = ManifestFormat(source.format) if source.format else ManifestFormat.from_path(source.manifest)
     schema = pinned_or_inferred(checks, lambda: infer_manifest_schema(source.manifest, fmt, source),
                                 job="build_from_manifest")
@@ -132,7 +140,7 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
         ManifestFormat.PARQUET: lambda: ReadParquetManifest(source.manifest, schema=schema, options=row_options,
                                                             chunk_size=checks.chunk_size),
     }[fmt]()
-    return build_dataset(options, reader, schema, ["build_from_manifest", *argv])
+    return build_dataset(options, reader, schema, ["build_from_manifest", *argv], shared_filesystem=shared)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,22 @@ from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat, Schema
 from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
-from beam_tfrecord.sources.image_folder import ReadImageFolder, guess_format, image_folder_schema, list_folder
-from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, parse_job, run_as_command
+from beam_tfrecord.sources.image_folder import (
+    FolderListing,
+    ListingCheck,
+    ReadImageFolder,
+    guess_format,
+    image_folder_schema,
+    list_folder,
+)
+from pipelines.common import (
+    DatasetOutputOptions,
+    ProgressOptions,
+    build_dataset,
+    parse_job,
+    require_worker_paths,
+    run_as_command,
+)
 from pipelines.job_options import JobCommand
 from pipelines.source_options import SchemaOptions
 
@@ -57,24 +71,35 @@ class ImageFolderBuild:
     Attributes:
         schema: from the class folders (and the image format, and the resize if any).
         feature_transforms: the resize of ``image``, if asked for.
-        num_images: image files found (the progress line's expected inputs).
+        listing: the client's listing of the folder (what the workers' listing must match).
         metadata: manifest metadata: the report of skipped files, when there were any.
     """
 
     schema: Schema
     feature_transforms: Mapping[str, ResizeImage]
-    num_images: int
+    listing: FolderListing
     metadata: Mapping[str, Any]
+
+    @property
+    def num_images(self) -> int:
+        """Image files found (the progress line's expected inputs, and the count the workers must read)."""
+        return len(self.listing.images)
+
+    def read(self, root: str) -> ReadImageFolder:
+        """The source of the folder, failing the job when the workers list other images (``ListingCheck``)."""
+        return ReadImageFolder(root, check=ListingCheck.of(self.listing))
 
     @classmethod
     def of(cls, source: ImageFolderOptions, *, check_decode: bool) -> "ImageFolderBuild":
         if not source.input:
             raise SystemExit("--input is required: an image folder ROOT/<label>/<file>")
-        image_format = ImageFormat(source.image_format) if source.image_format else guess_format(source.input)
+        listing = list_folder(source.input)  # the one listing the job plans from (the workers' must match)
+        image_format = (ImageFormat(source.image_format) if source.image_format
+                        else guess_format(source.input, listing=listing))
         resize = resize_from_options(source)
-        schema = image_folder_schema(source.input, image_format, resize=resize, check_decode=check_decode)
-        listing = list_folder(source.input)
-        return cls(schema, {"image": resize} if resize is not None else {}, len(listing.images),
+        schema = image_folder_schema(source.input, image_format, resize=resize, check_decode=check_decode,
+                                     listing=listing)
+        return cls(schema, {"image": resize} if resize is not None else {}, listing,
                    {SKIPPED_INPUTS_KEY: listing.skipped_report()} if listing.skipped else {})
 
 
@@ -92,9 +117,11 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     """Builds the dataset, prints what was written and returns the manifest."""
     options, argv = parse_job(COMMAND, argv, prog=prog)
     source = options.view_as(ImageFolderOptions)
+    shared = require_worker_paths(options, {"--input": source.input})
     build = ImageFolderBuild.of(source, check_decode=options.view_as(SchemaOptions).check_decode)
-    return build_dataset(options, ReadImageFolder(source.input), build.schema, ["build_image_dataset", *argv],
-                         feature_transforms=build.feature_transforms, expected_inputs=build.num_images,
+    return build_dataset(options, build.read(source.input), build.schema, ["build_image_dataset", *argv],
+                         shared_filesystem=shared, feature_transforms=build.feature_transforms,
+                         expected_inputs=build.num_images,
                          metadata=dict(build.metadata) or None)
 
 

@@ -8,7 +8,7 @@ import enum
 import logging
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -26,6 +26,7 @@ from beam_tfrecord.beam.runners import (
     traits_of_options,
     uses_dask_runner,
 )
+from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, runner_name_of
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
@@ -77,9 +78,17 @@ class DatasetOutputOptions(PipelineOptions):
                                  "--direct_num_workers or --direct_running_mode is given (--direct_num_workers=1: one "
                                  "in-memory worker)")
         parser.add_argument("--fan_in", default="auto", choices=[f.value for f in FanIn],
-                            help="how a shard's records come together: spill (sorted runs merged by each shard "
-                                 "writer; local runners), shuffle (the runner's shuffle keyed by shard; "
-                                 "Dataflow, Flink, Spark, Dask) or auto (chosen from the runner)")
+                            help="how a shard's records come together: spill (sorted runs in the output's temp "
+                                 "folder, merged by each shard writer; auto picks it where the runner's shuffle "
+                                 "holds data in memory: DirectRunner, Prism, embedded portable runner, Dask), "
+                                 "shuffle (the runner's shuffle keyed by shard; auto picks it on Dataflow, Flink, "
+                                 "Spark) or auto (chosen from the runner; the job summary says which and why)")
+        parser.add_argument("--shared_filesystem", type=parse_bool, nargs="?", const=True, default=False,
+                            help="local paths (--input, --output...) are on a filesystem every worker mounts at "
+                                 "the same path (NFS, a bucket mounted with gcsfuse). Without it, a runner whose "
+                                 "workers may run on other machines (Dataflow, Flink, Spark, a Dask scheduler "
+                                 "given by address, the PortableRunner not in LOOPBACK) refuses local paths "
+                                 "before any work starts")
 
 
 class ProgressOptions(PipelineOptions):
@@ -150,9 +159,27 @@ def parse_job(command: JobCommand, argv: Sequence[str] | None, *,
 
 
 def require_output(options: DatasetOutputOptions) -> str:
+    """``--output``, which every job needs."""
     if not options.output:
         raise SystemExit("--output is required (a local directory or gs://bucket/dir)")
     return options.output
+
+
+def require_worker_paths(options: PipelineOptions, inputs: Mapping[str, str | None]) -> bool:
+    """A job's first step: refuses a local path among ``inputs`` (option name -> path) and ``--output``
+    that the runner's workers may not see (``beam_tfrecord.beam.worker_placement``), before anything
+    is listed or run; returns whether the workers see this machine's local paths (they run here, or
+    ``--shared_filesystem`` says they mount them): the writer's ``shared_filesystem``.
+
+    Raises:
+        LocalPathError: naming the option, the path, the runner and the fixes.
+    """
+    output = options.view_as(DatasetOutputOptions)
+    reason = remote_workers_reason(runner_name_of(options), options)
+    shared = bool(output.shared_filesystem)
+    require_shared_paths({**inputs, "--output": output.output}, remote_reason=reason, shared_filesystem=shared,
+                         declare="--shared_filesystem")
+    return shared or reason is None
 
 
 def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], **extra) -> WriteTFRecordDataset:
@@ -224,7 +251,7 @@ class _DropRelayedErrors(logging.Filter):
 
 
 def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schema, command: Sequence[str], *,
-                  expected_inputs: int | None = None, **writer_options) -> Manifest:
+                  shared_filesystem: bool, expected_inputs: int | None = None, **writer_options) -> Manifest:
     """Runs ``read | writer`` on the options' runner, prints what was written, returns the manifest.
 
     Args:
@@ -232,7 +259,10 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
         read: the source transform (a PBegin -> samples).
         schema: the feature spec.
         command: the command line to record in the manifest (secrets are redacted).
-        expected_inputs: samples the source will emit, when known (the progress display's ETA).
+        shared_filesystem: the workers see this machine's local paths (what the job's
+            ``require_worker_paths`` call, its first step, returned).
+        expected_inputs: samples the source will emit, when the client counted them (the progress
+            display's ETA, and the count the workers must reconcile with: ``InputsMismatchError``).
         **writer_options: further WriteTFRecordDataset arguments (e.g. feature_transforms).
     """
     output = options.view_as(DatasetOutputOptions)
@@ -241,11 +271,12 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
     with lease.held(output.output, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock), \
             progress_for(options, expected_inputs=expected_inputs) as progress_dir, \
             job_pipeline(options) as pipeline:
-        writer = make_writer(output, schema, command, progress_dir=progress_dir, **writer_options)
+        writer = make_writer(output, schema, command, progress_dir=progress_dir, shared_filesystem=shared_filesystem,
+                             expected_inputs=expected_inputs, **writer_options)
         _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
-    print_how_it_ran(pipeline)
+    print_how_it_ran(pipeline, writer)
     return manifest
 
 
@@ -257,9 +288,10 @@ def describe_local_workers(workers: int) -> str:
             "--direct_num_workers=1 for one in-memory worker)")
 
 
-def print_how_it_ran(pipeline: beam.Pipeline) -> None:
-    """The summary's lines on the processes that ran a finished job: the DirectRunner's workers and
-    an encoding pool, when there was one."""
+def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset) -> None:
+    """The summary's lines on how a finished job ran: the fan-in path and why, the DirectRunner's
+    workers, and an encoding pool, when there was one."""
+    print(writer.describe_fan_in(pipeline))
     if runs_on_direct_runner(pipeline):
         print(describe_local_workers(local_workers_of(pipeline.options)))
     encoding = describe_encode_processes(getattr(pipeline, "result", None))

@@ -40,7 +40,7 @@ from beam_tfrecord.refresh import (
     plan_refresh,
     publish_version,
 )
-from beam_tfrecord.sources.image_folder import ReadImageFolder, image_sample, list_folder
+from beam_tfrecord.sources.image_folder import image_sample
 from pipelines.build_image_dataset import ImageFolderBuild, ImageFolderOptions
 from pipelines.common import (
     DatasetOutputOptions,
@@ -51,6 +51,7 @@ from pipelines.common import (
     print_how_it_ran,
     progress_for,
     quiet_logging,
+    require_worker_paths,
     run_as_command,
 )
 from pipelines.job_options import JobCommand, option_actions
@@ -132,13 +133,14 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Refres
     options, _ = parse_job(COMMAND, argv, prog=prog)
     refresh, source, output = _validated(options)
     root = refresh.dataset_root
+    shared = require_worker_paths(options, {"--input": source.input, "--dataset_root": root})
     # One refresh per root at a time: the lease covers deciding, building, pointing LATEST and retention.
     with lease.held(root, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock):
-        return _refresh(options, refresh, source, output)
+        return _refresh(options, refresh, source, output, shared_filesystem=shared)
 
 
 def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFolderOptions,
-             output: DatasetOutputOptions) -> RefreshPlan:
+             output: DatasetOutputOptions, *, shared_filesystem: bool) -> RefreshPlan:
     root = refresh.dataset_root
     fingerprint = fingerprint_inputs([source.input.rstrip("/") + "/*/*"])
     plan = plan_refresh(root, fingerprint, force=refresh.force)
@@ -154,7 +156,7 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
 
     build = ImageFolderBuild.of(source, check_decode=options.view_as(SchemaOptions).check_decode)
     output.output = plan.version_dir
-    index = index_inputs(list_folder(source.input).images, content_tokens(source.input),
+    index = index_inputs(build.listing.images, content_tokens(source.input),
                          encoding_digest(schema_json=build.schema.to_json(), transforms=build.feature_transforms,
                                          salt=output.salt))
     incremental = _incremental_plan(plan, index) if refresh.incremental else None
@@ -165,14 +167,16 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
         metadata[REFRESH_KEY] = incremental.metadata()
     quiet_logging()
     with progress_for(options, expected_inputs=len(index.inputs)) as progress_dir, job_pipeline(options) as pipeline:
-        _ = (_read_inputs(pipeline, source.input, incremental)  # Sample | [EncodedRecord, ...]
-             | "WriteVersion" >> make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
-                                             feature_transforms=build.feature_transforms, progress_dir=progress_dir)
+        writer = make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
+                             feature_transforms=build.feature_transforms, progress_dir=progress_dir,
+                             shared_filesystem=shared_filesystem, expected_inputs=len(index.inputs))
+        _ = (_read_inputs(pipeline, source.input, build, incremental)  # Sample | [EncodedRecord, ...]
+             | "WriteVersion" >> writer
              # the published Manifest of the new version
              | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
                                             keep_versions=refresh.keep_versions))
     print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions})")
-    print_how_it_ran(pipeline)
+    print_how_it_ran(pipeline, writer)
     return plan
 
 
@@ -190,10 +194,11 @@ def _incremental_plan(plan: RefreshPlan, index: InputIndex) -> IncrementalPlan |
     return incremental
 
 
-def _read_inputs(pipeline: beam.Pipeline, folder: str, incremental: IncrementalPlan | None) -> beam.PCollection:
+def _read_inputs(pipeline: beam.Pipeline, folder: str, build: ImageFolderBuild,
+                 incremental: IncrementalPlan | None) -> beam.PCollection:
     """Every sample of the folder (a full build), or the base's kept records and the fresh samples."""
     if incremental is None:
-        return pipeline | "ReadImageFolder" >> ReadImageFolder(folder)
+        return pipeline | "ReadImageFolder" >> build.read(folder)
     kept = pipeline | "ReadKeptRecords" >> ReadKeptRecords(incremental.shards)
     fresh = (pipeline
              | "FreshInputs" >> beam.Create([(i.key, i.path) for i in incremental.fresh])

@@ -37,5 +37,8 @@ def dask_address() -> Iterator[str]:
     """
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            scheduler_on_this_machine(cluster.scheduler_address):  # its workers see the tests' folders
         yield cluster.scheduler_address

@@ -28,6 +28,7 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord.beam.runners import uses_dask_runner
+from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
 from beam_tfrecord.errors import ClusterStalledError
 
 DEFAULT_LOCAL_WORKERS = 2
@@ -72,7 +73,8 @@ def local_cluster_for(options: PipelineOptions) -> Iterator[str | None]:
                       memory_limit=settings.dask_memory_limit, dashboard_address=None) as cluster:
         dask_options.address = cluster.scheduler_address
         try:
-            yield cluster.scheduler_address
+            with scheduler_on_this_machine(cluster.scheduler_address):  # its workers see this machine's files
+                yield cluster.scheduler_address
         finally:
             dask_options.address = None
 

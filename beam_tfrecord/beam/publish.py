@@ -34,7 +34,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
 from beam_tfrecord.dataset import write_tfds_files
-from beam_tfrecord.errors import BeamTFRecordError, PipelineInvariantError, RejectedSamplesError
+from beam_tfrecord.errors import BeamTFRecordError, InputsMismatchError, PipelineInvariantError, RejectedSamplesError
 
 _LOG = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class PublishSettings:
     metadata: Mapping[str, Any]
     splits: SplitConfig
     file_format: FileFormat = DEFAULT_FILE_FORMAT
+    expected_inputs: int | None = None
 
 
 def _read_old_manifest(path: str) -> Manifest | None:
@@ -97,6 +98,7 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
         return old
     rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
     num_inputs = sum(s.num_records for s in shard_infos) + len(rejected)
+    _refuse_other_inputs(settings, num_inputs, rejected)
     _refuse_too_many_rejected(settings, rejected, num_inputs)
     if plan is None:
         plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.splits, settings.sharding)
@@ -114,12 +116,25 @@ def _dead_letter_lines(rejected: Sequence[DeadLetter]) -> bytes:
     return "".join(json.dumps(d.to_json(), sort_keys=True) + "\n" for d in rejected).encode("utf-8")
 
 
+def _refuse_other_inputs(settings: PublishSettings, num_inputs: int, rejected: Sequence[DeadLetter]) -> None:
+    """Raises InputsMismatchError when the workers read another number of inputs than the caller
+    planned. The temporary files go; the old dataset, if any, stays."""
+    planned = settings.expected_inputs
+    if planned is not None and planned != num_inputs:
+        storage.delete_tree(settings.temp_dir)
+        missing = planned - num_inputs
+        detail = f" ({missing} missing)" if missing > 0 else f" ({-missing} more than planned)"
+        raise InputsMismatchError(settings.output_dir, planned, num_inputs, detail)
+
+
 def _refuse_too_many_rejected(settings: PublishSettings, rejected: Sequence[DeadLetter], num_inputs: int) -> None:
-    """Raises RejectedSamplesError (with every reason in a run's dead-letter file) over the threshold.
+    """Raises RejectedSamplesError (with every reason in a run's dead-letter file) over the threshold,
+    or when every input was rejected: a dataset of 0 records is never published from inputs, whatever
+    ``max_rejected_fraction`` allows (a folder emptied under a running job is not a dataset).
 
     Nothing is published then: the old dataset, if any, stays as it was; the temporary files go.
     """
-    if rejected and len(rejected) > settings.max_rejected_fraction * num_inputs:
+    if rejected and (len(rejected) > settings.max_rejected_fraction * num_inputs or len(rejected) == num_inputs):
         path = storage.join(settings.output_dir, f"dead_letters-{settings.run_id}.jsonl")
         storage.write_bytes_atomic(path, _dead_letter_lines(rejected))
         storage.delete_tree(settings.temp_dir)

@@ -26,6 +26,7 @@ from beam_tfrecord.beam.shards import (
     shards_by_bucket,
     specs_by_number,
 )
+from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
@@ -73,6 +74,18 @@ def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
     if fan_in is not FanIn.AUTO:
         return fan_in
     return FanIn.SPILL if traits_of(pipeline).in_memory_shuffle else FanIn.SHUFFLE
+
+
+def describe_fan_in(fan_in: FanIn, pipeline: beam.Pipeline, temp_dir: str) -> str:
+    """The job summary's line: the fan-in path ``pipeline`` takes, why, and where its files go."""
+    chosen = resolve_fan_in(fan_in, pipeline)
+    runner = type(pipeline.runner).__name__.replace("LocalBatchRunner", "DirectRunner")  # its batch engine
+    why = (f"auto: the {runner}'s "
+           + ("shuffle holds what it groups in memory" if chosen is FanIn.SPILL else "shuffle is disk-backed")
+           if fan_in is FanIn.AUTO else "asked for")
+    where = (f"sorted runs spilled to {storage.join(temp_dir, 'runs')}, merged by the shard writers"
+             if chosen is FanIn.SPILL else "records keyed by shard through the runner's shuffle")
+    return f"  fan-in: {chosen.value} ({why}); {where}; shards written to {storage.join(temp_dir, 'shards')}"
 
 
 # Publication's inputs (and the spill path's runs) arrive as one group: a GroupByKey on one key
@@ -241,6 +254,13 @@ class WriteTFRecordDataset(beam.PTransform):
             pipeline that must stay in one runner process. 1 (the default): no pool. More than 1
             needs a runner whose workers run on this machine.
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
+        shared_filesystem: the local ``output_dir`` and ``temp_dir`` are on a filesystem every
+            worker mounts at the same path (NFS, a mounted bucket). Without it, a runner whose
+            workers may run on other machines (``worker_placement.remote_workers_reason``) refuses
+            local paths with ``LocalPathError`` when the pipeline is built.
+        expected_inputs: the inputs the caller planned (listed, counted): when given, a job whose
+            workers read another number (records written plus rejected) fails with
+            ``InputsMismatchError`` and publishes nothing.
         progress_dir: a local folder where the DoFns keep their counts for a live progress display
             (``beam_tfrecord.progress``); only for runners whose workers share this machine.
         command: the command line to record in the manifest.
@@ -258,7 +278,7 @@ class WriteTFRecordDataset(beam.PTransform):
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
                  fan_in: FanIn = FanIn.AUTO, local_workers: int | None = None, encode_processes: int = 1,
-                 temp_dir: str | None = None,
+                 temp_dir: str | None = None, shared_filesystem: bool = False, expected_inputs: int | None = None,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
                  progress_dir: str | None = None, encoding: Encoding | None = None) -> None:
         super().__init__()
@@ -272,6 +292,8 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"encode_processes must be >= 1, got {encode_processes}")
         if local_workers is not None and local_workers < 1:
             raise WriterOptionError(f"local_workers must be >= 1, got {local_workers}")
+        if expected_inputs is not None and expected_inputs < 0:
+            raise WriterOptionError(f"expected_inputs must be >= 0, got {expected_inputs}")
         if not isinstance(fan_in, FanIn):
             raise WriterOptionError(f"fan_in must be a FanIn, got {fan_in!r}")
         # Validates the dataset name, and the format with the compression, early (ShardNameError).
@@ -296,21 +318,30 @@ class WriteTFRecordDataset(beam.PTransform):
         self._local_workers = local_workers
         self._progress_dir = progress_dir
         self._encoding = encoding
+        self._shared_filesystem = shared_filesystem
         run_id = uuid.uuid4().hex[:12]
         self._temp_dir = temp_dir or storage.join(output_dir, f".tmp-beam-tfrecord-{run_id}")
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
             max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
-            splits=self._splits)
+            splits=self._splits, expected_inputs=expected_inputs)
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
+        pipeline = samples.pipeline
+        require_shared_paths({"output_dir": self._output_dir, "temp_dir": self._temp_dir},
+                             remote_reason=remote_workers_reason(type(pipeline.runner).__name__, pipeline.options),
+                             shared_filesystem=self._shared_filesystem, declare="shared_filesystem=True")
         if runs_on_direct_runner(samples.pipeline):
             workers = local_workers_for(samples.pipeline.options, requested=self._local_workers)
             use_local_workers(samples.pipeline, workers)
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
             return self._spill(samples)
         return self._shuffle(samples)
+
+    def describe_fan_in(self, pipeline: beam.Pipeline) -> str:
+        """The job summary's line on the fan-in path this writer takes in ``pipeline`` (``describe_fan_in``)."""
+        return describe_fan_in(self._fan_in, pipeline, self._temp_dir)
 
     def _encode_options(self) -> dict[str, Any]:
         return dict(salt=self._salt, max_record_bytes=self._sharding.cap, feature_transforms=self._feature_transforms,

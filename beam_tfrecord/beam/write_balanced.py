@@ -96,6 +96,9 @@ class WriteBalancedTFRecord(beam.PTransform):
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
         spill_run_bytes: records buffered per worker before a sorted run is written (spill path).
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
+        shared_filesystem: local ``output_dir`` and ``temp_dir`` are mounted by every worker (see
+            ``WriteTFRecordDataset``); without it, a runner whose workers may run on other machines
+            refuses local paths with ``LocalPathError``.
         metadata: extra facts to record in the manifest.
 
     Raises:
@@ -109,7 +112,7 @@ class WriteBalancedTFRecord(beam.PTransform):
                  key_fn: KeyFn | None = None, splits: SplitConfig | str | None = None, salt: str = DEFAULT_SALT,
                  payload: Payload = Payload.AUTO, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
                  fan_in: FanIn = FanIn.AUTO, spill_run_bytes: int = DEFAULT_RUN_BYTES, temp_dir: str | None = None,
-                 metadata: Mapping[str, Any] | None = None) -> None:
+                 shared_filesystem: bool = False, metadata: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         if not isinstance(payload, Payload):
             raise WriterOptionError(f"payload must be a Payload ({[p.name for p in Payload]}), got {payload!r}")
@@ -122,7 +125,8 @@ class WriteBalancedTFRecord(beam.PTransform):
                                  max_shard_bytes=max_shard_bytes),
             compression=parse_compression(compression_type), salt=salt,
             max_rejected_fraction=max_rejected_fraction, spill_run_bytes=spill_run_bytes, fan_in=fan_in,
-            temp_dir=temp_dir, metadata=metadata, command=("WriteBalancedTFRecord",),
+            temp_dir=temp_dir, shared_filesystem=shared_filesystem, metadata=metadata,
+            command=("WriteBalancedTFRecord",),
             encoding=RecordsEncoding(payload, check_key_fn(key_fn)))
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:

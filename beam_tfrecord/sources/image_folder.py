@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import posixpath
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +28,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.image_ops import ResizeImage
 from beam_tfrecord.core.samples import FileRef, Sample
 from beam_tfrecord.core.schema import IMAGE_EXTENSIONS, ClassLabel, Image, ImageFormat, Schema
-from beam_tfrecord.errors import SchemaError
+from beam_tfrecord.errors import InputsMismatchError, SchemaError
 
 
 def _root(root: str) -> str:
@@ -82,21 +83,17 @@ def list_folder(root: str) -> FolderListing:
     return FolderListing(tuple(images), tuple(skipped))
 
 
-def list_image_files(root: str) -> list[tuple[str, str]]:
-    """(relative path 'label/file', full path) of every sample of the folder."""
-    return list(list_folder(root).images)
-
-
-def class_names(root: str) -> tuple[str, ...]:
-    """Sorted sub-folder names of root that hold at least one file."""
-    names = sorted({relative.split("/")[0] for relative, _ in list_image_files(root)})
+def class_names(root: str, listing: FolderListing | None = None) -> tuple[str, ...]:
+    """Sorted sub-folder names of root that hold at least one image (from ``listing`` when given)."""
+    images = (listing or list_folder(root)).images
+    names = sorted({relative.split("/")[0] for relative, _ in images})
     if not names:
         raise SchemaError(f"no class folders with files under {root!r}; expected root/<label>/<file>")
     return tuple(names)
 
 
 def image_folder_schema(root: str, image_format: ImageFormat, *, resize: ResizeImage | None = None,
-                        check_decode: bool = False) -> Schema:
+                        check_decode: bool = False, listing: FolderListing | None = None) -> Schema:
     """Schema of an image folder: one image feature and a class label with the folder names.
 
     Args:
@@ -106,11 +103,12 @@ def image_folder_schema(root: str, image_format: ImageFormat, *, resize: ResizeI
             writer's ``feature_transforms={"image": resize}``), the schema records its output
             format and decoded shape instead.
         check_decode: decode every image in full while validating (catches truncated files).
+        listing: ``list_folder(root)`` when the caller has it (one listing plans a job); listed here otherwise.
     """
     image = resize.feature() if resize is not None else Image(image_format)
     if check_decode:
         image = dataclasses.replace(image, check_decode=True)
-    return Schema({"image": image, "label": ClassLabel(class_names(root))})
+    return Schema({"image": image, "label": ClassLabel(class_names(root, listing))})
 
 
 def image_sample(relative: str, path: str) -> Sample:
@@ -118,8 +116,57 @@ def image_sample(relative: str, path: str) -> Sample:
     return Sample(key=relative, values={"image": FileRef(path), "label": relative.split("/")[0]})
 
 
-def _samples(root: str) -> Iterator[Sample]:
-    for relative, path in list_image_files(root):
+_EXAMPLE_KEYS = 32  # client keys a ListingCheck carries, evenly spaced: what a mismatch can name
+
+
+@dataclasses.dataclass(frozen=True)
+class ListingCheck:
+    """What the client's listing of an image folder found, for the workers' listing to match.
+
+    The client lists the folder to plan (class names, the image format, the input count); the
+    workers list it again at run time, so that a job graph never carries a million paths. When
+    the workers do not see the client's folder (a local path on workers of other machines) or
+    the folder changed in between, the two differ: ``verify`` fails the job before anything is
+    encoded instead of letting it publish fewer records (issue 35 saw 0 of 600).
+
+    Attributes:
+        count: images the client listed.
+        digest: SHA-256 of their sorted relative paths.
+        examples: up to ``_EXAMPLE_KEYS`` of those paths, evenly spaced (what a mismatch names).
+    """
+
+    count: int
+    digest: str
+    examples: tuple[str, ...]
+
+    @classmethod
+    def of(cls, listing: FolderListing) -> "ListingCheck":
+        keys = [relative for relative, _ in listing.images]
+        step = max(1, len(keys) // _EXAMPLE_KEYS)
+        return cls(len(keys), _keys_digest(keys), tuple(keys[::step][:_EXAMPLE_KEYS]))
+
+    def verify(self, root: str, listing: FolderListing) -> None:
+        """Raises InputsMismatchError when ``listing`` (the workers') is not the client's."""
+        keys = [relative for relative, _ in listing.images]
+        if len(keys) == self.count and _keys_digest(keys) == self.digest:
+            return
+        seen = set(keys)
+        missing = [key for key in self.examples if key not in seen]
+        detail = f"e.g. {missing[0]!r} is missing" if missing else "other files under the same count"
+        if len(keys) < self.count:
+            detail = f"{self.count - len(keys)} missing, " + detail
+        raise InputsMismatchError(f"image folder {root!r}", self.count, len(keys), f" ({detail})")
+
+
+def _keys_digest(keys: list[str]) -> str:
+    return hashlib.sha256("\n".join(keys).encode("utf-8")).hexdigest()
+
+
+def _samples(root: str, check: ListingCheck | None) -> Iterator[Sample]:
+    listing = list_folder(root)
+    if check is not None:
+        check.verify(root, listing)
+    for relative, path in listing.images:
         yield image_sample(relative, path)
 
 
@@ -128,25 +175,29 @@ class ReadImageFolder(beam.PTransform):
 
     The key is the path relative to root ('cats/001.jpg'): stable across machines and buckets.
     Files that are not samples are skipped (see the module docstring); ``list_folder(root)``
-    reports them.
+    reports them. Given ``check`` (``ListingCheck.of`` the listing the schema was planned from),
+    the job fails with ``InputsMismatchError`` when the workers list other images.
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, *, check: ListingCheck | None = None) -> None:
         super().__init__()
         self._root = root
+        self._check = check
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         return (
             pipeline
             | "Root" >> beam.Create([self._root])
-            | "ListFiles" >> beam.FlatMap(_samples)
+            | "ListFiles" >> beam.FlatMap(_samples, self._check)
             | "Spread" >> beam.Reshuffle()
         )
 
 
-def guess_format(root: str, default: ImageFormat = ImageFormat.JPEG) -> ImageFormat:
-    """The image format of the folder's files, from their extensions: ANY when they mix formats."""
-    formats = {IMAGE_EXTENSIONS[posixpath.splitext(relative)[1].lower()] for relative, _ in list_image_files(root)}
+def guess_format(root: str, default: ImageFormat = ImageFormat.JPEG, *,
+                 listing: FolderListing | None = None) -> ImageFormat:
+    """The image format of the folder's files (listed, or ``listing``), from their extensions: ANY when they mix."""
+    images = (listing or list_folder(root)).images
+    formats = {IMAGE_EXTENSIONS[posixpath.splitext(relative)[1].lower()] for relative, _ in images}
     if len(formats) > 1:
         return ImageFormat.ANY
     return formats.pop() if formats else default

@@ -11,6 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset, load_manifest
 from beam_tfrecord.beam.plan_dataset import PlanDataset
+from beam_tfrecord.beam.runners import LocalBatchRunner
 from beam_tfrecord.beam.write import FanIn, resolve_fan_in
 from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.hashing import key_hash
@@ -18,7 +19,7 @@ from beam_tfrecord.core.runs import make_record_entry
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.entries import EncodedBatch
-from beam_tfrecord.errors import WriterOptionError
+from beam_tfrecord.errors import RejectedSamplesError, WriterOptionError
 
 # (The DataflowRunner is left out: making its pipeline looks up Google credentials, ~200 s offline.)
 
@@ -78,16 +79,31 @@ def test_the_pipeline_plans_what_plan_dataset_plans(side_inputs, splits):
         assert_that(plans, equal_to([expected]))
 
 
-@pytest.mark.parametrize("fan_in", [FanIn.SPILL, FanIn.SHUFFLE], ids=["spill", "shuffle"])
-@pytest.mark.parametrize("rejected", [0, 3], ids=["no-input", "all-rejected"])
-def test_nothing_to_write_publishes_an_empty_dataset(tmp_path, fan_in, rejected):
+def _write_all_rejected(out: str, fan_in: FanIn, rejected: int) -> None:
     schema = Schema({"id": Scalar(DType.INT64)})
     samples = [Sample(f"bad-{i}", {"id": "x"}) for i in range(rejected)]
-    out = str(tmp_path / "ds")
-    with BeamTestPipeline() as pipeline:
+    with beam.Pipeline(runner=LocalBatchRunner()) as pipeline:  # raises the worker's error typed
         _ = (pipeline | beam.Create(samples, reshuffle=False)
              | WriteTFRecordDataset(out, schema=schema, fan_in=fan_in, max_rejected_fraction=1.0,
                                     splits=SplitConfig.parse("train=0.5,test=0.5")))
+
+
+@pytest.mark.parametrize("fan_in", [FanIn.SPILL, FanIn.SHUFFLE], ids=["spill", "shuffle"])
+def test_no_input_publishes_an_empty_dataset(tmp_path, fan_in):
+    out = str(tmp_path / "ds")
+    _write_all_rejected(out, fan_in, rejected=0)
     manifest = load_manifest(out)
-    assert (manifest.num_written, manifest.num_rejected, manifest.shards) == (0, rejected, ())
+    assert (manifest.num_written, manifest.num_rejected, manifest.shards) == (0, 0, ())
     assert [s.name for s in manifest.splits] == ["train", "test"]
+
+
+@pytest.mark.parametrize("fan_in", [FanIn.SPILL, FanIn.SHUFFLE], ids=["spill", "shuffle"])
+def test_every_input_rejected_publishes_nothing_even_when_allowed(tmp_path, fan_in):
+    """A dataset of 0 records is never published from inputs, whatever max_rejected_fraction allows."""
+    out = tmp_path / "ds"
+    with pytest.raises(RejectedSamplesError, match=r"^all 3 input samples were rejected \(a dataset of 0 records is "
+                                                   r"never published\); the dataset was NOT published\. Every "
+                                                   r"reason is in .*dead_letters-\w+\.jsonl\. First reasons:\n"
+                                                   r"  bad-0 \[validate\] feature 'id': expected int64 scalar"):
+        _write_all_rejected(str(out), fan_in, rejected=3)
+    assert sorted(p.name.split("-")[0] for p in out.iterdir()) == ["dead_letters"]  # no manifest, no temp folder

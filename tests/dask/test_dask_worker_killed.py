@@ -13,6 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from dask_fixtures import DASK_RUNNER
 
 from beam_tfrecord import ShardingConfig, SplitConfig, WriteTFRecordDataset, load_manifest, verify_dataset
+from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
 from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.sources.image_folder import ReadImageFolder, image_folder_schema
 from pipelines.common import job_pipeline
@@ -46,7 +47,7 @@ def test_job_survives_a_killed_worker_with_identical_output(sample_images: str, 
 
     out = str(tmp_path / "dask")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster.scheduler_address) as client:
+            scheduler_on_this_machine(cluster.scheduler_address), Client(cluster.scheduler_address) as client:
         pids_before = client.run(os.getpid)  # worker address -> pid
         errors: list[BaseException] = []
 

@@ -106,7 +106,7 @@ def _template_example(parameter: dict, bucket: str) -> str:
                 "num_shards": "2", "compression": "gzip", "file_format": "tfrecord", "salt": "s1",
                 "max_rejected_fraction": "0.25", "fan_in": "auto", "encode_processes": "1", "spill_run_mib": "16",
                 "keep_versions": "2", "incremental": "true",
-                "force": "true", "break_lock": "false"}
+                "force": "true", "break_lock": "false", "shared_filesystem": "false"}
     value = examples[parameter["name"]]
     assert all(re.fullmatch(regex, value) for regex in parameter.get("regexes", [])), parameter["name"]
     return value

@@ -1,0 +1,101 @@
+"""Where a runner's workers run, and so which paths they can see.
+
+On the DirectRunner, Prism, the portable runner in LOOPBACK mode and a Dask cluster the job starts
+itself, every worker runs on this machine and sees its files. On Dataflow, Flink, Spark, a Dask
+scheduler given by address, and the portable runner with SDK workers started elsewhere (a worker
+pool, containers), a worker sees only shared storage: a local path names another disk, or
+nothing. Measured before this check (issue 35): a local input folder with a gs:// output on a Dask
+cluster of two hosts published an empty dataset with exit 0 (the client listed 600 images, the
+workers found none); a local output failed at the end with a missing spill run.
+
+So a job on such a runner refuses every local path a worker would touch (inputs, output, temp and
+spill folders) before any work starts, unless the user declares that every worker mounts the same
+filesystem at the same path (``--shared_filesystem``: NFS, a bucket mounted with gcsfuse).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+
+from beam_tfrecord import storage
+from beam_tfrecord.errors import LocalPathError
+
+# Dask schedulers of clusters this process started on this machine (``schedulers_on_this_machine``).
+_LOCAL_SCHEDULERS: set[str] = set()
+
+
+@contextlib.contextmanager
+def scheduler_on_this_machine(address: str) -> Iterator[None]:
+    """Declares, while the block runs, that the Dask scheduler at ``address`` belongs to a cluster whose
+    workers run on this machine (a ``LocalCluster`` this process started): jobs on it may use local paths.
+    The jobs' own cluster (``dask_cluster.local_cluster_for``) is declared so."""
+    _LOCAL_SCHEDULERS.add(address)
+    try:
+        yield
+    finally:
+        _LOCAL_SCHEDULERS.discard(address)
+
+
+# Runners whose workers always run on this machine (by class name, or Beam's short names).
+_ON_THIS_MACHINE = frozenset({"DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner",
+                              "LocalBatchRunner", "PrismRunner", "InteractiveRunner", "TestDirectRunner", "direct",
+                              "prism"})
+
+
+def runner_name_of(options: PipelineOptions) -> str:
+    """The class name of the runner ``options`` choose (DirectRunner when they name none)."""
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    return (runner if isinstance(runner, str) else type(runner).__name__).rsplit(".", 1)[-1]
+
+
+def remote_workers_reason(runner_name: str, options: PipelineOptions) -> str | None:
+    """Why the workers of ``runner_name`` (a class name) with ``options`` may run on other machines
+    and not see this machine's files; None when they run on this machine.
+
+    A DaskRunner without a scheduler address starts a cluster here; given one (``--dask_client_address``
+    or ``--dask_scheduler_file``), its workers may be anywhere: even a scheduler on this machine
+    cannot say whether its workers mount this machine's folders, unless this process started the
+    cluster (``scheduler_on_this_machine``).
+    """
+    name = runner_name.rsplit(".", 1)[-1]
+    if name in _ON_THIS_MACHINE:
+        return None
+    if name == "PortableRunner":
+        environment = (options.view_as(PortableOptions).environment_type or "DOCKER").upper()
+        if environment == "LOOPBACK":
+            return None
+        return (f"the PortableRunner starts its SDK workers with --environment_type={environment} "
+                "(containers, or a worker pool that may run on other machines)")
+    if name == "DaskRunner":
+        from apache_beam.runners.dask.dask_runner import DaskOptions  # the [dask] extra, there with the runner
+
+        dask = options.view_as(DaskOptions)
+        scheduler = dask.address or dask.scheduler_file
+        if not scheduler or scheduler in _LOCAL_SCHEDULERS:
+            return None
+        return f"the DaskRunner runs on the Dask scheduler {scheduler}, whose workers may run on other machines"
+    return f"the {name}'s workers run on other machines"
+
+
+def require_shared_paths(paths: Mapping[str, str | None], *, remote_reason: str | None, shared_filesystem: bool,
+                         declare: str) -> None:
+    """Refuses a local path among ``paths`` when the workers may run elsewhere.
+
+    Args:
+        paths: what each path is, as the caller's user names it (``--input``, ``output_dir``), to the path.
+            None and empty paths are skipped.
+        remote_reason: ``remote_workers_reason``'s answer; None lets every path through.
+        shared_filesystem: the user declared that every worker mounts these local paths.
+        declare: how that user declares it (``--shared_filesystem``, ``shared_filesystem=True``).
+
+    Raises:
+        LocalPathError: the first local path, with the reason and both fixes.
+    """
+    if remote_reason is None or shared_filesystem:
+        return
+    for role, path in paths.items():
+        if path and not storage.is_remote(path):
+            raise LocalPathError(role, path, remote_reason, declare)
