@@ -143,6 +143,18 @@ class InputsMismatchError(BeamTFRecordError):
                          "inputs changed while the job ran")
 
 
+class ResumeMismatchError(BeamTFRecordError):
+    """A build asked to resume found only killed builds made with other inputs or options: their records
+    would not be this build's (``beam_tfrecord.spill_resume``). Nothing is reused or published."""
+
+    def __init__(self, temp_dir: str, output_dir: str) -> None:
+        self.temp_dir = temp_dir
+        super().__init__(f"cannot resume in {output_dir!r}: the killed build in {temp_dir!r} was made from other "
+                         "inputs or options (files added, changed or removed since, or another schema, split, "
+                         "sharding, salt or transform); run without resume for a clean build (its folder is "
+                         "left as it is), or with the inputs and options of that build")
+
+
 class CorruptShardError(BeamTFRecordError):
     """A shard's bytes do not match the TFRecord framing or the manifest.
 

@@ -55,7 +55,8 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     schema = pinned_or_inferred(checks, lambda: infer_array_schema(
         peek_arrays(list_inputs(source.arrays)[0][1], npy_feature=source.npy_feature)), job="build_from_arrays")
     read = ReadNumpyFiles(source.arrays, npy_feature=source.npy_feature, chunk_size=checks.chunk_size)
-    return build_dataset(options, read, schema, ["build_from_arrays", *argv], shared_filesystem=shared)
+    return build_dataset(options, read, schema, ["build_from_arrays", *argv], shared_filesystem=shared,
+                         input_patterns=[source.arrays])
 
 
 if __name__ == "__main__":

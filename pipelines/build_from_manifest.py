@@ -124,6 +124,9 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     if not source.manifest:
         raise SystemExit("--manifest is required: a CSV, JSONL or Parquet manifest (file or glob)")
     shared = require_worker_paths(options, {"--manifest": source.manifest, "--allowed_root": source.allowed_root})
+    if options.view_as(DatasetOutputOptions).resume and _split(source.file_columns):
+        raise SystemExit("--resume takes a killed build's records as they were: it knows when the manifest "
+                         "changed, not the files its --file_columns name; rebuild without --resume")
     fmt = ManifestFormat(source.format) if source.format else ManifestFormat.from_path(source.manifest)
     schema = pinned_or_inferred(checks, lambda: infer_manifest_schema(source.manifest, fmt, source),
                                 job="build_from_manifest")
@@ -140,7 +143,8 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
         ManifestFormat.PARQUET: lambda: ReadParquetManifest(source.manifest, schema=schema, options=row_options,
                                                             chunk_size=checks.chunk_size),
     }[fmt]()
-    return build_dataset(options, reader, schema, ["build_from_manifest", *argv], shared_filesystem=shared)
+    return build_dataset(options, reader, schema, ["build_from_manifest", *argv], shared_filesystem=shared,
+                         input_patterns=[source.manifest])
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     shared = require_worker_paths(options, {"--input": source.input})
     build = ImageFolderBuild.of(source, check_decode=options.view_as(SchemaOptions).check_decode)
     return build_dataset(options, build.read(source.input), build.schema, ["build_image_dataset", *argv],
-                         shared_filesystem=shared, feature_transforms=build.feature_transforms,
+                         shared_filesystem=shared, input_patterns=[source.input.rstrip("/") + "/*/*"],
+                         feature_transforms=build.feature_transforms,
                          expected_inputs=build.num_images,
                          metadata=dict(build.metadata) or None)
 

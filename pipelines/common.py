@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import enum
+import json
 import logging
 import sys
 import uuid
@@ -37,6 +38,7 @@ from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
+from beam_tfrecord.refresh import fingerprint_inputs
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES
 from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.job_options import JobCommand
@@ -83,6 +85,10 @@ class DatasetOutputOptions(PipelineOptions):
                                  "holds data in memory: DirectRunner, Prism, embedded portable runner, Dask), "
                                  "shuffle (the runner's shuffle keyed by shard; auto picks it on Dataflow, Flink, "
                                  "Spark) or auto (chosen from the runner; the job summary says which and why)")
+        parser.add_argument("--resume", type=parse_bool, nargs="?", const=True, default=False,
+                            help="resume a killed build of the same inputs and options in --output: keep the "
+                                 "spill runs it finished, encode only the rest (byte-identical to a clean build; "
+                                 "refused if the inputs or options changed; spill fan-in only)")
         parser.add_argument("--shared_filesystem", type=parse_bool, nargs="?", const=True, default=False,
                             help="local paths (--input, --output...) are on a filesystem every worker mounts at "
                                  "the same path (NFS, a bucket mounted with gcsfuse). Without it, a runner whose "
@@ -251,7 +257,8 @@ class _DropRelayedErrors(logging.Filter):
 
 
 def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schema, command: Sequence[str], *,
-                  shared_filesystem: bool, expected_inputs: int | None = None, **writer_options) -> Manifest:
+                  shared_filesystem: bool, input_patterns: Sequence[str], expected_inputs: int | None = None,
+                  **writer_options) -> Manifest:
     """Runs ``read | writer`` on the options' runner, prints what was written, returns the manifest.
 
     Args:
@@ -261,6 +268,8 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
         command: the command line to record in the manifest (secrets are redacted).
         shared_filesystem: the workers see this machine's local paths (what the job's
             ``require_worker_paths`` call, its first step, returned).
+        input_patterns: globs of every input file: their sizes and update times identify the inputs
+            of a build that ``--resume`` may take over (``WriteTFRecordDataset``'s ``inputs_identity``).
         expected_inputs: samples the source will emit, when the client counted them (the progress
             display's ETA, and the count the workers must reconcile with: ``InputsMismatchError``).
         **writer_options: further WriteTFRecordDataset arguments (e.g. feature_transforms).
@@ -272,7 +281,9 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
             progress_for(options, expected_inputs=expected_inputs) as progress_dir, \
             job_pipeline(options) as pipeline:
         writer = make_writer(output, schema, command, progress_dir=progress_dir, shared_filesystem=shared_filesystem,
-                             expected_inputs=expected_inputs, **writer_options)
+                             expected_inputs=expected_inputs, resume=output.resume,
+                             inputs_identity=json.dumps(fingerprint_inputs(input_patterns).to_json(), sort_keys=True),
+                             **writer_options)
         _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
@@ -292,6 +303,9 @@ def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset) -> N
     """The summary's lines on how a finished job ran: the fan-in path and why, the DirectRunner's
     workers, and an encoding pool, when there was one."""
     print(writer.describe_fan_in(pipeline))
+    resumed = writer.describe_resume()
+    if resumed:
+        print(resumed)
     if runs_on_direct_runner(pipeline):
         print(describe_local_workers(local_workers_of(pipeline.options)))
     encoding = describe_encode_processes(getattr(pipeline, "result", None))

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),  # pure: schema, encoding, framing, naming, planning, the manifest
     ("storage",),
     ("direct_io", "dataset", "describe", "lease", "encoding"),
-    ("formats", "spill", "refresh", "input_index"),
+    ("formats", "spill", "spill_resume", "refresh", "input_index"),
     ("reader", "verify", "array_records"),
     ("beam",),
     ("sources", "report", "incremental"),
@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "__init__"),
 )
 # Rooms that run without Apache Beam installed (readers, the pure core, the formats...).
-BEAM_FREE = ("errors", "core", "encoding", "formats", "spill", "reader", "dataset", "verify", "describe")
+BEAM_FREE = ("errors", "core", "encoding", "formats", "spill", "spill_resume", "reader", "dataset", "verify", "describe")
 
 Graph = dict[str, set[str]]
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import apache_beam as beam
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
+from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn, RunsResume
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.plan_dataset import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
@@ -38,7 +38,10 @@ from beam_tfrecord.core.units import KiB
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, RecordSchemaError, WriterOptionError
+from beam_tfrecord.input_index import encoding_digest
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES, write_catalog
+from beam_tfrecord.spill_resume import TEMP_PREFIX, ResumePoint, find_resume_point, fingerprint
+from beam_tfrecord.spill_resume import describe as describe_resume
 
 DEFAULT_SALT = "beam-tfrecord"
 
@@ -143,14 +146,15 @@ class PlannedRuns:
 
 
 def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitConfig, sharding: ShardingConfig,
-                   runs_dir: str) -> PlannedRuns:
-    """Plans from every run's index file (read in turn, never all held) and writes the runs' catalog.
+                   runs_dir: str, reused: Sequence[SpilledRun] = ()) -> PlannedRuns:
+    """Plans from every run's index file (read in turn, never all held), those of a killed build it
+    resumes (``reused``) included, and writes the runs' catalog.
 
     One step: on the runners the spill path serves, a pipeline stage per planning round costs more
     than reading the small index files.
     """
     found = _by_kind(group, (_START, _RUN, _DEAD, _SUMMARY))
-    runs: list[SpilledRun] = found[_RUN]
+    runs: list[SpilledRun] = [*found[_RUN], *reused]
     dead: list[DeadLetter] = found[_DEAD]
     summary = merge_summaries(found[_SUMMARY])
     if not runs:
@@ -261,6 +265,14 @@ class WriteTFRecordDataset(beam.PTransform):
         expected_inputs: the inputs the caller planned (listed, counted): when given, a job whose
             workers read another number (records written plus rejected) fails with
             ``InputsMismatchError`` and publishes nothing.
+        inputs_identity: text that identifies the inputs as they are now (their sizes and update
+            times: ``beam_tfrecord.refresh.fingerprint_inputs``). With it a spill build writes
+            ``resume.json`` into its temp folder before any run, so that a killed build can be resumed.
+        resume: take over the temp folder of a killed build with the same options and
+            ``inputs_identity`` (found in ``output_dir``), keep its finished spill runs and encode only
+            the samples they do not hold (``beam_tfrecord.spill_resume``); byte-identical to a clean
+            build. No such build: a clean one. One made from other inputs or options:
+            ``ResumeMismatchError`` (raised here, before any work). Spill path and ``Sample`` inputs only.
         progress_dir: a local folder where the DoFns keep their counts for a live progress display
             (``beam_tfrecord.progress``); only for runners whose workers share this machine.
         command: the command line to record in the manifest.
@@ -279,6 +291,7 @@ class WriteTFRecordDataset(beam.PTransform):
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
                  fan_in: FanIn = FanIn.AUTO, local_workers: int | None = None, encode_processes: int = 1,
                  temp_dir: str | None = None, shared_filesystem: bool = False, expected_inputs: int | None = None,
+                 inputs_identity: str | None = None, resume: bool = False,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
                  progress_dir: str | None = None, encoding: Encoding | None = None) -> None:
         super().__init__()
@@ -319,13 +332,37 @@ class WriteTFRecordDataset(beam.PTransform):
         self._progress_dir = progress_dir
         self._encoding = encoding
         self._shared_filesystem = shared_filesystem
-        run_id = uuid.uuid4().hex[:12]
-        self._temp_dir = temp_dir or storage.join(output_dir, f".tmp-beam-tfrecord-{run_id}")
+        resume_text = None if inputs_identity is None else fingerprint({
+            "inputs": inputs_identity, "dataset_name": dataset_name, "splits": repr(self._splits),
+            "sharding": repr(self._sharding), "compression": compression.value, "file_format": file_format.value,
+            "reread_min_bytes": reread_min_bytes, "encoding": encoding_digest(
+                schema_json=schema.to_json(), transforms=self._feature_transforms, salt=salt)})
+        self._resume_point = self._resume_point_of(output_dir, resume, resume_text, temp_dir)
+        run_id = self._resume_point.run_id if self._resume_point else uuid.uuid4().hex[:12]
+        self._temp_dir = temp_dir or storage.join(output_dir, f"{TEMP_PREFIX}{run_id}")
+        self._runs_resume = None if resume_text is None or encoding is not None else RunsResume(
+            self._temp_dir, resume_text, self._resume_point.hashes_path if self._resume_point else None)
+        if self._resume_point is not None:
+            metadata = {**(metadata or {}), "resumed": self._resume_point.metadata()}
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
             max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
             splits=self._splits, expected_inputs=expected_inputs)
+
+    def _resume_point_of(self, output_dir: str, resume: bool, text: str | None,
+                         temp_dir: str | None) -> ResumePoint | None:
+        """The killed build to resume (None: a clean build), checked against the other options."""
+        if not resume:
+            return None
+        if text is None or self._encoding is not None or temp_dir is not None or self._fan_in is FanIn.SHUFFLE:
+            raise WriterOptionError("resume needs inputs_identity, Sample inputs (not WriteBalancedTFRecord's "
+                                    "records), the default temp_dir and the spill fan-in")
+        return find_resume_point(output_dir, text)
+
+    def describe_resume(self) -> str | None:
+        """The job summary's line on what this build reused from a killed one (None: nothing)."""
+        return describe_resume(self._resume_point) if self._resume_point is not None else None
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
         pipeline = samples.pipeline
@@ -337,6 +374,9 @@ class WriteTFRecordDataset(beam.PTransform):
             use_local_workers(samples.pipeline, workers)
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
             return self._spill(samples)
+        if self._resume_point is not None:
+            raise WriterOptionError(f"resume needs the spill fan-in; the {type(pipeline.runner).__name__} takes the "
+                                    "shuffle path (pass fan_in=FanIn.SPILL, --fan_in spill)")
         return self._shuffle(samples)
 
     def describe_fan_in(self, pipeline: beam.Pipeline) -> str:
@@ -358,7 +398,7 @@ class WriteTFRecordDataset(beam.PTransform):
                                              max_record_bytes=self._sharding.cap)
         return self._in_pool_if_asked(pipeline, EncodeToRunsFn(
             self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes, direct_io=self._direct_io,
-            **self._encode_options()))
+            resume=self._runs_resume, **self._encode_options()))
 
     def _encode_to_batches_fn(self) -> beam.DoFn:
         if self._encoding is not None:
@@ -376,7 +416,8 @@ class WriteTFRecordDataset(beam.PTransform):
             (start | "TagStartPlan" >> _tag(_START), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
             | "GatherRuns" >> beam.Flatten()
             | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun | DeadLetter)...]): one group, always
-            | "Plan" >> beam.Map(_plan_gathered, self._splits, self._sharding, runs_dir)  # PlannedRuns
+            | "Plan" >> beam.Map(_plan_gathered, self._splits, self._sharding, runs_dir,  # PlannedRuns
+                                 self._resume_point.runs if self._resume_point else ())
         )
         shard_infos = (
             planned

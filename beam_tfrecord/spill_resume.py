@@ -1,0 +1,154 @@
+"""Resuming a killed build from the spill runs it finished.
+
+Every build writes ``resume.json`` into its temp folder (``OUTPUT/.tmp-beam-tfrecord-<run>/``) before
+any work: a fingerprint of what decides its records (schema, salt, splits, sharding, format, feature
+transforms, and the inputs' identity the caller gives: sizes and update times). A build killed at any
+moment (SIGKILL, OOM, a lost machine) leaves that folder; the shard writers' output is never
+published without a manifest, so nothing of it looks finished.
+
+Re-run with ``resume=True`` (``--resume``), the writer takes over the folder whose fingerprint
+matches, and keeps every *finished* run in it: a run whose index exists (written after its data)
+and whose data file has the size the index says. Each entry of a run is one sample's record,
+tagged with its key hash, so the resumed build skips exactly the samples whose key hashes those
+runs hold, encodes the rest into new runs beside them, and plans and writes every shard from old
+and new runs together. Shards are a merge of the runs' entries in (hash, content) order, which
+does not depend on which run holds an entry: the output is byte-identical to a clean build.
+
+A runner may have run a bundle twice before the kill; two finished runs may then hold the same
+samples. Runs are taken in path order, and a run sharing any key hash with one already taken is
+left out whole (its samples are in the taken one, or encoded again). A folder whose fingerprint
+differs is refused (``ResumeMismatchError``): its records were made from other inputs or options.
+
+Limits: the spill path only (``FanIn.SHUFFLE`` keeps its records in the runner's shuffle, which a
+killed job loses); inputs of ``Sample``s (``WriteBalancedTFRecord`` infers its schema from summaries
+the killed run held in memory); dead letters are found again (rejected samples are in no run); the
+reused key hashes are held by each encoding worker as one sorted array (8 bytes a record).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from beam_tfrecord import storage
+from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex, SpilledRun
+from beam_tfrecord.errors import CorruptShardError, ResumeMismatchError
+
+RESUME_FILENAME = "resume.json"
+REUSED_HASHES_FILENAME = "reused-hashes.u64"
+TEMP_PREFIX = ".tmp-beam-tfrecord-"
+_FORMAT_VERSION = 1
+
+
+def fingerprint(facts: Mapping[str, Any]) -> str:
+    """The canonical text of what decides a build's records (compared whole: equal text, same records)."""
+    return json.dumps({"version": _FORMAT_VERSION, **facts}, sort_keys=True, default=repr)
+
+
+def write_resume_file(temp_dir: str, text: str) -> None:
+    storage.write_bytes_atomic(storage.join(temp_dir, RESUME_FILENAME), text.encode("utf-8"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePoint:
+    """What a killed build left that a new one reuses.
+
+    Attributes:
+        temp_dir: the killed build's temp folder, which the new build takes over.
+        run_id: its run id (the folder's suffix).
+        runs: the finished runs kept, in path order.
+        num_records: records they hold.
+        hashes_path: the sorted key hashes they hold (``REUSED_HASHES_FILENAME``), for the encoders to skip.
+        runs_left_out: finished runs left out (holding samples a kept run holds).
+    """
+
+    temp_dir: str
+    run_id: str
+    runs: tuple[SpilledRun, ...]
+    num_records: int
+    hashes_path: str
+    runs_left_out: int
+
+    def metadata(self) -> dict[str, Any]:
+        """The manifest's ``metadata.resumed``."""
+        return {"from_run": self.run_id, "reused_runs": len(self.runs), "reused_records": self.num_records}
+
+
+def _finished_runs(runs_dir: str) -> list[RunIndex]:
+    """The indexes of the runs under ``runs_dir`` whose data file is complete, in path order."""
+    found = dict(storage.list_files(storage.join(runs_dir, "*")))
+    indexes = []
+    for path in sorted(found):
+        if not path.endswith(".run") or path + INDEX_SUFFIX not in found:
+            continue
+        try:
+            index = RunIndex.from_bytes(path, storage.read_bytes(path + INDEX_SUFFIX))
+        except CorruptShardError:
+            continue  # an index cut short by the kill: its run is encoded again
+        if index.num_bytes == found[path]:
+            indexes.append(index)
+    return indexes
+
+
+def find_resume_point(output_dir: str, text: str) -> ResumePoint | None:
+    """The killed build in ``output_dir`` whose fingerprint is ``text``, with its finished runs; None
+    when there is none.
+
+    Raises:
+        ResumeMismatchError: killed builds are there, none with this fingerprint.
+    """
+    pattern = storage.join(output_dir, f"{TEMP_PREFIX}*", RESUME_FILENAME)
+    candidates = sorted(path for path, _ in storage.list_files(pattern))
+    others = []
+    for path in candidates:
+        temp_dir = posixpath.dirname(path)
+        if storage.read_bytes(path).decode("utf-8", "replace") == text:
+            return _resume_point(temp_dir)
+        others.append(temp_dir)
+    if others:
+        raise ResumeMismatchError(others[-1], output_dir)
+    return None
+
+
+def _resume_point(temp_dir: str) -> ResumePoint:
+    kept: list[RunIndex] = []
+    taken = np.zeros(0, np.uint64)
+    left_out = 0
+    for index in _finished_runs(storage.join(temp_dir, "runs")):
+        hashes = np.unique(index.hashes)
+        if np.isin(hashes, taken, assume_unique=True).any():
+            left_out += 1
+            continue
+        kept.append(index)
+        taken = np.union1d(taken, hashes)
+    hashes_path = storage.join(temp_dir, REUSED_HASHES_FILENAME)
+    storage.write_bytes_atomic(hashes_path, taken.astype("<u8").tobytes())
+    return ResumePoint(temp_dir=temp_dir, run_id=temp_dir.rstrip("/").rsplit(TEMP_PREFIX, 1)[-1],
+                       runs=tuple(SpilledRun(index.path) for index in kept),
+                       num_records=sum(len(index.hashes) for index in kept), hashes_path=hashes_path,
+                       runs_left_out=left_out)
+
+
+def read_reused_hashes(path: str) -> np.ndarray:
+    """The sorted key hashes a resumed build skips (``ResumePoint.hashes_path``)."""
+    return np.frombuffer(storage.read_bytes(path), dtype="<u8").astype(np.uint64)
+
+
+def skipped(hashes: np.ndarray, reused: np.ndarray) -> np.ndarray:
+    """Which of ``hashes`` are in the sorted ``reused`` (a boolean per hash)."""
+    if not len(reused):
+        return np.zeros(len(hashes), bool)
+    at = np.searchsorted(reused, hashes)
+    return reused[np.minimum(at, len(reused) - 1)] == hashes
+
+
+def describe(point: ResumePoint) -> str:
+    """The job summary's line on what a resumed build reused."""
+    left = f"; {point.runs_left_out} duplicate run(s) left out" if point.runs_left_out else ""
+    return (f"  resumed run {point.run_id}: {point.num_records} records reused from {len(point.runs)} finished "
+            f"spill runs{left}")

@@ -1,0 +1,57 @@
+"""A build that a test kills and resumes: ``python tests/resume/resume_job.py OUT [--resume]``.
+
+400 samples of 20 KB of seeded random bytes, encoded through a transform that sleeps 10 ms each (so a
+kill lands mid-encoding), spilled in runs of about 200 KB: ~40 runs. Prints the published manifest's
+``metadata.resumed`` as JSON (``{}`` for a clean build).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+
+import apache_beam as beam
+import numpy as np
+
+from beam_tfrecord import DType, Schema, ShardingConfig, SplitConfig, WriteTFRecordDataset
+from beam_tfrecord.beam.runners import LocalBatchRunner
+from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.core.schema import Scalar
+
+NUM_SAMPLES = 400
+SAMPLE_BYTES = 20_000
+SCHEMA = Schema({"payload": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
+
+
+@dataclasses.dataclass(frozen=True)
+class Slowly:
+    """An identity transform that takes ``seconds`` (its repr, and so the build's fingerprint, is stable)."""
+
+    seconds: float
+
+    def __call__(self, value):
+        time.sleep(self.seconds)
+        return value
+
+
+def samples() -> list[Sample]:
+    rng = np.random.default_rng(7)
+    return [Sample(f"s/{i:05d}", {"payload": rng.bytes(SAMPLE_BYTES), "index": i}) for i in range(NUM_SAMPLES)]
+
+
+def build(out: str, *, resume: bool, seconds: float = 0.01) -> dict:
+    writer = WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse("train=0.9,test=0.1"),
+                                  sharding=ShardingConfig(target_shard_bytes=1_000_000), spill_run_bytes=200_000,
+                                  feature_transforms={"payload": Slowly(seconds)}, inputs_identity="seed-7",
+                                  resume=resume, local_workers=1)
+    with beam.Pipeline(runner=LocalBatchRunner()) as pipeline:
+        _ = pipeline | beam.Create(samples(), reshuffle=False) | writer
+    from beam_tfrecord import load_manifest
+
+    return dict(load_manifest(out).metadata.get("resumed", {}))
+
+
+if __name__ == "__main__":
+    print(json.dumps(build(sys.argv[1], resume="--resume" in sys.argv[2:])))

@@ -1,0 +1,173 @@
+"""A build killed at any moment resumes from the spill runs it finished: it encodes only the samples those runs
+do not hold, says what it reused (summary line, manifest metadata) and writes the clean build's bytes. A
+resume against other inputs or options is refused, and finished runs are told from cut ones and duplicates."""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import resume_job
+
+from beam_tfrecord import load_manifest
+from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex, make_record_entry, write_run
+from beam_tfrecord.errors import ResumeMismatchError, WriterOptionError
+from beam_tfrecord.spill_resume import (
+    RESUME_FILENAME,
+    TEMP_PREFIX,
+    find_resume_point,
+    read_reused_hashes,
+    skipped,
+)
+
+
+def _shard_bytes(out: str) -> dict[str, bytes]:
+    return {s.filename: Path(out, s.filename).read_bytes() for s in load_manifest(out).shards}
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    out = str(tmp_path_factory.mktemp("clean") / "ds")
+    resume_job.build(out, resume=False, seconds=0.0)
+    return _shard_bytes(out)
+
+
+def _finished_records(out: str) -> int:
+    """Records held by the finished runs (index present, data complete) of the killed build in ``out``."""
+    total = 0
+    for index_path in glob.glob(f"{out}/{TEMP_PREFIX}*/runs/*.run{INDEX_SUFFIX}"):
+        run = index_path[:-len(INDEX_SUFFIX)]
+        index = RunIndex.from_bytes(run, Path(index_path).read_bytes())
+        if index.num_bytes == os.path.getsize(run):
+            total += len(index.hashes)
+    return total
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_build_killed_at_a_random_moment_resumes_with_the_clean_bytes(clean, tmp_path: Path, seed: int) -> None:
+    out = str(tmp_path / "ds")
+    job = subprocess.Popen([sys.executable, resume_job.__file__, out], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not glob.glob(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}") and time.monotonic() < deadline:
+        assert job.poll() is None, "the job ended before it finished a run"
+        time.sleep(0.02)
+    time.sleep(random.Random(seed).uniform(0.0, 2.0))  # somewhere in encoding (about 4 s of it)
+    assert job.poll() is None, "the job finished before its kill: the case proves nothing"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    assert not Path(out, "manifest.json").exists()
+    finished = _finished_records(out)
+    assert 0 < finished < resume_job.NUM_SAMPLES
+
+    resumed = resume_job.build(out, resume=True)
+    assert resumed["reused_records"] == finished  # encoded again: exactly the samples no finished run holds
+    assert resumed["reused_runs"] >= 1
+    assert _shard_bytes(out) == clean
+    assert load_manifest(out).num_inputs == resume_job.NUM_SAMPLES
+    assert not glob.glob(f"{out}/{TEMP_PREFIX}*")  # the taken-over folder went at publication
+
+
+def test_resume_without_a_killed_build_is_a_clean_build(clean, tmp_path: Path) -> None:
+    out = str(tmp_path / "ds")
+    assert resume_job.build(out, resume=True, seconds=0.0) == {}
+    assert _shard_bytes(out) == clean
+
+
+def _killed_build(out: Path, fingerprint: str, runs: dict[str, list[int]], *, cut: str | None = None) -> Path:
+    """A killed build's temp folder: ``resume.json`` and runs of record entries (key hashes given)."""
+    temp = out / f"{TEMP_PREFIX}abc123"
+    (temp / "runs").mkdir(parents=True)
+    (temp / RESUME_FILENAME).write_text(fingerprint)
+    for name, hashes in runs.items():
+        entries = sorted(make_record_entry(h, b"r%d" % h) for h in hashes)
+        path = temp / "runs" / name
+        with path.open("wb") as handle:
+            write_run(handle, entries)
+        Path(f"{path}{INDEX_SUFFIX}").write_bytes(RunIndex.of_entries(str(path), entries).to_bytes())
+        if name == cut:
+            path.write_bytes(path.read_bytes()[:-3])
+    return temp
+
+
+def test_finished_runs_are_kept_cut_ones_and_duplicates_left_out(tmp_path: Path) -> None:
+    temp = _killed_build(tmp_path, "same", {"a-00000.run": [5, 1], "a-00001.run": [9], "b-00000.run": [1, 7],
+                                            "c-00000.run": [3]}, cut="c-00000.run")
+    (temp / "runs" / "d-00000.run").write_bytes(b"no index: the kill came before it")
+    point = find_resume_point(str(tmp_path), "same")
+    assert point is not None
+    assert [Path(r.path).name for r in point.runs] == ["a-00000.run", "a-00001.run"]  # b repeats hash 1
+    assert (point.num_records, point.runs_left_out, point.run_id) == (3, 1, "abc123")
+    assert read_reused_hashes(point.hashes_path).tolist() == [1, 5, 9]
+    assert skipped(np.array([1, 2, 9, 10], np.uint64), read_reused_hashes(point.hashes_path)).tolist() == [
+        True, False, True, False]
+
+
+def test_a_killed_build_of_other_inputs_or_options_is_refused(tmp_path: Path) -> None:
+    temp = _killed_build(tmp_path, "then", {"a-00000.run": [1]})
+    with pytest.raises(ResumeMismatchError) as raised:
+        find_resume_point(str(tmp_path), "now")
+    assert str(raised.value) == (
+        f"cannot resume in {str(tmp_path)!r}: the killed build in {str(temp)!r} was made from other inputs or "
+        "options (files added, changed or removed since, or another schema, split, sharding, salt or transform); "
+        "run without resume for a clean build (its folder is left as it is), or with the inputs and options of "
+        "that build")
+    assert find_resume_point(str(tmp_path / "elsewhere"), "now") is None
+
+
+def test_the_build_of_other_options_refuses_to_resume(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    _killed_build(out, "a fingerprint of other options", {"a-00000.run": [1]})
+    with pytest.raises(ResumeMismatchError):
+        resume_job.build(str(out), resume=True, seconds=0.0)
+    assert not (out / "manifest.json").exists()
+
+
+def test_resume_needs_what_makes_it_safe(tmp_path: Path) -> None:
+    from beam_tfrecord import WriteTFRecordDataset
+    from beam_tfrecord.beam.write import FanIn
+
+    with pytest.raises(WriterOptionError, match=r"^resume needs inputs_identity, Sample inputs \(not "
+                                                r"WriteBalancedTFRecord's records\), the default temp_dir and the "
+                                                r"spill fan-in$"):
+        WriteTFRecordDataset(str(tmp_path), schema=resume_job.SCHEMA, resume=True)
+    with pytest.raises(WriterOptionError):
+        WriteTFRecordDataset(str(tmp_path), schema=resume_job.SCHEMA, resume=True, inputs_identity="x",
+                             fan_in=FanIn.SHUFFLE)
+
+
+def test_the_job_resumes_with_resume_and_says_what_it_reused(tmp_path: Path) -> None:
+    """``--resume`` from the command line after a SIGKILL: the summary line and the manifest's metadata."""
+    from pipelines.make_sample_images import write_sample_images
+
+    images, out, ref = tmp_path / "images", tmp_path / "ds", tmp_path / "ref"
+    write_sample_images(str(images), per_class=400, size=64, seed=3)
+    args = ["--input", str(images), "--resize", "64x64", "--spill_run_mib=1", "--progress=none",
+            "--direct_num_workers=1"]
+    command = [sys.executable, "-m", "pipelines.build_image_dataset", *args]
+    subprocess.run([*command, "--output", str(ref)], check=True, capture_output=True, timeout=300)
+    job = subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not glob.glob(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}") and time.monotonic() < deadline:
+        assert job.poll() is None, "the job ended before it finished a run"
+        time.sleep(0.02)
+    assert job.poll() is None, "the job finished before its kill: the case proves nothing"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    finished = _finished_records(str(out))
+    done = subprocess.run([*command, "--output", str(out), "--resume"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    resumed = load_manifest(str(out)).metadata["resumed"]
+    assert resumed["reused_records"] == finished > 0
+    assert (f"  resumed run {resumed['from_run']}: {finished} records reused from {resumed['reused_runs']} "
+            "finished spill runs") in done.stdout
+    assert _shard_bytes(str(out)) == _shard_bytes(str(ref))
