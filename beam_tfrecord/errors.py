@@ -308,3 +308,16 @@ class InputIndexError(RefreshError):
         super().__init__(f"input index {path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class DurationError(BeamTFRecordError, ValueError):
+    """A duration given as text (an option such as ``--min_version_age``) is not one this project reads.
+
+    Attributes:
+        text: the text given.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(f"bad duration {text!r}: expected a number with a unit, d (days), h (hours), m (minutes) "
+                         "or s (seconds), parts adding up (24h, 30m, 1h30m, 90s), or 0")
