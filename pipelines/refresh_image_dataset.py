@@ -20,9 +20,10 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord import lease
+from beam_tfrecord import lease, storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.durations import format_duration, parse_duration
+from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.errors import DurationError, InputIndexError
 from beam_tfrecord.incremental import REFRESH_KEY, IncrementalPlan, ReadKeptRecords, plan_from_root
 from beam_tfrecord.input_index import (
@@ -49,6 +50,7 @@ from pipelines.build_image_dataset import ImageFolderBuild, ImageFolderOptions
 from pipelines.common import (
     DatasetOutputOptions,
     ProgressOptions,
+    cleaned_up_when_disk_full,
     job_pipeline,
     make_writer,
     parse_job,
@@ -175,24 +177,33 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
                          encoding_digest(schema_json=build.schema.to_json(), transforms=build.feature_transforms,
                                          salt=output.salt))
     incremental = _incremental_plan(plan, index) if refresh.incremental else None
-    # Before the writer runs: the version is complete only once its manifest is written, index included.
-    write_input_index(plan.version_dir, index)
     metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id, **build.metadata}
     if incremental is not None:
         metadata[REFRESH_KEY] = incremental.metadata()
     quiet_logging()
-    with progress_for(options, expected_inputs=len(index.inputs)) as progress_dir, job_pipeline(options) as pipeline:
-        _ = (_read_inputs(pipeline, source.input, incremental)  # Sample | [EncodedRecord, ...]
-             | "WriteVersion" >> make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
-                                             feature_transforms=build.feature_transforms, progress_dir=progress_dir)
-             # the published Manifest of the new version
-             | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
-                                            keep_versions=refresh.keep_versions,
-                                            min_version_age=min_version_age(refresh)))
+    with cleaned_up_when_disk_full(lambda: _delete_if_unfinished(plan)):
+        # Before the writer runs: the version is complete only once its manifest is written, index included.
+        write_input_index(plan.version_dir, index)
+        with progress_for(options, expected_inputs=len(index.inputs)) as progress_dir, \
+                job_pipeline(options) as pipeline:
+            _ = (_read_inputs(pipeline, source.input, incremental)  # Sample | [EncodedRecord, ...]
+                 | "WriteVersion" >> make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
+                                                 feature_transforms=build.feature_transforms,
+                                                 progress_dir=progress_dir)
+                 # the published Manifest of the new version
+                 | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
+                                                keep_versions=refresh.keep_versions,
+                                                min_version_age=min_version_age(refresh)))
     print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions}, "
           f"and older ones for {refresh.min_version_age} after they stopped being LATEST)")
     print_how_it_ran(pipeline)
     return plan
+
+
+def _delete_if_unfinished(plan: RefreshPlan) -> None:
+    """Deletes the version being built if it has no manifest (a complete one is adopted by the next run)."""
+    if not storage.exists(storage.join(plan.version_dir, MANIFEST_FILENAME)):
+        storage.delete_tree(plan.version_dir)
 
 
 def _incremental_plan(plan: RefreshPlan, index: InputIndex) -> IncrementalPlan | None:

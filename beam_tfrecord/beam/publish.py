@@ -6,7 +6,8 @@ the old dataset are removed; the dead-letter file, the manifest, then TFDS's met
 (``dataset_info.json`` last) are written, each to a temporary name and renamed. A crash at any
 step leaves no manifest, or the old one untouched, never a manifest that lists missing or
 foreign shards. ``dataset_info.json`` is TFDS's mark of a finished dataset, so it is removed
-with the manifest and written after it.
+with the manifest and written after it. A disk that fills while the manifest is written fails
+publication (``DiskFullError``) and removes the shards just moved in: nothing is published.
 
 Publication may run again (a runner retrying the step after a lost worker): a manifest already
 carrying this run's id means it finished, and it is returned as it is (its TFDS files written
@@ -34,7 +35,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
 from beam_tfrecord.dataset import write_tfds_files
-from beam_tfrecord.errors import BeamTFRecordError, PipelineInvariantError, RejectedSamplesError
+from beam_tfrecord.errors import BeamTFRecordError, DiskFullError, PipelineInvariantError, RejectedSamplesError
 
 _LOG = logging.getLogger(__name__)
 
@@ -103,7 +104,14 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     by_split = _shards_by_split(plan, shard_infos)
     _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
     manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected))
-    storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
+    try:
+        storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
+    except DiskFullError:
+        # Not published: the shards moved in would only keep the space a re-run needs.
+        storage.delete_if_exists([storage.join(settings.output_dir, name)
+                                  for name in [s.filename for s in shard_infos] + [DEAD_LETTER_FILENAME]])
+        storage.delete_tree(settings.temp_dir)
+        raise
     write_tfds_files(settings.output_dir, manifest)
     storage.delete_tree(settings.temp_dir)
     return manifest

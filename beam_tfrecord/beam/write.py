@@ -304,6 +304,11 @@ class WriteTFRecordDataset(beam.PTransform):
             max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
             splits=self._splits)
 
+    @property
+    def temp_dir(self) -> str:
+        """Where this writer's runs and unpublished shards go (a job deletes it when the disk fills)."""
+        return self._temp_dir
+
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
         if runs_on_direct_runner(samples.pipeline):
             workers = local_workers_for(samples.pipeline.options, requested=self._local_workers)
