@@ -119,3 +119,41 @@ def test_out_of_space_oserror_becomes_disk_full_error_and_survives_the_worker_re
     with pytest.raises(PermissionError):  # other errors pass unchanged
         with raise_typed_when_full("/x", 1):
             raise PermissionError(13, "denied")
+
+
+def test_refresh_on_a_full_disk_leaves_no_unfinished_version_and_rerun_publishes(tmp_path: Path) -> None:
+    """The refresh job's root on the small disk: the version it was building is deleted, LATEST is not
+    written; with room, the same command publishes the version."""
+    from PIL import Image
+
+    refusal = _mount_refusal(tmp_path / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    rng = np.random.default_rng(0)
+    images = tmp_path / "images"
+    for label in ("noise", "static"):
+        (images / label).mkdir(parents=True)
+        for n in range(12):  # ~75 KB of noise as JPEG each: ~1.8 MB in all
+            pixels = rng.integers(0, 256, (256, 256, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(images / label / f"{n:04d}.jpg", quality=95)
+    disk, out_dir = tmp_path / "disk", tmp_path / "record"
+    disk.mkdir()
+    out_dir.mkdir()
+    command = [sys.executable, "-m", "pipelines.refresh_image_dataset", "--input", str(images),
+               "--dataset_root", str(disk / "out"), "--target_shard_bytes=1000000", "--progress=none",
+               "--direct_num_workers=1"]
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", _script(disk, out_dir, command, DISK_MIB - 1)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr
+    read = {name: (out_dir / name).read_text() for name in os.listdir(out_dir)}
+
+    assert read["rc-1"].strip() == "1", read["err-1"][-3000:]
+    last_line = read["err-1"].strip().splitlines()[-1]
+    assert last_line.startswith("python -m pipelines.refresh_image_dataset: DiskFullError: disk full writing "), \
+        last_line
+    assert read["files-1"].split() == [str(disk / "filler")], read["files-1"]  # no version, no LATEST, no lease
+
+    assert read["rc-2"].strip() == "0", read["err-2"][-3000:]
+    assert read["rc-verify"].strip() == "0" and "24 records" in read["verify"], read["verify"]
+    files = read["files-2"].split()
+    assert str(disk / "out" / "LATEST") in files and not any(".tmp-" in f for f in files), files
