@@ -55,7 +55,7 @@ from beam_tfrecord.dataset import (
     version_dir,
     write_tfds_files,
 )
-from beam_tfrecord.errors import LatestPointerError, RefreshError
+from beam_tfrecord.errors import DiskFullError, LatestPointerError, RefreshError
 
 _LOG = logging.getLogger(__name__)
 FINGERPRINT_KEY = "input_fingerprint"  # the key of the fingerprint in the manifest's metadata
@@ -297,7 +297,17 @@ def commit_version(root: str, version_id: str, *, now: datetime.datetime | None 
     # version old, so the clock then starts later than the move, never earlier.
     if previous is not None and previous != version_id and \
             storage.exists(storage.join(version_dir(root, previous), MANIFEST_FILENAME)):
-        record_superseded(root, previous, by=version_id, now=now)
+        _record_if_room(root, previous, by=version_id, now=_utc_now(now))
+
+
+def _record_if_room(root: str, version_id: str, *, by: str, now: datetime.datetime) -> datetime.datetime | None:
+    """``record_superseded``, or None when the disk is full: LATEST has moved already, so the job goes
+    on, and the version stays (its clock starts when a later retention can record it)."""
+    try:
+        return record_superseded(root, version_id, by=by, now=now)
+    except DiskFullError as err:
+        _LOG.warning("retention: cannot record when version %s stopped being LATEST (%s); it is kept", version_id, err)
+        return None
 
 
 def apply_retention(root: str, keep_versions: int, *,
@@ -337,7 +347,9 @@ def apply_retention(root: str, keep_versions: int, *,
         if version_id == latest:
             continue
         if min_version_age:
-            stopped = superseded_at(root, version_id) or record_superseded(root, version_id, by=latest, now=moment)
+            stopped = superseded_at(root, version_id) or _record_if_room(root, version_id, by=latest, now=moment)
+            if stopped is None:
+                continue  # no record could be written (disk full): kept, its clock not started
             if moment - stopped < min_version_age:
                 _LOG.info("retention: kept version %s of %s: not LATEST since %s, less than %s ago",
                           version_id, root, stopped.isoformat(timespec="seconds"), format_duration(min_version_age))

@@ -11,6 +11,7 @@ which vanishes with the namespace. Skipped where mounting is not allowed (not ro
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -157,3 +158,41 @@ def test_refresh_on_a_full_disk_leaves_no_unfinished_version_and_rerun_publishes
     assert read["rc-verify"].strip() == "0" and "24 records" in read["verify"], read["verify"]
     files = read["files-2"].split()
     assert str(disk / "out" / "LATEST") in files and not any(".tmp-" in f for f in files), files
+
+
+def test_retention_on_a_full_disk_keeps_a_version_it_cannot_record(tmp_path: Path) -> None:
+    """LATEST moved, then the disk is full: retention cannot write when the old version stopped being
+    LATEST, so it keeps it (its clock starts at a later run) rather than failing a published refresh;
+    with --min_version_age 0 nothing needs writing and it is deleted."""
+    refusal = _mount_refusal(tmp_path / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    old, new = "20260101T000000.000Z-aaaaaa", "20260102T000000.000Z-bbbbbb"
+    program = f"""
+import datetime, json, os, sys
+from beam_tfrecord.refresh import apply_retention, list_versions
+root = {str(disk / "root")!r}
+for version in ({old!r}, {new!r}):
+    os.makedirs(f"{{root}}/versions/{{version}}")
+    open(f"{{root}}/versions/{{version}}/manifest.json", "w").write("{{}}")
+open(f"{{root}}/LATEST", "w").write({new!r} + "\\n")
+try:
+    with open({str(disk / "filler")!r}, "wb") as filler:
+        while True:
+            filler.write(bytes(1 << 16))
+except OSError:
+    pass
+kept = apply_retention(root, 1, min_version_age=datetime.timedelta(hours=1))
+exists = os.path.exists(f"{{root}}/versions/{old}/superseded.json")
+deleted = apply_retention(root, 1, min_version_age=datetime.timedelta(0))
+print(json.dumps([kept, exists, deleted, list(list_versions(root).complete)]))
+"""
+    script = (f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(disk))} || exit 90; "
+              f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}; code=$?; umount {shlex.quote(str(disk))}; "
+              "exit $code")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cannot record when version" in done.stderr
+    assert json.loads(done.stdout) == [[], False, [old], [new]]

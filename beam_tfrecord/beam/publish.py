@@ -6,8 +6,9 @@ the old dataset are removed; the dead-letter file, the manifest, then TFDS's met
 (``dataset_info.json`` last) are written, each to a temporary name and renamed. A crash at any
 step leaves no manifest, or the old one untouched, never a manifest that lists missing or
 foreign shards. ``dataset_info.json`` is TFDS's mark of a finished dataset, so it is removed
-with the manifest and written after it. A disk that fills while the manifest is written fails
-publication (``DiskFullError``) and removes the shards just moved in: nothing is published.
+with the manifest and written after it. A disk that fills while the manifest or TFDS's metadata
+is written fails publication (``DiskFullError``): the manifest goes first, then the shards just
+moved in, so nothing is published.
 
 Publication may run again (a runner retrying the step after a lost worker): a manifest already
 carrying this run's id means it finished, and it is returned as it is (its TFDS files written
@@ -106,13 +107,14 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected))
     try:
         storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
+        write_tfds_files(settings.output_dir, manifest)
     except DiskFullError:
-        # Not published: the shards moved in would only keep the space a re-run needs.
-        storage.delete_if_exists([storage.join(settings.output_dir, name)
-                                  for name in [s.filename for s in shard_infos] + [DEAD_LETTER_FILENAME]])
+        # Unpublished again (manifest first), and the shards moved in would only keep the space a re-run needs.
+        storage.delete_if_exists([manifest_path, *(storage.join(settings.output_dir, name) for name in
+                                                   [*tfds_files(manifest), DEAD_LETTER_FILENAME,
+                                                    *(s.filename for s in shard_infos)])])
         storage.delete_tree(settings.temp_dir)
         raise
-    write_tfds_files(settings.output_dir, manifest)
     storage.delete_tree(settings.temp_dir)
     return manifest
 
