@@ -196,3 +196,79 @@ print(json.dumps([kept, exists, deleted, list(list_versions(root).complete)]))
     assert done.returncode == 0, done.stderr
     assert "cannot record when version" in done.stderr
     assert json.loads(done.stdout) == [[], False, [old], [new]]
+
+
+_PUBLISH_ON_A_FULL_DISK = """
+import json, os, sys
+import numpy as np
+from beam_tfrecord import DType, Scalar, Schema, ShardingConfig, SplitConfig
+from beam_tfrecord.beam.encode_fn import EncodeToRunsFn
+from beam_tfrecord.beam.publish import PublishSettings, publish
+from beam_tfrecord.beam.shards import WriteShardFromRunsFn
+from beam_tfrecord.core.cut_planner import plan_dataset
+from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.runs import RunIndex, SpilledRun
+from beam_tfrecord.core.samples import DeadLetter, Sample
+from beam_tfrecord.errors import DiskFullError
+
+disk, with_bad_row = sys.argv[1], sys.argv[2] == "1"
+schema = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING)})
+splits, sharding = SplitConfig.parse("train=1.0"), ShardingConfig(target_shard_bytes=4_000)
+rows = [Sample(f"row-{i:04d}", {"id": i, "text": "words " * (i % 13)}) for i in range(400)]
+rows += [Sample("bad", {"id": "seven", "text": "x"})] if with_bad_row else []
+encode = EncodeToRunsFn(schema, runs_dir=f"{disk}/tmp/runs", run_bytes=3_000, direct_io=True, salt="s",
+                        max_record_bytes=sharding.cap, feature_transforms={}, reread_min_bytes=0)
+encode.setup()
+encode.start_bundle()
+out = list(encode.process(rows))
+encode.finish_bundle()
+encode.teardown()
+runs = [o for o in out if isinstance(o, SpilledRun)]
+dead = [o for o in out if isinstance(o, DeadLetter)]
+indexes = [RunIndex.from_bytes(r.path, open(r.index_path, "rb").read()) for r in runs]
+plan = plan_dataset(np.concatenate([i.hashes for i in indexes]), np.concatenate([i.framed_sizes for i in indexes]),
+                    splits, sharding)
+shards = WriteShardFromRunsFn(schema, Compression.NONE, {}, dataset_name="d", shards_dir=f"{disk}/tmp/shards",
+                              direct_io=True)
+shards.setup()
+infos = [shards.write_from_runs(spec, runs) for spec in plan.shards]
+try:
+    with open(f"{disk}/filler", "wb") as filler:
+        while True:
+            filler.write(bytes(1 << 12))
+except OSError:
+    pass
+settings = PublishSettings(output_dir=f"{disk}/ds", temp_dir=f"{disk}/tmp", run_id="run-1", dataset_name="d",
+                           schema=schema, compression=Compression.NONE, salt="s", sharding=sharding,
+                           max_rejected_fraction=0.01, command=("test",), metadata={}, splits=splits)
+try:
+    publish(settings, plan, infos, dead)
+    error = None
+except DiskFullError as err:
+    error = str(err)
+left = sorted(os.path.relpath(os.path.join(d, n), disk) for d, _, names in os.walk(disk) for n in names)
+print(json.dumps({"error": error, "left": left, "shards": len(infos)}))
+"""
+
+
+@pytest.mark.parametrize("with_bad_row, full_at", [(False, "manifest.json"), (True, "dead_letters.jsonl")],
+                         ids=["manifest", "dead-letters"])
+def test_publishing_on_a_full_disk_unpublishes_and_removes_the_shards_moved_in(
+        tmp_path: Path, with_bad_row: bool, full_at: str) -> None:
+    """The shards are written, then the disk fills: the first file publication writes (the dead-letter
+    file, or the manifest) fails, and the shards already renamed into the dataset directory go."""
+    refusal = _mount_refusal(tmp_path / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    q = shlex.quote
+    script = (f"mount -t tmpfs -o size=2m tmpfs {q(str(disk))} || exit 90; "
+              f"{q(sys.executable)} -c {q(_PUBLISH_ON_A_FULL_DISK)} {q(str(disk))} {int(with_bad_row)}; code=$?; "
+              f"umount {q(str(disk))}; exit $code")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["error"] and f"/ds/{full_at}" in result["error"], result
+    assert result["left"] == ["filler"] and result["shards"] > 3, result
