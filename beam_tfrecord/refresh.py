@@ -5,15 +5,15 @@ Layout (see ``beam_tfrecord.dataset``)::
     ROOT/LATEST                        the id of the newest complete version
     ROOT/versions/<id>/manifest.json   written last by the writer: the version is complete
     ROOT/versions/<id>/...             shards (and, while building, the writer's temp folder)
-ROOT/versions/<id>/superseded.json when the version stopped being LATEST (written when LATEST moves on)
+    ROOT/versions/<id>/superseded.json when it stopped being LATEST (written when LATEST moves on)
 
 One refresh: fingerprint the inputs at launch (path, size, update time of every file) ->
 compare with the fingerprint stored in the LATEST version's manifest -> nothing to do, or build
 into a new ``versions/<id>/`` -> replace LATEST in one step, and record in the old LATEST when it
 stopped being LATEST -> delete versions beyond the newest ``keep_versions`` that stopped being
-LATEST at least ``min_version_age`` ago. A crash at any point leaves LATEST naming a complete version (or no
-LATEST at all), because LATEST is written only after the version's manifest, to a temporary
-name that is then renamed over the old pointer.
+LATEST at least ``min_version_age`` ago. A crash at any point leaves LATEST naming a complete
+version (or no LATEST at all), because LATEST is written only after the version's manifest, to
+a temporary name that is then renamed over the old pointer.
 
 Runs of one root must not overlap (a scheduler runs one at a time); retention deletes
 unfinished versions older than LATEST, which only an abandoned run leaves.
