@@ -170,7 +170,10 @@ class DirectWriter(io.RawIOBase):
     def _write_all(self, block: memoryview) -> None:
         written = os.write(self._fd, block)
         if written != len(block):
-            raise OSError(errno.EIO, f"short direct write: {written} of {len(block)} bytes")
+            # A device that fills up mid-block writes what fits and returns a short count.
+            stats = os.fstatvfs(self._fd)
+            full = stats.f_bavail * stats.f_frsize < len(block) - written
+            raise OSError(errno.ENOSPC if full else errno.EIO, f"short direct write: {written} of {len(block)} bytes")
 
     def close(self) -> None:
         if self.closed:

@@ -361,3 +361,38 @@ class InputIndexError(RefreshError):
         super().__init__(f"input index {path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class DurationError(BeamTFRecordError, ValueError):
+    """A duration given as text (an option such as ``--min_version_age``) is not one this project reads.
+
+    Attributes:
+        text: the text given.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(f"bad duration {text!r}: expected a number with a unit, d (days), h (hours), m (minutes) "
+                         "or s (seconds), parts adding up (24h, 30m, 1h30m, 90s), or 0")
+
+
+class DiskFullError(BeamTFRecordError, OSError):
+    """A write ran out of space (ENOSPC, or EDQUOT: the user's quota) on a local disk.
+
+    The job that meets it publishes nothing and deletes its temporary files; run it again once
+    there is room (``disk_space.raise_typed_when_full`` raises it where the writer writes).
+
+    Attributes:
+        path: the file being written.
+        needed_bytes: how many bytes that write needed (a spill run, a shard's records, a small file).
+        free_bytes: what the filesystem had free just after the failure, when it could be asked.
+    """
+
+    def __init__(self, path: str, needed_bytes: int, free_bytes: int | None = None) -> None:
+        self.path = path
+        self.needed_bytes = needed_bytes
+        self.free_bytes = free_bytes
+        free = f", {free_bytes} bytes free there" if free_bytes is not None else ""
+        super().__init__(f"disk full writing {path!r}: it needed {needed_bytes} bytes{free}; nothing was "
+                         "published and the job's temporary files were deleted: free space (or write elsewhere) "
+                         "and run it again")

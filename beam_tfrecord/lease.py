@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from beam_tfrecord import gcs, storage
+from beam_tfrecord.disk_space import raise_typed_when_full
 from beam_tfrecord.errors import OutputLockedError  # defined in errors; still importable from here
 
 LEASE_FILENAME = ".beam-tfrecord.lock"
@@ -97,7 +98,8 @@ def _create_exclusive(path: str, data: bytes) -> bool:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "wb") as handle:
+    # A disk too full for the lease leaves no empty lease behind (it would look held by nobody readable).
+    with raise_typed_when_full(path, len(data), partial=path), os.fdopen(fd, "wb") as handle:
         handle.write(data)
     return True
 

@@ -5,16 +5,27 @@ Layout (see ``beam_tfrecord.dataset``)::
     ROOT/LATEST                        the id of the newest complete version
     ROOT/versions/<id>/manifest.json   written last by the writer: the version is complete
     ROOT/versions/<id>/...             shards (and, while building, the writer's temp folder)
+    ROOT/versions/<id>/superseded.json when it stopped being LATEST (written when LATEST moves on)
 
 One refresh: fingerprint the inputs at launch (path, size, update time of every file) ->
 compare with the fingerprint stored in the LATEST version's manifest -> nothing to do, or build
-into a new ``versions/<id>/`` -> replace LATEST in one step -> delete versions beyond the
-newest ``keep_versions``. A crash at any point leaves LATEST naming a complete version (or no
-LATEST at all), because LATEST is written only after the version's manifest, to a temporary
-name that is then renamed over the old pointer.
+into a new ``versions/<id>/`` -> replace LATEST in one step, and record in the old LATEST when it
+stopped being LATEST -> delete versions beyond the newest ``keep_versions`` that stopped being
+LATEST at least ``min_version_age`` ago. A crash at any point leaves LATEST naming a complete
+version (or no LATEST at all), because LATEST is written only after the version's manifest, to
+a temporary name that is then renamed over the old pointer.
 
 Runs of one root must not overlap (a scheduler runs one at a time); retention deletes
 unfinished versions older than LATEST, which only an abandoned run leaves.
+
+Why a minimum age: a reader resolves the root to a version once (``open_dataset``) and reads
+that version's shards for its whole epoch. Deleting a version as soon as it falls out of the
+newest ``keep_versions`` would pull the shards from under a training job that opened it before
+one or two refreshes (Delta Lake's VACUUM and Iceberg's snapshot expiry keep files for a
+retention period for the same reason). The clock starts when the version stopped being LATEST,
+not when it was built: a version LATEST for a month is as likely to be in use as a new one. A
+version found old without that record (a run killed between moving LATEST and writing it, or a
+root written before this rule) gets the record then, so its clock starts late, never early.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import dataclasses
 import datetime
 import enum
 import hashlib
+import json
 import logging
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +43,7 @@ from typing import Any
 from apache_beam.io.filesystems import FileSystems
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.durations import format_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME
 from beam_tfrecord.dataset import (
@@ -42,11 +55,13 @@ from beam_tfrecord.dataset import (
     version_dir,
     write_tfds_files,
 )
-from beam_tfrecord.errors import LatestPointerError, RefreshError
+from beam_tfrecord.errors import DiskFullError, LatestPointerError, RefreshError
 
 _LOG = logging.getLogger(__name__)
 FINGERPRINT_KEY = "input_fingerprint"  # the key of the fingerprint in the manifest's metadata
 DEFAULT_KEEP_VERSIONS = 3
+DEFAULT_MIN_VERSION_AGE = datetime.timedelta(hours=24)  # a version is kept this long after it stops being LATEST
+SUPERSEDED_FILENAME = "superseded.json"  # in a version's directory: when (and by which version) it stopped being LATEST
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,12 +243,41 @@ def plan_refresh(root: str, fingerprint: InputFingerprint, *, force: bool = Fals
                        f"{why}: building version {version_id} from {fingerprint.num_files} files")
 
 
-def commit_version(root: str, version_id: str) -> None:
-    """Points LATEST at a complete version, replacing the old pointer in one step.
+def _utc_now(now: datetime.datetime | None) -> datetime.datetime:
+    return (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
+
+
+def superseded_at(root: str, version_id: str) -> datetime.datetime | None:
+    """When the version stopped being LATEST, as recorded in its ``superseded.json``; None without a
+    readable record (one damaged by hand is logged and treated as missing: its clock restarts)."""
+    path = storage.join(version_dir(root, version_id), SUPERSEDED_FILENAME)
+    if not storage.exists(path):
+        return None
+    try:
+        data = json.loads(storage.read_bytes(path))
+        return datetime.datetime.fromisoformat(data["superseded_at"]).astimezone(datetime.timezone.utc)
+    except (ValueError, KeyError, TypeError) as err:
+        _LOG.warning("retention: unreadable %s (%s); the version's retention clock restarts now", path, err)
+        return None
+
+
+def record_superseded(root: str, version_id: str, *, by: str,
+                      now: datetime.datetime | None = None) -> datetime.datetime:
+    """Writes the version's ``superseded.json``: it stopped being LATEST ``now``, for ``by``. Returns the time."""
+    moment = _utc_now(now)
+    record = {"superseded_at": moment.isoformat(timespec="milliseconds"), "superseded_by": by}
+    storage.write_bytes_atomic(storage.join(version_dir(root, version_id), SUPERSEDED_FILENAME),
+                               (json.dumps(record, sort_keys=True) + "\n").encode())
+    return moment
+
+
+def commit_version(root: str, version_id: str, *, now: datetime.datetime | None = None) -> None:
+    """Points LATEST at a complete version, replacing the old pointer in one step, and records in
+    the version LATEST named before that it stopped being LATEST ``now`` (retention's clock).
 
     A run killed between its manifest and TFDS's metadata leaves a complete version without
     ``dataset_info.json`` (written last): then those files are written again (the same bytes)
-    before LATEST moves.
+    before LATEST moves. A version made LATEST again (a roll-back) loses its old record first.
 
     Raises:
         LatestPointerError: when the version has no manifest (it is not complete).
@@ -243,28 +287,74 @@ def commit_version(root: str, version_id: str) -> None:
         raise LatestPointerError(root, f"cannot name {version_id!r}: that version has no {MANIFEST_FILENAME}")
     if not storage.exists(storage.join(directory, DATASET_INFO_FILENAME)):  # written last: its presence means all
         write_tfds_files(directory, load_manifest(directory))
+    try:
+        previous = read_latest(root)
+    except LatestPointerError:
+        previous = None  # a corrupt pointer names nothing to record
+    storage.delete_if_exists([storage.join(directory, SUPERSEDED_FILENAME)])
     storage.write_bytes_atomic(storage.join(root, LATEST_FILENAME), f"{version_id}\n".encode())
+    # A crash here leaves the old version without a record: retention writes it when it first finds the
+    # version old, so the clock then starts later than the move, never earlier.
+    if previous is not None and previous != version_id and \
+            storage.exists(storage.join(version_dir(root, previous), MANIFEST_FILENAME)):
+        _record_if_room(root, previous, by=version_id, now=_utc_now(now))
 
 
-def apply_retention(root: str, keep_versions: int) -> list[str]:
-    """Deletes complete versions beyond the newest ``keep_versions`` and abandoned unfinished ones.
+def _record_if_room(root: str, version_id: str, *, by: str, now: datetime.datetime) -> datetime.datetime | None:
+    """``record_superseded``, or None when the disk is full: LATEST has moved already, so the job goes
+    on, and the version stays (its clock starts when a later retention can record it)."""
+    try:
+        return record_superseded(root, version_id, by=by, now=now)
+    except DiskFullError as err:
+        _LOG.warning("retention: cannot record when version %s stopped being LATEST (%s); it is kept", version_id, err)
+        return None
+
+
+def apply_retention(root: str, keep_versions: int, *,
+                    min_version_age: datetime.timedelta = DEFAULT_MIN_VERSION_AGE,
+                    now: datetime.datetime | None = None) -> list[str]:
+    """Deletes complete versions beyond the newest ``keep_versions`` that stopped being LATEST at
+    least ``min_version_age`` before ``now``, and abandoned unfinished ones.
 
     Never deletes LATEST's version, nor anything newer than it (a run may be writing it). A
-    complete version loses its manifest first, so a half-deleted version never looks complete.
-    Temporary pointer files left by a run killed while moving LATEST are removed too.
+    version beyond ``keep_versions`` that is younger than ``min_version_age`` is kept, so a reader
+    that opened it before LATEST moved on finishes its epoch; one without a ``superseded.json``
+    gets one (its clock starts ``now``). ``min_version_age`` 0 deletes at once. A complete version
+    loses its manifest first, so a half-deleted version never looks complete. Temporary pointer
+    files left by a run killed while moving LATEST are removed too.
+
+    Args:
+        root: the dataset root.
+        keep_versions: complete versions to keep at any age (LATEST among them), at least 1.
+        min_version_age: how long a version is kept after it stopped being LATEST.
+        now: the time to measure ages at (default: the clock).
 
     Returns:
         The ids deleted, oldest first.
     """
     if keep_versions < 1:
         raise RefreshError(f"keep_versions must be >= 1, got {keep_versions}")
+    if min_version_age < datetime.timedelta(0):
+        raise RefreshError(f"min_version_age must be >= 0, got {min_version_age}")
     latest = read_latest(root)
     if latest is None:
         return []
+    moment = _utc_now(now)
     listing = list_versions(root)
     published = [v for v in listing.complete if v <= latest]
-    doomed = set(published[:-keep_versions]) | {v for v in listing.incomplete if v < latest}
-    doomed.discard(latest)
+    doomed = {v for v in listing.incomplete if v < latest}
+    for version_id in published[:-keep_versions]:
+        if version_id == latest:
+            continue
+        if min_version_age:
+            stopped = superseded_at(root, version_id) or _record_if_room(root, version_id, by=latest, now=moment)
+            if stopped is None:
+                continue  # no record could be written (disk full): kept, its clock not started
+            if moment - stopped < min_version_age:
+                _LOG.info("retention: kept version %s of %s: not LATEST since %s, less than %s ago",
+                          version_id, root, stopped.isoformat(timespec="seconds"), format_duration(min_version_age))
+                continue
+        doomed.add(version_id)
     for version_id in sorted(doomed):
         directory = version_dir(root, version_id)
         storage.delete_if_exists([storage.join(directory, MANIFEST_FILENAME)])
@@ -276,8 +366,9 @@ def apply_retention(root: str, keep_versions: int) -> list[str]:
     return sorted(doomed)
 
 
-def publish_version(_manifest: Manifest, *, root: str, version_id: str, keep_versions: int) -> str:
+def publish_version(_manifest: Manifest, *, root: str, version_id: str, keep_versions: int,
+                    min_version_age: datetime.timedelta = DEFAULT_MIN_VERSION_AGE) -> str:
     """The pipeline's last step (runs on a worker): move LATEST, then apply retention. Returns the id."""
     commit_version(root, version_id)
-    apply_retention(root, keep_versions)
+    apply_retention(root, keep_versions, min_version_age=min_version_age)
     return version_id

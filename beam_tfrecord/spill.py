@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 
 from beam_tfrecord import direct_io, storage
 from beam_tfrecord.core.runs import RunIndex, SpilledRun, merge_slices, write_run
+from beam_tfrecord.disk_space import raise_typed_when_full
 from beam_tfrecord.errors import CorruptShardError, PipelineInvariantError
 
 DEFAULT_RUN_BYTES = 64 << 20
@@ -141,11 +142,14 @@ class RunSpiller:
         self._writing = self._writer.submit(self._write, run, entries)
 
     def _write(self, run: SpilledRun, entries: list[bytes]) -> None:
-        with direct_io.open_write(run.path, direct=self._direct) as handle:
+        with raise_typed_when_full(run.path, sum(len(e) for e in entries), partial=run.path), \
+                direct_io.open_write(run.path, direct=self._direct) as handle:
             write_run(handle, entries)
         # The index last: an index exists only beside a complete run.
-        with storage.open_write(run.index_path) as handle:
-            handle.write(RunIndex.of_entries(run.path, entries).to_bytes())
+        index = RunIndex.of_entries(run.path, entries).to_bytes()
+        with raise_typed_when_full(run.index_path, len(index), partial=run.index_path), \
+                storage.open_write(run.index_path) as handle:
+            handle.write(index)
 
     def _wait(self) -> None:
         if self._writing is not None:

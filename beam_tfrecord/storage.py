@@ -27,6 +27,7 @@ import google_crc32c
 
 from beam_tfrecord import gcs
 from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.disk_space import raise_typed_when_full
 
 _ZLIB_WBITS = {Compression.GZIP: 31, Compression.ZLIB: 15}
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -151,6 +152,9 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     temp = f"{path}.tmp-{uuid.uuid4().hex[:12]}"
     if scheme(path) == "gs":
         gcs.upload_new(temp, data)  # a fresh name: one request, ifGenerationMatch=0
+    elif not is_remote(path):
+        with raise_typed_when_full(path, len(data), partial=temp), open_write(temp) as handle:
+            handle.write(data)
     else:
         with open_write(temp) as handle:
             handle.write(data)

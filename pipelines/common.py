@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord import lease
+from beam_tfrecord import lease, storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_for, wait_for_dask
 from beam_tfrecord.beam.encode_pool import describe_encode_processes
 from beam_tfrecord.beam.runners import (
@@ -36,7 +36,7 @@ from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConf
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
-from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.errors import BeamTFRecordError, DiskFullError
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
 from beam_tfrecord.refresh import fingerprint_inputs
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES
@@ -278,17 +278,34 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
     require_output(output)
     quiet_logging()
     with lease.held(output.output, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock), \
-            progress_for(options, expected_inputs=expected_inputs) as progress_dir, \
-            job_pipeline(options) as pipeline:
+            progress_for(options, expected_inputs=expected_inputs) as progress_dir:
         writer = make_writer(output, schema, command, progress_dir=progress_dir, shared_filesystem=shared_filesystem,
                              expected_inputs=expected_inputs, resume=output.resume,
                              inputs_identity=json.dumps(fingerprint_inputs(input_patterns).to_json(), sort_keys=True),
                              **writer_options)
-        _ = pipeline | "Read" >> read | "WriteDataset" >> writer
+        with cleaned_up_when_disk_full(lambda: storage.delete_tree(writer.temp_dir)), \
+                job_pipeline(options) as pipeline:
+            _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
     print_how_it_ran(pipeline, writer)
     return manifest
+
+
+@contextlib.contextmanager
+def cleaned_up_when_disk_full(clean_up: Callable[[], None]) -> Iterator[None]:
+    """Runs ``clean_up`` (deleting a failed job's temporary files) when the block fails with a full
+    disk (``DiskFullError``, raised in the job or relayed by a worker), then lets the error go on.
+
+    Nothing is published then (the manifest is written last), and what the job wrote would only
+    keep the space a re-run needs. Other failures leave the files as they were.
+    """
+    try:
+        yield
+    except Exception as err:
+        if isinstance(_our_error(err), DiskFullError):
+            clean_up()
+        raise
 
 
 def describe_local_workers(workers: int) -> str:

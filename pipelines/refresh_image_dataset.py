@@ -3,7 +3,8 @@
 Each run fingerprints ``--input`` at launch and compares it with the fingerprint in the manifest
 of ``--dataset_root``'s LATEST version: unchanged inputs end the run at once ("nothing to do");
 otherwise the job builds ``ROOT/versions/<new id>/``, moves ``ROOT/LATEST`` to it as the
-pipeline's last step and deletes versions beyond ``--keep_versions``. The same job runs on the
+pipeline's last step and deletes versions beyond ``--keep_versions`` that stopped being LATEST
+at least ``--min_version_age`` ago (readers that opened them finish their epoch). The same job runs on the
 DirectRunner, the portable runner, Dataflow (Flex Template, ``deploy/dataflow``) and Flink
 (``deploy/flink``): only pipeline options change.
 """
@@ -11,6 +12,7 @@ DirectRunner, the portable runner, Dataflow (Flex Template, ``deploy/dataflow``)
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 import uuid
 from collections.abc import Sequence
@@ -18,9 +20,11 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord import lease
+from beam_tfrecord import lease, storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
-from beam_tfrecord.errors import InputIndexError
+from beam_tfrecord.core.durations import format_duration, parse_duration
+from beam_tfrecord.core.manifest import MANIFEST_FILENAME
+from beam_tfrecord.errors import DurationError, InputIndexError
 from beam_tfrecord.incremental import REFRESH_KEY, IncrementalPlan, ReadKeptRecords, plan_from_root
 from beam_tfrecord.input_index import (
     InputIndex,
@@ -31,6 +35,7 @@ from beam_tfrecord.input_index import (
 )
 from beam_tfrecord.refresh import (
     DEFAULT_KEEP_VERSIONS,
+    DEFAULT_MIN_VERSION_AGE,
     FINGERPRINT_KEY,
     RefreshAction,
     RefreshPlan,
@@ -45,6 +50,7 @@ from pipelines.build_image_dataset import ImageFolderBuild, ImageFolderOptions
 from pipelines.common import (
     DatasetOutputOptions,
     ProgressOptions,
+    cleaned_up_when_disk_full,
     job_pipeline,
     make_writer,
     parse_job,
@@ -66,7 +72,11 @@ class RefreshOptions(PipelineOptions):
         parser.add_argument("--dataset_root", help="versioned dataset root: ROOT/LATEST and ROOT/versions/<id>/ "
                                                    "(local path or gs://bucket/dir); readers take ROOT")
         parser.add_argument("--keep_versions", type=int, default=DEFAULT_KEEP_VERSIONS,
-                            help="complete versions to keep; older ones are deleted after a new one is published")
+                            help="complete versions to keep; older ones are deleted after a new one is published, "
+                                 "once they stopped being LATEST at least --min_version_age ago")
+        parser.add_argument("--min_version_age", default=format_duration(DEFAULT_MIN_VERSION_AGE),
+                            help="keep a version at least this long after it stopped being LATEST, so readers "
+                                 "that opened it finish: 24h, 30m, 1h30m, 7d, 90s; 0 deletes at once")
         parser.add_argument("--force", type=parse_bool, nargs="?", const=True, default=False,
                             help="rebuild even when the inputs are unchanged (--force or --force=true)")
         parser.add_argument("--incremental", type=parse_bool, nargs="?", const=True, default=True,
@@ -104,6 +114,14 @@ def _recorded_command(options: PipelineOptions) -> list[str]:
     return ["refresh_image_dataset", *(f"--{name}={given[name]}" for name in job_option_names() if name in given)]
 
 
+def min_version_age(refresh: RefreshOptions) -> datetime.timedelta:
+    """``--min_version_age`` as a duration; exits with the reason when the text is not one."""
+    try:
+        return parse_duration(str(refresh.min_version_age))
+    except DurationError as err:
+        raise SystemExit(f"--min_version_age: {err}") from err
+
+
 def _validated(options: PipelineOptions) -> tuple[RefreshOptions, ImageFolderOptions, DatasetOutputOptions]:
     refresh = options.view_as(RefreshOptions)
     source = options.view_as(ImageFolderOptions)
@@ -114,6 +132,7 @@ def _validated(options: PipelineOptions) -> tuple[RefreshOptions, ImageFolderOpt
         raise SystemExit("--input is required: an image folder ROOT/<label>/<file>")
     if refresh.keep_versions < 1:
         raise SystemExit(f"--keep_versions must be >= 1, got {refresh.keep_versions}")
+    min_version_age(refresh)
     return refresh, source, output
 
 
@@ -149,7 +168,7 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
         if plan.action is RefreshAction.ADOPT:
             commit_version(root, plan.version_id)
         # Also on SKIP: a run killed after moving LATEST may have left old or unfinished versions.
-        deleted = apply_retention(root, refresh.keep_versions)
+        deleted = apply_retention(root, refresh.keep_versions, min_version_age=min_version_age(refresh))
         if deleted:
             print(f"refresh {root}: retention deleted versions {deleted}")
         return plan
@@ -160,24 +179,34 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
                          encoding_digest(schema_json=build.schema.to_json(), transforms=build.feature_transforms,
                                          salt=output.salt))
     incremental = _incremental_plan(plan, index) if refresh.incremental else None
-    # Before the writer runs: the version is complete only once its manifest is written, index included.
-    write_input_index(plan.version_dir, index)
     metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id, **build.metadata}
     if incremental is not None:
         metadata[REFRESH_KEY] = incremental.metadata()
     quiet_logging()
-    with progress_for(options, expected_inputs=len(index.inputs)) as progress_dir, job_pipeline(options) as pipeline:
-        writer = make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
-                             feature_transforms=build.feature_transforms, progress_dir=progress_dir,
-                             shared_filesystem=shared_filesystem, expected_inputs=len(index.inputs))
-        _ = (_read_inputs(pipeline, source.input, build, incremental)  # Sample | [EncodedRecord, ...]
-             | "WriteVersion" >> writer
-             # the published Manifest of the new version
-             | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
-                                            keep_versions=refresh.keep_versions))
-    print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions})")
+    with cleaned_up_when_disk_full(lambda: _delete_if_unfinished(plan)):
+        # Before the writer runs: the version is complete only once its manifest is written, index included.
+        write_input_index(plan.version_dir, index)
+        with progress_for(options, expected_inputs=len(index.inputs)) as progress_dir, \
+                job_pipeline(options) as pipeline:
+            writer = make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
+                                 feature_transforms=build.feature_transforms, progress_dir=progress_dir,
+                                 shared_filesystem=shared_filesystem, expected_inputs=len(index.inputs))
+            _ = (_read_inputs(pipeline, source.input, build, incremental)  # Sample | [EncodedRecord, ...]
+                 | "WriteVersion" >> writer
+                 # the published Manifest of the new version
+                 | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
+                                                keep_versions=refresh.keep_versions,
+                                                min_version_age=min_version_age(refresh)))
+    print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions}, "
+          f"and older ones for {refresh.min_version_age} after they stopped being LATEST)")
     print_how_it_ran(pipeline, writer)
     return plan
+
+
+def _delete_if_unfinished(plan: RefreshPlan) -> None:
+    """Deletes the version being built if it has no manifest (a complete one is adopted by the next run)."""
+    if not storage.exists(storage.join(plan.version_dir, MANIFEST_FILENAME)):
+        storage.delete_tree(plan.version_dir)
 
 
 def _incremental_plan(plan: RefreshPlan, index: InputIndex) -> IncrementalPlan | None:

@@ -21,7 +21,7 @@ PACKAGES = ("beam_tfrecord", "pipelines")
 # Lowest first. A room may import rooms of earlier layers only ("__init__" is the package's facade).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_version", "gcs", "progress"),
-    ("core",),  # pure: schema, encoding, framing, naming, planning, the manifest
+    ("core", "disk_space"),  # core is pure: schema, encoding, framing, naming, planning, the manifest
     ("storage",),
     ("direct_io", "dataset", "describe", "lease", "encoding"),
     ("formats", "spill", "spill_resume", "refresh", "input_index"),
@@ -32,7 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli", "__init__"),
 )
 # Rooms that run without Apache Beam installed (readers, the pure core, the formats...).
-BEAM_FREE = ("errors", "core", "encoding", "formats", "spill", "spill_resume", "reader", "dataset", "verify", "describe")
+BEAM_FREE = ("errors", "disk_space", "core", "encoding", "formats", "spill", "spill_resume", "reader", "dataset",
+             "verify", "describe")
 
 Graph = dict[str, set[str]]
 

@@ -6,7 +6,9 @@ the old dataset are removed; the dead-letter file, the manifest, then TFDS's met
 (``dataset_info.json`` last) are written, each to a temporary name and renamed. A crash at any
 step leaves no manifest, or the old one untouched, never a manifest that lists missing or
 foreign shards. ``dataset_info.json`` is TFDS's mark of a finished dataset, so it is removed
-with the manifest and written after it.
+with the manifest and written after it. A disk that fills while the dead-letter file, the manifest
+or TFDS's metadata is written fails publication (``DiskFullError``): the manifest goes first,
+then the shards just moved in, so nothing is published.
 
 Publication may run again (a runner retrying the step after a lost worker): a manifest already
 carrying this run's id means it finished, and it is returned as it is (its TFDS files written
@@ -34,7 +36,13 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
 from beam_tfrecord.dataset import write_tfds_files
-from beam_tfrecord.errors import BeamTFRecordError, InputsMismatchError, PipelineInvariantError, RejectedSamplesError
+from beam_tfrecord.errors import (
+    BeamTFRecordError,
+    DiskFullError,
+    InputsMismatchError,
+    PipelineInvariantError,
+    RejectedSamplesError,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -103,10 +111,18 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     if plan is None:
         plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.splits, settings.sharding)
     by_split = _shards_by_split(plan, shard_infos)
-    _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
     manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected))
-    storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
-    write_tfds_files(settings.output_dir, manifest)
+    try:
+        _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
+        storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
+        write_tfds_files(settings.output_dir, manifest)
+    except DiskFullError:
+        # Unpublished again (manifest first), and the shards moved in would only keep the space a re-run needs.
+        storage.delete_if_exists([manifest_path, *(storage.join(settings.output_dir, name) for name in
+                                                   [*tfds_files(manifest), DEAD_LETTER_FILENAME,
+                                                    *(s.filename for s in shard_infos)])])
+        storage.delete_tree(settings.temp_dir)
+        raise
     storage.delete_tree(settings.temp_dir)
     return manifest
 

@@ -32,6 +32,7 @@ from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.core.summary import BucketGrid
+from beam_tfrecord.disk_space import raise_typed_when_full
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.errors import CorruptShardError, InputChangedError, PipelineInvariantError
@@ -88,22 +89,28 @@ class ShardFileWriter:
         self._format = shard_format(file_format)
 
     def write(self, target: ShardTarget, entries: Iterable[bytes | memoryview]) -> tuple[ShardInfo, ShardStats]:
-        """Writes ``entries`` (in shard order) to ``target.temp_path``, replacing any earlier attempt."""
-        writer = self._format.open_writer(target.temp_path, compression=self._compression, direct_io=self._direct_io)
+        """Writes ``entries`` (in shard order) to ``target.temp_path``, replacing any earlier attempt.
+
+        Raises:
+            DiskFullError: when the disk fills (naming the shard's planned bytes); the partial file is removed.
+        """
         stats = ShardStats()
         record_bytes = 0
-        for entry in entries:
-            stats.records += 1
-            if entry_kind(entry) == RECORD:
-                framed = entry_record(entry)
-                record_bytes += len(framed)
-                writer.append_framed(framed)
-            else:
-                record = self._rebuild(entry)
-                stats.rebuilt += 1
-                record_bytes += framed_size(len(record))
-                writer.append(record)
-        crc32c, stored_bytes = writer.close()
+        with raise_typed_when_full(target.temp_path, target.spec.num_record_bytes, partial=target.temp_path):
+            writer = self._format.open_writer(target.temp_path, compression=self._compression,
+                                              direct_io=self._direct_io)
+            for entry in entries:
+                stats.records += 1
+                if entry_kind(entry) == RECORD:
+                    framed = entry_record(entry)
+                    record_bytes += len(framed)
+                    writer.append_framed(framed)
+                else:
+                    record = self._rebuild(entry)
+                    stats.rebuilt += 1
+                    record_bytes += framed_size(len(record))
+                    writer.append(record)
+            crc32c, stored_bytes = writer.close()
         return self._checked(target, stats, record_bytes, crc32c, stored_bytes)
 
     @staticmethod

@@ -364,6 +364,11 @@ class WriteTFRecordDataset(beam.PTransform):
         """The job summary's line on what this build reused from a killed one (None: nothing)."""
         return describe_resume(self._resume_point) if self._resume_point is not None else None
 
+    @property
+    def temp_dir(self) -> str:
+        """Where this writer's runs and unpublished shards go (a job deletes it when the disk fills)."""
+        return self._temp_dir
+
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
         pipeline = samples.pipeline
         require_shared_paths({"output_dir": self._output_dir, "temp_dir": self._temp_dir},

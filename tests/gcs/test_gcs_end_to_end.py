@@ -57,7 +57,8 @@ def test_build_gs_to_gs_verify_and_read(runner: list[str], gs_images: str, gcs_b
 
 def test_refresh_gs_versions_noop_change_and_retention(gs_images: str, gcs_bucket: str, tiny_images: str) -> None:
     root = f"{gcs_bucket}/datasets/refreshed"
-    argv = ["--input", gs_images, "--dataset_root", root, "--keep_versions=1", "--target_shard_bytes=8000"]
+    argv = ["--input", gs_images, "--dataset_root", root, "--keep_versions=1", "--min_version_age=0",
+            "--target_shard_bytes=8000"]
 
     first = refresh_image_dataset.run(argv)
     assert first.action is RefreshAction.BUILD

@@ -35,7 +35,7 @@ def test_refresh_builds_skips_rebuilds_and_retains(images: str, tmp_path: Path,
     assert second.action is RefreshAction.BUILD
     assert load_manifest(root).num_written == 29
 
-    forced = _refresh(images, root, "--force")
+    forced = _refresh(images, root, "--force", "--min_version_age=0")  # 0: old versions go at once
     assert forced.action is RefreshAction.BUILD and read_latest(root) == forced.version_id
     assert list_versions(root).complete == (second.version_id, forced.version_id)  # keep_versions=2
     manifest = load_manifest(root)

@@ -34,7 +34,7 @@ POLL_SECONDS = 0.01
 
 def _command(images: str, root: str) -> list[str]:
     return [sys.executable, "-m", "pipelines.refresh_image_dataset", "--input", images, "--dataset_root", root,
-            "--keep_versions=2", "--target_shard_bytes=4000", "--runner=DirectRunner",
+            "--keep_versions=2", "--min_version_age=0", "--target_shard_bytes=4000", "--runner=DirectRunner",
             "--direct_running_mode=in_memory"]
 
 

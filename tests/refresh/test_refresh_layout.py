@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from beam_tfrecord.core.durations import format_duration, parse_duration
 from beam_tfrecord.dataset import load_manifest, open_dataset, read_latest, resolve_dataset_dir, shard_paths
-from beam_tfrecord.errors import DatasetNotFoundError, LatestPointerError, RefreshError
+from beam_tfrecord.errors import DatasetNotFoundError, DurationError, LatestPointerError, RefreshError
 from beam_tfrecord.refresh import (
     InputFile,
     InputFingerprint,
@@ -22,6 +23,7 @@ from beam_tfrecord.refresh import (
     new_version_id,
     plan_refresh,
     stored_fingerprint,
+    superseded_at,
 )
 
 IDS = ["20260101T000000.000Z-aaaaaa", "20260102T000000.000Z-bbbbbb", "20260103T000000.000Z-cccccc",
@@ -131,19 +133,81 @@ def test_latest_naming_a_deleted_version_is_a_typed_error(tmp_path: Path, built_
 def test_retention_keeps_newest_and_removes_abandoned(tmp_path: Path, built_version: Path) -> None:
     root = _root_with(tmp_path, built_version, complete=[IDS[0], IDS[2], IDS[3]], incomplete=[IDS[1], IDS[4]],
                       latest=IDS[3])
-    assert apply_retention(root, keep_versions=2) == [IDS[0], IDS[1]]
+    assert apply_retention(root, keep_versions=2, min_version_age=NO_MIN_AGE) == [IDS[0], IDS[1]]
     listing = list_versions(root)
     assert listing.complete == (IDS[2], IDS[3])
     assert listing.incomplete == (IDS[4],)  # newer than LATEST: a run may be writing it
-    assert apply_retention(root, keep_versions=2) == []
+    assert apply_retention(root, keep_versions=2, min_version_age=NO_MIN_AGE) == []
     with pytest.raises(RefreshError, match="keep_versions must be >= 1"):
         apply_retention(root, keep_versions=0)
 
 
 def test_retention_never_deletes_latest(tmp_path: Path, built_version: Path) -> None:
     root = _root_with(tmp_path, built_version, complete=IDS[:3], latest=IDS[1])
-    assert apply_retention(root, keep_versions=1) == [IDS[0]]
+    assert apply_retention(root, keep_versions=1, min_version_age=NO_MIN_AGE) == [IDS[0]]
     assert list_versions(root).complete == (IDS[1], IDS[2])
+
+
+NO_MIN_AGE = datetime.timedelta(0)
+T0 = datetime.datetime(2026, 3, 1, tzinfo=UTC)
+HOUR = datetime.timedelta(hours=1)
+
+
+def test_retention_keeps_a_version_min_age_after_it_stopped_being_latest(tmp_path: Path, built_version: Path) -> None:
+    root = _root_with(tmp_path, built_version, complete=IDS[:3])
+    commit_version(root, IDS[0], now=T0)
+    commit_version(root, IDS[1], now=T0 + 10 * HOUR)  # IDS[0] stops being LATEST: its clock starts
+    commit_version(root, IDS[2], now=T0 + 20 * HOUR)
+    assert superseded_at(root, IDS[0]) == T0 + 10 * HOUR and superseded_at(root, IDS[1]) == T0 + 20 * HOUR
+    assert superseded_at(root, IDS[2]) is None
+    day = datetime.timedelta(hours=24)
+    assert apply_retention(root, keep_versions=1, min_version_age=day, now=T0 + 20 * HOUR) == []
+    assert apply_retention(root, keep_versions=1, min_version_age=day, now=T0 + 34 * HOUR - HOUR / 3600) == []
+    assert apply_retention(root, keep_versions=1, min_version_age=day, now=T0 + 34 * HOUR) == [IDS[0]]
+    assert apply_retention(root, keep_versions=1, min_version_age=day, now=T0 + 44 * HOUR) == [IDS[1]]
+    assert list_versions(root).complete == (IDS[2],)
+    with pytest.raises(RefreshError, match="min_version_age must be >= 0"):
+        apply_retention(root, keep_versions=1, min_version_age=-HOUR)
+
+
+@pytest.mark.parametrize("record", [None, b"{not json"], ids=["missing", "unreadable"])
+def test_an_old_version_without_a_record_starts_its_clock_when_retention_finds_it(
+        tmp_path: Path, built_version: Path, record: bytes | None) -> None:
+    """A run killed between moving LATEST and writing superseded.json, a root from before the rule,
+    or a record damaged by hand: the clock starts at the first retention that sees it (late, never early)."""
+    root = _root_with(tmp_path, built_version, complete=IDS[:2], latest=IDS[1])
+    record_path = Path(root, "versions", IDS[0], "superseded.json")
+    if record is not None:
+        record_path.write_bytes(record)
+    assert apply_retention(root, keep_versions=1, min_version_age=HOUR, now=T0) == []
+    assert superseded_at(root, IDS[0]) == T0
+    assert apply_retention(root, keep_versions=1, min_version_age=HOUR, now=T0 + HOUR / 2) == []
+    assert apply_retention(root, keep_versions=1, min_version_age=HOUR, now=T0 + HOUR) == [IDS[0]]
+
+
+def test_a_version_made_latest_again_loses_its_record(tmp_path: Path, built_version: Path) -> None:
+    root = _root_with(tmp_path, built_version, complete=IDS[:2], latest=IDS[0])
+    commit_version(root, IDS[1], now=T0)
+    commit_version(root, IDS[0], now=T0 + 30 * HOUR)  # rolled back by hand
+    assert superseded_at(root, IDS[0]) is None and superseded_at(root, IDS[1]) == T0 + 30 * HOUR
+    commit_version(root, IDS[1], now=T0 + 40 * HOUR)
+    assert superseded_at(root, IDS[0]) == T0 + 40 * HOUR  # its clock restarts, not from T0
+    assert apply_retention(root, keep_versions=1, min_version_age=HOUR, now=T0 + 40 * HOUR) == []
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("24h", 86_400), ("30m", 1_800), ("90s", 90), ("7d", 604_800), ("1h30m", 5_400), ("0", 0), ("0s", 0),
+    ("1.5h", 5_400), (" 2H ", 7_200),
+])
+def test_parse_duration(text: str, seconds: int) -> None:
+    assert parse_duration(text) == datetime.timedelta(seconds=seconds)
+    assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["", "24", "-1h", "1 day", "h", "1w", "1h-30m", "0x"])
+def test_bad_duration_is_a_typed_error(text: str) -> None:
+    with pytest.raises(DurationError, match=f"bad duration {text!r}: expected a number with a unit"):
+        parse_duration(text)
 
 
 def test_plan_adopts_a_complete_unpublished_version(tmp_path: Path, built_version: Path) -> None:

@@ -1,0 +1,274 @@
+"""A disk that fills during a build: a typed one-line error, nothing published, no temporary file
+left taking the space, and a re-run after freeing space succeeds.
+
+The output goes to a small tmpfs mounted in a private mount namespace (``unshare --mount``): the
+build runs there as the ``beam-tfrecord`` command, with a filler file leaving a few MiB free, so
+the spill runs (little room) or the shards (a bit more room) do not fit. The filler is then
+removed and the same command runs again. What happened is written to files outside the tmpfs,
+which vanishes with the namespace. Skipped where mounting is not allowed (not root, no
+``unshare``, a container without CAP_SYS_ADMIN).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DISK_MIB = 20
+ARRAY_BYTES = 4 << 20  # 1,024 float32 rows of 1,024: the spill runs and the shards are ~4.1 MB each
+SHARD_BYTES = 1_000_000  # 5 shards
+
+
+def _mount_refusal(where: Path) -> str | None:
+    """Why a tmpfs cannot be mounted in a private namespace here, or None when it can."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return "no unshare or mount command"
+    where.mkdir()
+    mount = f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(where))}"
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", mount], capture_output=True, text=True)
+    return None if done.returncode == 0 else f"cannot mount a tmpfs in a private mount namespace: {done.stderr.strip()}"
+
+
+def _script(disk: Path, out_dir: Path, command: list[str], filler_mib: int) -> str:
+    """Mounts the tmpfs, fills it, builds, records; frees space, builds again, verifies, records."""
+    q = shlex.quote
+    build = " ".join(q(a) for a in command)
+    record = (f"find {q(str(disk))} -type f | sort > {q(str(out_dir))}/files-$1; "
+              f"stat -f -c '%b %f %S' {q(str(disk))} > {q(str(out_dir))}/statfs-$1")
+    return f"""
+set -u
+record() {{ {record}; }}
+mount -t tmpfs -o size={DISK_MIB}m tmpfs {q(str(disk))} || exit 90
+head -c {filler_mib}m /dev/zero > {q(str(disk))}/filler
+{build} > {q(str(out_dir))}/out-1 2> {q(str(out_dir))}/err-1; echo $? > {q(str(out_dir))}/rc-1
+record 1
+rm {q(str(disk))}/filler
+{build} > {q(str(out_dir))}/out-2 2> {q(str(out_dir))}/err-2; echo $? > {q(str(out_dir))}/rc-2
+{q(sys.executable)} -m beam_tfrecord.cli verify {q(str(disk / "out"))} > {q(str(out_dir))}/verify 2>&1
+echo $? > {q(str(out_dir))}/rc-verify
+record 2
+umount {q(str(disk))}
+"""
+
+
+@pytest.mark.parametrize("filler_mib, workers, full_at", [
+    pytest.param(DISK_MIB - 2, 2, "/runs/", id="spill-runs-two-worker-processes", marks=pytest.mark.slow),
+    pytest.param(DISK_MIB - 6, 1, "/shards/", id="shards-one-worker"),
+])
+def test_disk_full_fails_typed_publishes_nothing_cleans_up_and_rerun_succeeds(
+        tmp_path: Path, filler_mib: int, workers: int, full_at: str) -> None:
+    refusal = _mount_refusal(tmp_path / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    arrays = tmp_path / "x.npy"
+    np.save(arrays, np.random.default_rng(0).random((ARRAY_BYTES // 4096, 1024), dtype=np.float32))
+    disk, out_dir = tmp_path / "disk", tmp_path / "record"
+    disk.mkdir()
+    out_dir.mkdir()
+    command = [sys.executable, "-m", "beam_tfrecord.cli", "build-arrays", "--arrays", str(arrays),
+               "--output", str(disk / "out"), f"--target_shard_bytes={SHARD_BYTES}", "--progress=none",
+               f"--direct_num_workers={workers}",
+               *(["--direct_running_mode=multi_processing"] if workers > 1 else [])]
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", _script(disk, out_dir, command, filler_mib)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr
+    read = {name: (out_dir / name).read_text() for name in os.listdir(out_dir)}
+
+    # The failed build: exit 1, its last line names the error, the path and the bytes needed.
+    assert read["rc-1"].strip() == "1", read["err-1"][-3000:]
+    last_line = read["err-1"].strip().splitlines()[-1]
+    assert last_line.startswith("beam-tfrecord build-arrays: DiskFullError: disk full writing "), last_line
+    assert full_at in last_line and "bytes free there; nothing was published" in last_line, last_line
+    needed = int(last_line.split("it needed ")[1].split(" bytes")[0])
+    assert needed > 2 << 20 if full_at == "/runs/" else needed == pytest.approx(SHARD_BYTES, rel=0.2), last_line
+    # Nothing published, and nothing but the filler takes space on the disk.
+    assert read["files-1"].split() == [str(disk / "filler")], read["files-1"]
+    blocks, free, block_size = map(int, read["statfs-1"].split())
+    assert (blocks - free) * block_size == filler_mib << 20
+
+    # With space freed, the same command publishes a dataset that verifies.
+    assert read["rc-2"].strip() == "0", read["err-2"][-3000:]
+    assert read["rc-verify"].strip() == "0" and "OK: 5 shards, 1024 records" in read["verify"], read["verify"]
+    files = read["files-2"].split()
+    assert str(disk / "out" / "manifest.json") in files and not any(".tmp-" in f for f in files), files
+
+
+def test_out_of_space_oserror_becomes_disk_full_error_and_survives_the_worker_relay() -> None:
+    """``/dev/full`` answers every write with ENOSPC: the typed error names the path and the bytes,
+    and a worker's relayed text of it is restored as the same class with the same message."""
+    from beam_tfrecord.beam.runners import error_from_worker
+    from beam_tfrecord.disk_space import raise_typed_when_full
+    from beam_tfrecord.errors import DiskFullError
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    with pytest.raises(DiskFullError, match="disk full writing '/dev/full': it needed 8192 bytes") as info:
+        with raise_typed_when_full("/dev/full", 8192), open("/dev/full", "wb", buffering=0) as handle:
+            handle.write(b"x" * 8192)
+    assert (info.value.path, info.value.needed_bytes) == ("/dev/full", 8192)
+    assert isinstance(info.value, OSError) and info.value.__cause__.errno == 28
+    relayed = error_from_worker(RuntimeError(f"beam_tfrecord.errors.DiskFullError: {info.value} [while running 'X']"))
+    assert type(relayed) is DiskFullError and str(relayed) == str(info.value)
+    with pytest.raises(PermissionError):  # other errors pass unchanged
+        with raise_typed_when_full("/x", 1):
+            raise PermissionError(13, "denied")
+
+
+def test_refresh_on_a_full_disk_leaves_no_unfinished_version_and_rerun_publishes(tmp_path: Path) -> None:
+    """The refresh job's root on the small disk: the version it was building is deleted, LATEST is not
+    written; with room, the same command publishes the version."""
+    from PIL import Image
+
+    refusal = _mount_refusal(tmp_path / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    rng = np.random.default_rng(0)
+    images = tmp_path / "images"
+    for label in ("noise", "static"):
+        (images / label).mkdir(parents=True)
+        for n in range(12):  # ~75 KB of noise as JPEG each: ~1.8 MB in all
+            pixels = rng.integers(0, 256, (256, 256, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(images / label / f"{n:04d}.jpg", quality=95)
+    disk, out_dir = tmp_path / "disk", tmp_path / "record"
+    disk.mkdir()
+    out_dir.mkdir()
+    command = [sys.executable, "-m", "pipelines.refresh_image_dataset", "--input", str(images),
+               "--dataset_root", str(disk / "out"), "--target_shard_bytes=1000000", "--progress=none",
+               "--direct_num_workers=1"]
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", _script(disk, out_dir, command, DISK_MIB - 1)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr
+    read = {name: (out_dir / name).read_text() for name in os.listdir(out_dir)}
+
+    assert read["rc-1"].strip() == "1", read["err-1"][-3000:]
+    last_line = read["err-1"].strip().splitlines()[-1]
+    assert last_line.startswith("python -m pipelines.refresh_image_dataset: DiskFullError: disk full writing "), \
+        last_line
+    assert read["files-1"].split() == [str(disk / "filler")], read["files-1"]  # no version, no LATEST, no lease
+
+    assert read["rc-2"].strip() == "0", read["err-2"][-3000:]
+    assert read["rc-verify"].strip() == "0" and "24 records" in read["verify"], read["verify"]
+    files = read["files-2"].split()
+    assert str(disk / "out" / "LATEST") in files and not any(".tmp-" in f for f in files), files
+
+
+def test_retention_on_a_full_disk_keeps_a_version_it_cannot_record(tmp_path: Path) -> None:
+    """LATEST moved, then the disk is full: retention cannot write when the old version stopped being
+    LATEST, so it keeps it (its clock starts at a later run) rather than failing a published refresh;
+    with --min_version_age 0 nothing needs writing and it is deleted."""
+    refusal = _mount_refusal(tmp_path / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    old, new = "20260101T000000.000Z-aaaaaa", "20260102T000000.000Z-bbbbbb"
+    program = f"""
+import datetime, json, os, sys
+from beam_tfrecord.refresh import apply_retention, list_versions
+root = {str(disk / "root")!r}
+for version in ({old!r}, {new!r}):
+    os.makedirs(f"{{root}}/versions/{{version}}")
+    open(f"{{root}}/versions/{{version}}/manifest.json", "w").write("{{}}")
+open(f"{{root}}/LATEST", "w").write({new!r} + "\\n")
+try:
+    with open({str(disk / "filler")!r}, "wb") as filler:
+        while True:
+            filler.write(bytes(1 << 16))
+except OSError:
+    pass
+kept = apply_retention(root, 1, min_version_age=datetime.timedelta(hours=1))
+exists = os.path.exists(f"{{root}}/versions/{old}/superseded.json")
+deleted = apply_retention(root, 1, min_version_age=datetime.timedelta(0))
+print(json.dumps([kept, exists, deleted, list(list_versions(root).complete)]))
+"""
+    script = (f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(disk))} || exit 90; "
+              f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}; code=$?; umount {shlex.quote(str(disk))}; "
+              "exit $code")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "cannot record when version" in done.stderr
+    assert json.loads(done.stdout) == [[], False, [old], [new]]
+
+
+_PUBLISH_ON_A_FULL_DISK = """
+import json, os, sys
+import numpy as np
+from beam_tfrecord import DType, Scalar, Schema, ShardingConfig, SplitConfig
+from beam_tfrecord.beam.encode_fn import EncodeToRunsFn
+from beam_tfrecord.beam.publish import PublishSettings, publish
+from beam_tfrecord.beam.shards import WriteShardFromRunsFn
+from beam_tfrecord.core.cut_planner import plan_dataset
+from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.runs import RunIndex, SpilledRun
+from beam_tfrecord.core.samples import DeadLetter, Sample
+from beam_tfrecord.errors import DiskFullError
+
+disk, with_bad_row = sys.argv[1], sys.argv[2] == "1"
+schema = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING)})
+splits, sharding = SplitConfig.parse("train=1.0"), ShardingConfig(target_shard_bytes=4_000)
+rows = [Sample(f"row-{i:04d}", {"id": i, "text": "words " * (i % 13)}) for i in range(400)]
+rows += [Sample("bad", {"id": "seven", "text": "x"})] if with_bad_row else []
+encode = EncodeToRunsFn(schema, runs_dir=f"{disk}/tmp/runs", run_bytes=3_000, direct_io=True, salt="s",
+                        max_record_bytes=sharding.cap, feature_transforms={}, reread_min_bytes=0)
+encode.setup()
+encode.start_bundle()
+out = list(encode.process(rows))
+encode.finish_bundle()
+encode.teardown()
+runs = [o for o in out if isinstance(o, SpilledRun)]
+dead = [o for o in out if isinstance(o, DeadLetter)]
+indexes = [RunIndex.from_bytes(r.path, open(r.index_path, "rb").read()) for r in runs]
+plan = plan_dataset(np.concatenate([i.hashes for i in indexes]), np.concatenate([i.framed_sizes for i in indexes]),
+                    splits, sharding)
+shards = WriteShardFromRunsFn(schema, Compression.NONE, {}, dataset_name="d", shards_dir=f"{disk}/tmp/shards",
+                              direct_io=True)
+shards.setup()
+infos = [shards.write_from_runs(spec, runs) for spec in plan.shards]
+try:
+    with open(f"{disk}/filler", "wb") as filler:
+        while True:
+            filler.write(bytes(1 << 12))
+except OSError:
+    pass
+settings = PublishSettings(output_dir=f"{disk}/ds", temp_dir=f"{disk}/tmp", run_id="run-1", dataset_name="d",
+                           schema=schema, compression=Compression.NONE, salt="s", sharding=sharding,
+                           max_rejected_fraction=0.01, command=("test",), metadata={}, splits=splits)
+try:
+    publish(settings, plan, infos, dead)
+    error = None
+except DiskFullError as err:
+    error = str(err)
+left = sorted(os.path.relpath(os.path.join(d, n), disk) for d, _, names in os.walk(disk) for n in names)
+print(json.dumps({"error": error, "left": left, "shards": len(infos)}))
+"""
+
+
+@pytest.mark.parametrize("with_bad_row, full_at", [(False, "manifest.json"), (True, "dead_letters.jsonl")],
+                         ids=["manifest", "dead-letters"])
+def test_publishing_on_a_full_disk_unpublishes_and_removes_the_shards_moved_in(
+        tmp_path: Path, with_bad_row: bool, full_at: str) -> None:
+    """The shards are written, then the disk fills: the first file publication writes (the dead-letter
+    file, or the manifest) fails, and the shards already renamed into the dataset directory go."""
+    refusal = _mount_refusal(tmp_path / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    q = shlex.quote
+    script = (f"mount -t tmpfs -o size=2m tmpfs {q(str(disk))} || exit 90; "
+              f"{q(sys.executable)} -c {q(_PUBLISH_ON_A_FULL_DISK)} {q(str(disk))} {int(with_bad_row)}; code=$?; "
+              f"umount {q(str(disk))}; exit $code")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["error"] and f"/ds/{full_at}" in result["error"], result
+    assert result["left"] == ["filler"] and result["shards"] > 3, result
