@@ -106,6 +106,11 @@ class WriterOptionError(BeamTFRecordError, ValueError):
     """An option of the writer (not of sharding) is out of range, or does not fit the runner."""
 
 
+class UnboundedInputError(WriterOptionError):
+    """The writer was given an unbounded PCollection (a streaming source): it is a batch writer,
+    which writes one dataset of its whole input. Raised when the pipeline is built."""
+
+
 class CorruptShardError(BeamTFRecordError):
     """A shard's bytes do not match the TFRecord framing or the manifest.
 

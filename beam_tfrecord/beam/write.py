@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import apache_beam as beam
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam.batch_input import in_global_window, require_bounded
 from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.plan_dataset import PlanDataset, plan_in_one_step
@@ -197,7 +198,9 @@ class WriteTFRecordDataset(beam.PTransform):
     """Writes samples as a TFRecord dataset of size-balanced shards with a manifest.
 
     Input: a PCollection of ``Sample`` (or of lists of ``Sample``, for small rows). Output: a
-    PCollection holding the published ``Manifest``.
+    PCollection holding the published ``Manifest``. A batch writer: one dataset of the whole input,
+    in whatever windows it comes (re-windowed into the global window); an unbounded input is an
+    ``UnboundedInputError`` when the pipeline is built (``beam_tfrecord.beam.batch_input``).
 
     Stages: encode -> plan splits and shards from merged summaries (a hash-bucket histogram,
     refined only where a boundary falls; see ``beam_tfrecord.beam.plan_dataset``) -> bring each
@@ -305,6 +308,8 @@ class WriteTFRecordDataset(beam.PTransform):
             splits=self._splits)
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
+        require_bounded(samples, writer=type(self).__name__)
+        samples = in_global_window(samples)  # one dataset of every window (see beam_tfrecord.beam.batch_input)
         if runs_on_direct_runner(samples.pipeline):
             workers = local_workers_for(samples.pipeline.options, requested=self._local_workers)
             use_local_workers(samples.pipeline, workers)

@@ -24,6 +24,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from beam_tfrecord.beam.batch_input import require_bounded
 from beam_tfrecord.beam.record_encoding import KeyFn, Payload, RecordsEncoding, check_key_fn
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
@@ -70,7 +71,9 @@ class WriteBalancedTFRecord(beam.PTransform):
 
     Input: a PCollection of ``bytes`` (serialized ``Example``/``SequenceExample``, or any payload)
     or of protobuf messages such as ``tf.train.Example`` (serialized deterministically; bytes need
-    no TensorFlow on the workers). Output: a PCollection holding the published ``Manifest``.
+    no TensorFlow on the workers), bounded, in any windows (written as one dataset; an unbounded
+    input is an ``UnboundedInputError`` when the pipeline is built). Output: a PCollection holding
+    the published ``Manifest``.
 
     Records that are Examples (or SequenceExamples) are written byte for byte, and the manifest's
     schema is inferred from all of them; other records are raw payloads, each stored inside an
@@ -126,4 +129,5 @@ class WriteBalancedTFRecord(beam.PTransform):
             encoding=RecordsEncoding(payload, check_key_fn(key_fn)))
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
+        require_bounded(records, writer=type(self).__name__)
         return records | "WriteDataset" >> self._write
