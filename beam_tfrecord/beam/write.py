@@ -16,7 +16,13 @@ from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.plan_dataset import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.runners import local_workers_for, runs_on_direct_runner, traits_of, use_local_workers
+from beam_tfrecord.beam.runners import (
+    local_workers_for,
+    runs_on_direct_runner,
+    traits_of,
+    use_fixed_dask_runner,
+    use_local_workers,
+)
 from beam_tfrecord.beam.shards import (
     ShardTask,
     WriteShardFromGroupFn,
@@ -200,7 +206,8 @@ class WriteTFRecordDataset(beam.PTransform):
     Input: a PCollection of ``Sample`` (or of lists of ``Sample``, for small rows). Output: a
     PCollection holding the published ``Manifest``. A batch writer: one dataset of the whole input,
     in whatever windows it comes (re-windowed into the global window); an unbounded input is an
-    ``UnboundedInputError`` when the pipeline is built (``beam_tfrecord.beam.batch_input``).
+    ``UnboundedInputError`` when the pipeline is built (``beam_tfrecord.beam.batch_input``). On
+    Beam's DaskRunner the pipeline runs on ``FIXED_DASK_RUNNER`` (``use_fixed_dask_runner``).
 
     Stages: encode -> plan splits and shards from merged summaries (a hash-bucket histogram,
     refined only where a boundary falls; see ``beam_tfrecord.beam.plan_dataset``) -> bring each
@@ -313,6 +320,7 @@ class WriteTFRecordDataset(beam.PTransform):
         if runs_on_direct_runner(samples.pipeline):
             workers = local_workers_for(samples.pipeline.options, requested=self._local_workers)
             use_local_workers(samples.pipeline, workers)
+        use_fixed_dask_runner(samples.pipeline)
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
             return self._spill(samples)
         return self._shuffle(samples)

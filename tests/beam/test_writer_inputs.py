@@ -7,6 +7,8 @@ relies on; the writers must do as well, or refuse with this project's typed erro
 
 from __future__ import annotations
 
+import os
+
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -74,3 +76,23 @@ def test_an_unbounded_input_is_a_typed_error_when_the_pipeline_is_built(tmp_path
         "(beam.WindowInto(FixedWindows(...))), land each window in files (beam.io.fileio.WriteToFiles), and run "
         "this writer as a batch job over each window's files.")
     assert isinstance(caught.value, WriterOptionError)
+
+
+def test_a_user_pipeline_on_beams_dask_runner_runs_on_the_fixed_one(tmp_path, dask_address):
+    from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner
+
+    from beam_tfrecord.beam.dask_runner import DaskRunner as FixedDaskRunner
+
+    out = str(tmp_path / "ds")
+    options = PipelineOptions([f"--dask_client_address={dask_address}"])
+    pipeline = beam.Pipeline(runner=BeamDaskRunner(), options=options)
+    _ = pipeline | beam.Create([_example(i) for i in range(40)]) | WriteBalancedTFRecord(out, num_shards=2)
+    assert type(pipeline.runner) is FixedDaskRunner  # swapped when the writer was applied
+    result = pipeline.run()
+    result.wait_until_finish()
+    result.client.close()
+    assert _ids(out) == list(range(40))
+    assert [s.num_records > 0 for s in load_manifest(out).shards] == [True, True]
+    assert sorted(os.listdir(out)) == sorted(["manifest.json", "dataset_info.json", "features.json",
+                                              "data-train.tfrecord-00000-of-00002",
+                                              "data-train.tfrecord-00001-of-00002"])
