@@ -6,6 +6,7 @@ message read in a Dataflow log is enough to find the bad input.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 
@@ -149,20 +150,30 @@ class EncodePoolError(BeamTFRecordError, RuntimeError):
     """A process of the writer's encoding pool died or failed: the bundle fails (and nothing is published)."""
 
 
+# How a caller sets the rejection threshold, as RejectedSamplesError's hint spells it.
+MAX_REJECTED_ARGUMENT = "max_rejected_fraction="  # the writer transforms' argument (Python)
+MAX_REJECTED_FLAG = "--max_rejected_fraction="  # the jobs' flag (command line)
+
+
 class RejectedSamplesError(BeamTFRecordError):
-    """More samples were rejected than the job allows; the dataset was not published."""
+    """More samples were rejected than the job allows; the dataset was not published.
+
+    The message ends with the threshold that would let these rejections through, spelled as the
+    caller sets it (``option``: ``MAX_REJECTED_ARGUMENT`` from Python, ``MAX_REJECTED_FLAG`` from a job).
+    """
 
     def __init__(self, num_rejected: int, num_inputs: int, max_fraction: float, dead_letter_path: str,
-                 examples: list[str]) -> None:
+                 examples: list[str], *, option: str = MAX_REJECTED_ARGUMENT) -> None:
         self.num_rejected = num_rejected
         self.num_inputs = num_inputs
         self.max_fraction = max_fraction
         self.dead_letter_path = dead_letter_path
         shown = "\n  ".join(examples)
+        enough = math.ceil(num_rejected / max(num_inputs, 1) * 10_000) / 10_000  # rounded up: lets them through
         super().__init__(
             f"{num_rejected} of {num_inputs} input samples were rejected, more than the allowed fraction "
             f"{max_fraction:g}; the dataset was NOT published. Every reason is in {dead_letter_path}. "
-            f"First reasons:\n  {shown}\n(Allow skipping with --max_rejected_fraction.)"
+            f"First reasons:\n  {shown}\n(Allow skipping with {option}{min(enough, 1.0):g} or more.)"
         )
 
 

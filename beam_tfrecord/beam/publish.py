@@ -34,7 +34,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
 from beam_tfrecord.dataset import write_tfds_files
-from beam_tfrecord.errors import BeamTFRecordError, PipelineInvariantError, RejectedSamplesError
+from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, BeamTFRecordError, PipelineInvariantError, RejectedSamplesError
 
 _LOG = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class PublishSettings:
     metadata: Mapping[str, Any]
     splits: SplitConfig
     file_format: FileFormat = DEFAULT_FILE_FORMAT
+    max_rejected_option: str = MAX_REJECTED_ARGUMENT  # how the caller sets the threshold (the error's hint)
 
 
 def _read_old_manifest(path: str) -> Manifest | None:
@@ -124,7 +125,8 @@ def _refuse_too_many_rejected(settings: PublishSettings, rejected: Sequence[Dead
         storage.write_bytes_atomic(path, _dead_letter_lines(rejected))
         storage.delete_tree(settings.temp_dir)
         raise RejectedSamplesError(len(rejected), num_inputs, settings.max_rejected_fraction, path,
-                                   [f"{d.key} [{d.stage.value}] {d.message}" for d in rejected[:5]])
+                                   [f"{d.key} [{d.stage.value}] {d.message}" for d in rejected[:5]],
+                                   option=settings.max_rejected_option)
 
 
 def _shards_by_split(plan: DatasetPlan, shard_infos: Sequence[ShardInfo]) -> dict[str, list[ShardInfo]]:

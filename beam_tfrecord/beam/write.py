@@ -43,7 +43,7 @@ from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.units import KiB
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform
-from beam_tfrecord.errors import PipelineInvariantError, RecordSchemaError, WriterOptionError
+from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES, write_catalog
 
 DEFAULT_SALT = "beam-tfrecord"
@@ -228,6 +228,9 @@ class WriteTFRecordDataset(beam.PTransform):
         salt: hash salt; the same salt and keys give the same splits and order.
         max_rejected_fraction: fail (and do not publish) when more than this fraction of inputs
             is rejected; 0.0 fails on any bad sample.
+        max_rejected_option: how the caller sets ``max_rejected_fraction``, as the
+            ``RejectedSamplesError``'s hint spells it: this argument (``MAX_REJECTED_ARGUMENT``) or a
+            job's flag (``MAX_REJECTED_FLAG``).
         feature_transforms: per-feature functions applied before validation (decode, resize...).
         spill_run_bytes: records buffered per worker before a sorted run is written (while it is
             written, the next run fills: up to twice this much per worker).
@@ -264,7 +267,7 @@ class WriteTFRecordDataset(beam.PTransform):
                  splits: SplitConfig | None = None, sharding: ShardingConfig | None = None,
                  compression: Compression = Compression.NONE, file_format: FileFormat = DEFAULT_FILE_FORMAT,
                  salt: str = DEFAULT_SALT,
-                 max_rejected_fraction: float = 0.0,
+                 max_rejected_fraction: float = 0.0, max_rejected_option: str = MAX_REJECTED_ARGUMENT,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
                  fan_in: FanIn = FanIn.AUTO, local_workers: int | None = None, encode_processes: int = 1,
@@ -312,7 +315,7 @@ class WriteTFRecordDataset(beam.PTransform):
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
             max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
-            splits=self._splits)
+            splits=self._splits, max_rejected_option=max_rejected_option)
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
         require_bounded(samples, writer=type(self).__name__)

@@ -12,14 +12,15 @@ import os
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing import test_stream
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
 from beam_tfrecord import DType, Scalar, Schema, WriteBalancedTFRecord, WriteTFRecordDataset, load_manifest, read_numpy
 from beam_tfrecord.beam.write import FanIn
 from beam_tfrecord.core import proto
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.errors import UnboundedInputError, WriterOptionError
+from beam_tfrecord.errors import RejectedSamplesError, UnboundedInputError, WriterOptionError
+from pipelines.common import job_pipeline
 
 SCHEMA = Schema({"id": Scalar(DType.INT64)})
 
@@ -66,7 +67,7 @@ def test_write_dataset_takes_a_windowed_input_as_one_dataset(tmp_path, fan_in):
 ], ids=["balanced", "dataset"])
 def test_an_unbounded_input_is_a_typed_error_when_the_pipeline_is_built(tmp_path, make_writer, name):
     pipeline = beam.Pipeline(options=PipelineOptions(["--streaming"]))
-    stream = pipeline | "Stream" >> TestStream().add_elements([b"a"]) | beam.WindowInto(FixedWindows(60))
+    stream = pipeline | "Stream" >> test_stream.TestStream().add_elements([b"a"]) | beam.WindowInto(FixedWindows(60))
     with pytest.raises(UnboundedInputError) as caught:
         _ = stream | make_writer(str(tmp_path / "never"))
     assert str(caught.value) == (
@@ -96,3 +97,44 @@ def test_a_user_pipeline_on_beams_dask_runner_runs_on_the_fixed_one(tmp_path, da
     assert sorted(os.listdir(out)) == sorted(["manifest.json", "dataset_info.json", "features.json",
                                               "data-train.tfrecord-00000-of-00002",
                                               "data-train.tfrecord-00001-of-00002"])
+
+
+def _unnameable(kind: str) -> bytes:
+    """A valid record whose feature names no schema can hold."""
+    if kind == "empty-name":
+        example = proto.Example()
+        example.features.feature[""].int64_list.value.append(1)
+        return example.SerializeToString()
+    sequence = proto.SequenceExample()
+    sequence.context.feature["id"].int64_list.value.append(1)
+    sequence.feature_lists.feature_list["id"].feature.add().int64_list.value.append(2)
+    return sequence.SerializeToString()
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("empty-name", "feature '': expected a feature name a schema can hold (non-empty, one kind of feature), "
+                   "got an empty feature name"),
+    ("context-and-list", "feature 'id': expected a feature name a schema can hold (non-empty, one kind of "
+                         "feature), got the name of both a context feature and a feature list"),
+])
+def test_a_record_whose_feature_names_no_schema_holds_is_a_dead_letter(tmp_path, kind, message):
+    # Was: the whole job failed with RecordSchemaError at publication, whatever max_rejected_fraction said.
+    out = str(tmp_path / "ds")
+    with job_pipeline(PipelineOptions([])) as pipeline:
+        _ = (pipeline | beam.Create([_unnameable(kind)] + [_example(i) for i in range(20)], reshuffle=False)
+             | WriteBalancedTFRecord(out, max_rejected_fraction=0.1))
+    manifest = load_manifest(out)
+    assert (manifest.num_inputs, manifest.num_written, manifest.num_rejected) == (21, 20, 1)
+    assert manifest.schema == SCHEMA
+    with open(os.path.join(out, manifest.dead_letters)) as handle:
+        (line,) = handle.read().splitlines()
+    assert message in line and '"stage": "validate"' in line
+
+
+def test_the_rejection_hint_names_the_python_argument(tmp_path):
+    out = str(tmp_path / "ds")
+    with pytest.raises(RejectedSamplesError) as caught, job_pipeline(PipelineOptions([])) as pipeline:
+        _ = (pipeline | beam.Create([_unnameable("empty-name")] + [_example(i) for i in range(20)])
+             | WriteBalancedTFRecord(out))
+    assert "1 of 21 input samples were rejected" in str(caught.value)
+    assert str(caught.value).endswith("(Allow skipping with max_rejected_fraction=0.0477 or more.)")  # 1/21 rounded up
