@@ -56,7 +56,8 @@ class DatasetOutputOptions(PipelineOptions):
         parser.add_argument("--max_shard_bytes", type=int, default=None,
                             help="hard cap on a shard's uncompressed bytes (default: 2 x target)")
         parser.add_argument("--num_shards", type=int, default=None,
-                            help="exactly this many shards per split instead of sizing by target")
+                            help="exactly this many shards per split instead of sizing by target; those the "
+                                 "records cannot fill are empty files (the summary says so)")
         parser.add_argument("--compression", default="none", choices=["none", "gzip", "zlib"],
                             help="shard compression (tfrecord only)")
         parser.add_argument("--file_format", default=DEFAULT_FILE_FORMAT.value, choices=[f.value for f in FileFormat],

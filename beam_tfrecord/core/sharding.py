@@ -136,8 +136,10 @@ class ShardingConfig:
         target_shard_bytes: aim for shards of about this many (uncompressed, framed) bytes.
         max_shard_bytes: hard cap; no shard exceeds it unless one record alone does (such records
             are rejected before planning). Default: twice the target.
-        num_shards: if set, exactly this many shards per split (fewer only if a split has fewer
-            records) instead of sizing by target; it must still respect the cap.
+        num_shards: if set, exactly this many shards per split instead of sizing by target, of
+            balanced bytes; those the records cannot fill (fewer records than shards, or records
+            larger than a shard's share) are empty files (``SplitPlan.empty_shards``). It must still
+            respect the cap.
     """
 
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES
@@ -175,10 +177,22 @@ class ShardSpec:
 
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
+    """One split's shards.
+
+    Attributes:
+        shards: the shards that hold records, tiling [hash_lo, hash_hi) in index order.
+        empty_shards: the shards planned empty, after those (indices ``len(shards)`` on): with
+            ``num_shards`` set, as many as the records cannot fill (fewer records than shards,
+            or records larger than a shard's share); otherwise one when the split has no record.
+            No record is routed to them; each is still written (an empty file) and published,
+            as Beam's ``WriteToTFRecord`` writes ``num_shards`` files, at least one.
+    """
+
     name: str
     hash_lo: int
     hash_hi: int
     shards: tuple[ShardSpec, ...]
+    empty_shards: tuple[ShardSpec, ...] = ()
 
     @property
     def num_records(self) -> int:
@@ -195,7 +209,13 @@ class DatasetPlan:
 
     @functools.cached_property
     def shards(self) -> tuple[ShardSpec, ...]:
+        """The shards that hold records, in hash order: a record's shard number is its position here."""
         return tuple(shard for split in self.splits for shard in split.shards)
+
+    @functools.cached_property
+    def empty_shards(self) -> tuple[ShardSpec, ...]:
+        """The shards planned empty (``SplitPlan.empty_shards``), written at publication."""
+        return tuple(shard for split in self.splits for shard in split.empty_shards)
 
     @functools.cached_property
     def shard_starts(self) -> np.ndarray:

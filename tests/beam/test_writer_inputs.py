@@ -15,10 +15,24 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream
 from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
-from beam_tfrecord import DType, Scalar, Schema, WriteBalancedTFRecord, WriteTFRecordDataset, load_manifest, read_numpy
+from beam_tfrecord import (
+    DType,
+    Scalar,
+    Schema,
+    ShardingConfig,
+    TFRecordIterableDataset,
+    WriteBalancedTFRecord,
+    WriteTFRecordDataset,
+    load_manifest,
+    read_dataset,
+    read_numpy,
+    verify_dataset,
+)
 from beam_tfrecord.beam.write import FanIn
 from beam_tfrecord.core import proto
+from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.describe import describe_manifest
 from beam_tfrecord.errors import RejectedSamplesError, UnboundedInputError, WriterOptionError
 from pipelines.common import job_pipeline
 
@@ -138,3 +152,99 @@ def test_the_rejection_hint_names_the_python_argument(tmp_path):
              | WriteBalancedTFRecord(out))
     assert "1 of 21 input samples were rejected" in str(caught.value)
     assert str(caught.value).endswith("(Allow skipping with max_rejected_fraction=0.0477 or more.)")  # 1/21 rounded up
+
+
+def _id_of(record: bytes) -> int:
+    return proto.Example.FromString(record).features.feature["id"].int64_list.value[0]
+
+
+def _read_by_every_reader(out: str, split: str) -> dict[str, list[int]]:
+    """The ids each reader reads from ``split``: tf.data and Beam on the shards' glob (no manifest),
+    and this project's three readers."""
+    import glob
+
+    import tensorflow as tf
+    from apache_beam.testing.util import assert_that, equal_to
+
+    pattern = os.path.join(out, f"data-{split}.tfrecord-*")
+    ids = sorted(int(e["id"]) for e in read_numpy(out, split=split))
+    read = {"tf.data": sorted(_id_of(r.numpy()) for r in tf.data.TFRecordDataset(sorted(glob.glob(pattern))))}
+    with beam.Pipeline() as pipeline:  # was: "No files found based on the file pattern" for no shard file
+        assert_that(pipeline | beam.io.ReadFromTFRecord(pattern) | beam.Map(_id_of), equal_to(ids))
+    read["read_numpy"] = ids
+    read["read_dataset"] = sorted(int(i) for batch in read_dataset(out, split=split, batch_size=8)
+                                  for i in batch["id"].numpy())
+    read["torch"] = sorted(int(e["id"]) for e in TFRecordIterableDataset(out, split=split))
+    return read
+
+
+@pytest.fixture(scope="module")
+def empty_build(tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("empty") / "ds")
+    with beam.Pipeline() as pipeline:
+        _ = (pipeline | beam.Create([], reshuffle=False)
+             | WriteBalancedTFRecord(out, num_shards=4, splits="train=0.8,test=0.2"))
+    return out
+
+
+def test_empty_input_writes_num_shards_empty_files_per_split_as_write_to_tfrecord_does(empty_build, tmp_path):
+    beams = str(tmp_path / "beam")
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create([], reshuffle=False) | beam.io.WriteToTFRecord(beams + "/data", num_shards=4)
+    assert len(os.listdir(beams)) == 4
+    manifest = load_manifest(empty_build)
+    assert [(s.split, s.index, s.num_records, s.num_bytes) for s in manifest.shards] == [
+        (split, i, 0, 0) for split in ("train", "test") for i in range(4)]
+    assert all(os.path.getsize(os.path.join(empty_build, s.filename)) == 0 for s in manifest.shards)
+    assert verify_dataset(empty_build).num_records == 0
+    assert "(4 of its 4 shards are empty files: the split has no record)" in describe_manifest(manifest, "x")
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_every_reader_reads_an_empty_dataset_as_no_record(empty_build, split):
+    assert _read_by_every_reader(empty_build, split) == {name: [] for name in ("tf.data", "read_numpy",
+                                                                               "read_dataset", "torch")}
+
+
+def test_tfds_loads_an_empty_dataset_and_refuses_to_read_an_empty_split_as_it_always_does(empty_build):
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder_from_directory(empty_build)
+    assert builder.info.splits["train"].shard_lengths == [0, 0, 0, 0]
+    assert builder.info.splits["train"].num_examples == 0
+    with pytest.raises(ValueError, match="corresponds to no data"):  # TFDS's own rule, for any empty split
+        builder.as_dataset(split="train")
+
+
+@pytest.mark.parametrize("fan_in", [FanIn.SPILL, FanIn.SHUFFLE], ids=["spill", "shuffle"])
+def test_a_record_larger_than_a_shards_share_leaves_num_shards_files_the_others_empty_and_says_so(
+        tmp_path, fan_in, caplog):
+    # Was: one shard file, silently, for num_shards=4.
+    import tensorflow_datasets as tfds
+
+    out = str(tmp_path / "ds")
+    big = proto.Example()
+    big.features.feature["id"].int64_list.value.append(7)
+    big.features.feature["blob"].bytes_list.value.append(bytes(5_000))
+    with beam.Pipeline() as pipeline:
+        _ = (pipeline | beam.Create([big.SerializeToString()])
+             | WriteBalancedTFRecord(out, num_shards=4, target_shard_bytes=1_000, fan_in=fan_in))
+    manifest = load_manifest(out)
+    assert [(s.index, s.num_records) for s in manifest.shards] == [(0, 1), (1, 0), (2, 0), (3, 0)]
+    note = "3 of its 4 shards are empty files: 1 record cannot fill 4 shards (a shard holds whole records)"
+    assert f"split train: {note}" in caplog.text
+    assert f"({note})" in describe_manifest(manifest, out)
+    assert list(_read_by_every_reader(out, "train").values()) == [[7]] * 4
+    assert [int(e["id"]) for e in tfds.as_numpy(tfds.builder_from_directory(out).as_dataset(split="train"))] == [7]
+
+
+def test_array_record_shards_planned_empty_are_read_as_no_record(tmp_path):
+    out = str(tmp_path / "ds")
+    with beam.Pipeline() as pipeline:
+        _ = (pipeline | beam.Create([Sample(f"k{i}", {"id": i}) for i in range(2)])
+             | WriteTFRecordDataset(out, schema=SCHEMA, file_format=FileFormat.ARRAY_RECORD,
+                                    sharding=ShardingConfig(num_shards=4)))
+    manifest = load_manifest(out)
+    assert [s.num_records for s in manifest.shards] == [1, 1, 0, 0]
+    assert sorted(int(e["id"]) for e in read_numpy(out, shuffle=True)) == [0, 1]  # random access, global shuffle
+    assert verify_dataset(out).num_records == 2
