@@ -160,7 +160,8 @@ def _split_plan(name: str, lo: Edge, hi: Edge, inner: Sequence[Edge], config: Sh
     filled = len(edges) - 1
     count = max(filled, wanted)
     shards = tuple(ShardSpec(split=name, index=i, count=count, hash_lo=a.hash, hash_hi=b.hash,
-                             num_records=b.records - a.records, num_record_bytes=b.num_bytes - a.num_bytes)
+                             num_records=b.records - a.records, num_record_bytes=b.num_bytes - a.num_bytes,
+                             num_filled=filled)
                    for i, (a, b) in enumerate(itertools.pairwise(edges)))
     largest = max(s.num_record_bytes for s in shards)
     if largest > config.cap:

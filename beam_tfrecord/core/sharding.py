@@ -164,7 +164,11 @@ class ShardingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ShardSpec:
-    """One planned shard: the hash range [hash_lo, hash_hi) of one split."""
+    """One planned shard: the hash range [hash_lo, hash_hi) of one split.
+
+    ``count`` is the split's number of shards (its file names' ``-of-NNNNN``); ``num_filled`` how
+    many of them hold records (None: all), the shards a live progress display waits for.
+    """
 
     split: str
     index: int
@@ -173,6 +177,7 @@ class ShardSpec:
     hash_hi: int
     num_records: int
     num_record_bytes: int
+    num_filled: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -248,3 +248,16 @@ def test_array_record_shards_planned_empty_are_read_as_no_record(tmp_path):
     assert [s.num_records for s in manifest.shards] == [1, 1, 0, 0]
     assert sorted(int(e["id"]) for e in read_numpy(out, shuffle=True)) == [0, 1]  # random access, global shuffle
     assert verify_dataset(out).num_records == 2
+
+
+def test_the_progress_display_waits_only_for_the_shards_that_hold_records(tmp_path):
+    from beam_tfrecord.progress import read_progress
+
+    progress = tmp_path / "progress"
+    progress.mkdir()
+    with beam.Pipeline() as pipeline:
+        _ = (pipeline | beam.Create([Sample("k0", {"id": 0})])
+             | WriteTFRecordDataset(str(tmp_path / "ds"), schema=SCHEMA, sharding=ShardingConfig(num_shards=4),
+                                    progress_dir=str(progress)))
+    counts = read_progress(str(progress))
+    assert (counts.shards_written, counts.num_shards_planned) == (1, 1)  # not 1 of 4: no ETA left at the end
