@@ -83,7 +83,10 @@ class WriteBalancedTFRecord(beam.PTransform):
     Args:
         output_dir: dataset directory (local or ``gs://``); WriteToTFRecord's prefix becomes a folder.
         num_shards: shards per split, as WriteToTFRecord's; 0 (its default) sizes them by
-            ``target_shard_bytes``. With a count and no ``max_shard_bytes`` shards are not capped.
+            ``target_shard_bytes`` (at least one). With a count and no ``max_shard_bytes`` shards are
+            not capped. As WriteToTFRecord writes ``num_shards`` files, so does this, whatever the
+            input: the shards the records cannot fill (no input, fewer records than shards, a
+            record larger than a shard's share) are empty files, and a warning says so.
         compression_type: ``Compression`` or Beam's ``CompressionTypes`` name: ``auto`` (uncompressed:
             shard names carry no suffix), ``uncompressed`` or ``gzip``.
         target_shard_bytes: aim for shards of about this many (uncompressed, framed) bytes.
