@@ -261,3 +261,17 @@ def test_the_progress_display_waits_only_for_the_shards_that_hold_records(tmp_pa
                                     progress_dir=str(progress)))
     counts = read_progress(str(progress))
     assert (counts.shards_written, counts.num_shards_planned) == (1, 1)  # not 1 of 4: no ETA left at the end
+
+
+def test_a_job_s_summary_says_why_num_shards_left_shards_empty(tmp_path, capsys):
+    import numpy as np
+
+    from pipelines import build_from_arrays
+
+    np.savez(tmp_path / "rows.npz", x=np.arange(3, dtype=np.int64))
+    out = str(tmp_path / "out")
+    build_from_arrays.run(["--arrays", str(tmp_path / "rows.npz"), "--output", out, "--num_shards", "5",
+                           "--progress", "none"])
+    assert "(2 of its 5 shards are empty files: 3 records cannot fill 5 shards (a shard holds whole records))" in (
+        capsys.readouterr().out)
+    assert len([name for name in os.listdir(out) if ".tfrecord-" in name]) == 5
