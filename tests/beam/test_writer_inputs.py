@@ -248,6 +248,10 @@ def test_array_record_shards_planned_empty_are_read_as_no_record(tmp_path):
     assert [s.num_records for s in manifest.shards] == [1, 1, 0, 0]
     assert sorted(int(e["id"]) for e in read_numpy(out, shuffle=True)) == [0, 1]  # random access, global shuffle
     assert verify_dataset(out).num_records == 2
+    import tensorflow_datasets as tfds
+
+    source = tfds.builder_from_directory(out).as_data_source(split="train")
+    assert sorted(int(source[i]["id"]) for i in range(len(source))) == [0, 1]
 
 
 def test_the_progress_display_waits_only_for_the_shards_that_hold_records(tmp_path):
