@@ -41,7 +41,7 @@ def empty_shards_note(split: SplitInfo) -> str | None:
         largest = max(shard.num_record_bytes for shard in split.shards)
         why = (f"some records are larger than a shard's share of the split ({_size(largest)} in one shard, "
                f"{_size(sum(s.num_record_bytes for s in split.shards) // total)} a share); a record is never cut")
-    return f"{empty} of its {total} shards are empty files: {why}"
+    return f"{empty} of its {total} shards " + ("is an empty file" if empty == 1 else "are empty files") + f": {why}"
 
 
 def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = True) -> str:
