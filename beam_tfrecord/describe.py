@@ -5,7 +5,7 @@ Not to be confused with ``core/summary.py``: the hash-bucket histograms the plan
 
 from __future__ import annotations
 
-from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.core.manifest import Manifest, SplitInfo
 from beam_tfrecord.core.schema import feature_to_json
 from beam_tfrecord.core.tfds_info import unsupported_reason
 
@@ -19,6 +19,29 @@ def _size(num_bytes: int) -> str:
             return f"{value:.1f} {unit}" if unit != "B" else f"{num_bytes} B"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def empty_shards_note(split: SplitInfo) -> str | None:
+    """Why some of a split's shards are empty files, or None when none is.
+
+    A split has ``num_shards`` shards when it is set (else at least one, as Beam's WriteToTFRecord
+    writes): records are never cut, so fewer records than shards, or records larger than a
+    shard's share of the split, leave some empty.
+    """
+    empty = sum(1 for shard in split.shards if not shard.num_records)
+    if not empty:
+        return None
+    total = len(split.shards)
+    if not split.num_records:
+        why = "the split has no record"
+    elif split.num_records < total:
+        records = f"{split.num_records} record" + ("s" if split.num_records > 1 else "")
+        why = f"{records} cannot fill {total} shards (a shard holds whole records)"
+    else:
+        largest = max(shard.num_record_bytes for shard in split.shards)
+        why = (f"some records are larger than a shard's share of the split ({_size(largest)} in one shard, "
+               f"{_size(sum(s.num_record_bytes for s in split.shards) // total)} a share); a record is never cut")
+    return f"{empty} of its {total} shards " + ("is an empty file" if empty == 1 else "are empty files") + f": {why}"
 
 
 def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = True) -> str:
@@ -43,6 +66,9 @@ def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = 
     for split in manifest.splits:
         lines.append(f"  split {split.name}: {split.num_records} records in {len(split.shards)} shards, "
                      f"{_size(split.num_bytes)}, balance spread {split.balance_spread:.2%}")
+        note = empty_shards_note(split)
+        if note is not None:
+            lines.append(f"    ({note})")
         if show_shards:
             for shard in split.shards:
                 lines.append(f"    {shard.filename}  {shard.num_records} records  {_size(shard.num_bytes)}  "

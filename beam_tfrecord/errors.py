@@ -6,6 +6,7 @@ message read in a Dataflow log is enough to find the bad input.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 
@@ -155,6 +156,11 @@ class ResumeMismatchError(BeamTFRecordError):
                          "left as it is), or with the inputs and options of that build")
 
 
+class UnboundedInputError(WriterOptionError):
+    """The writer was given an unbounded PCollection (a streaming source): it is a batch writer,
+    which writes one dataset of its whole input. Raised when the pipeline is built."""
+
+
 class CorruptShardError(BeamTFRecordError):
     """A shard's bytes do not match the TFRecord framing or the manifest.
 
@@ -193,21 +199,32 @@ class EncodePoolError(BeamTFRecordError, RuntimeError):
     """A process of the writer's encoding pool died or failed: the bundle fails (and nothing is published)."""
 
 
+# How a caller sets the rejection threshold, as RejectedSamplesError's hint spells it.
+MAX_REJECTED_ARGUMENT = "max_rejected_fraction="  # the writer transforms' argument (Python)
+MAX_REJECTED_FLAG = "--max_rejected_fraction="  # the jobs' flag (command line)
+
+
 class RejectedSamplesError(BeamTFRecordError):
-    """More samples were rejected than the job allows, or every one; the dataset was not published."""
+    """More samples were rejected than the job allows, or every one; the dataset was not published.
+
+    The message ends with the threshold that would let these rejections through, spelled as the
+    caller sets it (``option``: ``MAX_REJECTED_ARGUMENT`` from Python, ``MAX_REJECTED_FLAG`` from a job);
+    none when every input was rejected (a dataset of 0 records is never published).
+    """
 
     def __init__(self, num_rejected: int, num_inputs: int, max_fraction: float, dead_letter_path: str,
-                 examples: list[str]) -> None:
+                 examples: list[str], *, option: str = MAX_REJECTED_ARGUMENT) -> None:
         self.num_rejected = num_rejected
         self.num_inputs = num_inputs
         self.max_fraction = max_fraction
         self.dead_letter_path = dead_letter_path
         shown = "\n  ".join(examples)
-        over = num_rejected > max_fraction * num_inputs
-        how_many = (f"{num_rejected} of {num_inputs} input samples were rejected, more than the allowed fraction "
-                    f"{max_fraction:g}" if over else
-                    f"all {num_inputs} input samples were rejected (a dataset of 0 records is never published)")
-        hint = "\n(Allow skipping with --max_rejected_fraction.)" if over else ""
+        every = num_rejected == num_inputs  # no threshold publishes a dataset of 0 records from inputs
+        how_many = (f"all {num_inputs} input samples were rejected (a dataset of 0 records is never published)"
+                    if every else f"{num_rejected} of {num_inputs} input samples were rejected, more than the "
+                                  f"allowed fraction {max_fraction:g}")
+        enough = math.ceil(num_rejected / max(num_inputs, 1) * 10_000) / 10_000  # rounded up: lets them through
+        hint = "" if every else f"\n(Allow skipping with {option}{min(enough, 1.0):g} or more.)"
         super().__init__(
             f"{how_many}; the dataset was NOT published. Every reason is in {dead_letter_path}. "
             f"First reasons:\n  {shown}{hint}"

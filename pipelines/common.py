@@ -36,7 +36,7 @@ from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConf
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
-from beam_tfrecord.errors import BeamTFRecordError, DiskFullError
+from beam_tfrecord.errors import MAX_REJECTED_FLAG, BeamTFRecordError, DiskFullError
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
 from beam_tfrecord.refresh import fingerprint_inputs
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES
@@ -59,7 +59,8 @@ class DatasetOutputOptions(PipelineOptions):
         parser.add_argument("--max_shard_bytes", type=int, default=None,
                             help="hard cap on a shard's uncompressed bytes (default: 2 x target)")
         parser.add_argument("--num_shards", type=int, default=None,
-                            help="exactly this many shards per split instead of sizing by target")
+                            help="exactly this many shards per split instead of sizing by target; those the "
+                                 "records cannot fill are empty files (the summary says so)")
         parser.add_argument("--compression", default="none", choices=["none", "gzip", "zlib"],
                             help="shard compression (tfrecord only)")
         parser.add_argument("--file_format", default=DEFAULT_FILE_FORMAT.value, choices=[f.value for f in FileFormat],
@@ -198,7 +199,8 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
                                 max_shard_bytes=options.max_shard_bytes, num_shards=options.num_shards),
         compression=Compression.parse(options.compression), file_format=FileFormat.parse(options.file_format),
         salt=options.salt,
-        max_rejected_fraction=options.max_rejected_fraction, spill_run_bytes=options.spill_run_mib << 20,
+        max_rejected_fraction=options.max_rejected_fraction, max_rejected_option=MAX_REJECTED_FLAG,
+        spill_run_bytes=options.spill_run_mib << 20,
         fan_in=FanIn.parse(options.fan_in), command=redact_command(command),
         local_workers=local_workers_for(options, requested=None, flags=command),
         encode_processes=options.encode_processes, **extra)

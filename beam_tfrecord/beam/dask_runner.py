@@ -13,8 +13,10 @@ it is not a task result, and workers paused or were killed.
 the outputs over and clears the receivers (a 0.4 GiB build then holds ~270 MB per worker, flat,
 instead of ~470 MB and growing), and keeps what ``finish_bundle`` emits, which Beam's drops.
 Select it with ``--runner beam_tfrecord.beam.dask_runner.DaskRunner``; the jobs use it whenever
-``--runner`` names Beam's DaskRunner. ``tests/dask/test_dask_defects.py`` shows both defects on
-Beam's runner and their absence on this one, so the day Beam fixes them the tests say so.
+``--runner`` names Beam's DaskRunner, and the writers put it in place of Beam's in a user's own
+pipeline (``beam_tfrecord.beam.runners.use_fixed_dask_runner``). ``tests/dask/test_dask_defects.py``
+shows both defects on Beam's runner and their absence on this one, so the day Beam fixes them the
+tests say so.
 """
 
 from __future__ import annotations

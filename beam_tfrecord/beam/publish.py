@@ -28,6 +28,7 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord._version import __version__
+from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
 from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.manifest import DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo, SplitInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
@@ -36,7 +37,9 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
 from beam_tfrecord.dataset import write_tfds_files
+from beam_tfrecord.describe import empty_shards_note
 from beam_tfrecord.errors import (
+    MAX_REJECTED_ARGUMENT,
     BeamTFRecordError,
     DiskFullError,
     InputsMismatchError,
@@ -65,6 +68,7 @@ class PublishSettings:
     splits: SplitConfig
     file_format: FileFormat = DEFAULT_FILE_FORMAT
     expected_inputs: int | None = None
+    max_rejected_option: str = MAX_REJECTED_ARGUMENT  # how the caller sets the threshold (the error's hint)
 
 
 def _read_old_manifest(path: str) -> Manifest | None:
@@ -110,6 +114,7 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     _refuse_too_many_rejected(settings, rejected, num_inputs)
     if plan is None:
         plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.splits, settings.sharding)
+    shard_infos = [*shard_infos, *_write_empty_shards(settings, plan)]
     by_split = _shards_by_split(plan, shard_infos)
     manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected))
     try:
@@ -123,6 +128,10 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
                                                     *(s.filename for s in shard_infos)])])
         storage.delete_tree(settings.temp_dir)
         raise
+    for split in manifest.splits:
+        note = empty_shards_note(split)
+        if note is not None:
+            _LOG.warning("%s: split %s: %s", settings.output_dir, split.name, note)
     storage.delete_tree(settings.temp_dir)
     return manifest
 
@@ -155,12 +164,27 @@ def _refuse_too_many_rejected(settings: PublishSettings, rejected: Sequence[Dead
         storage.write_bytes_atomic(path, _dead_letter_lines(rejected))
         storage.delete_tree(settings.temp_dir)
         raise RejectedSamplesError(len(rejected), num_inputs, settings.max_rejected_fraction, path,
-                                   [f"{d.key} [{d.stage.value}] {d.message}" for d in rejected[:5]])
+                                   [f"{d.key} [{d.stage.value}] {d.message}" for d in rejected[:5]],
+                                   option=settings.max_rejected_option)
+
+
+def _write_empty_shards(settings: PublishSettings, plan: DatasetPlan) -> list[ShardInfo]:
+    """Writes the shards planned empty (``DatasetPlan.empty_shards``) among the run's shards; no
+    pipeline stage writes them, as no record goes to them (and empty input gives no plan at all)."""
+    if not plan.empty_shards:
+        return []
+    writer = ShardFileWriter(settings.schema, settings.compression, {}, direct_io=False,
+                             file_format=settings.file_format)
+    shards_dir = storage.join(settings.temp_dir, "shards")
+    storage.make_dirs(shards_dir)
+    return [writer.write(ShardTarget.of(spec, dataset_name=settings.dataset_name, compression=settings.compression,
+                                        file_format=settings.file_format, shards_dir=shards_dir), ())[0]
+            for spec in plan.empty_shards]
 
 
 def _shards_by_split(plan: DatasetPlan, shard_infos: Sequence[ShardInfo]) -> dict[str, list[ShardInfo]]:
     """Each split's written shards in index order, once checked to be exactly the planned ones."""
-    planned = {(s.split, s.index) for s in plan.shards}
+    planned = {(s.split, s.index) for s in (*plan.shards, *plan.empty_shards)}
     if planned != {(s.split, s.index) for s in shard_infos}:
         raise PipelineInvariantError("publish", f"shards written {sorted((s.split, s.index) for s in shard_infos)} "
                                                 f"differ from the plan {sorted(planned)}")
@@ -196,7 +220,7 @@ def _new_manifest(settings: PublishSettings, plan: DatasetPlan, by_split: Mappin
         schema=settings.schema,
         splits=tuple(SplitInfo(name=split.name, shards=tuple(by_split.get(split.name, [])),
                                balance_spread=round(balance_spread(
-                                   [s.num_record_bytes for s in by_split.get(split.name, [])]), 6))
+                                   [s.num_record_bytes for s in by_split.get(split.name, []) if s.num_records]), 6))
                      for split in plan.splits),
         compression=settings.compression,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

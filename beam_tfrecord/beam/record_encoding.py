@@ -34,6 +34,7 @@ from beam_tfrecord.core.record_schema import (
     SummaryTracker,
     merge_summaries,
     record_shape,
+    unnameable_feature,
     wrap_raw,
 )
 from beam_tfrecord.core.runs import SpilledRun, make_record_entry
@@ -117,6 +118,11 @@ class RecordEntryMaker:
         else:
             hashed = key_hash(key, self._salt)
         shape = None if self._payload is Payload.RAW else record_shape(data)
+        unnameable = None if shape is None else unnameable_feature(shape)
+        if unnameable is not None:
+            name, got = unnameable
+            error = SampleError(key, name, "a feature name a schema can hold (non-empty, one kind of feature)", got)
+            return DeadLetter.from_error(key, Stage.VALIDATE, error)
         if shape is None:
             if self._payload is Payload.EXAMPLE:
                 error = SampleError(key, None, "a serialized tf.train.Example or SequenceExample (payload=EXAMPLE)",

@@ -170,7 +170,8 @@ class _WriteShardFn(beam.DoFn):
         self._records.inc(stats.records)
         self._bytes.inc(stats.stored_bytes)
         if self._progress is not None:
-            self._progress.add(shards=1, num_bytes=stats.stored_bytes, planned=(spec.split, spec.count))
+            filled = spec.count if spec.num_filled is None else spec.num_filled  # empty ones: written at publication
+            self._progress.add(shards=1, num_bytes=stats.stored_bytes, planned=(spec.split, filled))
             self._progress.flush()
         return info
 

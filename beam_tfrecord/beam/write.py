@@ -11,11 +11,18 @@ from typing import Any, Protocol
 import apache_beam as beam
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam.batch_input import in_global_window, require_bounded
 from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn, RunsResume
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.plan_dataset import PlanDataset, plan_in_one_step
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.runners import local_workers_for, runs_on_direct_runner, traits_of, use_local_workers
+from beam_tfrecord.beam.runners import (
+    local_workers_for,
+    runs_on_direct_runner,
+    traits_of,
+    use_fixed_dask_runner,
+    use_local_workers,
+)
 from beam_tfrecord.beam.shards import (
     ShardTask,
     WriteShardFromGroupFn,
@@ -37,7 +44,7 @@ from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.units import KiB
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform
-from beam_tfrecord.errors import PipelineInvariantError, RecordSchemaError, WriterOptionError
+from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
 from beam_tfrecord.input_index import encoding_digest
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES, write_catalog
 from beam_tfrecord.spill_resume import TEMP_PREFIX, ResumePoint, find_resume_point, fingerprint
@@ -214,7 +221,10 @@ class WriteTFRecordDataset(beam.PTransform):
     """Writes samples as a TFRecord dataset of size-balanced shards with a manifest.
 
     Input: a PCollection of ``Sample`` (or of lists of ``Sample``, for small rows). Output: a
-    PCollection holding the published ``Manifest``.
+    PCollection holding the published ``Manifest``. A batch writer: one dataset of the whole input,
+    in whatever windows it comes (re-windowed into the global window); an unbounded input is an
+    ``UnboundedInputError`` when the pipeline is built (``beam_tfrecord.beam.batch_input``). On
+    Beam's DaskRunner the pipeline runs on ``FIXED_DASK_RUNNER`` (``use_fixed_dask_runner``).
 
     Stages: encode -> plan splits and shards from merged summaries (a hash-bucket histogram,
     refined only where a boundary falls; see ``beam_tfrecord.beam.plan_dataset``) -> bring each
@@ -235,6 +245,9 @@ class WriteTFRecordDataset(beam.PTransform):
         salt: hash salt; the same salt and keys give the same splits and order.
         max_rejected_fraction: fail (and do not publish) when more than this fraction of inputs
             is rejected; 0.0 fails on any bad sample.
+        max_rejected_option: how the caller sets ``max_rejected_fraction``, as the
+            ``RejectedSamplesError``'s hint spells it: this argument (``MAX_REJECTED_ARGUMENT``) or a
+            job's flag (``MAX_REJECTED_FLAG``).
         feature_transforms: per-feature functions applied before validation (decode, resize...).
         spill_run_bytes: records buffered per worker before a sorted run is written (while it is
             written, the next run fills: up to twice this much per worker).
@@ -286,7 +299,7 @@ class WriteTFRecordDataset(beam.PTransform):
                  splits: SplitConfig | None = None, sharding: ShardingConfig | None = None,
                  compression: Compression = Compression.NONE, file_format: FileFormat = DEFAULT_FILE_FORMAT,
                  salt: str = DEFAULT_SALT,
-                 max_rejected_fraction: float = 0.0,
+                 max_rejected_fraction: float = 0.0, max_rejected_option: str = MAX_REJECTED_ARGUMENT,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
                  fan_in: FanIn = FanIn.AUTO, local_workers: int | None = None, encode_processes: int = 1,
@@ -348,7 +361,7 @@ class WriteTFRecordDataset(beam.PTransform):
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
             max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
-            splits=self._splits, expected_inputs=expected_inputs)
+            splits=self._splits, expected_inputs=expected_inputs, max_rejected_option=max_rejected_option)
 
     def _resume_point_of(self, output_dir: str, resume: bool, text: str | None,
                          temp_dir: str | None) -> ResumePoint | None:
@@ -374,9 +387,12 @@ class WriteTFRecordDataset(beam.PTransform):
         require_shared_paths({"output_dir": self._output_dir, "temp_dir": self._temp_dir},
                              remote_reason=remote_workers_reason(type(pipeline.runner).__name__, pipeline.options),
                              shared_filesystem=self._shared_filesystem, declare="shared_filesystem=True")
+        require_bounded(samples, writer=type(self).__name__)
+        samples = in_global_window(samples)  # one dataset of every window (see beam_tfrecord.beam.batch_input)
         if runs_on_direct_runner(samples.pipeline):
             workers = local_workers_for(samples.pipeline.options, requested=self._local_workers)
             use_local_workers(samples.pipeline, workers)
+        use_fixed_dask_runner(samples.pipeline)
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
             return self._spill(samples)
         if self._resume_point is not None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from beam_tfrecord.beam.batch_input import require_bounded
 from beam_tfrecord.beam.record_encoding import KeyFn, Payload, RecordsEncoding, check_key_fn
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
@@ -70,7 +71,9 @@ class WriteBalancedTFRecord(beam.PTransform):
 
     Input: a PCollection of ``bytes`` (serialized ``Example``/``SequenceExample``, or any payload)
     or of protobuf messages such as ``tf.train.Example`` (serialized deterministically; bytes need
-    no TensorFlow on the workers). Output: a PCollection holding the published ``Manifest``.
+    no TensorFlow on the workers), bounded, in any windows (written as one dataset; an unbounded
+    input is an ``UnboundedInputError`` when the pipeline is built). Output: a PCollection holding
+    the published ``Manifest``.
 
     Records that are Examples (or SequenceExamples) are written byte for byte, and the manifest's
     schema is inferred from all of them; other records are raw payloads, each stored inside an
@@ -80,7 +83,10 @@ class WriteBalancedTFRecord(beam.PTransform):
     Args:
         output_dir: dataset directory (local or ``gs://``); WriteToTFRecord's prefix becomes a folder.
         num_shards: shards per split, as WriteToTFRecord's; 0 (its default) sizes them by
-            ``target_shard_bytes``. With a count and no ``max_shard_bytes`` shards are not capped.
+            ``target_shard_bytes`` (at least one). With a count and no ``max_shard_bytes`` shards are
+            not capped. As WriteToTFRecord writes ``num_shards`` files, so does this, whatever the
+            input: the shards the records cannot fill (no input, fewer records than shards, a
+            record larger than a shard's share) are empty files, and a warning says so.
         compression_type: ``Compression`` or Beam's ``CompressionTypes`` name: ``auto`` (uncompressed:
             shard names carry no suffix), ``uncompressed`` or ``gzip``.
         target_shard_bytes: aim for shards of about this many (uncompressed, framed) bytes.
@@ -130,4 +136,5 @@ class WriteBalancedTFRecord(beam.PTransform):
             encoding=RecordsEncoding(payload, check_key_fn(key_fn)))
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
+        require_bounded(records, writer=type(self).__name__)
         return records | "WriteDataset" >> self._write

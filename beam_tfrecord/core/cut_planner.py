@@ -139,17 +139,29 @@ class ShardRound(_Round):
         return DatasetPlan(tuple(plans))
 
 
+def _empty_shards(name: str, first: int, count: int, at_hash: int) -> tuple[ShardSpec, ...]:
+    """Shards ``first`` to ``count - 1`` of a split, planned empty (an empty hash range at ``at_hash``)."""
+    return tuple(ShardSpec(split=name, index=i, count=count, hash_lo=at_hash, hash_hi=at_hash, num_records=0,
+                           num_record_bytes=0) for i in range(first, count))
+
+
 def _split_plan(name: str, lo: Edge, hi: Edge, inner: Sequence[Edge], config: ShardingConfig) -> SplitPlan:
+    # As Beam's WriteToTFRecord: num_shards files per split when it is set, else at least one; the
+    # shards the records cannot fill (fewer records than shards, or records larger than a shard's
+    # share) are empty files after those that hold records.
+    wanted = config.num_shards or 1
     if hi.records == lo.records:
-        return SplitPlan(name, lo.hash, hi.hash, ())
+        return SplitPlan(name, lo.hash, hi.hash, (), _empty_shards(name, 0, wanted, hi.hash))
     edges = [lo]
-    for edge in inner:  # a boundary that moved onto its neighbour leaves an empty shard: dropped
+    for edge in inner:  # a boundary that moved onto its neighbour leaves no shard between them
         if edges[-1].records < edge.records < hi.records:
             edges.append(edge)
     edges.append(hi)
-    count = len(edges) - 1
+    filled = len(edges) - 1
+    count = max(filled, wanted)
     shards = tuple(ShardSpec(split=name, index=i, count=count, hash_lo=a.hash, hash_hi=b.hash,
-                             num_records=b.records - a.records, num_record_bytes=b.num_bytes - a.num_bytes)
+                             num_records=b.records - a.records, num_record_bytes=b.num_bytes - a.num_bytes,
+                             num_filled=filled)
                    for i, (a, b) in enumerate(itertools.pairwise(edges)))
     largest = max(s.num_record_bytes for s in shards)
     if largest > config.cap:
@@ -158,7 +170,7 @@ def _split_plan(name: str, lo: Edge, hi: Edge, inner: Sequence[Edge], config: Sh
                                 f"each, over max_shard_bytes {config.cap}; raise num_shards or the cap")
         raise ShardingError(f"split {name!r}: records with equal key hashes exceed max_shard_bytes "
                             f"{config.cap} together ({largest} bytes)")
-    return SplitPlan(name, lo.hash, hi.hash, shards)
+    return SplitPlan(name, lo.hash, hi.hash, shards, _empty_shards(name, filled, count, hi.hash))
 
 
 def _shard_count(name: str, num_records: int, num_bytes: int, largest: int, config: ShardingConfig) -> int:
@@ -247,7 +259,8 @@ def plan_dataset(hashes: np.ndarray, framed_sizes: np.ndarray, splits: SplitConf
         config: shard sizing.
 
     Returns:
-        A DatasetPlan whose shards tile each split's hash range; a split may have zero shards.
+        A DatasetPlan whose shards tile each split's hash range (a split of no record has none), and
+        the empty shards that make each split's count (``SplitPlan.empty_shards``).
     """
     hashes = np.asarray(hashes, dtype=np.uint64)
     sizes = np.asarray(framed_sizes, dtype=np.int64)

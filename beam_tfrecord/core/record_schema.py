@@ -18,7 +18,9 @@ arrays); here a record states each feature's kind (``int64_list``, ``float_list`
   ``RAW_FEATURE``, so every reader (and TFDS) sees ``{"record": payload}``.
 
 A feature whose kind differs between records has no schema (no parse spec reads it):
-``RecordSchemaError`` names it. Memory: a summary holds one small entry per feature name.
+``RecordSchemaError`` names it. A record whose own feature names no schema can hold (an empty
+name; one name for a context feature and a feature list) is rejected alone, a dead letter
+(``unnameable_feature``). Memory: a summary holds one small entry per feature name.
 
 Summaries are values of a join-semilattice (``RecordsSummary.merge`` is associative, commutative
 and idempotent), so workers summarize their bundles and a combine merges them in any order, and
@@ -96,6 +98,24 @@ def record_shape(record: bytes) -> RecordShape | None:
     if not context and not steps:
         return None
     return RecordShape(context, tuple(sorted(steps, key=lambda step: step[0])))
+
+
+def unnameable_feature(shape: RecordShape) -> tuple[str, str] | None:
+    """``(feature name, what is wrong)`` when one record's features can be in no schema, else None.
+
+    A valid Example may name a feature ``""``, or (a SequenceExample) use one name for a context
+    feature and a feature list; no ``Schema`` (nor a parse spec) can hold either. Found per record,
+    so such a record is a dead letter, as any other bad record, rather than the whole job's
+    ``RecordSchemaError`` when the records' summaries are turned into the schema.
+    """
+    context = {name for name, _, _ in shape.context}
+    for name in sorted(context | {name for name, _, _ in shape.steps}):
+        if not name:
+            return name, "an empty feature name"
+    both = sorted(context & {name for name, _, _ in shape.steps})
+    if both:
+        return both[0], "the name of both a context feature and a feature list"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -136,8 +136,10 @@ class ShardingConfig:
         target_shard_bytes: aim for shards of about this many (uncompressed, framed) bytes.
         max_shard_bytes: hard cap; no shard exceeds it unless one record alone does (such records
             are rejected before planning). Default: twice the target.
-        num_shards: if set, exactly this many shards per split (fewer only if a split has fewer
-            records) instead of sizing by target; it must still respect the cap.
+        num_shards: if set, exactly this many shards per split instead of sizing by target, of
+            balanced bytes; those the records cannot fill (fewer records than shards, or records
+            larger than a shard's share) are empty files (``SplitPlan.empty_shards``). It must still
+            respect the cap.
     """
 
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES
@@ -162,7 +164,11 @@ class ShardingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ShardSpec:
-    """One planned shard: the hash range [hash_lo, hash_hi) of one split."""
+    """One planned shard: the hash range [hash_lo, hash_hi) of one split.
+
+    ``count`` is the split's number of shards (its file names' ``-of-NNNNN``); ``num_filled`` how
+    many of them hold records (None: all), the shards a live progress display waits for.
+    """
 
     split: str
     index: int
@@ -171,14 +177,27 @@ class ShardSpec:
     hash_hi: int
     num_records: int
     num_record_bytes: int
+    num_filled: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
+    """One split's shards.
+
+    Attributes:
+        shards: the shards that hold records, tiling [hash_lo, hash_hi) in index order.
+        empty_shards: the shards planned empty, after those (indices ``len(shards)`` on): with
+            ``num_shards`` set, as many as the records cannot fill (fewer records than shards,
+            or records larger than a shard's share); otherwise one when the split has no record.
+            No record is routed to them; each is still written (an empty file) and published,
+            as Beam's ``WriteToTFRecord`` writes ``num_shards`` files, at least one.
+    """
+
     name: str
     hash_lo: int
     hash_hi: int
     shards: tuple[ShardSpec, ...]
+    empty_shards: tuple[ShardSpec, ...] = ()
 
     @property
     def num_records(self) -> int:
@@ -195,7 +214,13 @@ class DatasetPlan:
 
     @functools.cached_property
     def shards(self) -> tuple[ShardSpec, ...]:
+        """The shards that hold records, in hash order: a record's shard number is its position here."""
         return tuple(shard for split in self.splits for shard in split.shards)
+
+    @functools.cached_property
+    def empty_shards(self) -> tuple[ShardSpec, ...]:
+        """The shards planned empty (``SplitPlan.empty_shards``), written at publication."""
+        return tuple(shard for split in self.splits for shard in split.empty_shards)
 
     @functools.cached_property
     def shard_starts(self) -> np.ndarray:

@@ -93,8 +93,11 @@ def test_no_input_publishes_an_empty_dataset(tmp_path, fan_in):
     out = str(tmp_path / "ds")
     _write_all_rejected(out, fan_in, rejected=0)
     manifest = load_manifest(out)
-    assert (manifest.num_written, manifest.num_rejected, manifest.shards) == (0, 0, ())
+    assert (manifest.num_written, manifest.num_rejected) == (0, 0)
     assert [s.name for s in manifest.splits] == ["train", "test"]
+    # One empty shard file per split, as WriteToTFRecord writes one (tests/beam/test_writer_inputs.py).
+    assert [(s.filename, s.num_records) for s in manifest.shards] == [("data-train.tfrecord-00000-of-00001", 0),
+                                                                      ("data-test.tfrecord-00000-of-00001", 0)]
 
 
 @pytest.mark.parametrize("fan_in", [FanIn.SPILL, FanIn.SHUFFLE], ids=["spill", "shuffle"])

@@ -87,10 +87,31 @@ def test_record_over_cap_is_rejected_by_the_planner():
         plan_dataset(np.array([1], np.uint64), np.array([101]), SplitConfig.single(), config)
 
 
-def test_empty_input_plans_no_shards():
+def test_empty_input_plans_no_shard_that_holds_records_and_one_empty_shard_per_split():
     plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), SplitConfig.parse("train=0.5,test=0.5"),
                         ShardingConfig())
     assert [s.name for s in plan.splits] == ["train", "test"] and plan.shards == ()
+    assert [(s.split, s.index, s.count, s.num_records) for s in plan.empty_shards] == [("train", 0, 1, 0),
+                                                                                       ("test", 0, 1, 0)]
+
+
+@pytest.mark.parametrize("sizes, filled", [
+    pytest.param([5_000], {1}, id="one-record"),
+    pytest.param([100, 120, 90], {3}, id="fewer-records-than-shards"),
+    pytest.param([100_000] + [100] * 40, {1, 2, 3}, id="one-record-larger-than-a-share"),  # as its hash falls
+])
+def test_a_fixed_count_always_gives_that_many_shards_the_unfilled_ones_empty(sizes, filled):
+    # As WriteToTFRecord(num_shards=4): four files, whatever the records.
+    hashes = np.array([key_hash(f"k{i}", "s") for i in range(len(sizes))], np.uint64)
+    plan = plan_dataset(hashes, np.array(sizes, np.int64), SplitConfig.single(),
+                        ShardingConfig(target_shard_bytes=1_000, max_shard_bytes=10**9, num_shards=4))
+    assert len(plan.shards) in filled
+    assert [s.index for s in (*plan.shards, *plan.empty_shards)] == [0, 1, 2, 3]
+    assert {s.count for s in (*plan.shards, *plan.empty_shards)} == {4}
+    assert sum(s.num_records for s in plan.shards) == len(sizes)
+    assert all(s.num_records == 0 and s.hash_lo == s.hash_hi for s in plan.empty_shards)
+    assert plan.shard_numbers(hashes).tolist() == [plan.shards.index(next(
+        s for s in plan.shards if s.hash_lo <= h < s.hash_hi)) for h in hashes.tolist()]
 
 
 def split_of(key_hash_value: int, plan: DatasetPlan) -> str:

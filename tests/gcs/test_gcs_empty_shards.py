@@ -1,0 +1,29 @@
+"""Shards planned empty (num_shards larger than the records fill) on gs://: written at publication
+through the same storage layer, listed, verified and read as no record (issue 30, item 3)."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from beam_tfrecord import WriteBalancedTFRecord, load_manifest, read_numpy, storage, verify_dataset
+from beam_tfrecord.core import proto
+from beam_tfrecord.core.tfds_info import tfds_files
+
+
+def _example(i: int) -> bytes:
+    example = proto.Example()
+    example.features.feature["id"].int64_list.value.append(i)
+    return example.SerializeToString(deterministic=True)
+
+
+def test_empty_shards_are_published_on_gcs_and_read_as_no_record(gcs_bucket: str) -> None:
+    output = f"{gcs_bucket}/datasets/few"
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create([_example(i) for i in range(2)]) | WriteBalancedTFRecord(output, num_shards=4)
+    manifest = load_manifest(output)
+    assert sorted(s.num_records for s in manifest.shards) == [0, 0, 1, 1]
+    listed = {p for p, _ in storage.list_files(f"{output}/**")}
+    published = ["manifest.json", *tfds_files(manifest), *(s.filename for s in manifest.shards)]
+    assert listed == {f"{output}/{name}" for name in published}  # the empty ones too, no temporary file left
+    assert verify_dataset(output).num_records == 2
+    assert sorted(int(e["id"]) for e in read_numpy(output)) == [0, 1]
