@@ -1,12 +1,14 @@
-"""A killed build resumed against a full build: ``beam-tfrecord build-arrays`` with default options on a .npy of
-incompressible rows, killed (SIGKILL, its whole process group) once half its samples are in finished spill
-runs, then re-run with ``--resume``; the resumed run's time against a clean full build's, interleaved.
+"""A killed build resumed against a full build, interleaved: the job with default options, killed (SIGKILL, its
+whole process group) once a fraction of its samples are in finished spill runs, then re-run with ``--resume``.
 
-    python benchmarks/resume_build.py                      # ~2 GB: 20,000 rows of 100 KB, 2 rounds
-    python benchmarks/resume_build.py --rows 4000 --rounds 1
+    python benchmarks/resume_build.py                                  # arrays: 20,000 rows of 100 KB (~2 GB)
+    python benchmarks/resume_build.py --workload images --rows 12000   # ~150 KB JPEGs, --resize 224x224
+    python benchmarks/resume_build.py --rows 3000 --rounds 1
 
-Prints each round's full-build and resumed-run seconds, the ratio (target <= 0.6), the records the resumed
-run reused and whether its shards equal the clean build's.
+Workloads: ``arrays`` (``build-arrays`` on a .npy of incompressible rows: encoding is a copy, the run is
+I/O) and ``images`` (``build`` on a folder of noise JPEGs with ``--resize``: encoding is decode, resize,
+re-encode). Prints each round's full-build and resumed-run seconds, their ratio (target <= 0.6), the records
+the resumed run reused and whether its shards equal the clean build's.
 """
 
 from __future__ import annotations
@@ -31,9 +33,38 @@ from beam_tfrecord.errors import CorruptShardError
 from beam_tfrecord.spill_resume import TEMP_PREFIX
 
 
-def _command(arrays: str, out: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pipelines.build_from_arrays", "--arrays", arrays, "--output", out,
-            "--progress=none", *extra]
+def _command(workload: str, inputs: str, out: str, *extra: str) -> list[str]:
+    if workload == "arrays":
+        return [sys.executable, "-m", "pipelines.build_from_arrays", "--arrays", inputs, "--output", out,
+                "--progress=none", *extra]
+    return [sys.executable, "-m", "pipelines.build_image_dataset", "--input", inputs, "--output", out,
+            "--resize", "224x224", "--progress=none", *extra]
+
+
+def _make_arrays(root: str, rows: int, row_bytes: int) -> str:
+    arrays = os.path.join(root, "rows.npy")
+    rng = np.random.default_rng(0)
+    data = np.lib.format.open_memmap(arrays, mode="w+", dtype=np.uint8, shape=(rows, row_bytes))
+    for start in range(0, rows, 1000):
+        stop = min(start + 1000, rows)
+        data[start:stop] = rng.integers(0, 256, size=(stop - start, row_bytes), dtype=np.uint8)
+    data.flush()
+    return arrays
+
+
+def _make_images(root: str, rows: int) -> str:
+    """``rows`` 400x400 JPEGs of smoothed noise (~150 KB each) in 4 class folders."""
+    from PIL import Image
+
+    folder = os.path.join(root, "images")
+    rng = np.random.default_rng(0)
+    for i in range(rows):
+        label = os.path.join(folder, f"class{i % 4}")
+        os.makedirs(label, exist_ok=True)
+        pixels = rng.integers(0, 256, size=(160, 160, 3), dtype=np.uint8)
+        Image.fromarray(pixels).resize((400, 400), Image.BILINEAR).save(os.path.join(label, f"{i:06d}.jpg"),
+                                                                         quality=95)
+    return folder
 
 
 def _finished_records(out: str) -> int:
@@ -77,6 +108,7 @@ def _digest(out: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=["arrays", "images"], default="arrays")
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--row_bytes", type=int, default=100_000)
     parser.add_argument("--kill_fraction", type=float, default=0.5)
@@ -84,22 +116,19 @@ def main() -> None:
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="resume_build-")
     try:
-        arrays = os.path.join(root, "rows.npy")
-        rng = np.random.default_rng(0)
-        data = np.lib.format.open_memmap(arrays, mode="w+", dtype=np.uint8, shape=(args.rows, args.row_bytes))
-        for start in range(0, args.rows, 1000):
-            stop = min(start + 1000, args.rows)
-            data[start:stop] = rng.integers(0, 256, size=(stop - start, args.row_bytes), dtype=np.uint8)
-        data.flush()
-        del data
-        print(f"{args.rows} rows of {args.row_bytes} bytes ({args.rows * args.row_bytes / 1e9:.2f} GB), "
-              f"killed at {args.kill_fraction:.0%} of samples in finished runs; default options")
+        if args.workload == "arrays":
+            inputs = _make_arrays(root, args.rows, args.row_bytes)
+        else:
+            inputs = _make_images(root, args.rows)
+        size = sum(f.stat().st_size for f in Path(inputs).rglob("*") if f.is_file())
+        print(f"{args.workload}: {args.rows} samples ({size / 1e9:.2f} GB of input), killed at "
+              f"{args.kill_fraction:.0%} of samples in finished runs; default options")
         ratios = []
         for round_ in range(args.rounds):
             full, resumed = os.path.join(root, "full"), os.path.join(root, "resumed")
-            full_s = _timed(_command(arrays, full))
-            killed_s = _kill_at(_command(arrays, resumed), resumed, int(args.rows * args.kill_fraction))
-            resume_s = _timed(_command(arrays, resumed, "--resume"))
+            full_s = _timed(_command(args.workload, inputs, full))
+            killed_s = _kill_at(_command(args.workload, inputs, resumed), resumed, int(args.rows * args.kill_fraction))
+            resume_s = _timed(_command(args.workload, inputs, resumed, "--resume"))
             reused = load_manifest(resumed).metadata["resumed"]
             same = _digest(full) == _digest(resumed)
             ratios.append(resume_s / full_s)

@@ -93,6 +93,7 @@ JOB_REJECTED_OPTIONS: dict[str, str] = {
     "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
     "schema": "the schema comes from the class folder names",
     "chunk_size": "images are one sample per Beam element",
+    "resume": "each refresh builds a new version; a killed refresh is built again by the next run",
 }
 
 
