@@ -120,7 +120,8 @@ def main() -> None:
             inputs = _make_arrays(root, args.rows, args.row_bytes)
         else:
             inputs = _make_images(root, args.rows)
-        size = sum(f.stat().st_size for f in Path(inputs).rglob("*") if f.is_file())
+        files = [Path(inputs)] if Path(inputs).is_file() else [f for f in Path(inputs).rglob("*") if f.is_file()]
+        size = sum(f.stat().st_size for f in files)
         print(f"{args.workload}: {args.rows} samples ({size / 1e9:.2f} GB of input), killed at "
               f"{args.kill_fraction:.0%} of samples in finished runs; default options")
         ratios = []

@@ -1,0 +1,52 @@
+"""A build on gs:// (the GCS emulator) killed mid-encoding resumes from its finished runs with the clean bytes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import resume_job
+from fixtures_gcs import FakeGcs, fake_gcs  # noqa: F401  (pytest fixture)
+
+from beam_tfrecord import load_manifest, storage
+from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex
+from beam_tfrecord.spill_resume import TEMP_PREFIX
+
+
+def _shard_bytes(out: str) -> dict[str, bytes]:
+    return {s.filename: storage.read_bytes(storage.join(out, s.filename)) for s in load_manifest(out).shards}
+
+
+def _finished_records(out: str) -> int:
+    found = dict(storage.list_files(f"{out}/{TEMP_PREFIX}*/runs/*"))
+    total = 0
+    for path, size in found.items():
+        if path.endswith(".run") and path + INDEX_SUFFIX in found:
+            index = RunIndex.from_bytes(path, storage.read_bytes(path + INDEX_SUFFIX))
+            total += len(index.hashes) if index.num_bytes == size else 0
+    return total
+
+
+def test_a_gcs_build_killed_mid_encoding_resumes_with_the_clean_bytes(fake_gcs: FakeGcs) -> None:
+    bucket = fake_gcs.create_bucket(f"bt-resume-{time.monotonic_ns() % 10**6}")
+    clean, out = f"{bucket}/clean", f"{bucket}/resumed"
+    resume_job.build(clean, resume=False, seconds=0.0)
+    job = subprocess.Popen([sys.executable, resume_job.__file__, out], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not _finished_records(out) and time.monotonic() < deadline:
+        assert job.poll() is None, "the job ended before it finished a run"
+        time.sleep(0.1)
+    assert job.poll() is None, "the job finished before its kill: the case proves nothing"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    assert not storage.exists(f"{out}/manifest.json")
+    finished = _finished_records(out)
+
+    resumed = resume_job.build(out, resume=True)
+    assert resumed["reused_records"] == finished > 0
+    assert _shard_bytes(out) == _shard_bytes(clean)
+    assert not storage.list_files(f"{out}/{TEMP_PREFIX}*/**")
