@@ -95,6 +95,14 @@ def _finished_runs(runs_dir: str) -> list[RunIndex]:
     return indexes
 
 
+def finished_runs(output_dir: str) -> list[RunIndex]:
+    """The indexes of the finished runs of every killed (or running) build in ``output_dir``: what a
+    resume could keep, before duplicates are left out."""
+    temp_dirs = {posixpath.dirname(path) for path, _ in storage.list_files(
+        storage.join(output_dir, f"{TEMP_PREFIX}*", RESUME_FILENAME))}
+    return [index for temp_dir in sorted(temp_dirs) for index in _finished_runs(storage.join(temp_dir, "runs"))]
+
+
 def find_resume_point(output_dir: str, text: str) -> ResumePoint | None:
     """The killed build in ``output_dir`` whose fingerprint is ``text``, with its finished runs; None
     when there is none.

@@ -14,7 +14,6 @@ the resumed run reused and whether its shards equal the clean build's.
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
 import os
 import shutil
@@ -28,9 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from beam_tfrecord import load_manifest
-from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex
-from beam_tfrecord.errors import CorruptShardError
-from beam_tfrecord.spill_resume import TEMP_PREFIX
+from beam_tfrecord.spill_resume import finished_runs
 
 
 def _command(workload: str, inputs: str, out: str, *extra: str) -> list[str]:
@@ -68,16 +65,10 @@ def _make_images(root: str, rows: int) -> str:
 
 
 def _finished_records(out: str) -> int:
-    total = 0
-    for index_path in glob.glob(f"{out}/{TEMP_PREFIX}*/runs/*.run{INDEX_SUFFIX}"):
-        run = index_path[:-len(INDEX_SUFFIX)]
-        try:
-            index = RunIndex.from_bytes(run, Path(index_path).read_bytes())
-            if index.num_bytes == os.path.getsize(run):
-                total += len(index.hashes)
-        except (CorruptShardError, OSError):  # an index being written, a run being renamed: not finished
-            continue
-    return total
+    try:
+        return sum(len(index.hashes) for index in finished_runs(out))
+    except OSError:  # a file listed while the build renames it: counted at the next poll
+        return 0
 
 
 def _timed(command: list[str]) -> float:

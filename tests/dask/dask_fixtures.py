@@ -3,6 +3,13 @@ session's ``dask_address`` fixture in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from beam_tfrecord.core.samples import Sample
@@ -21,3 +28,35 @@ def incompressible_records(element: int) -> list[Sample]:
     return [Sample(f"r/{i:07d}", {"payload": rng.bytes(RECORD_BYTES), "index": i})
             for i in range(start, start + PER_ELEMENT)]
 
+
+
+def kill_a_worker_mid_job(client: Any, job: Callable[[], None], *, settle_s: float) -> int:
+    """Runs ``job`` in a thread and SIGKILLs the worker process of ``client``'s cluster that first runs a task,
+    ``settle_s`` after; waits for the job and re-raises what it raised. Returns the killed worker's pid, which
+    the caller checks is gone (its nanny started a new one)."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job()
+        except BaseException as err:  # re-raised in the caller's thread
+            errors.append(err)
+
+    pids = client.run(os.getpid)  # worker address -> pid
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 60
+    victim = None
+    while victim is None and time.monotonic() < deadline and thread.is_alive():
+        busy = [worker for worker, tasks in client.processing().items() if tasks]
+        victim = busy[0] if busy else None
+        time.sleep(0.05)
+    assert victim is not None, "no task ever ran on a worker"
+    time.sleep(settle_s)  # let the victim get well into its tasks
+    assert thread.is_alive(), "the job finished before a worker could be killed"
+    os.kill(pids[victim], signal.SIGKILL)
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "the job did not finish after the worker was killed"
+    if errors:
+        raise errors[0]
+    return pids[victim]

@@ -4,13 +4,11 @@ dataset is byte-identical to a clean run (every step the writer runs is safe to 
 from __future__ import annotations
 
 import os
-import signal
-import threading
 import time
 from pathlib import Path
 
 from apache_beam.options.pipeline_options import PipelineOptions
-from dask_fixtures import DASK_RUNNER
+from dask_fixtures import DASK_RUNNER, kill_a_worker_mid_job
 
 from beam_tfrecord import ShardingConfig, SplitConfig, WriteTFRecordDataset, load_manifest, verify_dataset
 from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
@@ -48,37 +46,12 @@ def test_job_survives_a_killed_worker_with_identical_output(sample_images: str, 
     out = str(tmp_path / "dask")
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             scheduler_on_this_machine(cluster.scheduler_address), Client(cluster.scheduler_address) as client:
-        pids_before = client.run(os.getpid)  # worker address -> pid
-        errors: list[BaseException] = []
-
-        def job() -> None:
-            try:
-                _build(sample_images, out, [f"--runner={DASK_RUNNER}",
-                                            f"--dask_client_address={cluster.scheduler_address}"], slow_s=0.02)
-            except BaseException as err:  # re-raised in the test thread
-                errors.append(err)
-
-        thread = threading.Thread(target=job)
-        thread.start()
-        deadline = time.monotonic() + 60
-        victim = None
-        while victim is None and time.monotonic() < deadline and thread.is_alive():
-            busy = [worker for worker, tasks in client.processing().items() if tasks]
-            if busy:
-                victim = busy[0]
-            else:
-                time.sleep(0.05)
-        assert victim is not None, "no task ever ran on a worker"
-        time.sleep(0.5)  # let the victim get well into its tasks
-        assert thread.is_alive(), "the job finished before a worker could be killed"
-        os.kill(pids_before[victim], signal.SIGKILL)
-        thread.join(timeout=300)
-        assert not thread.is_alive(), "the job did not finish after the worker was killed"
-        if errors:
-            raise errors[0]
+        killed = kill_a_worker_mid_job(client, lambda: _build(sample_images, out, [
+            f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.scheduler_address}"], slow_s=0.02),
+            settle_s=0.5)
         pids_after = client.run(os.getpid)
 
-    assert pids_before[victim] not in pids_after.values()  # it really died (its nanny started a new one)
+    assert killed not in pids_after.values()  # it really died (its nanny started a new one)
     assert verify_dataset(out).num_records == 300
     assert _shards(out) == _shards(reference)
     assert sorted(os.listdir(out)) == sorted(os.listdir(reference))

@@ -9,13 +9,12 @@ with the counts, and nothing is published in any of these cases.
 from __future__ import annotations
 
 import os
-import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dask_fixtures import kill_a_worker_mid_job
 from fixtures_gcs import FakeGcs, fake_gcs, gcs_bucket, tiny_images  # noqa: F401  (pytest fixtures)
 from private_cluster import PrivateCluster, private_cluster, private_cluster_skip_reason
 
@@ -160,33 +159,12 @@ def test_a_worker_killed_mid_job_gives_the_same_bytes(cluster: PrivateCluster, i
                                   splits=SplitConfig.parse("train=0.8,test=0.2"),
                                   sharding=ShardingConfig(target_shard_bytes=4000),
                                   feature_transforms={"image": _slow(0.1)})
-    errors: list[BaseException] = []
-
     def job() -> None:
-        try:
-            with job_pipeline(PipelineOptions(_on_cluster(cluster))) as pipeline:
-                _ = pipeline | ReadImageFolder(images) | writer
-        except BaseException as err:  # re-raised in the test thread
-            errors.append(err)
+        with job_pipeline(PipelineOptions(_on_cluster(cluster))) as pipeline:
+            _ = pipeline | ReadImageFolder(images) | writer
 
     with Client(cluster.address) as client:
-        pids = client.run(os.getpid)
-        thread = threading.Thread(target=job)
-        thread.start()
-        victim = None
-        deadline = time.monotonic() + 60
-        while victim is None and time.monotonic() < deadline and thread.is_alive():
-            busy = [worker for worker, tasks in client.processing().items() if tasks]
-            victim = busy[0] if busy else None
-            time.sleep(0.05)
-        assert victim is not None, "no task ever ran on a worker"
-        time.sleep(0.3)
-        assert thread.is_alive(), "the job finished before a worker could be killed"
-        os.kill(pids[victim], signal.SIGKILL)
-        thread.join(timeout=300)
-        assert not thread.is_alive(), "the job did not finish after the worker was killed"
-        if errors:
-            raise errors[0]
+        killed = kill_a_worker_mid_job(client, job, settle_s=0.3)
         client.wait_for_workers(2, timeout=60)  # the nanny started a new one, for the next test
-        assert pids[victim] not in client.run(os.getpid).values()
+        assert killed not in client.run(os.getpid).values()
     assert _shard_bytes(out) == reference

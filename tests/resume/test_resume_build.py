@@ -24,6 +24,7 @@ from beam_tfrecord.spill_resume import (
     RESUME_FILENAME,
     TEMP_PREFIX,
     find_resume_point,
+    finished_runs,
     read_reused_hashes,
     skipped,
 )
@@ -42,13 +43,7 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 def _finished_records(out: str) -> int:
     """Records held by the finished runs (index present, data complete) of the killed build in ``out``."""
-    total = 0
-    for index_path in glob.glob(f"{out}/{TEMP_PREFIX}*/runs/*.run{INDEX_SUFFIX}"):
-        run = index_path[:-len(INDEX_SUFFIX)]
-        index = RunIndex.from_bytes(run, Path(index_path).read_bytes())
-        if index.num_bytes == os.path.getsize(run):
-            total += len(index.hashes)
-    return total
+    return sum(len(index.hashes) for index in finished_runs(out))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -12,8 +12,7 @@ import resume_job
 from fixtures_gcs import FakeGcs, fake_gcs  # noqa: F401  (pytest fixture)
 
 from beam_tfrecord import load_manifest, storage
-from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex
-from beam_tfrecord.spill_resume import TEMP_PREFIX
+from beam_tfrecord.spill_resume import TEMP_PREFIX, finished_runs
 
 
 def _shard_bytes(out: str) -> dict[str, bytes]:
@@ -21,13 +20,7 @@ def _shard_bytes(out: str) -> dict[str, bytes]:
 
 
 def _finished_records(out: str) -> int:
-    found = dict(storage.list_files(f"{out}/{TEMP_PREFIX}*/runs/*"))
-    total = 0
-    for path, size in found.items():
-        if path.endswith(".run") and path + INDEX_SUFFIX in found:
-            index = RunIndex.from_bytes(path, storage.read_bytes(path + INDEX_SUFFIX))
-            total += len(index.hashes) if index.num_bytes == size else 0
-    return total
+    return sum(len(index.hashes) for index in finished_runs(out))
 
 
 def test_a_gcs_build_killed_mid_encoding_resumes_with_the_clean_bytes(fake_gcs: FakeGcs) -> None:
