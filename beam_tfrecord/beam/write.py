@@ -93,9 +93,9 @@ def describe_fan_in(fan_in: FanIn, pipeline: beam.Pipeline, temp_dir: str) -> st
     why = (f"auto: the {runner}'s "
            + ("shuffle holds what it groups in memory" if chosen is FanIn.SPILL else "shuffle is disk-backed")
            if fan_in is FanIn.AUTO else "asked for")
-    where = (f"sorted runs spilled to {storage.join(temp_dir, 'runs')}, merged by the shard writers"
-             if chosen is FanIn.SPILL else "records keyed by shard through the runner's shuffle")
-    return f"  fan-in: {chosen.value} ({why}); {where}; shards written to {storage.join(temp_dir, 'shards')}"
+    where = ("sorted runs spilled to the temp folder, merged by the shard writers" if chosen is FanIn.SPILL
+             else "records keyed by shard through the runner's shuffle")
+    return f"  fan-in: {chosen.value} ({why}); {where} (temp folder {temp_dir}, deleted once published)"
 
 
 # Publication's inputs (and the spill path's runs) arrive as one group: a GroupByKey on one key

@@ -12,7 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset, load_manifest
 from beam_tfrecord.beam.plan_dataset import PlanDataset
 from beam_tfrecord.beam.runners import LocalBatchRunner
-from beam_tfrecord.beam.write import FanIn, resolve_fan_in
+from beam_tfrecord.beam.write import FanIn, describe_fan_in, resolve_fan_in
 from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.runs import make_record_entry
@@ -110,3 +110,16 @@ def test_every_input_rejected_publishes_nothing_even_when_allowed(tmp_path, fan_
                                                    r"  bad-0 \[validate\] feature 'id': expected int64 scalar"):
         _write_all_rejected(str(out), fan_in, rejected=3)
     assert sorted(p.name.split("-")[0] for p in out.iterdir()) == ["dead_letters"]  # no manifest, no temp folder
+
+
+@pytest.mark.parametrize("runner, fan_in, expected", [
+    ("direct", FanIn.AUTO, "spill (auto: the DirectRunner's shuffle holds what it groups in memory); sorted runs "
+                           "spilled to the temp folder, merged by the shard writers"),
+    ("FlinkRunner", FanIn.AUTO, "shuffle (auto: the FlinkRunner's shuffle is disk-backed); records keyed by shard "
+                                "through the runner's shuffle"),
+    ("direct", FanIn.SHUFFLE, "shuffle (asked for); records keyed by shard through the runner's shuffle"),
+], ids=["auto-spill", "auto-shuffle", "asked-for"])
+def test_the_summary_says_which_fan_in_ran_why_and_where(runner, fan_in, expected):
+    pipeline = beam.Pipeline(runner=LocalBatchRunner() if runner == "direct" else runner)
+    assert describe_fan_in(fan_in, pipeline, "gs://b/out/.tmp-beam-tfrecord-abc") == (
+        f"  fan-in: {expected} (temp folder gs://b/out/.tmp-beam-tfrecord-abc, deleted once published)")

@@ -81,8 +81,8 @@ def test_gs_build_on_workers_without_shared_disk_equals_the_direct_runner_build(
                                         *_on_cluster(cluster)])
     assert manifest.num_written == 30 and _shard_bytes(out) == reference
     summary = capsys.readouterr().out
-    assert (f"  fan-in: spill (auto: the DaskRunner's shuffle holds what it groups in memory); sorted runs "
-            f"spilled to {out}/.tmp-beam-tfrecord-") in summary
+    assert ("  fan-in: spill (auto: the DaskRunner's shuffle holds what it groups in memory); sorted runs spilled "
+            f"to the temp folder, merged by the shard writers (temp folder {out}/.tmp-beam-tfrecord-") in summary
 
 
 @pytest.mark.parametrize("local", ["input", "output"])
