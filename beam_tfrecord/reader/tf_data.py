@@ -15,6 +15,7 @@ from beam_tfrecord.reader.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
+from beam_tfrecord.shard_fetch import RemoteReads, fetched_remotely, reads_with_cache
 
 _PREFETCH_BATCHES = 2
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
@@ -69,7 +70,8 @@ def _chain(plan: ReadPlan, compression: str) -> tf.data.Dataset:
 
 
 def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | None = None,
-                 num_parallel_reads: int = 1, verify_count: bool = True) -> tf.data.Dataset:
+                 num_parallel_reads: int = 1, verify_count: bool = True,
+                 reads: RemoteReads | None = None) -> tf.data.Dataset:
     """The serialized records of a read plan.
 
     Each shard segment is ``TFRecordDataset(shard).skip(skip).take(take)``. With one read at a time
@@ -78,15 +80,18 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     With ``verify_count``, reading more or fewer records than the plan is an error (a shard that
     does not hold its manifest count must not give one worker more steps than the others).
 
-    A random-access format (ArrayRecord), which tf.data has no reader for, is read by the format's
-    own reader in blocks fed through ``from_generator`` (see ``array_record_records``).
+    A random-access format (ArrayRecord), which tf.data has no reader for, and ``gs://`` shards
+    (TensorFlow's own GCS filesystem reads one sequential stream per shard, and cannot be pointed at
+    an emulator) are read by the format's own reader in blocks fed through ``from_generator`` (see
+    ``block_records``): on ``gs://`` with the parallel fetcher of ``shard_fetch`` (``reads``), so
+    ``num_parallel_reads`` does not apply there (``reads.connections`` does).
 
     Raises:
         ReaderError: the shards are in a format tf.data cannot read here (naming the readers that can).
     """
     plan.require_reader("read_dataset")
-    if plan.format.random_access:
-        records = array_record_records(plan, shuffle=shuffle_files, seed=seed)
+    if plan.format.random_access or any(fetched_remotely(plan.path(s)) for s in plan.segments):
+        records = block_records(plan, shuffle=shuffle_files, seed=seed, reads=reads)
     else:
         records = _read_segments(plan, shuffle_files=shuffle_files, seed=seed, num_parallel_reads=num_parallel_reads)
     if verify_count:
@@ -94,26 +99,33 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     return records
 
 
-def array_record_records(plan: ReadPlan, *, shuffle: bool, seed: int | None) -> tf.data.Dataset:
-    """The records of a plan over a random-access format, read by its own reader in blocks.
+def block_records(plan: ReadPlan, *, shuffle: bool, seed: int | None,
+                  reads: RemoteReads | None = None) -> tf.data.Dataset:
+    """The records of a plan read by the format's own reader in blocks (``numpy_reader.iter_record_blocks``).
 
-    With ``shuffle``, each pass over the dataset (each epoch) is a new true global shuffle, as
-    ``read_numpy`` gives: the worker's equal share of a seeded permutation of every record of the
-    split expression (``numpy_reader.iter_record_blocks``; a random seed when ``seed`` is None).
+    Each block crosses into TensorFlow as its buffer (one string) and the start and length of each
+    record in it, cut into records by one vectorized ``tf.strings.substr``: no Python object per record.
+    With ``shuffle``, each pass over the dataset (each epoch) is a new shuffle, as ``read_numpy`` gives
+    it: the worker's equal share of the epoch's order of every record of the split expression (a
+    true global shuffle on a random-access format, shuffled shards and windows on a sequential
+    one; a random seed when ``seed`` is None).
     """
     from beam_tfrecord.reader.numpy_reader import iter_record_blocks
 
     epochs = itertools.count()
     base_seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
 
-    def blocks() -> Iterator[np.ndarray]:
-        for records in iter_record_blocks(plan, shuffle=shuffle, seed=base_seed, epoch=next(epochs)):
-            block = np.empty(len(records), dtype=object)
-            block[:] = records
-            yield block
+    def blocks() -> Iterator[tuple[bytes, np.ndarray, np.ndarray]]:
+        for block in iter_record_blocks(plan, shuffle=shuffle, seed=base_seed, epoch=next(epochs), reads=reads):
+            if not len(block):
+                continue
+            first = int(block.starts.min())
+            last = int((block.starts + block.lengths).max())
+            yield block.buffer[first:last].tobytes(), block.starts - first, block.lengths
 
-    generated = tf.data.Dataset.from_generator(blocks, output_signature=tf.TensorSpec([None], tf.string))
-    return generated.unbatch()
+    generated = tf.data.Dataset.from_generator(blocks, output_signature=(
+        tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)))
+    return generated.map(lambda buffer, starts, lengths: tf.strings.substr(buffer, starts, lengths)).unbatch()
 
 
 def _read_segments(plan: ReadPlan, *, shuffle_files: bool, seed: int | None,
@@ -177,7 +189,8 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
                  worker_index: int | None = None, input_context: tf.distribute.InputContext | None = None,
                  label_key: str | None = None, var_len: VarLen = VarLen.RAGGED,
                  image_decoding: ImageDecoding | None = None, num_parallel_reads: int | None = None,
-                 verify_count: bool = True) -> tf.data.Dataset:
+                 verify_count: bool = True, cache_dir: str | None = None, cache_limit: int | None = None,
+                 remote_reads: RemoteReads | None = None) -> tf.data.Dataset:
     """Reads a split expression of a published dataset as batches of feature dicts.
 
     The parse spec, dtypes and shapes come from the manifest's schema. Records are batched
@@ -219,6 +232,12 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
         verify_count: fail (``tf.errors.InvalidArgumentError`` or ``FailedPreconditionError``) when
             the shards hold more or fewer records than the manifest says, instead of silently giving
             workers unequal counts. Checked per batch (free), or per record with ``repeat``.
+        cache_dir: a local directory to keep ``gs://`` shards in once read, so that later epochs read
+            them locally (unlike ``cache``, which keeps records in memory); shared safely by the
+            processes of one machine.
+        cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
+        remote_reads: how ``gs://`` shards are fetched: parallel ranged reads, read ahead across
+            shards, bytes in flight (``shard_fetch.RemoteReads``; ``cache_dir``/``cache_limit`` override its own).
 
     Raises:
         DatasetNotFoundError, UnknownSplitError: no such dataset or split.
@@ -228,6 +247,7 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     """
     check_positive("batch_size", batch_size)
     check_positive("shuffle_buffer", shuffle_buffer)
+    reads = reads_with_cache(remote_reads, cache_dir=cache_dir, cache_limit=cache_limit)
     if num_parallel_reads is not None:
         check_positive("num_parallel_reads", num_parallel_reads)
     workers, index = _worker(num_workers, worker_index, input_context)
@@ -247,7 +267,7 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     # Without repeat, counts are checked per batch (free) rather than per record (~4% of the read rate).
     # One ArrayRecord dataset is globally shuffled by its reader; a mixture's parts are shuffled below.
     components = [read_records(p, shuffle_files=shuffle and (choices is None or not p.format.random_access),
-                               seed=seed, verify_count=verify_count and repeat,
+                               seed=seed, verify_count=verify_count and repeat, reads=reads,
                                num_parallel_reads=num_parallel_reads or _default_parallel_reads(p, shuffle))
                   for p in plans]
     dataset = components[0] if choices is None else tf.data.Dataset.choose_from_datasets(
