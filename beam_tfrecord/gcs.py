@@ -63,7 +63,7 @@ def client() -> Any:
     return Client()
 
 
-_POOLED: dict[tuple[int, int], Any] = {}
+_POOLED: dict[tuple[int, int, str | None], Any] = {}
 _POOLED_LOCK = threading.Lock()
 
 
@@ -76,7 +76,7 @@ def pooled_client(connections: int) -> Any:
     """
     import requests.adapters
 
-    key = (os.getpid(), connections)
+    key = (os.getpid(), connections, os.environ.get("STORAGE_EMULATOR_HOST"))  # an emulator's address: its own
     with _POOLED_LOCK:
         if key not in _POOLED:
             from google.cloud.storage import Client

@@ -280,7 +280,7 @@ class FlakyProxy:
                     time.sleep(delay)
 
             def _write_paced(self, data: bytes) -> None:
-                """Writes the body no faster than the per-connection cap (slices of at most 1/50 s of it)."""
+                """Writes the body no faster than the cap: each slice (1/50 s of it) once its time has come."""
                 rate = proxy.bytes_per_second
                 if rate is None:
                     self.wfile.write(data)
@@ -288,11 +288,12 @@ class FlakyProxy:
                 view, started, sent = memoryview(data), time.monotonic(), 0
                 step = max(1 << 12, int(rate / 50))
                 while sent < len(view):
-                    self.wfile.write(view[sent:sent + step])
-                    sent += len(view[sent:sent + step])
-                    ahead = started + sent / rate - time.monotonic()
-                    if ahead > 0:
-                        time.sleep(ahead)
+                    part = view[sent:sent + step]
+                    sent += len(part)
+                    early = started + sent / rate - time.monotonic()  # no byte arrives before the cap allows
+                    if early > 0:
+                        time.sleep(early)
+                    self.wfile.write(part)
 
             def _handle(self) -> None:
                 body = self._read_body()

@@ -1,8 +1,9 @@
 """Small datasets written locally by the real writer, for the remote-read tests (each format and compression).
 
 Every sample carries its key, so a test can compare what a reader gives from ``gs://`` with what it
-gives from the local copy. Shards are small (a few KB), so that with ``SMALL_READS`` (ranges of
-1,000 bytes, 4,000 in flight) every shard is several ranges and the read-ahead crosses shards.
+gives from the local copy. Shards are small (TFRecord: a few KB; ArrayRecord: 128 KiB, its block
+size), so that with ``SMALL_READS[variant]`` every shard is several ranges and the read-ahead
+crosses shards.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from beam_tfrecord.shard_fetch import RemoteReads
 NUM_SAMPLES = 90
 SCHEMA = Schema(features={"key": Scalar(DType.STRING), "blob": Scalar(DType.BYTES),
                           "label": ClassLabel(("a", "b", "c"))})
-SMALL_READS = RemoteReads(connections=4, range_bytes=1000, bytes_in_flight=4000)
+_TFRECORD_READS = RemoteReads(connections=4, range_bytes=1000, bytes_in_flight=4000)
+SMALL_READS = {"tfrecord": _TFRECORD_READS, "tfrecord-gzip": _TFRECORD_READS,
+               "array_record": RemoteReads(connections=4, range_bytes=32 << 10, bytes_in_flight=128 << 10)}
 VARIANTS = {"tfrecord": (FileFormat.TFRECORD, Compression.NONE),
             "tfrecord-gzip": (FileFormat.TFRECORD, Compression.GZIP),
             "array_record": (FileFormat.ARRAY_RECORD, Compression.NONE)}

@@ -83,7 +83,7 @@ def test_a_reader_gives_the_same_records_from_gs_as_from_local_disk(reader: str,
     copies = datasets[variant]
     read = READERS[reader]
     before = _fetched()
-    remote = read(copies.remote, remote_reads=SMALL_READS)
+    remote = read(copies.remote, remote_reads=SMALL_READS[variant])
     assert remote == read(copies.local) and len(remote) == 90
     shards = load_manifest(copies.local).shards
     assert _delta(before, "fetched_bytes") >= sum(s.num_bytes for s in shards)  # through the fetcher, in ranges
@@ -94,7 +94,8 @@ def test_a_reader_gives_the_same_records_from_gs_as_from_local_disk(reader: str,
 def test_a_shuffled_read_from_gs_is_the_local_order(variant: str, datasets: dict[str, Copies]) -> None:
     copies = datasets[variant]
     options = {"shuffle": True, "seed": 4, "epoch": 1, "shuffle_buffer": 20, "num_workers": 2, "worker_index": 1}
-    assert _numpy_keys(copies.remote, remote_reads=SMALL_READS, **options) == _numpy_keys(copies.local, **options)
+    remote = _numpy_keys(copies.remote, remote_reads=SMALL_READS[variant], **options)
+    assert remote == _numpy_keys(copies.local, **options)
 
 
 @pytest.mark.parametrize("variant", ["tfrecord", "array_record"])
@@ -103,13 +104,13 @@ def test_the_second_epoch_reads_from_the_cache(variant: str, datasets: dict[str,
     expected = _numpy_keys(copies.local)
     num_shards = len(load_manifest(copies.local).shards)
     before = _fetched()
-    assert _numpy_keys(copies.remote, remote_reads=SMALL_READS, cache_dir=str(tmp_path)) == expected
+    assert _numpy_keys(copies.remote, remote_reads=SMALL_READS[variant], cache_dir=str(tmp_path)) == expected
     assert (_delta(before, "cache_misses"), _delta(before, "cached_shards")) == (num_shards, num_shards)
     assert len(ShardCache(str(tmp_path), limit_bytes=None).entries()) == num_shards
 
     before = _fetched()
     for read in READERS.values():  # every reader's next epoch: all from the cache, not one range fetched
-        assert read(copies.remote, remote_reads=SMALL_READS, cache_dir=str(tmp_path)) == expected
+        assert read(copies.remote, remote_reads=SMALL_READS[variant], cache_dir=str(tmp_path)) == expected
     assert _delta(before, "cache_hits") == 3 * num_shards
     assert _delta(before, "ranges") == 0 and _delta(before, "cache_misses") == 0
 
@@ -120,7 +121,7 @@ def test_the_cache_keeps_the_most_recently_read_shards_within_its_limit(datasets
     shards = [s for split in ("train", "test") for s in load_manifest(copies.local).split(split).shards]
     limit = shards[-1].num_bytes + shards[-2].num_bytes  # the last two read fit, not one more
     before = _fetched()
-    assert _numpy_keys(copies.remote, remote_reads=SMALL_READS, cache_dir=str(tmp_path),
+    assert _numpy_keys(copies.remote, remote_reads=SMALL_READS["tfrecord"], cache_dir=str(tmp_path),
                        cache_limit=limit) == _numpy_keys(copies.local)
     kept = ShardCache(str(tmp_path), limit_bytes=limit).entries()
     assert sum(kept.values()) <= limit
@@ -166,7 +167,7 @@ def test_a_damaged_remote_shard_is_reported_with_its_path(fake_gcs: FakeGcs, dat
     with storage.open_write(f"{remote}/{shard.filename}") as handle:
         handle.write(bytes(data))
     with pytest.raises(CorruptShardError, match=shard.filename):
-        _numpy_keys(remote, remote_reads=SMALL_READS)
+        _numpy_keys(remote, remote_reads=SMALL_READS["tfrecord"])
 
 
 @pytest.mark.parametrize(("options", "message"), [
