@@ -99,8 +99,10 @@ def read_range(path: str, start: int, stop: int, *, through: Any | None = None) 
     bucket, name = split(path)
     target = (through or client()).bucket(bucket).blob(name)  # a Blob per call: calls run in parallel threads
     # checksum=None: a range has no object checksum to compare (records and files are checked by the readers).
+    # single_shot_download: the answer read in one call rather than in 8 KB steps, which cost 2.5x the
+    # CPU (0.5 s against 0.2 s per 300 MB on 16 threads, measured): a range is meant to fit in memory.
     return bytes(target.download_as_bytes(start=start, end=stop - 1, raw_download=True, checksum=None,
-                                          retry=retry_policy()))
+                                          single_shot_download=True, retry=retry_policy()))
 
 
 def blob(path: str) -> Any:

@@ -84,11 +84,13 @@ class TFRecordShardReader(ShardReader):
             return storage.open_read(self.path, self._compression)
         return storage.decompressed(self._fetched.stream(), self._compression)
 
-    def _open_windows(self) -> "_MappedWindows | _ReadWindows":
+    def _open_windows(self) -> "_MappedWindows | _ReadWindows | _ChunkWindows":
         if self._compression is Compression.NONE:
             local = self.path if self._fetched is None else self._fetched.cached
             if local is not None and not storage.is_remote(local):
                 return _MappedWindows(local)
+            if self._fetched is not None:
+                return _ChunkWindows(self._fetched.chunks())
         return _ReadWindows(self._open_stream())
 
     def close(self) -> None:
@@ -171,6 +173,39 @@ class _MappedWindows:
 
     def __exit__(self, *exc: object) -> None:
         """The mapping closes when the last view of it is gone."""
+
+
+class _ChunkWindows:
+    """Windows of a fetched shard's ranges (``FetchedShard.chunks``): views of a range when a window
+    lies inside one, else of the rest of one joined with the next (one copy of the stream in all)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._held = np.empty(0, dtype=np.uint8)
+        self._offset = 0  # the stream offset of ``_held``
+
+    def window(self, offset: int, size: int) -> np.ndarray:
+        begin = offset - self._offset
+        if begin + size > len(self._held):
+            parts = [self._held[begin:]]
+            held = len(parts[0])
+            while held < size:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    break
+                parts.append(np.frombuffer(chunk, dtype=np.uint8))
+                held += len(chunk)
+            self._held = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            self._offset, begin = offset, 0
+        return self._held[begin:begin + size]
+
+    def __enter__(self) -> "_ChunkWindows":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
 
 
 class _ReadWindows:
