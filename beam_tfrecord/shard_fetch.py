@@ -165,6 +165,11 @@ class ShardFetcher:
         self._pending: dict[tuple[int, int], concurrent.futures.Future[bytes]] = {}
         self._settled: set[tuple[int, int]] = set()  # ranges taken or given up: never requested again
         self._held_bytes = 0
+        first = set(side_by_side[0]) if side_by_side else {0}
+        self._starts = [_range_starts(shard.num_bytes, reads.range_bytes, ramp=number in first)
+                        for number, shard in enumerate(self._shards)]
+        self._ends = [dict(zip(starts, [*starts[1:], shard.num_bytes]))
+                      for starts, shard in zip(self._starts, self._shards)]
         self._ranges = self._read_ahead_order(side_by_side)
         self._next = 0  # the first range of ``_ranges`` not yet considered for read-ahead
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=reads.connections,
@@ -182,8 +187,7 @@ class ShardFetcher:
                 continue
             group = grouped.get(number, (number,))
             done.update(group)
-            per_shard = [[(n, start) for start in range(0, self._shards[n].num_bytes, self._reads.range_bytes)]
-                         for n in group if self._to_fetch(self._shards[n])]
+            per_shard = [[(n, start) for start in self._starts[n]] for n in group if self._to_fetch(self._shards[n])]
             out.extend(key for turn in itertools.zip_longest(*per_shard) for key in turn if key is not None)
         return out
 
@@ -225,7 +229,7 @@ class ShardFetcher:
         return self._cache
 
     def _size(self, number: int, start: int) -> int:
-        return min(self._reads.range_bytes, self._shards[number].num_bytes - start)
+        return self._ends[number][start] - start
 
     def _read_ahead(self) -> None:
         """Requests the next ranges in the reader's order while they fit in ``bytes_in_flight`` (under no lock)."""
@@ -282,7 +286,9 @@ class ShardFetcher:
 
     def _request_following(self, number: int, start: int) -> None:
         """Requests the ranges after ``start`` of shard ``number`` that fit in ``bytes_in_flight`` (under the lock)."""
-        for later in range(start + self._reads.range_bytes, self._shards[number].num_bytes, self._reads.range_bytes):
+        for later in self._starts[number]:
+            if later <= start:
+                continue
             key = (number, later)
             if key in self._pending or key in self._settled:
                 continue
@@ -294,7 +300,9 @@ class ShardFetcher:
     def give_up(self, number: int, after: int) -> None:
         """The reader stopped reading shard ``number`` at byte ``after``: drop its later ranges."""
         with self._lock:
-            for start in range(after, self._shards[number].num_bytes, self._reads.range_bytes):
+            for start in self._starts[number]:
+                if start < after:
+                    continue
                 key = (number, start)
                 future = self._pending.pop(key, None)
                 if future is not None:
@@ -457,6 +465,21 @@ class _ChunkStream(io.RawIOBase):
         if close is not None:
             close()
         super().close()
+
+
+RAMP_FIRST_BYTES = 1 * MiB
+
+
+def _range_starts(num_bytes: int, range_bytes: int, *, ramp: bool) -> list[int]:
+    """Where a shard's ranges start: every ``range_bytes``; with ``ramp`` (the first shard a read needs),
+    first 1 MiB, then doubling up to ``range_bytes``, so the reader starts after ~1 MiB, not a whole range
+    (behind 40 ms and 50 MB/s a connection: 60 ms instead of 210 ms for 8 MiB)."""
+    starts, start, size = [], 0, min(RAMP_FIRST_BYTES, range_bytes) if ramp else range_bytes
+    while start < num_bytes:
+        starts.append(start)
+        start += size
+        size = min(2 * size, range_bytes)
+    return starts
 
 
 def shard_fetcher(shards: Sequence[RemoteShard], reads: RemoteReads, *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import os
@@ -15,7 +16,7 @@ from beam_tfrecord.reader.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
-from beam_tfrecord.shard_fetch import RemoteReads, fetched_remotely, reads_with_cache
+from beam_tfrecord.shard_fetch import FetchedShard, RemoteReads, fetched_remotely, reads_with_cache
 
 _PREFETCH_BATCHES = 2
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
@@ -80,23 +81,67 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     With ``verify_count``, reading more or fewer records than the plan is an error (a shard that
     does not hold its manifest count must not give one worker more steps than the others).
 
-    A random-access format (ArrayRecord), which tf.data has no reader for, and ``gs://`` shards
-    (TensorFlow's own GCS filesystem reads one sequential stream per shard, and cannot be pointed at
-    an emulator) are read by the format's own reader in blocks fed through ``from_generator`` (see
-    ``block_records``): on ``gs://`` with the parallel fetcher of ``shard_fetch`` (``reads``), so
-    ``num_parallel_reads`` does not apply there (``reads.connections`` does).
+    ``gs://`` shards are fetched by ``shard_fetch`` (parallel ranged reads ahead of the reader; TensorFlow's
+    own GCS filesystem reads one sequential stream per shard, and cannot be pointed at an emulator), so
+    ``num_parallel_reads`` does not apply there (``reads.connections`` does): in stored order each
+    fetched shard is a local file read by ``TFRecordDataset`` (``fetched_files``); shuffled, and for a
+    random-access format (ArrayRecord, which tf.data has no reader for) wherever it is, the format's
+    own reader feeds blocks through ``from_generator`` (``block_records``).
 
     Raises:
         ReaderError: the shards are in a format tf.data cannot read here (naming the readers that can).
     """
     plan.require_reader("read_dataset")
-    if plan.format.random_access or any(fetched_remotely(plan.path(s)) for s in plan.segments):
+    remote = any(fetched_remotely(plan.path(s)) for s in plan.segments)
+    if plan.format.random_access or (remote and shuffle_files):
         records = block_records(plan, shuffle=shuffle_files, seed=seed, reads=reads)
+    elif remote:
+        records = fetched_files(plan, reads or RemoteReads())
     else:
         records = _read_segments(plan, shuffle_files=shuffle_files, seed=seed, num_parallel_reads=num_parallel_reads)
     if verify_count:
         records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
     return records
+
+
+_KEPT_FILES = 2  # fetched files kept after the generator moved past them (a prefetch of the paths is harmless)
+
+
+def fetched_files(plan: ReadPlan, reads: RemoteReads) -> tf.data.Dataset:
+    """The records of a plan over ``gs://`` TFRecord shards, in stored order, read by ``TFRecordDataset``.
+
+    A generator hands each shard's segment to tf.data as a local file: the shard's cache entry, or a
+    private temporary file the fetcher wrote (parallel ranged reads, read ahead across shards,
+    CRC32C checked), removed ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time:
+    the one before the generator's last is done). TensorFlow's reader checks every record's CRCs.
+    """
+    compression = plan.manifest.compression.value
+    segments = plan.segments
+
+    def files() -> Iterator[tuple[str, int, int]]:
+        fetcher = plan.fetcher(segments, reads)
+        if fetcher is None:
+            raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
+        done: collections.deque[FetchedShard] = collections.deque()
+        try:
+            for number, segment in enumerate(segments):
+                fetched = fetcher.open(number)
+                if fetched is None:  # a local shard: read where it is
+                    yield plan.path(segment), segment.skip, segment.take
+                    continue
+                yield fetched.local_file(), segment.skip, segment.take
+                done.append(fetched)
+                while len(done) > _KEPT_FILES:
+                    done.popleft().close()
+        finally:
+            for fetched in done:
+                fetched.close()
+            fetcher.close()
+
+    paths = tf.data.Dataset.from_generator(files, output_signature=(
+        tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
+    return paths.flat_map(lambda path, skip, take: tf.data.TFRecordDataset(
+        path, compression_type=compression).skip(skip).take(take))
 
 
 def block_records(plan: ReadPlan, *, shuffle: bool, seed: int | None,

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,13 @@ def test_bad_remote_reads_are_refused_with_what_was_expected(options: dict, mess
     with pytest.raises(ReaderError) as raised:
         RemoteReads(**options)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_read_without_cache_leaves_no_fetched_file_behind(reader: str, datasets: dict[str, Copies], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where private copies of fetched shards go
+    for variant in ("tfrecord", "array_record"):
+        copies = datasets[variant]
+        assert READERS[reader](copies.remote, remote_reads=SMALL_READS[variant]) == READERS[reader](copies.local)
+    assert [name for name in os.listdir(tmp_path) if name.startswith("beam-tfrecord-shard-")] == []
