@@ -134,12 +134,17 @@ class ArrayRecordShardReader(ShardReader):
         if fetched is None and not storage.exists(path):
             raise MissingShardError(path)
         module = _module(ReaderError)
-        local = fetched.local_file() if fetched is not None else local_copy(path, crc32c)
         try:
-            self._reader = module.ArrayRecordReader(local)
-            found = self._reader.num_records()
-        except (RuntimeError, ValueError, OSError) as err:
-            raise CorruptShardError(path, f"not a readable ArrayRecord file: {err}") from err
+            local = fetched.local_file() if fetched is not None else local_copy(path, crc32c)
+            try:
+                self._reader = module.ArrayRecordReader(local)
+                found = self._reader.num_records()
+            except (RuntimeError, ValueError, OSError) as err:
+                raise CorruptShardError(path, f"not a readable ArrayRecord file: {err}") from err
+        except BaseException:
+            if fetched is not None:
+                fetched.close()  # its private copy, and what it would still fetch
+            raise
         if found != num_records:
             raise CorruptShardError(path, f"{found} records, manifest says {num_records}")
         self.num_records = num_records

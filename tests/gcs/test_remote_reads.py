@@ -21,7 +21,7 @@ from remote_datasets import SMALL_READS, VARIANTS, write_local
 
 from beam_tfrecord import storage
 from beam_tfrecord.dataset import load_manifest
-from beam_tfrecord.errors import CorruptShardError, ReaderError
+from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.shard_cache import LOCK_NAME, PARTIAL_PREFIX, CacheKey, ShardCache
 from beam_tfrecord.shard_fetch import COUNTERS, RemoteReads
@@ -169,6 +169,21 @@ def test_a_damaged_remote_shard_is_reported_with_its_path(fake_gcs: FakeGcs, dat
         handle.write(bytes(data))
     with pytest.raises(CorruptShardError, match=shard.filename):
         _numpy_keys(remote, remote_reads=SMALL_READS["tfrecord"])
+
+
+@pytest.mark.parametrize("variant", ["tfrecord", "array_record"])
+@pytest.mark.parametrize("reader", READERS)
+def test_a_missing_remote_shard_is_reported_with_its_path(reader: str, variant: str, fake_gcs: FakeGcs,
+                                                          datasets: dict[str, Copies], gcs_bucket: str) -> None:
+    copies = datasets[variant]
+    remote = f"{gcs_bucket}/{variant}"
+    fake_gcs.upload_tree(copies.local, remote)
+    shard = load_manifest(copies.local).split("train").shards[2]
+    storage.delete_if_exists([f"{remote}/{shard.filename}"])
+    with pytest.raises(Exception, match=shard.filename) as raised:
+        READERS[reader](remote, remote_reads=SMALL_READS[variant])
+    if reader != "tf":  # tf.data raises its own error, naming the shard
+        assert isinstance(raised.value, MissingShardError)
 
 
 @pytest.mark.parametrize(("options", "message"), [
