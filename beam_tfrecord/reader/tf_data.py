@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import itertools
 import os
@@ -104,6 +105,7 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     return records
 
 
+_FILES_AHEAD = 2  # shards made local files ahead of tf.data's reader, on a thread of their own
 _KEPT_FILES = 2  # fetched files kept after the generator moved past them (a prefetch of the paths is harmless)
 
 
@@ -112,28 +114,49 @@ def fetched_files(plan: ReadPlan, reads: RemoteReads) -> tf.data.Dataset:
 
     A generator hands each shard's segment to tf.data as a local file: the shard's cache entry, or a
     private temporary file the fetcher wrote (parallel ranged reads, read ahead across shards,
-    CRC32C checked), removed ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time:
-    the one before the generator's last is done). TensorFlow's reader checks every record's CRCs.
+    CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
+    ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
+    generator's last is done). TensorFlow's reader checks every record's CRCs.
     """
     compression = plan.manifest.compression.value
     segments = plan.segments
 
     def files() -> Iterator[tuple[str, int, int]]:
-        fetcher = plan.fetcher(segments, reads)
+        fetcher = plan.fetcher(segments, reads, whole_shards=True)
         if fetcher is None:
             raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
+        writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetched-files")
+        ahead: collections.deque[tuple[int, FetchedShard | None, concurrent.futures.Future[str] | None]] = (
+            collections.deque())
         done: collections.deque[FetchedShard] = collections.deque()
-        try:
-            for number, segment in enumerate(segments):
+
+        numbers = iter(range(len(segments)))
+
+        def make_ahead() -> None:
+            number = next(numbers, None)
+            if number is not None:
                 fetched = fetcher.open(number)
-                if fetched is None:  # a local shard: read where it is
+                ahead.append((number, fetched, writer.submit(fetched.local_file) if fetched is not None else None))
+
+        try:
+            for _ in range(_FILES_AHEAD):
+                make_ahead()
+            while ahead:
+                number, fetched, local = ahead.popleft()
+                segment = segments[number]
+                make_ahead()
+                if fetched is None or local is None:  # a local shard: read where it is
                     yield plan.path(segment), segment.skip, segment.take
                     continue
-                yield fetched.local_file(), segment.skip, segment.take
                 done.append(fetched)
+                yield local.result(), segment.skip, segment.take
                 while len(done) > _KEPT_FILES:
                     done.popleft().close()
         finally:
+            writer.shutdown(wait=True, cancel_futures=True)
+            for _, fetched, _ in ahead:
+                if fetched is not None:
+                    fetched.close()
             for fetched in done:
                 fetched.close()
             fetcher.close()
