@@ -88,6 +88,20 @@ def pooled_client(connections: int) -> Any:
         return _POOLED[key]
 
 
+class _Kept:
+    """A write-only stream that keeps the buffers it is given, without copying them (a download's answer)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(data)
+        return len(data)
+
+    def value(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+
+
 def read_range(path: str, start: int, stop: int, *, through: Any | None = None) -> bytes:
     """Bytes ``[start, stop)`` of the object at ``path`` as stored, in one ranged GET, retried (``retry_policy``).
 
@@ -98,11 +112,14 @@ def read_range(path: str, start: int, stop: int, *, through: Any | None = None) 
     """
     bucket, name = split(path)
     target = (through or client()).bucket(bucket).blob(name)  # a Blob per call: calls run in parallel threads
+    kept = _Kept()
     # checksum=None: a range has no object checksum to compare (records and files are checked by the readers).
     # single_shot_download: the answer read in one call rather than in 8 KB steps, which cost 2.5x the
     # CPU (0.5 s against 0.2 s per 300 MB on 16 threads, measured): a range is meant to fit in memory.
-    return bytes(target.download_as_bytes(start=start, end=stop - 1, raw_download=True, checksum=None,
-                                          single_shot_download=True, retry=retry_policy()))
+    # Written to ``kept`` rather than download_as_bytes' BytesIO: two copies of every byte fewer.
+    target.download_to_file(kept, start=start, end=stop - 1, raw_download=True, checksum=None,
+                            single_shot_download=True, retry=retry_policy())
+    return kept.value()
 
 
 def blob(path: str) -> Any:

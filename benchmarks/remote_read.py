@@ -262,8 +262,8 @@ def main(argv: list[str] | None = None) -> None:
                 bound = min(local_rate, rate["ranges"])
                 gs_ratio, cached_ratio = gs_rate / bound, cached_rate / local_rate
                 print(f"  {reader:5s}  local {local_rate:>10,.0f}/s  gs {gs_rate:>10,.0f}/s  "
-                      f"gs/min(local, ranges) {gs_ratio:.2f} ({'met' if gs_ratio >= 0.8 else 'NOT met'}: >= 0.8)  "
-                      f"cached {cached_rate:>10,.0f}/s  cached/local {cached_ratio:.2f} "
+                      f"gs/min(local, ranges) {gs_ratio:.3f} ({'met' if gs_ratio >= 0.8 else 'NOT met'}: >= 0.8)  "
+                      f"cached {cached_rate:>10,.0f}/s  cached/local {cached_ratio:.3f} "
                       f"({'met' if cached_ratio >= 0.9 else 'NOT met'}: >= 0.9)")
             print("  CPU seconds of the best epoch (this process / the proxy and emulator): " + ", ".join(
                 f"{mode} {best[mode][1]:.2f}/{best[mode][2]:.2f}" for mode in modes))
