@@ -163,6 +163,8 @@ def fetched_files(plan: ReadPlan, reads: RemoteReads) -> tf.data.Dataset:
 
     paths = tf.data.Dataset.from_generator(files, output_signature=(
         tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
+    if all(segment.skip == 0 and segment.reaches_end for segment in segments):  # no per-record skip/take stages
+        return paths.flat_map(lambda path, skip, take: tf.data.TFRecordDataset(path, compression_type=compression))
     return paths.flat_map(lambda path, skip, take: tf.data.TFRecordDataset(
         path, compression_type=compression).skip(skip).take(take))
 

@@ -221,3 +221,14 @@ def test_a_read_without_cache_leaves_no_fetched_file_behind(reader: str, dataset
         copies = datasets[variant]
         assert READERS[reader](copies.remote, remote_reads=SMALL_READS[variant]) == READERS[reader](copies.local)
     assert [name for name in os.listdir(tmp_path) if name.startswith("beam-tfrecord-shard-")] == []
+
+
+@pytest.mark.parametrize("variant", ["tfrecord", "tfrecord-gzip"])
+@pytest.mark.parametrize("reader", ["numpy", "tf"])
+def test_a_worker_share_that_cuts_shards_reads_the_same_records_from_gs(reader: str, variant: str,
+                                                                         datasets: dict[str, Copies]) -> None:
+    copies = datasets[variant]
+    for worker in range(3):  # shares start and end inside shards: segments with skip and take
+        options = {"num_workers": 3, "worker_index": worker}
+        remote = READERS[reader](copies.remote, remote_reads=SMALL_READS[variant], **options)
+        assert remote == READERS[reader](copies.local, **options) and len(remote) == 30
