@@ -24,7 +24,7 @@ and prints records/s and the targets of issue 29: gs >= 0.8 x min(local, ranges)
 cached >= 0.9 x local; and the CPU seconds of each best epoch, in this process and in the store's
 (proxy and emulator) processes, which share this machine's cores with the reader.
 
-Run: python benchmarks/remote_read.py [--records 100000] [--images 2000] [--image_kb 150] [--rounds 2]
+Run: python benchmarks/remote_read.py [--records 100000] [--images 2000] [--image_kb 150] [--rounds 3]
      [--latency_ms 40] [--connection_mb_s 50] [--dir /tmp/bt_remote_read]
 """
 
@@ -52,8 +52,8 @@ import psutil
 from measure import already_built
 
 from beam_tfrecord import ClassLabel, DType, Sample, Scalar, Schema
+from beam_tfrecord.core.units import MiB
 
-MiB = 1 << 20
 IMAGE_SCHEMA = Schema(features={"image": Scalar(DType.BYTES), "label": ClassLabel(tuple(f"c{i}" for i in range(10)))})
 READERS = ("numpy", "torch", "tf")
 _PROXY = """
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--images", type=int, default=2_000)
     parser.add_argument("--image_kb", type=int, default=150)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--latency_ms", type=float, default=40.0)
     parser.add_argument("--connection_mb_s", type=float, default=50.0)
     parser.add_argument("--dir", default="/tmp/bt_remote_read")
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     from read_benchmark import build as build_small
 
     from beam_tfrecord.dataset import load_manifest
-    from beam_tfrecord.shard_fetch import COUNTERS
+    from beam_tfrecord.remote_reads import COUNTERS
 
     workloads = {"small": os.path.join(args.dir, f"small-{args.records}"),
                  "images": os.path.join(args.dir, f"images-{args.images}x{args.image_kb}k")}

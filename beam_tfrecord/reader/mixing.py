@@ -53,7 +53,7 @@ from beam_tfrecord.reader.orders import GATHERED_RECORDS, Record, RecordOrder, g
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.resume import Ranges, rank_share
 from beam_tfrecord.reader.slicing import sub_range
-from beam_tfrecord.shard_fetch import RemoteReads
+from beam_tfrecord.remote_reads import RemoteReads
 
 MAX_DATASETS = 255  # one byte per choice
 _CHOICES = -1  # the seed part that makes the interleaving's generator differ from the datasets' ones

@@ -22,7 +22,7 @@ from beam_tfrecord.reader.options import ImageDecoding, check_positive
 from beam_tfrecord.reader.orders import StoredOrder
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.resume import length, rank_share, take
-from beam_tfrecord.shard_fetch import RemoteReads, reads_with_cache
+from beam_tfrecord.remote_reads import RemoteReads, reads_with_cache
 
 _WINDOW = 10_000  # the shuffle window of a sequential format's order (``read_numpy``'s default)
 
@@ -35,7 +35,7 @@ def iter_examples(plan: ReadPlan, *, image_decoding: ImageDecoding | None = None
         plan: what to read (``plan_read``).
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
         verify: check every record's CRCs.
-        reads: how ``gs://`` shards are fetched (``shard_fetch.RemoteReads``); default ``RemoteReads()``.
+        reads: how ``gs://`` shards are fetched (``remote_reads.RemoteReads``); default ``RemoteReads()``.
 
     Raises:
         MissingShardError, CorruptShardError: on missing or damaged shards (a shard read to its end
@@ -96,7 +96,7 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
             from there; shared safely by the processes of one machine). None: no cache.
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
         remote_reads: how ``gs://`` shards are fetched: parallel ranged reads, bytes in flight
-            (``shard_fetch.RemoteReads``; ``cache_dir`` and ``cache_limit`` override its own).
+            (``remote_reads.RemoteReads``; ``cache_dir`` and ``cache_limit`` override its own).
 
     Raises:
         ReaderError: on bad options (worker index, start, weights).

@@ -40,7 +40,8 @@ from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.reader.random_access import RandomAccessRecords
 from beam_tfrecord.reader.read_plan import ReadPlan
 from beam_tfrecord.reader.slicing import ReadSegment, sub_range
-from beam_tfrecord.shard_fetch import FetchedShard, RemoteReads, ShardFetcher
+from beam_tfrecord.remote_reads import RemoteReads
+from beam_tfrecord.shard_fetch import FetchedShard, ShardFetcher
 
 GATHERED_RECORDS = 1024  # records gathered into one block when an order is not a stored run
 CYCLE_SHARDS = 16  # shards read side by side in a windowed shuffle (tf.data's interleave cycle)

@@ -17,7 +17,8 @@ from beam_tfrecord.reader.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
-from beam_tfrecord.shard_fetch import FetchedShard, RemoteReads, fetched_remotely, reads_with_cache
+from beam_tfrecord.remote_reads import RemoteReads, fetched_remotely, reads_with_cache
+from beam_tfrecord.shard_fetch import FetchedShard
 
 _PREFETCH_BATCHES = 2
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
@@ -307,7 +308,7 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
             processes of one machine.
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
         remote_reads: how ``gs://`` shards are fetched: parallel ranged reads, read ahead across
-            shards, bytes in flight (``shard_fetch.RemoteReads``; ``cache_dir``/``cache_limit`` override its own).
+            shards, bytes in flight (``remote_reads.RemoteReads``; ``cache_dir``/``cache_limit`` override its own).
 
     Raises:
         DatasetNotFoundError, UnknownSplitError: no such dataset or split.

@@ -43,7 +43,7 @@ from beam_tfrecord.reader.resume import (
     take,
     worker_states,
 )
-from beam_tfrecord.shard_fetch import RemoteReads, reads_with_cache
+from beam_tfrecord.remote_reads import RemoteReads, reads_with_cache
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -101,7 +101,7 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
             them locally; shared safely by the DataLoader workers and the ranks of one machine.
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
         remote_reads: how ``gs://`` shards are fetched, per DataLoader worker: parallel ranged reads
-            and bytes in flight (``shard_fetch.RemoteReads``; ``cache_dir``/``cache_limit`` override its own).
+            and bytes in flight (``remote_reads.RemoteReads``; ``cache_dir``/``cache_limit`` override its own).
     """
 
     def __init__(self, path: DatasetPaths, *, split: str = "train", rank: int | None = None,

@@ -23,7 +23,7 @@ from beam_tfrecord import (
     WriteTFRecordDataset,
 )
 from beam_tfrecord.core.naming import FileFormat
-from beam_tfrecord.shard_fetch import RemoteReads
+from beam_tfrecord.remote_reads import RemoteReads
 
 NUM_SAMPLES = 90
 SCHEMA = Schema(features={"key": Scalar(DType.STRING), "blob": Scalar(DType.BYTES),

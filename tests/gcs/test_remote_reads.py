@@ -23,8 +23,8 @@ from beam_tfrecord import storage
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy
+from beam_tfrecord.remote_reads import COUNTERS, RemoteReads
 from beam_tfrecord.shard_cache import LOCK_NAME, PARTIAL_PREFIX, CacheKey, ShardCache
-from beam_tfrecord.shard_fetch import COUNTERS, RemoteReads
 
 SPLIT = "train+test"
 
@@ -136,7 +136,7 @@ def test_processes_sharing_a_cache_read_the_same_records_within_its_limit(datase
     limit = sum(sorted(s.num_bytes for s in load_manifest(copies.local).shards)[-3:])
     script = ("import json, sys\n"
               "from beam_tfrecord.reader.numpy_reader import read_numpy\n"
-              "from beam_tfrecord.shard_fetch import RemoteReads\n"
+              "from beam_tfrecord.remote_reads import RemoteReads\n"
               "reads = RemoteReads(connections=4, range_bytes=1000, bytes_in_flight=4000)\n"
               "keys = [[bytes(e['key']).decode() for e in read_numpy(sys.argv[1], split='train+test',"
               " remote_reads=reads, cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]))] for _ in range(2)]\n"
