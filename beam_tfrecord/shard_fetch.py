@@ -141,7 +141,7 @@ class ShardFetcher:
         return self._ends[number][start] - start
 
     def _read_ahead(self) -> None:
-        """Requests the next ranges in the reader's order while they fit in ``bytes_in_flight`` (under no lock)."""
+        """Requests the next ranges in the reader's order while they fit in ``bytes_in_flight`` (takes the lock)."""
         with self._lock:
             while not self._closed and self._next < len(self._ranges):
                 key = self._ranges[self._next]
