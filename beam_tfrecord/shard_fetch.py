@@ -10,8 +10,8 @@ one per connection for a reader that needs whole shards) and reads the ranges on
 threads (one kept-alive connection each), in the reader's order and across shard boundaries: while
 one shard is parsed, the next ones arrive, which hides the latency of each request and of each
 shard's first byte. With that, behind 40 ms and 50 MB/s per connection, ``read_numpy`` and
-``TFRecordIterableDataset`` read at 0.85-0.93 of what 16 plain range reads get, ``read_dataset``
-at ~0.6 (``benchmarks/remote_read.py``; ``docs/performance.md``).
+``TFRecordIterableDataset`` read at 0.81-0.94 of what 16 plain range reads get, ``read_dataset``
+at 0.5-0.6 (``benchmarks/remote_read.py``; ``docs/performance.md``).
 
 **Memory** is bounded by ``bytes_in_flight``: ranges requested or fetched but not yet taken by the
 reader. A range the reader asks for before the read-ahead reached it is fetched at once, beyond the
