@@ -124,7 +124,11 @@ class _ZlibReader(io.RawIOBase):
 
 def open_read(path: str, compression: Compression = Compression.NONE) -> BinaryIO:
     """Opens a file for reading, decompressing as it goes."""
-    raw = _open_raw_read(path)
+    return decompressed(_open_raw_read(path), compression)
+
+
+def decompressed(raw: Any, compression: Compression) -> BinaryIO:
+    """A readable stream of the bytes of ``raw`` (a readable file object) decompressed as they are read."""
     if compression is Compression.GZIP:
         return cast(BinaryIO, gzip.GzipFile(fileobj=raw, mode="rb"))
     if compression is Compression.ZLIB:

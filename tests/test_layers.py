@@ -20,10 +20,11 @@ PACKAGES = ("beam_tfrecord", "pipelines")
 
 # Lowest first. A room may import rooms of earlier layers only ("__init__" is the package's facade).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "_version", "gcs", "progress"),
+    ("errors", "_version", "gcs", "progress", "shard_cache"),
     ("core", "disk_space"),  # core is pure: schema, encoding, framing, naming, planning, the manifest
     ("storage",),
-    ("direct_io", "dataset", "describe", "lease", "encoding"),
+    ("direct_io", "dataset", "describe", "lease", "encoding", "remote_reads"),
+    ("shard_fetch",),  # gs:// shards in parallel ranges for the formats' readers
     ("formats", "spill", "spill_resume", "refresh", "input_index"),
     ("reader", "verify", "array_records"),
     ("beam",),
@@ -33,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 # Rooms that run without Apache Beam installed (readers, the pure core, the formats...).
 BEAM_FREE = ("errors", "disk_space", "core", "encoding", "formats", "spill", "spill_resume", "reader", "dataset",
-             "verify", "describe")
+             "verify", "describe", "shard_cache", "remote_reads", "shard_fetch")
 
 Graph = dict[str, set[str]]
 

@@ -6,8 +6,10 @@ a true global shuffle needs and why TFDS and Grain moved to it. Shards are writt
 package's own default and the layout its authors recommend for random access.
 
 The package's reader and writer take local paths only. A ``gs://`` shard is written to a local
-temporary file and uploaded when closed; read, it is first copied to a local cache directory
-(once per process and shard, checked against the manifest's CRC32C). The package is an optional
+temporary file and uploaded when closed; read, it is first copied to a local file: by the readers'
+``shard_fetch.ShardFetcher`` (parallel ranged reads, checked against the manifest's CRC32C; a
+private temporary file removed when the reader closes, or an entry of the readers' cache), or,
+opened without one, to a local cache directory once per process and shard. The package is an optional
 extra: ``pip install "beam-tfrecord[array_record]"``.
 """
 
@@ -35,6 +37,7 @@ from beam_tfrecord.errors import (
     WriterOptionError,
 )
 from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter
+from beam_tfrecord.shard_fetch import FetchedShard
 
 WRITER_OPTIONS = "group_size:1"
 READ_BLOCK_RECORDS = 256  # records per read call of a range
@@ -122,18 +125,26 @@ class ArrayRecordShardReader(ShardReader):
         path: the shard, local or remote.
         crc32c: its CRC32C from the manifest (checks a remote copy).
         num_records: its record count from the manifest; a different count is a CorruptShardError.
+        fetched: the shard as a ``ShardFetcher`` gives it (its local file is read; closed with the reader).
     """
 
-    def __init__(self, path: str, *, crc32c: str, num_records: int) -> None:
+    def __init__(self, path: str, *, crc32c: str, num_records: int, fetched: FetchedShard | None = None) -> None:
         self.path = path
-        if not storage.exists(path):
+        self._fetched = fetched
+        if fetched is None and not storage.exists(path):
             raise MissingShardError(path)
         module = _module(ReaderError)
         try:
-            self._reader = module.ArrayRecordReader(local_copy(path, crc32c))
-            found = self._reader.num_records()
-        except (RuntimeError, ValueError, OSError) as err:
-            raise CorruptShardError(path, f"not a readable ArrayRecord file: {err}") from err
+            local = fetched.local_file() if fetched is not None else local_copy(path, crc32c)
+            try:
+                self._reader = module.ArrayRecordReader(local)
+                found = self._reader.num_records()
+            except (RuntimeError, ValueError, OSError) as err:
+                raise CorruptShardError(path, f"not a readable ArrayRecord file: {err}") from err
+        except BaseException:
+            if fetched is not None:
+                fetched.close()  # its private copy, and what it would still fetch
+            raise
         if found != num_records:
             raise CorruptShardError(path, f"{found} records, manifest says {num_records}")
         self.num_records = num_records
@@ -174,6 +185,8 @@ class ArrayRecordShardReader(ShardReader):
 
     def close(self) -> None:
         self._reader.close()
+        if self._fetched is not None:
+            self._fetched.close()
 
 
 class ArrayRecordFormat(ShardFormat):
@@ -188,5 +201,5 @@ class ArrayRecordFormat(ShardFormat):
         return ArrayRecordShardWriter(path)
 
     def open_reader(self, path: str, shard: ShardInfo, *, compression: Compression,
-                    verify: bool = True) -> ShardReader:
-        return ArrayRecordShardReader(path, crc32c=shard.crc32c, num_records=shard.num_records)
+                    verify: bool = True, fetched: FetchedShard | None = None) -> ShardReader:
+        return ArrayRecordShardReader(path, crc32c=shard.crc32c, num_records=shard.num_records, fetched=fetched)

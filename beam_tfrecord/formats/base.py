@@ -14,7 +14,7 @@ import abc
 import dataclasses
 from collections.abc import Iterator, Sequence
 from types import TracebackType
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from beam_tfrecord.core.framing import unframed
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import ReaderError
+
+if TYPE_CHECKING:
+    from beam_tfrecord.shard_fetch import FetchedShard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +139,7 @@ class ShardFormat(abc.ABC):
 
     @abc.abstractmethod
     def open_reader(self, path: str, shard: ShardInfo, *, compression: Compression,
-                    verify: bool = True) -> ShardReader:
+                    verify: bool = True, fetched: FetchedShard | None = None) -> ShardReader:
         """A reader of the shard ``shard`` at ``path``.
 
         Args:
@@ -145,6 +148,8 @@ class ShardFormat(abc.ABC):
             compression: the manifest's compression.
             verify: check every record's checksums where that costs extra (a format that always
                 checks them ignores it).
+            fetched: the shard's bytes as a ``shard_fetch.ShardFetcher`` gives them (parallel ranged
+                reads, or the local cache); the reader closes it. None: read ``path`` through ``storage``.
 
         Raises:
             MissingShardError: the shard is not on storage.

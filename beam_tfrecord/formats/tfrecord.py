@@ -13,6 +13,7 @@ import mmap
 import os
 import struct
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter
+from beam_tfrecord.shard_fetch import FetchedShard
 
 WRITE_CHUNK_BYTES = 4 << 20  # framed records joined into one write
 JOIN_MAX_RECORD_BYTES = 64 << 10  # larger records are written without a copy
@@ -67,20 +69,40 @@ class TFRecordShardWriter(ShardWriter):
 class TFRecordShardReader(ShardReader):
     """Reads a TFRecord shard front to back; offsets are byte offsets in the (uncompressed) record stream."""
 
-    def __init__(self, path: str, shard: ShardInfo, *, compression: Compression, verify: bool) -> None:
-        if not storage.exists(path):
+    def __init__(self, path: str, shard: ShardInfo, *, compression: Compression, verify: bool,
+                 fetched: FetchedShard | None = None) -> None:
+        if fetched is None and not storage.exists(path):  # a fetched shard's first range says so itself
             raise MissingShardError(path)
         self.path = path
         self._shard = shard
         self._compression = compression
         self._verify = verify
+        self._fetched = fetched
+
+    def _open_stream(self) -> BinaryIO:
+        if self._fetched is None:
+            return storage.open_read(self.path, self._compression)
+        return storage.decompressed(self._fetched.stream(), self._compression)
+
+    def _open_windows(self) -> "_MappedWindows | _ReadWindows | _ChunkWindows":
+        if self._compression is Compression.NONE:
+            local = self.path if self._fetched is None else self._fetched.cached
+            if local is not None and not storage.is_remote(local):
+                return _MappedWindows(local)
+            if self._fetched is not None:
+                return _ChunkWindows(self._fetched.chunks())
+        return _ReadWindows(self._open_stream())
+
+    def close(self) -> None:
+        if self._fetched is not None:
+            self._fetched.close()
 
     def iter_records(self, start: int, stop: int) -> Iterator[tuple[bytes, int]]:
         listed = self._shard.num_records
         reaches_end = stop == listed  # then the count is checked: reading goes on to the end
         offset = 0
         index = 0
-        with storage.open_read(self.path, self._compression) as handle:
+        with self._open_stream() as handle:
             for record in iter_records(handle, name=self.path, verify=self._verify):
                 if index == stop:
                     raise CorruptShardError(self.path, f"more records than the {listed} the manifest lists", offset)
@@ -105,7 +127,7 @@ class TFRecordShardReader(ShardReader):
         reaches_end = stop == listed
         index = offset = 0  # records walked, and the stream offset of the next window
         want = READ_BLOCK_BYTES
-        with _open_windows(self.path, self._compression) as source:
+        with self._open_windows() as source:
             while True:
                 view = source.window(offset, want)
                 block, used = split_frames(view, name=self.path, base_offset=offset, verify=self._verify)
@@ -127,7 +149,7 @@ class TFRecordShardReader(ShardReader):
 
     def count(self) -> ShardCount:
         records = record_bytes = 0
-        with storage.open_read(self.path, self._compression) as stream:
+        with self._open_stream() as stream:
             for data in iter_records(stream, name=self.path, verify=self._verify):
                 records += 1
                 record_bytes += len(data) + FRAMING_BYTES
@@ -153,11 +175,44 @@ class _MappedWindows:
         """The mapping closes when the last view of it is gone."""
 
 
+class _ChunkWindows:
+    """Windows of a fetched shard's ranges (``FetchedShard.chunks``): views of a range when a window
+    lies inside one, else of the rest of one joined with the next (one copy of the stream in all)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._held = np.empty(0, dtype=np.uint8)
+        self._offset = 0  # the stream offset of ``_held``
+
+    def window(self, offset: int, size: int) -> np.ndarray:
+        begin = offset - self._offset
+        if begin + size > len(self._held):
+            parts = [self._held[begin:]]
+            held = len(parts[0])
+            while held < size:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    break
+                parts.append(np.frombuffer(chunk, dtype=np.uint8))
+                held += len(chunk)
+            self._held = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            self._offset, begin = offset, 0
+        return self._held[begin:begin + size]
+
+    def __enter__(self) -> "_ChunkWindows":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+
+
 class _ReadWindows:
     """Windows of a stream (remote or compressed) read in chunks: each window is a new buffer."""
 
-    def __init__(self, path: str, compression: Compression) -> None:
-        self._handle = storage.open_read(path, compression)
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle = handle
         self._pending = b""
         self._offset = 0  # the stream offset of ``_pending``
 
@@ -181,12 +236,6 @@ class _ReadWindows:
         self._handle.close()
 
 
-def _open_windows(path: str, compression: Compression) -> _MappedWindows | _ReadWindows:
-    if compression is Compression.NONE and not storage.is_remote(path):
-        return _MappedWindows(path)
-    return _ReadWindows(path, compression)
-
-
 def _truncation(tail: bytes) -> str:
     """What is wrong with the bytes left at a stream's end (as ``core.framing.iter_records`` says it)."""
     if len(tail) < HEADER_BYTES:
@@ -207,5 +256,5 @@ class TFRecordFormat(ShardFormat):
         return TFRecordShardWriter(path, compression=compression, direct=direct_io)
 
     def open_reader(self, path: str, shard: ShardInfo, *, compression: Compression,
-                    verify: bool = True) -> ShardReader:
-        return TFRecordShardReader(path, shard, compression=compression, verify=verify)
+                    verify: bool = True, fetched: FetchedShard | None = None) -> ShardReader:
+        return TFRecordShardReader(path, shard, compression=compression, verify=verify, fetched=fetched)

@@ -14,9 +14,10 @@ from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.slicing import parse_split
+from beam_tfrecord.remote_reads import RemoteReads
 
-__all__ = ["ImageDecoding", "PixelType", "ReadPlan", "TFRecordIterableDataset", "VarLen", "collate", "num_examples",
-           "parse_split", "plan_read", "read_dataset", "read_numpy"]
+__all__ = ["ImageDecoding", "PixelType", "ReadPlan", "RemoteReads", "TFRecordIterableDataset", "VarLen", "collate",
+           "num_examples", "parse_split", "plan_read", "read_dataset", "read_numpy"]
 
 
 def __getattr__(name: str) -> Any:

@@ -53,6 +53,7 @@ from beam_tfrecord.reader.orders import GATHERED_RECORDS, Record, RecordOrder, g
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.resume import Ranges, rank_share
 from beam_tfrecord.reader.slicing import sub_range
+from beam_tfrecord.remote_reads import RemoteReads
 
 MAX_DATASETS = 255  # one byte per choice
 _CHOICES = -1  # the seed part that makes the interleaving's generator differ from the datasets' ones
@@ -169,16 +170,17 @@ class EpochOrder:
         shuffle: shuffle each dataset (``orders.make_order``).
         shuffle_buffer: the window of a TFRecord dataset's shuffle.
         verify: check every record's CRCs.
+        reads: how ``gs://`` shards are fetched (``shard_fetch``); default ``RemoteReads()``.
     """
 
     def __init__(self, sources: tuple[Source, ...], *, seed: int, epoch: int, shuffle: bool, shuffle_buffer: int,
-                 verify: bool) -> None:
+                 verify: bool, reads: RemoteReads | None = None) -> None:
         self.sources = sources
         self.takes = epoch_takes(sources)
         self.total = sum(self.takes)
         self._orders: list[RecordOrder] = [
             make_order(s.plan, shuffle=shuffle, seed_parts=(seed, epoch, number) if number else (seed, epoch),
-                       shuffle_buffer=shuffle_buffer, verify=verify) for number, s in enumerate(sources)]
+                       shuffle_buffer=shuffle_buffer, verify=verify, reads=reads) for number, s in enumerate(sources)]
         self._offsets = [epoch * take % s.plan.num_records if s.plan.num_records else 0
                          for take, s in zip(self.takes, sources)]
         self._choices = interleave(self.takes, seed=seed, epoch=epoch) if len(sources) > 1 else None

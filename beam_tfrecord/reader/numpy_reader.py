@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from fractions import Fraction
 
+from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader import mixing
 from beam_tfrecord.reader.block_decode import BlockDecoder, rows
@@ -21,30 +22,32 @@ from beam_tfrecord.reader.options import ImageDecoding, check_positive
 from beam_tfrecord.reader.orders import StoredOrder
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.resume import length, rank_share, take
+from beam_tfrecord.remote_reads import RemoteReads, reads_with_cache
 
 _WINDOW = 10_000  # the shuffle window of a sequential format's order (``read_numpy``'s default)
 
 
 def iter_examples(plan: ReadPlan, *, image_decoding: ImageDecoding | None = None,
-                  verify: bool = True) -> Iterator[Example]:
+                  verify: bool = True, reads: RemoteReads | None = None) -> Iterator[Example]:
     """Yields one dict of NumPy values per record of a read plan, in stored order.
 
     Args:
         plan: what to read (``plan_read``).
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
         verify: check every record's CRCs.
+        reads: how ``gs://`` shards are fetched (``remote_reads.RemoteReads``); default ``RemoteReads()``.
 
     Raises:
         MissingShardError, CorruptShardError: on missing or damaged shards (a shard read to its end
             is checked against the manifest's count).
     """
     decoder = BlockDecoder(plan.manifest.schema, image_decoding=image_decoding)
-    for block in StoredOrder(plan, verify=verify).iter_blocks(0, plan.num_records):
+    for block in StoredOrder(plan, verify=verify, reads=reads).iter_blocks(0, plan.num_records):
         yield from rows(decoder.decode(block))
 
 
-def iter_record_blocks(plan: ReadPlan, *, shuffle: bool, seed: int, epoch: int,
-                       verify: bool = True) -> Iterator[list[bytes]]:
+def iter_record_blocks(plan: ReadPlan, *, shuffle: bool, seed: int, epoch: int, verify: bool = True,
+                       reads: RemoteReads | None = None) -> Iterator[RecordBlock]:
     """A worker's serialized records, a block at a time (what tf.data is fed for formats it cannot read).
 
     Without ``shuffle``, the plan's records in stored order. With it, the worker's share of epoch
@@ -52,20 +55,20 @@ def iter_record_blocks(plan: ReadPlan, *, shuffle: bool, seed: int, epoch: int,
     reads with the same seed, epoch and workers (a true global shuffle on a random-access format).
     """
     if not shuffle:
-        blocks = StoredOrder(plan, verify=verify).iter_blocks(0, plan.num_records)
-        yield from ([block.record(i) for i in range(len(block))] for block in blocks)
+        yield from StoredOrder(plan, verify=verify, reads=reads).iter_blocks(0, plan.num_records)
         return
     whole = plan_read(plan.dataset_dir, split=plan.split, manifest=plan.manifest)
     order = EpochOrder((mixing.Source(plan.dataset_dir, Fraction(1), whole),), seed=seed, epoch=epoch,
-                       shuffle=True, shuffle_buffer=_WINDOW, verify=verify)
+                       shuffle=True, shuffle_buffer=_WINDOW, verify=verify, reads=reads)
     for lo, hi in rank_share(((0, order.total),), plan.num_workers, plan.worker_index):
-        for block in order.iter_dataset_blocks(0, lo, hi):
-            yield [block.record(i) for i in range(len(block))]
+        yield from order.iter_dataset_blocks(0, lo, hi)
 
 
 def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1, worker_index: int = 0,
                shuffle: bool = False, seed: int = 0, epoch: int = 0, shuffle_buffer: int = 10_000,
-               image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0) -> Iterator[Example]:
+               image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0,
+               cache_dir: str | None = None, cache_limit: int | None = None,
+               remote_reads: RemoteReads | None = None) -> Iterator[Example]:
     """Reads a split expression of one dataset, or a weighted mixture of several, as dicts of NumPy values.
 
     The epoch's order depends only on the datasets, the split expression, ``seed``, ``epoch`` and
@@ -89,6 +92,11 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
         verify: check every record's CRCs (ArrayRecord checks its own chunk hashes always).
         start: examples of this worker's share already consumed: the rest of the same order follows.
+        cache_dir: a local directory to keep ``gs://`` shards in once read (a later epoch reads them
+            from there; shared safely by the processes of one machine). None: no cache.
+        cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
+        remote_reads: how ``gs://`` shards are fetched: parallel ranged reads, bytes in flight
+            (``remote_reads.RemoteReads``; ``cache_dir`` and ``cache_limit`` override its own).
 
     Raises:
         ReaderError: on bad options (worker index, start, weights).
@@ -96,10 +104,12 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
         MissingShardError, CorruptShardError: on missing or damaged shards, naming the shard and offset.
     """
     check_positive("shuffle_buffer", shuffle_buffer)
+    reads = reads_with_cache(remote_reads, cache_dir=cache_dir, cache_limit=cache_limit)
     if not 0 <= worker_index < max(num_workers, 1):
         raise ReaderError(f"worker_index must be in [0, {num_workers}), got {worker_index}")
     sources = open_sources(path, split=split)
-    order = EpochOrder(sources, seed=seed, epoch=epoch, shuffle=shuffle, shuffle_buffer=shuffle_buffer, verify=verify)
+    order = EpochOrder(sources, seed=seed, epoch=epoch, shuffle=shuffle, shuffle_buffer=shuffle_buffer, verify=verify,
+                       reads=reads)
     share = rank_share(((0, order.total),), num_workers, worker_index)
     if order.total and not share:
         raise ReaderError(f"{order.total} records cannot give each of {num_workers} workers at least one")

@@ -18,6 +18,10 @@ arrive. Three orders, each readable from any position ``[lo, hi)``:
   Starting in the middle of a cycle (a resume, or a rank's first window) reads its shards from
   their start up to the window (TFRecord has no index).
 
+On ``gs://``, each read of a range ``[lo, hi)`` hands the shards it will read, in its order, to a
+``shard_fetch.ShardFetcher`` (parallel ranged reads ahead of the reader, and the local cache); a
+windowed shuffle's cycle is fetched side by side, as it is read.
+
 Each order also reads ``[lo, hi)`` in blocks (``iter_blocks``, ``core.blocks.RecordBlock``), for the
 block decoder (``block_decode``): a stored run straight from the format's block reader, a
 permutation's records a read block at a time, a window's records gathered into blocks.
@@ -26,6 +30,7 @@ permutation's records a read block at a time, a window's records gathered into b
 from __future__ import annotations
 
 import abc
+import contextlib
 import itertools
 from collections.abc import Generator, Iterator, Sequence
 
@@ -35,6 +40,8 @@ from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.reader.random_access import RandomAccessRecords
 from beam_tfrecord.reader.read_plan import ReadPlan
 from beam_tfrecord.reader.slicing import ReadSegment, sub_range
+from beam_tfrecord.remote_reads import RemoteReads
+from beam_tfrecord.shard_fetch import FetchedShard, ShardFetcher
 
 GATHERED_RECORDS = 1024  # records gathered into one block when an order is not a stored run
 CYCLE_SHARDS = 16  # shards read side by side in a windowed shuffle (tf.data's interleave cycle)
@@ -49,10 +56,17 @@ def generator(*seed_parts: int) -> np.random.Generator:
 class RecordOrder(abc.ABC):
     """One dataset's records in one epoch's order."""
 
-    def __init__(self, plan: ReadPlan, *, verify: bool) -> None:
+    def __init__(self, plan: ReadPlan, *, verify: bool, reads: RemoteReads | None = None) -> None:
         self.plan = plan
         self.verify = verify
+        self.reads = reads or RemoteReads()
         self.num_records = plan.num_records
+
+    def _fetching(self, segments: Sequence[ReadSegment],
+                  side_by_side: Sequence[Sequence[int]] = ()) -> contextlib.AbstractContextManager[ShardFetcher | None]:
+        """A fetcher of the segments' shards in this order (None for local shards), closed after the block."""
+        fetcher = self.plan.fetcher(segments, self.reads, side_by_side=side_by_side)
+        return fetcher if fetcher is not None else contextlib.nullcontext()
 
     @abc.abstractmethod
     def iter_range(self, lo: int, hi: int) -> Iterator[Record]:
@@ -67,43 +81,52 @@ class RecordOrder(abc.ABC):
         finally:
             records.close()  # type: ignore[attr-defined]
 
-    def _iter_segment(self, segment: ReadSegment) -> Iterator[Record]:
+    def _iter_segment(self, segment: ReadSegment, fetched: FetchedShard | None) -> Iterator[Record]:
         path = self.plan.path(segment)
-        with self.plan.open_shard(segment, verify=self.verify) as reader:
+        with self.plan.open_shard(segment, verify=self.verify, fetched=fetched) as reader:
             for record, offset in reader.iter_records(segment.skip, segment.skip + segment.take):
                 yield record, path, offset
+
+
+def _open(fetcher: ShardFetcher | None, number: int) -> FetchedShard | None:
+    return fetcher.open(number) if fetcher is not None else None
 
 
 class StoredOrder(RecordOrder):
     """The records in the order the split expression lists them."""
 
     def iter_range(self, lo: int, hi: int) -> Iterator[Record]:
-        for segment in sub_range(self.plan.segments, lo, hi):
-            yield from self._iter_segment(segment)
+        segments = sub_range(self.plan.segments, lo, hi)
+        with self._fetching(segments) as fetcher:
+            for number, segment in enumerate(segments):
+                yield from self._iter_segment(segment, _open(fetcher, number))
 
     def iter_blocks(self, lo: int, hi: int) -> Iterator[RecordBlock]:
         """A stored run read straight in the format's blocks (TFRecord: framing walked a buffer at a time)."""
-        for segment in sub_range(self.plan.segments, lo, hi):
-            with self.plan.open_shard(segment, verify=self.verify) as reader:
-                yield from reader.iter_blocks(segment.skip, segment.skip + segment.take)
+        segments = sub_range(self.plan.segments, lo, hi)
+        with self._fetching(segments) as fetcher:
+            for number, segment in enumerate(segments):
+                with self.plan.open_shard(segment, verify=self.verify, fetched=_open(fetcher, number)) as reader:
+                    yield from reader.iter_blocks(segment.skip, segment.skip + segment.take)
 
 
 class PermutedOrder(RecordOrder):
     """A seeded permutation of every record (random-access formats)."""
 
-    def __init__(self, plan: ReadPlan, *, verify: bool, seed_parts: Sequence[int]) -> None:
-        super().__init__(plan, verify=verify)
+    def __init__(self, plan: ReadPlan, *, verify: bool, reads: RemoteReads | None,
+                 seed_parts: Sequence[int]) -> None:
+        super().__init__(plan, verify=verify, reads=reads)
         self._permutation = generator(*seed_parts).permutation(self.num_records)
 
     def iter_range(self, lo: int, hi: int) -> Iterator[Record]:
-        records = RandomAccessRecords(self.plan)
+        records = RandomAccessRecords(self.plan, reads=self.reads)
         try:
             yield from records.iter_positions(self._permutation[lo:hi])
         finally:
             records.close()
 
     def iter_blocks(self, lo: int, hi: int) -> Iterator[RecordBlock]:
-        records = RandomAccessRecords(self.plan)
+        records = RandomAccessRecords(self.plan, reads=self.reads)
         try:
             for found in records.iter_blocks(self._permutation[lo:hi]):
                 yield gathered(found)
@@ -114,8 +137,9 @@ class PermutedOrder(RecordOrder):
 class WindowedOrder(RecordOrder):
     """Shuffled shard order, shards read ``CYCLE_SHARDS`` at a time, records permuted per window."""
 
-    def __init__(self, plan: ReadPlan, *, verify: bool, seed_parts: Sequence[int], shuffle_buffer: int) -> None:
-        super().__init__(plan, verify=verify)
+    def __init__(self, plan: ReadPlan, *, verify: bool, reads: RemoteReads | None, seed_parts: Sequence[int],
+                 shuffle_buffer: int) -> None:
+        super().__init__(plan, verify=verify, reads=reads)
         self._seed_parts = tuple(seed_parts)
         segments = [plan.segments[i] for i in generator(*seed_parts).permutation(len(plan.segments)).tolist()]
         cycle = max(1, min(CYCLE_SHARDS, len(segments)))
@@ -131,12 +155,27 @@ class WindowedOrder(RecordOrder):
         self._windows = windows
         self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
 
-    def _from(self, segment: ReadSegment, first: int) -> Generator[Record, None, None]:
+    def _from(self, segment: ReadSegment, first: int, fetcher: ShardFetcher | None,
+              number: int) -> Generator[Record, None, None]:
+        """Segment ``segment`` from its record ``first`` on (``number``: its shard in the fetcher's list)."""
         if first < segment.take:
-            yield from self._iter_segment(ReadSegment(segment.shard, segment.skip + first, segment.take - first))
+            yield from self._iter_segment(ReadSegment(segment.shard, segment.skip + first, segment.take - first),
+                                          _open(fetcher, number))
 
     def iter_range(self, lo: int, hi: int) -> Iterator[Record]:
         number = int(np.searchsorted(self._starts, lo, side="right")) - 1
+        if number >= len(self._windows):
+            return
+        first_cycle = self._windows[number][0]
+        cycles = self._cycles[first_cycle:]
+        ends = list(itertools.accumulate(len(group) for group in cycles))  # a cycle's shards in the fetcher's list
+        side_by_side = [range(end - len(group), end) for group, end in zip(cycles, ends)]
+        with self._fetching([segment for group in cycles for segment in group], side_by_side) as fetcher:
+            yield from self._windows_from(number, lo, hi, fetcher, first_cycle, side_by_side)
+
+    def _windows_from(self, number: int, lo: int, hi: int, fetcher: ShardFetcher | None, first_cycle: int,
+                      side_by_side: Sequence[range]) -> Iterator[Record]:
+        """The records at ``[lo, hi)``, from window ``number`` on (``iter_range``)."""
         open_cycle, streams = -1, list[Generator[Record, None, None]]()
         try:
             while number < len(self._windows) and self._starts[number] < hi:
@@ -144,7 +183,9 @@ class WindowedOrder(RecordOrder):
                 if cycle != open_cycle:  # open the cycle's shards at this window's chunk
                     for stream in streams:
                         stream.close()
-                    streams = [self._from(segment, t * self._chunk) for segment in self._cycles[cycle]]
+                    listed = side_by_side[cycle - first_cycle]
+                    streams = [self._from(segment, t * self._chunk, fetcher, listed[i])
+                               for i, segment in enumerate(self._cycles[cycle])]
                     open_cycle = cycle
                 window: list[Record] = []
                 for segment, stream in zip(self._cycles[cycle], streams):
@@ -166,10 +207,11 @@ def gathered(records: Sequence[Record]) -> RecordBlock:
 
 
 def make_order(plan: ReadPlan, *, shuffle: bool, seed_parts: Sequence[int], shuffle_buffer: int,
-               verify: bool) -> RecordOrder:
-    """The order of a dataset's records in one epoch (``seed_parts``: seed, epoch, dataset number)."""
+               verify: bool, reads: RemoteReads | None = None) -> RecordOrder:
+    """The order of a dataset's records in one epoch (``seed_parts``: seed, epoch, dataset number; ``reads``:
+    how ``gs://`` shards are fetched, default ``RemoteReads()``)."""
     if not shuffle:
-        return StoredOrder(plan, verify=verify)
+        return StoredOrder(plan, verify=verify, reads=reads)
     if plan.format.random_access:
-        return PermutedOrder(plan, verify=verify, seed_parts=seed_parts)
-    return WindowedOrder(plan, verify=verify, seed_parts=seed_parts, shuffle_buffer=shuffle_buffer)
+        return PermutedOrder(plan, verify=verify, reads=reads, seed_parts=seed_parts)
+    return WindowedOrder(plan, verify=verify, reads=reads, seed_parts=seed_parts, shuffle_buffer=shuffle_buffer)

@@ -20,6 +20,8 @@ import numpy as np
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import ShardReader
 from beam_tfrecord.reader.read_plan import ReadPlan
+from beam_tfrecord.remote_reads import RemoteReads
+from beam_tfrecord.shard_fetch import ShardFetcher
 
 BLOCK_RECORDS = 256
 
@@ -30,9 +32,11 @@ class RandomAccessRecords:
     Args:
         plan: a read plan over an ArrayRecord dataset (usually all workers' records: the global
             shuffle deals them out itself).
+        reads: how ``gs://`` shards are fetched (each is copied whole to a local file when first
+            read; the fetcher reads ahead in the plan's order of shards).
     """
 
-    def __init__(self, plan: ReadPlan) -> None:
+    def __init__(self, plan: ReadPlan, *, reads: RemoteReads | None = None) -> None:
         if not plan.format.random_access:
             raise ReaderError(f"random access needs array_record shards; {plan.dataset_dir!r} holds "
                               f"{plan.manifest.file_format.value} shards (rebuild with --file_format array_record)")
@@ -40,6 +44,9 @@ class RandomAccessRecords:
         self._segments = plan.segments
         self._ends = np.cumsum([s.take for s in plan.segments], dtype=np.int64)
         self._readers: dict[str, ShardReader] = {}
+        self._reads = reads or RemoteReads()
+        self._fetcher: ShardFetcher | None = None
+        self._fetching = False  # the fetcher was made (None: the shards are local)
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
@@ -47,7 +54,10 @@ class RandomAccessRecords:
     def _reader(self, segment_number: int) -> ShardReader:
         segment = self._segments[segment_number]
         if segment.shard.filename not in self._readers:
-            self._readers[segment.shard.filename] = self._plan.open_shard(segment)
+            if not self._fetching:
+                self._fetcher, self._fetching = self._plan.fetcher(self._segments, self._reads), True
+            fetched = self._fetcher.open(segment_number) if self._fetcher is not None else None
+            self._readers[segment.shard.filename] = self._plan.open_shard(segment, fetched=fetched)
         return self._readers[segment.shard.filename]
 
     def read(self, positions: Sequence[int] | np.ndarray) -> list[tuple[bytes, str, int]]:
@@ -80,3 +90,6 @@ class RandomAccessRecords:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
+        if self._fetcher is not None:
+            self._fetcher.close()
+            self._fetcher, self._fetching = None, False

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.dataset import LoadedDataset, open_dataset, resolve_dataset_dir
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import ShardFormat, ShardReader, shard_format
 from beam_tfrecord.reader.slicing import ReadSegment, partition, resolve_split
+from beam_tfrecord.remote_reads import RemoteReads, RemoteShard
+from beam_tfrecord.shard_fetch import FetchedShard, ShardFetcher, shard_fetcher
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,10 +50,20 @@ class ReadPlan:
         """The shards' format (``beam_tfrecord.formats``), from the manifest's ``file_format``."""
         return shard_format(self.manifest.file_format)
 
-    def open_shard(self, segment: ReadSegment, *, verify: bool = True) -> ShardReader:
+    def open_shard(self, segment: ReadSegment, *, verify: bool = True,
+                   fetched: FetchedShard | None = None) -> ShardReader:
         """A reader of a segment's shard, in the shards' format (see ``ShardFormat.open_reader``)."""
         return self.format.open_reader(self.path(segment), segment.shard, compression=self.manifest.compression,
-                                       verify=verify)
+                                       verify=verify, fetched=fetched)
+
+    def fetcher(self, segments: Sequence[ReadSegment], reads: RemoteReads, *,
+                side_by_side: Sequence[Sequence[int]] = (), whole_shards: bool | None = None) -> ShardFetcher | None:
+        """A ``ShardFetcher`` of the segments' shards in this order (``open(i)`` for ``segments[i]``); None when
+        they are local (read as they always were). ``side_by_side``: groups of them read together;
+        ``whole_shards``: the reader needs whole shards (default: when the format is random-access)."""
+        return shard_fetcher([RemoteShard(self.path(s), s.shard.num_bytes, s.shard.crc32c) for s in segments], reads,
+                             side_by_side=side_by_side,
+                             whole_shards=self.format.random_access if whole_shards is None else whole_shards)
 
     def require_reader(self, reader: str) -> None:
         """Raises ReaderError, naming the readers that can, when ``reader`` cannot read these shards."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import itertools
 import os
@@ -15,6 +17,8 @@ from beam_tfrecord.reader.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
+from beam_tfrecord.remote_reads import RemoteReads, fetched_remotely, reads_with_cache
+from beam_tfrecord.shard_fetch import FetchedShard
 
 _PREFETCH_BATCHES = 2
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
@@ -69,7 +73,8 @@ def _chain(plan: ReadPlan, compression: str) -> tf.data.Dataset:
 
 
 def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | None = None,
-                 num_parallel_reads: int = 1, verify_count: bool = True) -> tf.data.Dataset:
+                 num_parallel_reads: int = 1, verify_count: bool = True,
+                 reads: RemoteReads | None = None) -> tf.data.Dataset:
     """The serialized records of a read plan.
 
     Each shard segment is ``TFRecordDataset(shard).skip(skip).take(take)``. With one read at a time
@@ -78,15 +83,22 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     With ``verify_count``, reading more or fewer records than the plan is an error (a shard that
     does not hold its manifest count must not give one worker more steps than the others).
 
-    A random-access format (ArrayRecord), which tf.data has no reader for, is read by the format's
-    own reader in blocks fed through ``from_generator`` (see ``array_record_records``).
+    ``gs://`` shards are fetched by ``shard_fetch`` (parallel ranged reads ahead of the reader; TensorFlow's
+    own GCS filesystem reads one sequential stream per shard, and cannot be pointed at an emulator), so
+    ``num_parallel_reads`` does not apply there (``reads.connections`` does): in stored order each
+    fetched shard is a local file read by ``TFRecordDataset`` (``fetched_files``); shuffled, and for a
+    random-access format (ArrayRecord, which tf.data has no reader for) wherever it is, the format's
+    own reader feeds blocks through ``from_generator`` (``block_records``).
 
     Raises:
         ReaderError: the shards are in a format tf.data cannot read here (naming the readers that can).
     """
     plan.require_reader("read_dataset")
-    if plan.format.random_access:
-        records = array_record_records(plan, shuffle=shuffle_files, seed=seed)
+    remote = any(fetched_remotely(plan.path(s)) for s in plan.segments)
+    if plan.format.random_access or (remote and shuffle_files):
+        records = block_records(plan, shuffle=shuffle_files, seed=seed, reads=reads)
+    elif remote:
+        records = fetched_files(plan, reads or RemoteReads())
     else:
         records = _read_segments(plan, shuffle_files=shuffle_files, seed=seed, num_parallel_reads=num_parallel_reads)
     if verify_count:
@@ -94,26 +106,97 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     return records
 
 
-def array_record_records(plan: ReadPlan, *, shuffle: bool, seed: int | None) -> tf.data.Dataset:
-    """The records of a plan over a random-access format, read by its own reader in blocks.
+_FILES_AHEAD = 2  # shards made local files ahead of tf.data's reader, on a thread of their own
+_KEPT_FILES = 2  # fetched files kept after the generator moved past them (a prefetch of the paths is harmless)
 
-    With ``shuffle``, each pass over the dataset (each epoch) is a new true global shuffle, as
-    ``read_numpy`` gives: the worker's equal share of a seeded permutation of every record of the
-    split expression (``numpy_reader.iter_record_blocks``; a random seed when ``seed`` is None).
+
+def fetched_files(plan: ReadPlan, reads: RemoteReads) -> tf.data.Dataset:
+    """The records of a plan over ``gs://`` TFRecord shards, in stored order, read by ``TFRecordDataset``.
+
+    A generator hands each shard's segment to tf.data as a local file: the shard's cache entry, or a
+    private temporary file the fetcher wrote (parallel ranged reads, read ahead across shards,
+    CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
+    ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
+    generator's last is done). TensorFlow's reader checks every record's CRCs.
+    """
+    compression = plan.manifest.compression.value
+    segments = plan.segments
+
+    def files() -> Iterator[tuple[str, int, int]]:
+        fetcher = plan.fetcher(segments, reads, whole_shards=True)
+        if fetcher is None:
+            raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
+        writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetched-files")
+        ahead: collections.deque[tuple[int, FetchedShard | None, concurrent.futures.Future[str] | None]] = (
+            collections.deque())
+        done: collections.deque[FetchedShard] = collections.deque()
+
+        numbers = iter(range(len(segments)))
+
+        def make_ahead() -> None:
+            number = next(numbers, None)
+            if number is not None:
+                fetched = fetcher.open(number)
+                ahead.append((number, fetched, writer.submit(fetched.local_file) if fetched is not None else None))
+
+        try:
+            for _ in range(_FILES_AHEAD):
+                make_ahead()
+            while ahead:
+                number, fetched, local = ahead.popleft()
+                segment = segments[number]
+                make_ahead()
+                if fetched is None or local is None:  # a local shard: read where it is
+                    yield plan.path(segment), segment.skip, segment.take
+                    continue
+                done.append(fetched)
+                yield local.result(), segment.skip, segment.take
+                while len(done) > _KEPT_FILES:
+                    done.popleft().close()
+        finally:
+            writer.shutdown(wait=True, cancel_futures=True)
+            for _, fetched, _ in ahead:
+                if fetched is not None:
+                    fetched.close()
+            for fetched in done:
+                fetched.close()
+            fetcher.close()
+
+    paths = tf.data.Dataset.from_generator(files, output_signature=(
+        tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
+    if all(segment.skip == 0 and segment.reaches_end for segment in segments):  # no per-record skip/take stages
+        return paths.flat_map(lambda path, skip, take: tf.data.TFRecordDataset(path, compression_type=compression))
+    return paths.flat_map(lambda path, skip, take: tf.data.TFRecordDataset(
+        path, compression_type=compression).skip(skip).take(take))
+
+
+def block_records(plan: ReadPlan, *, shuffle: bool, seed: int | None,
+                  reads: RemoteReads | None = None) -> tf.data.Dataset:
+    """The records of a plan read by the format's own reader in blocks (``numpy_reader.iter_record_blocks``).
+
+    Each block crosses into TensorFlow as its buffer (one string) and the start and length of each
+    record in it, cut into records by one vectorized ``tf.strings.substr``: no Python object per record.
+    With ``shuffle``, each pass over the dataset (each epoch) is a new shuffle, as ``read_numpy`` gives
+    it: the worker's equal share of the epoch's order of every record of the split expression (a
+    true global shuffle on a random-access format, shuffled shards and windows on a sequential
+    one; a random seed when ``seed`` is None).
     """
     from beam_tfrecord.reader.numpy_reader import iter_record_blocks
 
     epochs = itertools.count()
     base_seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
 
-    def blocks() -> Iterator[np.ndarray]:
-        for records in iter_record_blocks(plan, shuffle=shuffle, seed=base_seed, epoch=next(epochs)):
-            block = np.empty(len(records), dtype=object)
-            block[:] = records
-            yield block
+    def blocks() -> Iterator[tuple[bytes, np.ndarray, np.ndarray]]:
+        for block in iter_record_blocks(plan, shuffle=shuffle, seed=base_seed, epoch=next(epochs), reads=reads):
+            if not len(block):
+                continue
+            first = int(block.starts.min())
+            last = int((block.starts + block.lengths).max())
+            yield block.buffer[first:last].tobytes(), block.starts - first, block.lengths
 
-    generated = tf.data.Dataset.from_generator(blocks, output_signature=tf.TensorSpec([None], tf.string))
-    return generated.unbatch()
+    generated = tf.data.Dataset.from_generator(blocks, output_signature=(
+        tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)))
+    return generated.map(lambda buffer, starts, lengths: tf.strings.substr(buffer, starts, lengths)).unbatch()
 
 
 def _read_segments(plan: ReadPlan, *, shuffle_files: bool, seed: int | None,
@@ -177,7 +260,8 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
                  worker_index: int | None = None, input_context: tf.distribute.InputContext | None = None,
                  label_key: str | None = None, var_len: VarLen = VarLen.RAGGED,
                  image_decoding: ImageDecoding | None = None, num_parallel_reads: int | None = None,
-                 verify_count: bool = True) -> tf.data.Dataset:
+                 verify_count: bool = True, cache_dir: str | None = None, cache_limit: int | None = None,
+                 remote_reads: RemoteReads | None = None) -> tf.data.Dataset:
     """Reads a split expression of a published dataset as batches of feature dicts.
 
     The parse spec, dtypes and shapes come from the manifest's schema. Records are batched
@@ -219,6 +303,12 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
         verify_count: fail (``tf.errors.InvalidArgumentError`` or ``FailedPreconditionError``) when
             the shards hold more or fewer records than the manifest says, instead of silently giving
             workers unequal counts. Checked per batch (free), or per record with ``repeat``.
+        cache_dir: a local directory to keep ``gs://`` shards in once read, so that later epochs read
+            them locally (unlike ``cache``, which keeps records in memory); shared safely by the
+            processes of one machine.
+        cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
+        remote_reads: how ``gs://`` shards are fetched: parallel ranged reads, read ahead across
+            shards, bytes in flight (``remote_reads.RemoteReads``; ``cache_dir``/``cache_limit`` override its own).
 
     Raises:
         DatasetNotFoundError, UnknownSplitError: no such dataset or split.
@@ -228,6 +318,7 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     """
     check_positive("batch_size", batch_size)
     check_positive("shuffle_buffer", shuffle_buffer)
+    reads = reads_with_cache(remote_reads, cache_dir=cache_dir, cache_limit=cache_limit)
     if num_parallel_reads is not None:
         check_positive("num_parallel_reads", num_parallel_reads)
     workers, index = _worker(num_workers, worker_index, input_context)
@@ -247,7 +338,7 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     # Without repeat, counts are checked per batch (free) rather than per record (~4% of the read rate).
     # One ArrayRecord dataset is globally shuffled by its reader; a mixture's parts are shuffled below.
     components = [read_records(p, shuffle_files=shuffle and (choices is None or not p.format.random_access),
-                               seed=seed, verify_count=verify_count and repeat,
+                               seed=seed, verify_count=verify_count and repeat, reads=reads,
                                num_parallel_reads=num_parallel_reads or _default_parallel_reads(p, shuffle))
                   for p in plans]
     dataset = components[0] if choices is None else tf.data.Dataset.choose_from_datasets(

@@ -43,6 +43,7 @@ from beam_tfrecord.reader.resume import (
     take,
     worker_states,
 )
+from beam_tfrecord.remote_reads import RemoteReads, reads_with_cache
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -96,14 +97,21 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
             Batches are then cut from whole decoded blocks inside the DataLoader workers, several
             times faster than collating examples; variable-length and bytes features are lists.
             The workers split the rank's share in whole batches; a state still counts examples.
+        cache_dir: a local directory to keep ``gs://`` shards in once read, so a later epoch reads
+            them locally; shared safely by the DataLoader workers and the ranks of one machine.
+        cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
+        remote_reads: how ``gs://`` shards are fetched, per DataLoader worker: parallel ranged reads
+            and bytes in flight (``remote_reads.RemoteReads``; ``cache_dir``/``cache_limit`` override its own).
     """
 
     def __init__(self, path: DatasetPaths, *, split: str = "train", rank: int | None = None,
                  world_size: int | None = None, shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 10_000,
                  image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, cache_dir: str | None = None, cache_limit: int | None = None,
+                 remote_reads: RemoteReads | None = None) -> None:
         super().__init__()
         check_positive("shuffle_buffer", shuffle_buffer)
+        self.reads = reads_with_cache(remote_reads, cache_dir=cache_dir, cache_limit=cache_limit)
         if batch_size is not None:
             check_positive("batch_size", batch_size)
         self.batch_size = batch_size
@@ -176,7 +184,7 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
                                   "the new DataLoader")
             skip = own.yielded
         order = EpochOrder(self.sources, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
-                           shuffle_buffer=self.shuffle_buffer, verify=self.verify)
+                           shuffle_buffer=self.shuffle_buffer, verify=self.verify, reads=self.reads)
         stream = state.stream(order.total)
         self._state, self._yielded = state, skip
         positions = take(stream, skip, length(stream))

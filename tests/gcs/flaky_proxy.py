@@ -1,4 +1,4 @@
-"""A seeded fault-injecting HTTP proxy in front of the GCS emulator: a flaky object store for tests.
+"""A seeded fault-injecting, shaping HTTP proxy in front of the GCS emulator: a flaky, slow object store.
 
 It listens on 127.0.0.1 only and forwards every request to the emulator, except for a seeded random
 fraction of them, which meet one of these faults (chosen in turn by the same seeded generator):
@@ -18,6 +18,11 @@ already has and answers with the range it holds; a finished session answers with
 again. The proxy does that: it trims a re-sent chunk to the bytes the session lacks (answering 308
 itself when it lacks none) and replays a finished session's answer. Without this, a ``drop_after``
 on a chunk would test the emulator's gap, not this project's code.
+
+It also shapes every answer as a real object store's: a fixed latency before the answer's first
+byte (counted from when the request was read, so the emulator's own time is inside it) and a cap on
+the bytes per second of each connection (the body is written in slices, each sent no sooner than
+the cap allows). Both are settable while it runs (``set_shaping``), for tests and benchmarks.
 
 Seeded: the sequence of decisions is fixed by the seed; which request meets which decision depends
 on the order requests arrive (threads and worker processes interleave). ``faults`` counts what was
@@ -73,12 +78,16 @@ class FlakyProxy:
         port: the port to listen on (0: any free port).
         max_consecutive_faults: after this many faults in a row the next request always goes through.
         lifetime_seconds: the proxy shuts itself down after this long.
+        latency_seconds: the wait before each answer's first byte.
+        bytes_per_second: the cap on each connection's answer bytes per second; None: no cap.
     """
 
     def __init__(self, upstream: str, *, fault_fraction: float, seed: int, port: int = 0,
-                 max_consecutive_faults: int = 3, lifetime_seconds: float = 900.0) -> None:
+                 max_consecutive_faults: int = 3, lifetime_seconds: float = 900.0, latency_seconds: float = 0.0,
+                 bytes_per_second: float | None = None) -> None:
         if not 0.0 <= fault_fraction <= 1.0:
             raise ValueError(f"fault_fraction must be within [0, 1], got {fault_fraction}")
+        self.set_shaping(latency_seconds=latency_seconds, bytes_per_second=bytes_per_second)
         host, _, upstream_port = upstream.removeprefix("http://").partition(":")
         self._upstream = (host, int(upstream_port))
         self.fault_fraction = fault_fraction
@@ -87,6 +96,7 @@ class FlakyProxy:
         self._in_a_row = 0
         self._max_in_a_row = max_consecutive_faults
         self.requests = 0
+        self.media_reads: collections.Counter[str] = collections.Counter()  # object path -> GETs of its bytes
         self.faults: collections.Counter[str] = collections.Counter()
         self.faulted_methods: collections.Counter[str] = collections.Counter()
         self._scripted: list[tuple[str, str, str]] = []  # (kind, method, path part): faults asked for by a test
@@ -123,6 +133,15 @@ class FlakyProxy:
             self._server.shutdown()
         self._server.server_close()
 
+    def set_shaping(self, *, latency_seconds: float, bytes_per_second: float | None) -> None:
+        """Sets the latency before each answer's first byte and the per-connection bandwidth cap (None: none)."""
+        if latency_seconds < 0:
+            raise ValueError(f"latency_seconds must be >= 0, got {latency_seconds}")
+        if bytes_per_second is not None and bytes_per_second <= 0:
+            raise ValueError(f"bytes_per_second must be > 0 or None, got {bytes_per_second}")
+        self.latency_seconds = latency_seconds
+        self.bytes_per_second = bytes_per_second
+
     def set_fault_fraction(self, fault_fraction: float) -> None:
         with self._lock:
             self.fault_fraction = fault_fraction
@@ -134,6 +153,7 @@ class FlakyProxy:
             self.fault_fraction = fault_fraction
             self._in_a_row = 0
             self.requests = 0
+            self.media_reads.clear()
             self.faults.clear()
             self.faulted_methods.clear()
             self.resent_chunks = 0
@@ -149,6 +169,8 @@ class FlakyProxy:
         """The fault for the next request, or None to forward it; counted."""
         with self._lock:
             self.requests += 1
+            if method == "GET" and "alt=media" in path:
+                self.media_reads[path.partition("?")[0]] += 1
             for i, (kind, wanted_method, part) in enumerate(self._scripted):
                 if method == wanted_method and part in path:
                     del self._scripted[i]
@@ -252,8 +274,30 @@ class FlakyProxy:
                             raise
                 raise AssertionError("unreachable")
 
+            def _wait_first_byte(self, received: float) -> None:
+                delay = received + proxy.latency_seconds - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+
+            def _write_paced(self, data: bytes) -> None:
+                """Writes the body no faster than the cap: each slice (1/50 s of it) once its time has come."""
+                rate = proxy.bytes_per_second
+                if rate is None:
+                    self.wfile.write(data)
+                    return
+                view, started, sent = memoryview(data), time.monotonic(), 0
+                step = max(1 << 12, int(rate / 50))
+                while sent < len(view):
+                    part = view[sent:sent + step]
+                    sent += len(part)
+                    early = started + sent / rate - time.monotonic()  # no byte arrives before the cap allows
+                    if early > 0:
+                        time.sleep(early)
+                    self.wfile.write(part)
+
             def _handle(self) -> None:
                 body = self._read_body()
+                received = time.monotonic()
                 fault = proxy._decide(self.command, self.path)
                 if fault == "drop_before":
                     self._drop()
@@ -262,6 +306,7 @@ class FlakyProxy:
                     code, reason, why = _ERRORS[fault]
                     payload = json.dumps({"error": {"code": code, "message": f"injected: {reason}",
                                                     "errors": [{"reason": why, "message": reason}]}}).encode()
+                    self._wait_first_byte(received)
                     self.send_response(code, reason)
                     self.send_header("Content-Type", "application/json; charset=UTF-8")
                     self.send_header("Content-Length", str(len(payload)))
@@ -276,6 +321,7 @@ class FlakyProxy:
                 if fault == "drop_after":
                     self._drop()
                     return
+                self._wait_first_byte(received)
                 self.send_response(status, reason)
                 for key, value in headers:
                     if key.lower() not in _HOP_BY_HOP and key.lower() not in ("server", "date"):
@@ -283,7 +329,7 @@ class FlakyProxy:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
-                    self.wfile.write(data)
+                    self._write_paced(data)
 
             def finish(self) -> None:
                 if self._upstream is not None:
@@ -296,9 +342,11 @@ class FlakyProxy:
 
 
 @contextmanager
-def flaky_proxy(upstream: str, *, fault_fraction: float, seed: int, port: int = 0) -> Iterator[FlakyProxy]:
+def flaky_proxy(upstream: str, *, fault_fraction: float, seed: int, port: int = 0, latency_seconds: float = 0.0,
+                bytes_per_second: float | None = None) -> Iterator[FlakyProxy]:
     """A started ``FlakyProxy``, stopped when the block ends (its own timer stops it otherwise)."""
-    proxy = FlakyProxy(upstream, fault_fraction=fault_fraction, seed=seed, port=port).start()
+    proxy = FlakyProxy(upstream, fault_fraction=fault_fraction, seed=seed, port=port, latency_seconds=latency_seconds,
+                       bytes_per_second=bytes_per_second).start()
     try:
         yield proxy
     finally:

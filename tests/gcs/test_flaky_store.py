@@ -18,6 +18,7 @@ import google_crc32c
 import pytest
 from fixtures_gcs import EMULATOR_ENV_KEYS, emulator_env, free_port, launch_fake_gcs
 from flaky_proxy import FAULT_KINDS, FlakyProxy
+from remote_datasets import SMALL_READS, VARIANTS, write_local
 
 from beam_tfrecord import gcs, lease, storage
 from beam_tfrecord.core.tfds_info import tfds_files
@@ -237,3 +238,79 @@ def test_the_proxy_is_seeded_and_bounded() -> None:
     runs = "".join("x" if k else "." for k in first)
     assert "xxx" not in runs
     proxy.stop()  # never started: stopping it only closes its socket
+
+
+@pytest.fixture(scope="module")
+def flaky_datasets(flaky_gcs: FlakyGcs, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    """(local, gs://) copies of a small dataset per format, uploaded with faults off."""
+    bucket = flaky_gcs.create_bucket("flaky-remote-reads")
+    out = {}
+    for name in ("tfrecord", "array_record"):
+        file_format, compression = VARIANTS[name]
+        local = write_local(str(tmp_path_factory.mktemp("flaky-reads") / name), file_format, compression)
+        with flaky_gcs.quiet():
+            _upload_tree(local, f"{bucket}/{name}")
+        out[name] = (local, f"{bucket}/{name}")
+    return out
+
+
+def _keys(reader: str, path: str, **options) -> list[str]:
+    if reader == "numpy":
+        return [bytes(e["key"]).decode() for e in read_numpy(path, split="train+test", **options)]
+    if reader == "torch":
+        from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
+
+        return [bytes(k).decode() for batch in TFRecordIterableDataset(path, split="train+test", batch_size=16,
+                                                                       **options) for k in batch["key"]]
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    return [k.decode() for batch in read_dataset(path, split="train+test", batch_size=16, **options)
+            for k in batch["key"].numpy().tolist()]
+
+
+@pytest.mark.parametrize("variant", ["tfrecord", "array_record"])
+@pytest.mark.parametrize("reader", ["numpy", "torch", "tf"])
+def test_parallel_ranged_reads_through_faults_give_the_same_records(
+        reader: str, variant: str, flaky_gcs: FlakyGcs, flaky_datasets: dict[str, tuple[str, str]],
+        tmp_path: Path) -> None:
+    local, remote = flaky_datasets[variant]
+    proxy = flaky_gcs.proxy
+    proxy.reset(seed=11, fault_fraction=0.2)
+    proxy.set_shaping(latency_seconds=0.005, bytes_per_second=None)
+
+    def shard_reads() -> int:  # GETs of shard bytes (not of the manifest)
+        return sum(count for path, count in proxy.media_reads.items() if "-of-0" in path)
+
+    try:
+        first = _keys(reader, remote, remote_reads=SMALL_READS[variant], cache_dir=str(tmp_path))
+        first_reads = shard_reads()
+        second = _keys(reader, remote, remote_reads=SMALL_READS[variant], cache_dir=str(tmp_path))
+    finally:
+        proxy.set_shaping(latency_seconds=0.0, bytes_per_second=None)
+    assert first == second == _keys(reader, local)
+    assert proxy.faulted_methods["GET"] >= 3, dict(proxy.faults)  # ranged reads met faults and were retried
+    assert first_reads > len(load_manifest(local).shards)  # several ranges per shard
+    assert shard_reads() == first_reads  # the second epoch read the cache only
+
+
+def test_the_proxy_delays_first_bytes_and_caps_each_connection(flaky_gcs: FlakyGcs, flaky_bucket: str) -> None:
+    path = f"{flaky_bucket}/blob"
+    data = os.urandom(200_000)
+    with flaky_gcs.quiet():
+        storage.write_bytes_atomic(path, data)
+    proxy = flaky_gcs.proxy
+    proxy.reset(seed=0, fault_fraction=0.0)
+    proxy.set_shaping(latency_seconds=0.1, bytes_per_second=1_000_000)
+    try:
+        started = time.monotonic()
+        assert gcs.read_range(path, 0, 200_000) == data
+        whole = time.monotonic() - started
+        started = time.monotonic()
+        assert gcs.read_range(path, 0, 10) == data[:10]
+        small = time.monotonic() - started
+    finally:
+        proxy.set_shaping(latency_seconds=0.0, bytes_per_second=None)
+    assert whole >= 0.1 + 0.2 * 0.95  # the latency, then 200 KB at 1 MB/s
+    assert small >= 0.1
+    with pytest.raises(ValueError, match="latency_seconds must be >= 0, got -1"):
+        proxy.set_shaping(latency_seconds=-1, bytes_per_second=None)

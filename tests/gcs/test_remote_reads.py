@@ -1,0 +1,234 @@
+"""Remote reads: every reader fetches gs:// shards with parallel ranged reads (and a local cache), against the emulator.
+
+The datasets are written locally by the real writer, then copied to the emulator; a reader must
+give from ``gs://`` exactly what it gives from the local copy, in each format and compression,
+with ranges small enough that every shard is several of them (``remote_datasets.SMALL_READS``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from fixtures_gcs import FakeGcs
+from remote_datasets import SMALL_READS, VARIANTS, write_local
+
+from beam_tfrecord import storage
+from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
+from beam_tfrecord.reader.numpy_reader import read_numpy
+from beam_tfrecord.remote_reads import COUNTERS, RemoteReads
+from beam_tfrecord.shard_cache import LOCK_NAME, PARTIAL_PREFIX, CacheKey, ShardCache
+
+SPLIT = "train+test"
+
+
+@dataclasses.dataclass(frozen=True)
+class Copies:
+    local: str
+    remote: str
+
+
+@pytest.fixture(scope="module")
+def datasets(fake_gcs: FakeGcs, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Copies]:
+    """Each variant written locally once and copied to one bucket of the emulator."""
+    bucket = fake_gcs.create_bucket("remote-reads")
+    out = {}
+    for name, (file_format, compression) in VARIANTS.items():
+        local = write_local(str(tmp_path_factory.mktemp("remote-reads") / name), file_format, compression)
+        remote = f"{bucket}/{name}"
+        fake_gcs.upload_tree(local, remote)
+        out[name] = Copies(local, remote)
+    return out
+
+
+def _numpy_keys(path: str, **options) -> list[str]:
+    return [bytes(example["key"]).decode() for example in read_numpy(path, split=SPLIT, **options)]
+
+
+def _torch_keys(path: str, **options) -> list[str]:
+    from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
+
+    batches = TFRecordIterableDataset(path, split=SPLIT, batch_size=16, **options)
+    return [bytes(key).decode() for batch in batches for key in batch["key"]]
+
+
+def _tf_keys(path: str, **options) -> list[str]:
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    return [key.decode() for batch in read_dataset(path, split=SPLIT, batch_size=16, **options)
+            for key in batch["key"].numpy().tolist()]
+
+
+READERS = {"numpy": _numpy_keys, "torch": _torch_keys, "tf": _tf_keys}
+
+
+def _fetched() -> dict[str, int]:
+    return COUNTERS.snapshot()
+
+
+def _delta(before: dict[str, int], name: str) -> int:
+    return _fetched().get(name, 0) - before.get(name, 0)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("reader", READERS)
+def test_a_reader_gives_the_same_records_from_gs_as_from_local_disk(reader: str, variant: str,
+                                                                     datasets: dict[str, Copies]) -> None:
+    copies = datasets[variant]
+    read = READERS[reader]
+    before = _fetched()
+    remote = read(copies.remote, remote_reads=SMALL_READS[variant])
+    assert remote == read(copies.local) and len(remote) == 90
+    shards = load_manifest(copies.local).shards
+    assert _delta(before, "fetched_bytes") >= sum(s.num_bytes for s in shards)  # through the fetcher, in ranges
+    assert _delta(before, "ranges") > len(shards)
+
+
+@pytest.mark.parametrize("variant", ["tfrecord", "array_record"])
+def test_a_shuffled_read_from_gs_is_the_local_order(variant: str, datasets: dict[str, Copies]) -> None:
+    copies = datasets[variant]
+    options = {"shuffle": True, "seed": 4, "epoch": 1, "shuffle_buffer": 20, "num_workers": 2, "worker_index": 1}
+    remote = _numpy_keys(copies.remote, remote_reads=SMALL_READS[variant], **options)
+    assert remote == _numpy_keys(copies.local, **options)
+
+
+@pytest.mark.parametrize("variant", ["tfrecord", "array_record"])
+def test_the_second_epoch_reads_from_the_cache(variant: str, datasets: dict[str, Copies], tmp_path: Path) -> None:
+    copies = datasets[variant]
+    expected = _numpy_keys(copies.local)
+    num_shards = len(load_manifest(copies.local).shards)
+    before = _fetched()
+    assert _numpy_keys(copies.remote, remote_reads=SMALL_READS[variant], cache_dir=str(tmp_path)) == expected
+    assert (_delta(before, "cache_misses"), _delta(before, "cached_shards")) == (num_shards, num_shards)
+    assert len(ShardCache(str(tmp_path), limit_bytes=None).entries()) == num_shards
+
+    before = _fetched()
+    for read in READERS.values():  # every reader's next epoch: all from the cache, not one range fetched
+        assert read(copies.remote, remote_reads=SMALL_READS[variant], cache_dir=str(tmp_path)) == expected
+    assert _delta(before, "cache_hits") == 3 * num_shards
+    assert _delta(before, "ranges") == 0 and _delta(before, "cache_misses") == 0
+
+
+def test_the_cache_keeps_the_most_recently_read_shards_within_its_limit(datasets: dict[str, Copies],
+                                                                         tmp_path: Path) -> None:
+    copies = datasets["tfrecord"]
+    shards = [s for split in ("train", "test") for s in load_manifest(copies.local).split(split).shards]
+    limit = shards[-1].num_bytes + shards[-2].num_bytes  # the last two read fit, not one more
+    before = _fetched()
+    assert _numpy_keys(copies.remote, remote_reads=SMALL_READS["tfrecord"], cache_dir=str(tmp_path),
+                       cache_limit=limit) == _numpy_keys(copies.local)
+    kept = ShardCache(str(tmp_path), limit_bytes=limit).entries()
+    assert sum(kept.values()) <= limit
+    assert set(kept) == {CacheKey(f"{copies.remote}/{s.filename}", s.crc32c, s.num_bytes).filename for s in shards[-2:]}
+    assert _delta(before, "cached_shards") == len(shards)  # every shard went in; the older ones were evicted
+
+
+def test_processes_sharing_a_cache_read_the_same_records_within_its_limit(datasets: dict[str, Copies],
+                                                                          tmp_path: Path) -> None:
+    copies = datasets["tfrecord"]
+    limit = sum(sorted(s.num_bytes for s in load_manifest(copies.local).shards)[-3:])
+    script = ("import json, sys\n"
+              "from beam_tfrecord.reader.numpy_reader import read_numpy\n"
+              "from beam_tfrecord.remote_reads import RemoteReads\n"
+              "reads = RemoteReads(connections=4, range_bytes=1000, bytes_in_flight=4000)\n"
+              "keys = [[bytes(e['key']).decode() for e in read_numpy(sys.argv[1], split='train+test',"
+              " remote_reads=reads, cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]))] for _ in range(2)]\n"
+              "print(json.dumps(keys))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parents[2]),
+                                                                    os.environ.get("PYTHONPATH")])))
+    command = [sys.executable, "-c", script, copies.remote, str(tmp_path), str(limit)]
+    running = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    outputs = [process.communicate(timeout=120) for process in running]
+    assert [process.returncode for process in running] == [0, 0], [err[-2000:] for _, err in outputs]
+    expected = _numpy_keys(copies.local)
+    assert all(json.loads(out) == [expected, expected] for out, _ in outputs)
+    kept = ShardCache(str(tmp_path), limit_bytes=limit).entries()
+    assert 0 < sum(kept.values()) <= limit
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(PARTIAL_PREFIX)]
+    assert LOCK_NAME in os.listdir(tmp_path)
+
+
+def test_a_damaged_remote_shard_is_reported_with_its_path(fake_gcs: FakeGcs, datasets: dict[str, Copies],
+                                                         gcs_bucket: str) -> None:
+    copies = datasets["tfrecord"]
+    remote = f"{gcs_bucket}/damaged"
+    fake_gcs.upload_tree(copies.local, remote)
+    shard = load_manifest(copies.local).split("train").shards[1]
+    data = bytearray(storage.read_bytes(f"{remote}/{shard.filename}"))
+    data[len(data) // 2] ^= 0xFF
+    storage.delete_if_exists([f"{remote}/{shard.filename}"])
+    with storage.open_write(f"{remote}/{shard.filename}") as handle:
+        handle.write(bytes(data))
+    with pytest.raises(CorruptShardError, match=shard.filename):
+        _numpy_keys(remote, remote_reads=SMALL_READS["tfrecord"])
+
+
+@pytest.mark.parametrize("variant", ["tfrecord", "array_record"])
+@pytest.mark.parametrize("reader", READERS)
+def test_a_missing_remote_shard_is_reported_with_its_path(reader: str, variant: str, fake_gcs: FakeGcs,
+                                                          datasets: dict[str, Copies], gcs_bucket: str) -> None:
+    copies = datasets[variant]
+    remote = f"{gcs_bucket}/{variant}"
+    fake_gcs.upload_tree(copies.local, remote)
+    shard = load_manifest(copies.local).split("train").shards[2]
+    storage.delete_if_exists([f"{remote}/{shard.filename}"])
+    with pytest.raises(Exception, match=shard.filename) as raised:
+        READERS[reader](remote, remote_reads=SMALL_READS[variant])
+    if reader != "tf":  # tf.data raises its own error, naming the shard
+        assert isinstance(raised.value, MissingShardError)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"cache_limit": 1000}, "cache_limit=1000 needs cache_dir: the directory to keep shards in"),
+    ({"cache_dir": "CACHE", "cache_limit": -5}, "cache_limit must be a positive number of bytes, got -5"),
+    ({"cache_dir": "gs://bucket/cache"}, "cache_dir must be a local directory, got 'gs://bucket/cache'"),
+    ({"remote_reads": "fast"}, "remote_reads must be a RemoteReads, got 'fast'"),
+], ids=["limit-without-dir", "negative-limit", "remote-dir", "not-remote-reads"])
+def test_bad_cache_options_are_refused_with_what_was_expected(options: dict, message: str,
+                                                             datasets: dict[str, Copies], tmp_path: Path) -> None:
+    options = {key: str(tmp_path) if value == "CACHE" else value for key, value in options.items()}
+    with pytest.raises(ReaderError) as raised:
+        read_numpy(datasets["tfrecord"].remote, **options)
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"bytes_in_flight": -1}, "bytes_in_flight must be a positive int, got -1"),
+    ({"range_bytes": 0}, "range_bytes must be a positive int, got 0"),
+    ({"connections": 2.5}, "connections must be a positive int, got 2.5"),
+    ({"range_bytes": 2000, "bytes_in_flight": 1000},
+     "bytes_in_flight (1000) must be at least range_bytes (2000): one range must fit"),
+], ids=["negative-in-flight", "zero-range", "float-connections", "range-over-budget"])
+def test_bad_remote_reads_are_refused_with_what_was_expected(options: dict, message: str) -> None:
+    with pytest.raises(ReaderError) as raised:
+        RemoteReads(**options)
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_read_without_cache_leaves_no_fetched_file_behind(reader: str, datasets: dict[str, Copies], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where private copies of fetched shards go
+    for variant in ("tfrecord", "array_record"):
+        copies = datasets[variant]
+        assert READERS[reader](copies.remote, remote_reads=SMALL_READS[variant]) == READERS[reader](copies.local)
+    assert [name for name in os.listdir(tmp_path) if name.startswith("beam-tfrecord-shard-")] == []
+
+
+@pytest.mark.parametrize("variant", ["tfrecord", "tfrecord-gzip"])
+@pytest.mark.parametrize("reader", ["numpy", "tf"])
+def test_a_worker_share_that_cuts_shards_reads_the_same_records_from_gs(reader: str, variant: str,
+                                                                         datasets: dict[str, Copies]) -> None:
+    copies = datasets[variant]
+    for worker in range(3):  # shares start and end inside shards: segments with skip and take
+        options = {"num_workers": 3, "worker_index": worker}
+        remote = READERS[reader](copies.remote, remote_reads=SMALL_READS[variant], **options)
+        assert remote == READERS[reader](copies.local, **options) and len(remote) == 30
