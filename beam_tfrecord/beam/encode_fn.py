@@ -153,6 +153,8 @@ class EncodeToRunsFn(_EncodeFn):
         digests = key_digests([items[i].key for i in samples], self._salt)
         held = skipped(np.frombuffer(b"".join(digests), dtype=">u8").astype(np.uint64), self._reused)
         self._reused_counter.inc(int(held.sum()))
+        if self._progress is not None:  # the progress line counts samples done: a reused one is
+            self._progress.add(encoded=int(held.sum()), rejected=0)
         if not held.any():
             return element
         drop = {samples[i] for i in np.flatnonzero(held).tolist()}
