@@ -110,7 +110,7 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
         return old
     rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
     num_inputs = sum(s.num_records for s in shard_infos) + len(rejected)
-    _refuse_other_inputs(settings, num_inputs, rejected)
+    _refuse_other_inputs(settings, num_inputs)
     _refuse_too_many_rejected(settings, rejected, num_inputs)
     if plan is None:
         plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.splits, settings.sharding)
@@ -141,7 +141,7 @@ def _dead_letter_lines(rejected: Sequence[DeadLetter]) -> bytes:
     return "".join(json.dumps(d.to_json(), sort_keys=True) + "\n" for d in rejected).encode("utf-8")
 
 
-def _refuse_other_inputs(settings: PublishSettings, num_inputs: int, rejected: Sequence[DeadLetter]) -> None:
+def _refuse_other_inputs(settings: PublishSettings, num_inputs: int) -> None:
     """Raises InputsMismatchError when the workers read another number of inputs than the caller
     planned. The temporary files go; the old dataset, if any, stays."""
     planned = settings.expected_inputs
