@@ -51,7 +51,11 @@ def fingerprint(facts: Mapping[str, Any]) -> str:
 
 
 def write_resume_file(temp_dir: str, text: str) -> None:
-    storage.write_bytes_atomic(storage.join(temp_dir, RESUME_FILENAME), text.encode("utf-8"))
+    """Writes the build's ``resume.json`` unless it is there (every encoding worker calls this; an object
+    store limits the writes to one object to about one a second)."""
+    path = storage.join(temp_dir, RESUME_FILENAME)
+    if not storage.exists(path):
+        storage.write_bytes_atomic(path, text.encode("utf-8"))
 
 
 @dataclasses.dataclass(frozen=True)
