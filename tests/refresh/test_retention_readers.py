@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from beam_tfrecord import storage
+from beam_tfrecord import RemoteReads, storage
 from beam_tfrecord.dataset import read_latest, version_dir
 from beam_tfrecord.errors import MissingShardError
 from beam_tfrecord.reader.numpy_reader import read_numpy
@@ -40,7 +40,10 @@ def test_reader_mid_epoch_survives_two_refreshes_unless_min_age_is_zero(input_an
     assert list_versions(root).complete == (first, second, third)
     assert storage.exists(storage.join(version_dir(root, first), SUPERSEDED_FILENAME))
 
-    pinned = read_numpy(root, split="train")  # now pinned to `third`
+    # Now pinned to `third`, reading ahead as little as it can: on gs:// a reader holds the shards it
+    # fetched ahead (the tiny dataset would be all in memory), which a deletion cannot take away.
+    pinned = read_numpy(root, split="train", remote_reads=RemoteReads(
+        connections=1, range_bytes=1024, bytes_in_flight=1024))
     next(pinned)
     fourth = _refresh(images, root, "--min_version_age=0")  # the old behaviour: deleted at once
     assert list_versions(root).complete == (fourth,)
