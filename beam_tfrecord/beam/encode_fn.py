@@ -134,7 +134,7 @@ class EncodeToRunsFn(_EncodeFn):
         super().setup()
         self._reused = np.zeros(0, np.uint64)
         if self._resume is not None:
-            write_resume_file(self._resume.temp_dir, self._resume.fingerprint)  # the same bytes from every worker
+            write_resume_file(self._resume.temp_dir, self._resume.fingerprint)  # once per build: the first worker
             if self._resume.reused_hashes_path:
                 self._reused = read_reused_hashes(self._resume.reused_hashes_path)
         self._run_writing.start()
