@@ -23,11 +23,12 @@ from beam_tfrecord.beam.runners import (
     local_batch_runner_for,
     local_workers_for,
     local_workers_of,
+    runner_name_of,
     runs_on_direct_runner,
     traits_of_options,
     uses_dask_runner,
 )
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, runner_name_of
+from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat

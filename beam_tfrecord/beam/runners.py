@@ -76,11 +76,16 @@ def traits_of_name(runner: str, *, job_endpoint: str | None = None) -> RunnerTra
     return _TABLE.get(runner, _TABLE.get(name, _DISTRIBUTED))
 
 
+def runner_name_of(options: PipelineOptions) -> str:
+    """The runner ``options`` choose, as they name it (a class name, dotted path or short name), or the
+    class name of a runner object; DirectRunner when they name none."""
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    return runner if isinstance(runner, str) else type(runner).__name__
+
+
 def traits_of_options(options: PipelineOptions) -> RunnerTraits:
     """The traits of the runner ``options`` choose (the DirectRunner when they name none)."""
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    name = runner if isinstance(runner, str) else type(runner).__name__
-    return traits_of_name(name, job_endpoint=options.view_as(PortableOptions).job_endpoint)
+    return traits_of_name(runner_name_of(options), job_endpoint=options.view_as(PortableOptions).job_endpoint)
 
 
 def traits_of(pipeline: beam.Pipeline) -> RunnerTraits:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 
-from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam.runners import traits_of_name
 from beam_tfrecord.errors import LocalPathError
 
-# Dask schedulers of clusters this process started on this machine (``schedulers_on_this_machine``).
+# Dask schedulers of clusters this process started on this machine (``scheduler_on_this_machine``).
 _LOCAL_SCHEDULERS: set[str] = set()
 
 
@@ -39,20 +40,8 @@ def scheduler_on_this_machine(address: str) -> Iterator[None]:
         _LOCAL_SCHEDULERS.discard(address)
 
 
-# Runners whose workers always run on this machine (by class name, or Beam's short names).
-_ON_THIS_MACHINE = frozenset({"DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner", "FnApiRunner",
-                              "LocalBatchRunner", "PrismRunner", "InteractiveRunner", "TestDirectRunner", "direct",
-                              "prism"})
-
-
-def runner_name_of(options: PipelineOptions) -> str:
-    """The class name of the runner ``options`` choose (DirectRunner when they name none)."""
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    return (runner if isinstance(runner, str) else type(runner).__name__).rsplit(".", 1)[-1]
-
-
 def remote_workers_reason(runner_name: str, options: PipelineOptions) -> str | None:
-    """Why the workers of ``runner_name`` (a class name) with ``options`` may run on other machines
+    """Why the workers of ``runner_name`` (a class name or dotted path) with ``options`` may run on other machines
     and not see this machine's files; None when they run on this machine.
 
     A DaskRunner without a scheduler address starts a cluster here; given one (``--dask_client_address``
@@ -61,8 +50,6 @@ def remote_workers_reason(runner_name: str, options: PipelineOptions) -> str | N
     cluster (``scheduler_on_this_machine``).
     """
     name = runner_name.rsplit(".", 1)[-1]
-    if name in _ON_THIS_MACHINE:
-        return None
     if name == "PortableRunner":
         environment = (options.view_as(PortableOptions).environment_type or "DOCKER").upper()
         if environment == "LOOPBACK":
@@ -77,6 +64,8 @@ def remote_workers_reason(runner_name: str, options: PipelineOptions) -> str | N
         if not scheduler or scheduler in _LOCAL_SCHEDULERS:
             return None
         return f"the DaskRunner runs on the Dask scheduler {scheduler}, whose workers may run on other machines"
+    if traits_of_name(name).workers_on_this_machine:  # the DirectRunner, Prism and their kin
+        return None
     return f"the {name}'s workers run on other machines"
 
 
