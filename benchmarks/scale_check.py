@@ -37,6 +37,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from beam_tfrecord.beam.plan_dataset import SummarizeFn, refine
+from beam_tfrecord.beam.shuffle_path import batch_index
 from beam_tfrecord.core.cut_planner import plan_dataset, plan_shards, start_plan
 from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.summary import BucketGrid, HashHistogram
@@ -125,7 +126,7 @@ def _refine_round(planning_round, workers) -> tuple[list, float, float]:
 def plan_from_workers(workers, splits: SplitConfig, sharding: ShardingConfig) -> tuple[DatasetPlan, dict]:
     """Runs the plan step on the workers' summaries; returns the plan and where the time went."""
     timings = {"merge": 0.0, "rounds": 0.0, "refine": 0.0, "make_inputs": 0.0}
-    combine = SummarizeFn(splits.bucket_grid())
+    combine = SummarizeFn(splits.bucket_grid(), index_of=batch_index)  # only merges here
     merged = None
     for shipped in workers.histograms():
         start = time.perf_counter()

@@ -202,9 +202,9 @@ _PUBLISH_ON_A_FULL_DISK = """
 import json, os, sys
 import numpy as np
 from beam_tfrecord import DType, Scalar, Schema, ShardingConfig, SplitConfig
-from beam_tfrecord.beam.encode_fn import EncodeToRunsFn
+from beam_tfrecord.beam.spill_path import EncodeToRunsFn
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.shards import WriteShardFromRunsFn
+from beam_tfrecord.beam.spill_path import WriteShardFromRunsFn
 from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.runs import RunIndex, SpilledRun

@@ -41,7 +41,6 @@ from apache_beam.internal import pickler
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.encode_fn import EncodeToRunsFn
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Stage
 from beam_tfrecord.errors import EncodePoolError
@@ -134,7 +133,7 @@ def _serve(connection: multiprocessing.connection.Connection) -> None:
     process's reply (no deadlock on full pipes). The pipe closing (the parent died) ends the
     process at once: what it was writing is in an unpublished temp folder.
     """
-    fn: EncodeToRunsFn = pickler.loads(connection.recv_bytes())
+    fn: beam.DoFn = pickler.loads(connection.recv_bytes())
     fn.setup()
     tasks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
 
@@ -197,7 +196,7 @@ class EncodeInPoolFn(beam.DoFn):
         processes: the pool's size (>= 2).
     """
 
-    def __init__(self, encode: EncodeToRunsFn, *, processes: int) -> None:
+    def __init__(self, encode: beam.DoFn, *, processes: int) -> None:
         self._encode = encode
         self._processes = processes
         self._started = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "encode_processes_started")

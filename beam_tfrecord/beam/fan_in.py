@@ -1,12 +1,21 @@
-"""How a shard's records come together (``FanIn``): the choice by runner, and the summary's line on it."""
+"""How a shard's records come together (``FanIn``): the choice by runner, the summary's line on it,
+and what both paths (``spill_path``, ``shuffle_path``) take and give."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
 
 import apache_beam as beam
 
+from beam_tfrecord import storage
 from beam_tfrecord.beam.runners import traits_of
+from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
+from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import WriterOptionError
 
 
@@ -53,3 +62,67 @@ def describe_fan_in(fan_in: FanIn, pipeline: beam.Pipeline, temp_dir: str) -> st
     where = ("sorted runs spilled to the temp folder, merged by the shard writers" if chosen is FanIn.SPILL
              else "records keyed by shard through the runner's shuffle")
     return f"  fan-in: {chosen.value} ({why}); {where} (temp folder {temp_dir}, deleted once published)"
+
+
+class Encoding(Protocol):
+    """The encode stage for inputs other than ``Sample``s (``WriteBalancedTFRecord``'s serialized records).
+
+    Its DoFns emit what the sample encoders emit (spill path: ``SpilledRun`` and ``DeadLetter``;
+    shuffle path: ``EncodedBatch``), and ``RecordsSummary`` values from which the plan step infers
+    the published schema (the spill path's DoFn emits them among its runs; ``summarize_batches``
+    merges the shuffle path's into one).
+    """
+
+    def to_runs_fn(self, *, runs_dir: str, run_bytes: int, direct_io: bool, salt: str,
+                   max_record_bytes: int) -> beam.DoFn: ...
+
+    def to_batches_fn(self, *, salt: str, max_record_bytes: int) -> beam.DoFn: ...
+
+    def summarize_batches(self) -> beam.PTransform:
+        """The shuffle path's batches -> their merged ``RecordsSummary`` (none for no record)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FanInSettings:
+    """What either fan-in path is built from: the writer's checked options.
+
+    Attributes:
+        encoding: the encode stage for inputs other than ``Sample``s; None encodes samples with ``schema``.
+        temp_dir: the build's temp folder (runs in ``runs/``, unpublished shards in ``shards/``).
+        The others: as ``WriteTFRecordDataset`` documents them.
+    """
+
+    schema: Schema
+    splits: SplitConfig
+    sharding: ShardingConfig
+    dataset_name: str
+    compression: Compression
+    file_format: FileFormat
+    salt: str
+    feature_transforms: Mapping[str, FeatureTransform]
+    reread_min_bytes: int
+    direct_io: bool
+    temp_dir: str
+    progress_dir: str | None
+    encoding: Encoding | None
+
+    def encode_options(self) -> dict[str, Any]:
+        """Keyword arguments of both sample encoders (``encode_fn.EncodeFn``)."""
+        return dict(salt=self.salt, max_record_bytes=self.sharding.cap, feature_transforms=self.feature_transforms,
+                    reread_min_bytes=self.reread_min_bytes, progress_dir=self.progress_dir)
+
+    def shard_options(self) -> dict[str, Any]:
+        """Keyword arguments of both shard writers (``shards.WriteShardFn``), after schema, compression, transforms."""
+        return dict(dataset_name=self.dataset_name, shards_dir=storage.join(self.temp_dir, "shards"),
+                    direct_io=self.direct_io, file_format=self.file_format, progress_dir=self.progress_dir)
+
+
+class FanInOutputs(NamedTuple):
+    """What a fan-in path gives publication: PCollections of the plan (at most one ``DatasetPlan``), the
+    written shards' ``ShardInfo``s, the ``DeadLetter``s, and, when ``encoding`` infers the schema, its
+    ``RecordsSummary`` (None otherwise)."""
+
+    plan: beam.PCollection
+    shard_infos: beam.PCollection
+    dead_letters: beam.PCollection
+    summary: beam.PCollection | None

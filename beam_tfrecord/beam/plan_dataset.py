@@ -1,49 +1,41 @@
 """PlanDataset: the plan from merged summaries, on any runner, without one worker seeing every record.
 
-Element shapes, in order: index sources (``SpilledRun`` of the spill path, whose hashes and sizes
-are in its index file, or ``EncodedBatch`` of the shuffle path) -> one ``HashHistogram``,
-merged by a ``CombineFn`` across workers -> ``SplitRound`` -> ``(bucket, (hashes, sizes))`` of the
-few buckets where a boundary falls, grouped by bucket -> ``Cut``s -> ``ShardRound`` -> the same for
-shard boundaries -> one ``DatasetPlan``. Empty input gives no plan (publication plans it then).
+Element shapes, in order: index sources (what the caller's ``index_of`` turns into its records'
+hashes and sizes: an ``EncodedBatch`` on the shuffle path) -> one ``HashHistogram``, merged by a
+``CombineFn`` across workers -> ``SplitRound`` -> ``(bucket, (hashes, sizes))`` of the few buckets
+where a boundary falls, grouped by bucket -> ``Cut``s -> ``ShardRound`` -> the same for shard
+boundaries -> one ``DatasetPlan``. Empty input gives no plan (publication plans it then).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
 
 from beam_tfrecord.core.cut_planner import CutRequests, ShardRound, SplitRound, plan_shards, start_plan
-from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
 from beam_tfrecord.core.summary import BucketGrid, Cut, CutTarget, HashHistogram, refine_bucket
-from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import PipelineInvariantError
-from beam_tfrecord.spill import read_run_index
 
-IndexSource = SpilledRun | EncodedBatch
-
-
-def index_of(source: IndexSource) -> tuple[np.ndarray, np.ndarray]:
-    """(uint64 hashes, int64 framed sizes) of a source's records."""
-    if isinstance(source, EncodedBatch):
-        return source.index()
-    index = read_run_index(source)
-    return index.hashes, index.framed_sizes
+# An index source -> (uint64 hashes, int64 framed sizes) of its records (a module-level function: it is pickled).
+IndexOf = Callable[[Any], tuple[np.ndarray, np.ndarray]]
 
 
 class SummarizeFn(beam.CombineFn):
     """Merges index sources into one ``HashHistogram`` (accumulators are histograms, or None when empty)."""
 
-    def __init__(self, grid: BucketGrid) -> None:
+    def __init__(self, grid: BucketGrid, *, index_of: IndexOf) -> None:
         self._grid = grid
+        self._index_of = index_of
 
     def create_accumulator(self) -> HashHistogram | None:
         return None
 
-    def add_input(self, accumulator: HashHistogram | None, source: IndexSource) -> HashHistogram | None:
-        hashes, sizes = index_of(source)
+    def add_input(self, accumulator: HashHistogram | None, source: Any) -> HashHistogram | None:
+        hashes, sizes = self._index_of(source)
         if not len(hashes):
             return accumulator
         return (accumulator or HashHistogram.empty(self._grid)).add_records(hashes, sizes)
@@ -59,7 +51,7 @@ class SummarizeFn(beam.CombineFn):
         return accumulator
 
 
-def records_to_refine(source: IndexSource, requests: CutRequests | None
+def records_to_refine(source: Any, requests: CutRequests | None, index_of: IndexOf
                       ) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
     """(bucket, (hashes, sizes)) of the source's records in each requested bucket."""
     if requests is None or not requests.targets:
@@ -89,23 +81,25 @@ def refine(group: tuple[int, Iterable[tuple[np.ndarray, np.ndarray]]], requests:
 class _RefineRound(beam.PTransform):
     """Index sources -> the ``Cut``s a planning round asks for (gathered by bucket through a shuffle)."""
 
-    def __init__(self, planning_round: beam.PCollection) -> None:
+    def __init__(self, planning_round: beam.PCollection, index_of: IndexOf) -> None:
         super().__init__()
         self._round = planning_round
+        self._index_of = index_of
 
     def expand(self, sources: beam.PCollection) -> beam.PCollection:
         requests = self._round | "Requests" >> beam.Map(lambda r: r.requests)
         return (
             sources
             | "RecordsToRefine" >> beam.FlatMap(records_to_refine,
-                                                beam.pvalue.AsSingleton(requests, default_value=None))
+                                                beam.pvalue.AsSingleton(requests, default_value=None), self._index_of)
             # (bucket, (hashes, sizes)): only buckets where a boundary falls
             | "ByBucket" >> beam.GroupByKey()
             | "Cut" >> beam.FlatMap(refine, beam.pvalue.AsSingleton(requests))
         )
 
 
-def bucket_records(source: IndexSource, grid: BucketGrid) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+def bucket_records(source: Any, grid: BucketGrid, index_of: IndexOf
+                   ) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
     """(bucket, (hashes, sizes)) of every record of a source, one element per bucket it touches."""
     hashes, sizes = index_of(source)
     buckets = grid.bucket_of(hashes)
@@ -159,19 +153,20 @@ def _round_and_cuts(group: tuple[None, Iterable[object]]) -> tuple[SplitRound | 
     return rounds[0], cuts
 
 
-def _cuts_from(sources: Sequence[IndexSource], requests: CutRequests) -> list[Cut]:
+def _cuts_from(sources: Sequence[Any], requests: CutRequests, index_of: IndexOf) -> list[Cut]:
     """A round's cuts, from sources read one after another (each source's index read once)."""
     if not requests.targets:
         return []
     parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {int(b): [] for b in requests.buckets.tolist()}
     for source in sources:
-        for bucket, part in records_to_refine(source, requests):
+        for bucket, part in records_to_refine(source, requests, index_of):
             parts[bucket].append(part)
     empty = (np.zeros(0, np.uint64), np.zeros(0, np.int64))
     return [cut for bucket, found in parts.items() for cut in refine((bucket, found or [empty]), requests)]
 
 
-def plan_in_one_step(sources: Sequence[IndexSource], splits: SplitConfig, sharding: ShardingConfig) -> DatasetPlan:
+def plan_in_one_step(sources: Sequence[Any], splits: SplitConfig, sharding: ShardingConfig, *,
+                     index_of: IndexOf) -> DatasetPlan:
     """The same plan as ``PlanDataset``, made by one worker that streams through the sources' indexes.
 
     For the spill path, whose runs are all on one machine anyway: a pipeline stage per planning
@@ -184,8 +179,8 @@ def plan_in_one_step(sources: Sequence[IndexSource], splits: SplitConfig, shardi
     for source in sources:
         histogram.add(HashHistogram.of(grid, *index_of(source)))
     split_round = start_plan(histogram, splits, sharding)
-    shard_round = plan_shards(split_round, _cuts_from(sources, split_round.requests))
-    return shard_round.finish(_cuts_from(sources, shard_round.requests))
+    shard_round = plan_shards(split_round, _cuts_from(sources, split_round.requests, index_of))
+    return shard_round.finish(_cuts_from(sources, shard_round.requests, index_of))
 
 
 def _joined_step(group: tuple[None, Iterable[object]], step):
@@ -206,25 +201,30 @@ class PlanDataset(beam.PTransform):
     Args:
         splits: how records are divided into splits.
         sharding: shard sizing.
+        index_of: an index source -> its records' (hashes, sizes) (a module-level function).
         side_inputs: True: each round's requests reach the workers as a side input, and only the
             records of requested buckets are shuffled. False (for runners whose side inputs are
             recomputed per task, like Dask's): every record's hash and size is shuffled by bucket and
             joined with the round's targets by a GroupByKey; rounds meet their cuts the same way.
     """
 
-    def __init__(self, splits: SplitConfig, sharding: ShardingConfig, *, side_inputs: bool = True) -> None:
+    def __init__(self, splits: SplitConfig, sharding: ShardingConfig, *, index_of: IndexOf,
+                 side_inputs: bool = True) -> None:
         super().__init__()
+        self._index_of = index_of
         self._splits = splits
         self._sharding = sharding
         self._side_inputs = side_inputs
 
     def expand(self, sources: beam.PCollection) -> beam.PCollection:
         grid = self._splits.bucket_grid()
-        histogram = sources | "Summarize" >> beam.CombineGlobally(SummarizeFn(grid)).without_defaults()
+        summarize = SummarizeFn(grid, index_of=self._index_of)
+        histogram = sources | "Summarize" >> beam.CombineGlobally(summarize).without_defaults()
         split_round = (histogram
                        | "DropEmpty" >> beam.Filter(lambda h: h is not None)
                        | "StartPlan" >> beam.Map(start_plan, self._splits, self._sharding))
-        records = None if self._side_inputs else sources | "ByBucket" >> beam.FlatMap(bucket_records, grid)
+        records = None if self._side_inputs else sources | "ByBucket" >> beam.FlatMap(bucket_records, grid,
+                                                                                   self._index_of)
         if self._splits.is_ratio:  # ratio splits are unions of buckets: nothing to refine
             shard_round = split_round | "PlanShards" >> beam.Map(_plan_shards, [])
         else:
@@ -236,7 +236,7 @@ class PlanDataset(beam.PTransform):
     def _refine(self, label: str, planning_round: beam.PCollection, sources: beam.PCollection,
                 records: beam.PCollection | None, grid: BucketGrid) -> beam.PCollection:
         if records is None:
-            return sources | label >> _RefineRound(planning_round)
+            return sources | label >> _RefineRound(planning_round, self._index_of)
         targets = planning_round | f"{label}Targets" >> beam.FlatMap(_targets_by_bucket)
         return (
             (records, targets)

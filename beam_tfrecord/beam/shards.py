@@ -1,8 +1,8 @@
 """Shard writing for both fan-in paths: entries in (hash, content) order -> one shard file.
 
 ``ShardFileWriter`` (a plain class) writes a shard from its entries and checks it against the
-plan. The spill path's ``WriteShardFromRunsFn`` merges the shard's slice of every run (found in
-the runs' index files; see ``beam_tfrecord.spill``); the shuffle path's ``WriteShardFromGroupFn`` sorts the entries the
+plan; ``WriteShardFn`` is the DoFn base of both paths' writers: ``spill_path.WriteShardFromRunsFn``
+merges the shard's slice of every run, ``shuffle_path.WriteShardFromGroupFn`` sorts the entries the
 runner's shuffle brought together. Entries sort the same way in both, so the files are equal.
 """
 
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 import apache_beam as beam
-import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
@@ -21,24 +20,19 @@ from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.core.runs import (
-    HASH_BYTES,
     RECORD,
-    SpilledRun,
     entry_kind,
     entry_record,
     entry_reference,
 )
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
-from beam_tfrecord.core.summary import BucketGrid
+from beam_tfrecord.core.sharding import ShardSpec
 from beam_tfrecord.disk_space import raise_typed_when_full
-from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
-from beam_tfrecord.errors import CorruptShardError, InputChangedError, PipelineInvariantError
+from beam_tfrecord.errors import CorruptShardError, InputChangedError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.progress import ProgressSink
-from beam_tfrecord.spill import read_catalog, shard_entries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +133,7 @@ class ShardFileWriter:
         return record
 
 
-class _WriteShardFn(beam.DoFn):
+class WriteShardFn(beam.DoFn):
     """What both shard-writing DoFns share: the writer, built in ``setup``, naming and counters."""
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
@@ -174,115 +168,3 @@ class _WriteShardFn(beam.DoFn):
             self._progress.add(shards=1, num_bytes=stats.stored_bytes, planned=(spec.split, filled))
             self._progress.flush()
         return info
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardTask:
-    """One shard to write on the spill path: its planned spec and the catalog listing every run."""
-
-    spec: ShardSpec
-    catalog: str
-
-
-class WriteShardFromRunsFn(_WriteShardFn):
-    """Spill path: ``(shard number, [ShardTask])`` in, its ``ShardInfo`` out; merges the shard's
-    slice of every run (``beam_tfrecord.spill.shard_entries``).
-
-    The runs come from the task's catalog file (O(runs) per shard, read from storage), so no
-    runner has to hand every worker a side input.
-    """
-
-    def process(self, group: tuple[int, Iterable[ShardTask]]) -> Iterator[ShardInfo]:
-        number, tasks = group
-        found = list(tasks)
-        if len(found) != 1:
-            raise PipelineInvariantError(f"shard {number}", f"expected its one planned task, got {len(found)}")
-        yield self.write_from_runs(found[0].spec, read_catalog(found[0].catalog))
-
-    def write_from_runs(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> ShardInfo:
-        """Writes one shard from its slice of every run (any order of ``runs``: the same file)."""
-        with shard_entries(runs, spec.hash_lo, spec.hash_hi, direct=self._direct_io) as entries:
-            return self._write(spec, entries)
-
-
-def _entry_hashes(entries: Sequence[bytes]) -> np.ndarray:
-    return np.frombuffer(b"".join(e[:HASH_BYTES] for e in entries), dtype=">u8").astype(np.uint64)
-
-
-def key_by_shard(batch: EncodedBatch, plan: DatasetPlan | None) -> Iterator[tuple[int, bytes]]:
-    """(shard number in ``plan.shards``, entry) for each entry of a batch (the plan as a side input)."""
-    if not batch.entries:
-        return
-    if plan is None:
-        raise PipelineInvariantError("plan", "records were encoded but no plan was made")
-    yield from zip(plan.shard_numbers(_entry_hashes(batch.entries)).tolist(), batch.entries)
-
-
-def entries_by_bucket(batch: EncodedBatch, grid: BucketGrid) -> Iterator[tuple[int, bytes]]:
-    """(bucket, entry) for each entry of a batch: the payload's side of the join with the plan."""
-    if batch.entries:
-        yield from zip(grid.bucket_of(_entry_hashes(batch.entries)).tolist(), batch.entries)
-
-
-def shards_by_bucket(plan: DatasetPlan, grid: BucketGrid) -> Iterator[tuple[int, BucketShards]]:
-    """(bucket, the shards that start in or cover it) for every bucket: the plan's side of the join."""
-    starts = plan.shard_starts
-    if not len(starts):
-        return
-    firsts = np.maximum(np.searchsorted(starts, grid.starts, side="right") - 1, 0)
-    lasts = np.append(np.searchsorted(starts, grid.starts[1:], side="left"), len(starts))
-    for bucket, (first, last) in enumerate(zip(firsts.tolist(), np.maximum(lasts, firsts + 1).tolist())):
-        yield bucket, BucketShards(starts[first:last], first)
-
-
-@dataclasses.dataclass(frozen=True)
-class BucketShards:
-    """The shards a bucket's records can belong to: their hash starts, from shard number ``first``."""
-
-    starts: np.ndarray
-    first: int
-
-
-def key_joined_by_shard(group: tuple[int, Iterable[bytes | BucketShards]]) -> Iterator[tuple[int, bytes]]:
-    """(shard number, entry) for each entry of a bucket's joined group."""
-    bucket, values = group
-    shards, entries = None, []
-    for value in values:
-        if isinstance(value, BucketShards):
-            shards = value
-        else:
-            entries.append(value)
-    if not entries:
-        return
-    if shards is None:
-        raise PipelineInvariantError("plan", f"records in hash bucket {bucket} but no planned shard covers it")
-    numbers = shards.first + np.searchsorted(shards.starts, _entry_hashes(entries), side="right") - 1
-    yield from zip(numbers.tolist(), entries)
-
-
-def specs_by_number(plan: DatasetPlan) -> Iterator[tuple[int, ShardSpec]]:
-    """(shard number, spec): joined with the shard's entries, so its writer needs no side input."""
-    return enumerate(plan.shards)
-
-
-class WriteShardFromGroupFn(_WriteShardFn):
-    """Shuffle path: ``(shard number, [ShardSpec, entry...])`` from the runner's GroupByKey in, its
-    ``ShardInfo`` out.
-
-    The entries are sorted here (bytes order is (hash, content) order, as the spill path's merge
-    gives), so a worker holds one shard's entries at a time: at most ``max_shard_bytes`` of them.
-    """
-
-    def process(self, group: tuple[int, Iterable[bytes | ShardSpec]]) -> Iterator[ShardInfo]:
-        number, values = group
-        specs: list[ShardSpec] = []
-        entries: list[bytes] = []
-        for value in values:
-            if isinstance(value, ShardSpec):
-                specs.append(value)
-            else:
-                entries.append(value)
-        if len(specs) != 1:
-            raise PipelineInvariantError(f"shard {number}", f"expected its one planned spec, got {len(specs)}")
-        entries.sort()
-        yield self._write(specs[0], entries)

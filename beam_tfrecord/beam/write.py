@@ -4,145 +4,46 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.batch_input import in_global_window, require_bounded
-from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn, RunsResume
-from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
-from beam_tfrecord.beam.fan_in import FanIn, describe_fan_in, resolve_fan_in
-from beam_tfrecord.beam.plan_dataset import PlanDataset, plan_in_one_step
+from beam_tfrecord.beam.fan_in import (
+    Encoding,
+    FanIn,
+    FanInOutputs,
+    FanInSettings,
+    describe_fan_in,
+    resolve_fan_in,
+)
+from beam_tfrecord.beam.one_group import DEAD, PLAN, SHARD, START, SUMMARY, by_kind, tag
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.runners import (
     local_workers_for,
     runs_on_direct_runner,
-    traits_of,
     use_fixed_dask_runner,
     use_local_workers,
 )
-from beam_tfrecord.beam.shards import (
-    ShardTask,
-    WriteShardFromGroupFn,
-    WriteShardFromRunsFn,
-    entries_by_bucket,
-    key_by_shard,
-    key_joined_by_shard,
-    shards_by_bucket,
-    specs_by_number,
-)
+from beam_tfrecord.beam.shuffle_path import ShufflePath
+from beam_tfrecord.beam.spill_path import RunsResume, SpillPath
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
-from beam_tfrecord.core.runs import SpilledRun
-from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig
+from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.core.units import KiB
-from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
 from beam_tfrecord.input_index import encoding_digest
-from beam_tfrecord.spill import DEFAULT_RUN_BYTES, write_catalog
+from beam_tfrecord.spill import DEFAULT_RUN_BYTES
 from beam_tfrecord.spill_resume import TEMP_PREFIX, ResumePoint, find_resume_point, fingerprint
 from beam_tfrecord.spill_resume import describe as describe_resume
 
 DEFAULT_SALT = "beam-tfrecord"
-
-
-# Publication's inputs (and the spill path's runs) arrive as one group: a GroupByKey on one key
-# rather than side inputs, which the Dask runner computes again inside each task that reads them.
-# Elements: (kind, value).
-_START, _RUN, _PLAN, _SHARD, _DEAD = "start", "run", "plan", "shard", "dead"
-_SUMMARY = "summary"  # RecordsSummary: what the records say about the schema (an ``Encoding`` that infers it)
-_KIND_OF_ENCODED = {SpilledRun: _RUN, DeadLetter: _DEAD, RecordsSummary: _SUMMARY}
-
-
-class Encoding(Protocol):
-    """The encode stage for inputs other than ``Sample``s (``WriteBalancedTFRecord``'s serialized records).
-
-    Its DoFns emit what the sample encoders emit (spill path: ``SpilledRun`` and ``DeadLetter``;
-    shuffle path: ``EncodedBatch``), and ``RecordsSummary`` values from which the plan step infers
-    the published schema (the spill path's DoFn emits them among its runs; ``summarize_batches``
-    merges the shuffle path's into one).
-    """
-
-    def to_runs_fn(self, *, runs_dir: str, run_bytes: int, direct_io: bool, salt: str,
-                   max_record_bytes: int) -> beam.DoFn: ...
-
-    def to_batches_fn(self, *, salt: str, max_record_bytes: int) -> beam.DoFn: ...
-
-    def summarize_batches(self) -> beam.PTransform:
-        """The shuffle path's batches -> their merged ``RecordsSummary`` (none for no record)."""
-
-
-def _by_kind(group: tuple[None, Iterable[tuple[str, Any]]], kinds: tuple[str, ...]) -> dict[str, list[Any]]:
-    """The values of a one-key group of ``(kind, value)`` elements, listed by kind (each of ``kinds``)."""
-    found: dict[str, list[Any]] = {kind: [] for kind in kinds}
-    for kind, value in group[1]:
-        found[kind].append(value)
-    return found
-
-
-def _tag_encoded(element: SpilledRun | DeadLetter | RecordsSummary) -> tuple[None, tuple[str, Any]]:
-    """Tags what the spill encoder emits by its type (one output: see encode_fn's docstring)."""
-    return None, (_KIND_OF_ENCODED[element.__class__], element)
-
-
-def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
-    return batch.dead_letters
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedRuns:
-    """The spill path's plan (None when nothing was encoded), the catalog of the runs it was made
-    from, and the dead letters (and merged records summary, when inferring) gathered with them."""
-
-    plan: DatasetPlan | None
-    catalog: str | None
-    dead_letters: tuple[DeadLetter, ...]
-    summary: RecordsSummary | None = None
-
-
-def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitConfig, sharding: ShardingConfig,
-                   runs_dir: str, reused: Sequence[SpilledRun] = ()) -> PlannedRuns:
-    """Plans from every run's index file (read in turn, never all held), those of a killed build it
-    resumes (``reused``) included, and writes the runs' catalog.
-
-    One step: on the runners the spill path serves, a pipeline stage per planning round costs more
-    than reading the small index files.
-    """
-    found = _by_kind(group, (_START, _RUN, _DEAD, _SUMMARY))
-    runs: list[SpilledRun] = [*found[_RUN], *reused]
-    dead: list[DeadLetter] = found[_DEAD]
-    summary = merge_summaries(found[_SUMMARY])
-    if not runs:
-        return PlannedRuns(None, None, tuple(dead), summary)
-    runs.sort(key=lambda run: run.path)
-    return PlannedRuns(plan_in_one_step(runs, splits, sharding), write_catalog(runs_dir, runs), tuple(dead), summary)
-
-
-def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[int, ShardTask]]:
-    if planned.plan is None or planned.catalog is None:
-        return
-    for number, spec in enumerate(planned.plan.shards):
-        yield number, ShardTask(spec, planned.catalog)
-
-
-def _plan_of(planned: PlannedRuns) -> DatasetPlan | None:
-    return planned.plan
-
-
-def _dead_letters_planned(planned: PlannedRuns) -> tuple[DeadLetter, ...]:
-    return planned.dead_letters
-
-
-def _summary_planned(planned: PlannedRuns) -> Iterator[RecordsSummary]:
-    if planned.summary is not None:
-        yield planned.summary
 
 
 def _with_inferred_schema(settings: PublishSettings, summaries: Sequence[RecordsSummary]) -> PublishSettings:
@@ -160,16 +61,12 @@ def _with_inferred_schema(settings: PublishSettings, summaries: Sequence[Records
 
 
 def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings) -> Manifest:
-    found = _by_kind(group, (_START, _PLAN, _SHARD, _DEAD, _SUMMARY))
-    if len(found[_PLAN]) > 1:
-        raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[_PLAN])}")
-    settings = _with_inferred_schema(settings, found[_SUMMARY])
-    shard_infos: list[ShardInfo] = found[_SHARD]
-    return publish(settings, found[_PLAN][0] if found[_PLAN] else None, shard_infos, found[_DEAD])
-
-
-def _tag(kind: str) -> beam.PTransform:
-    return beam.Map(lambda value: (None, (kind, value)))
+    found = by_kind(group, (START, PLAN, SHARD, DEAD, SUMMARY))
+    if len(found[PLAN]) > 1:
+        raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[PLAN])}")
+    settings = _with_inferred_schema(settings, found[SUMMARY])
+    shard_infos: list[ShardInfo] = found[SHARD]
+    return publish(settings, found[PLAN][0] if found[PLAN] else None, shard_infos, found[DEAD])
 
 
 class WriteTFRecordDataset(beam.PTransform):
@@ -283,21 +180,13 @@ class WriteTFRecordDataset(beam.PTransform):
         if unknown:
             raise WriterOptionError(f"feature_transforms name features not in the schema: {sorted(unknown)}")
         self._output_dir = output_dir
-        self._schema = schema
-        self._dataset_name = dataset_name
         self._splits = splits or SplitConfig.single()
         self._sharding = sharding or ShardingConfig()
-        self._compression = compression
-        self._file_format = file_format
-        self._salt = salt
         self._feature_transforms = dict(feature_transforms or {})
         self._spill_run_bytes = spill_run_bytes
-        self._reread_min_bytes = reread_min_bytes
-        self._direct_io = direct_io
         self._fan_in = fan_in
         self._encode_processes = encode_processes
         self._local_workers = local_workers
-        self._progress_dir = progress_dir
         self._encoding = encoding
         self._shared_filesystem = shared_filesystem
         resume_text = None if inputs_identity is None else fingerprint({
@@ -312,6 +201,11 @@ class WriteTFRecordDataset(beam.PTransform):
             self._temp_dir, resume_text, self._resume_point.hashes_path if self._resume_point else None)
         if self._resume_point is not None:
             metadata = {**(metadata or {}), "resumed": self._resume_point.metadata()}
+        self._fan_in_settings = FanInSettings(
+            schema=schema, splits=self._splits, sharding=self._sharding, dataset_name=dataset_name,
+            compression=compression, file_format=file_format, salt=salt, feature_transforms=self._feature_transforms,
+            reread_min_bytes=reread_min_bytes, direct_io=direct_io, temp_dir=self._temp_dir,
+            progress_dir=progress_dir, encoding=encoding)
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
@@ -349,110 +243,26 @@ class WriteTFRecordDataset(beam.PTransform):
             use_local_workers(samples.pipeline, workers)
         use_fixed_dask_runner(samples.pipeline)
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
-            return self._spill(samples)
-        if self._resume_point is not None:
+            outputs = samples | "Spill" >> SpillPath(
+                self._fan_in_settings, run_bytes=self._spill_run_bytes, encode_processes=self._encode_processes,
+                resume=self._runs_resume, reused_runs=self._resume_point.runs if self._resume_point else ())
+        elif self._resume_point is not None:
             raise WriterOptionError(f"resume needs the spill fan-in; the {type(pipeline.runner).__name__} takes the "
                                     "shuffle path (pass fan_in=FanIn.SPILL, --fan_in spill)")
-        return self._shuffle(samples)
+        else:
+            outputs = samples | "Shuffle" >> ShufflePath(self._fan_in_settings)
+        return self._publish(samples.pipeline, outputs)
 
     def describe_fan_in(self, pipeline: beam.Pipeline) -> str:
         """The job summary's line on the fan-in path this writer takes in ``pipeline`` (``describe_fan_in``)."""
         return describe_fan_in(self._fan_in, pipeline, self._temp_dir)
 
-    def _encode_options(self) -> dict[str, Any]:
-        return dict(salt=self._salt, max_record_bytes=self._sharding.cap, feature_transforms=self._feature_transforms,
-                    reread_min_bytes=self._reread_min_bytes, progress_dir=self._progress_dir)
-
-    def _shard_options(self) -> dict[str, Any]:
-        return dict(dataset_name=self._dataset_name, shards_dir=storage.join(self._temp_dir, "shards"),
-                    direct_io=self._direct_io, file_format=self._file_format, progress_dir=self._progress_dir)
-
-    def _encode_to_runs_fn(self, pipeline: beam.Pipeline, runs_dir: str) -> beam.DoFn:
-        if self._encoding is not None:  # records are already encoded: no pool (see ``encode_processes``)
-            return self._encoding.to_runs_fn(runs_dir=runs_dir, run_bytes=self._spill_run_bytes,
-                                             direct_io=self._direct_io, salt=self._salt,
-                                             max_record_bytes=self._sharding.cap)
-        return self._in_pool_if_asked(pipeline, EncodeToRunsFn(
-            self._schema, runs_dir=runs_dir, run_bytes=self._spill_run_bytes, direct_io=self._direct_io,
-            resume=self._runs_resume, **self._encode_options()))
-
-    def _encode_to_batches_fn(self) -> beam.DoFn:
-        if self._encoding is not None:
-            return self._encoding.to_batches_fn(salt=self._salt, max_record_bytes=self._sharding.cap)
-        return EncodeToBatchesFn(self._schema, **self._encode_options())
-
-    def _spill(self, samples: beam.PCollection) -> beam.PCollection:
-        runs_dir = storage.join(self._temp_dir, "runs")
-        encoded = samples | "EncodeToRuns" >> beam.ParDo(self._encode_to_runs_fn(samples.pipeline, runs_dir))
-        # SpilledRun | DeadLetter (| RecordsSummary), all gathered in one group. One consumer of what
-        # the encoder emits: the Dask runner keeps a finished task's inputs (the samples) referenced
-        # until every consumer of its output has run, so a second branch would hold them all.
-        start = samples.pipeline | "StartPlan" >> beam.Create([None])
-        planned = (
-            (start | "TagStartPlan" >> _tag(_START), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
-            | "GatherRuns" >> beam.Flatten()
-            | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun | DeadLetter)...]): one group, always
-            | "Plan" >> beam.Map(_plan_gathered, self._splits, self._sharding, runs_dir,  # PlannedRuns
-                                 self._resume_point.runs if self._resume_point else ())
-        )
-        shard_infos = (
-            planned
-            | "ShardTasks" >> beam.FlatMap(_shard_tasks)  # (shard number, ShardTask): a spec and the run catalog
-            | "ByShard" >> beam.GroupByKey()  # spreads the shards over workers (one small task each)
-            | "WriteShards" >> beam.ParDo(WriteShardFromRunsFn(self._schema, self._compression,
-                                                                 self._feature_transforms, **self._shard_options()))
-        )
-        plan = planned | "PlanOf" >> beam.Map(_plan_of)
-        dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
-        summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if self._encoding is not None else None
-        return self._publish(samples.pipeline, plan, shard_infos, dead_letters, summary)
-
-    def _in_pool_if_asked(self, pipeline: beam.Pipeline, encode: EncodeToRunsFn) -> beam.DoFn:
-        """``encode``, or a pool running it in several processes (see ``encode_processes``)."""
-        processes = self._encode_processes
-        if processes == 1:
-            return encode
-        if not traits_of(pipeline).workers_on_this_machine:
-            raise WriterOptionError(f"encode_processes={processes} needs a runner whose workers run on this "
-                                    "machine (the DirectRunner); on others leave it unset")
-        return EncodeInPoolFn(encode, processes=processes)
-
-    def _shuffle(self, samples: beam.PCollection) -> beam.PCollection:
-        batches = samples | "Encode" >> beam.ParDo(self._encode_to_batches_fn())
-        # EncodedBatch: the entries and dead letters of one input element.
-        dead_letters = batches | "DeadLetters" >> beam.FlatMap(_dead_letters_of)
-        side_inputs = not traits_of(samples.pipeline).recomputes_side_inputs
-        plan = batches | "Plan" >> PlanDataset(self._splits, self._sharding, side_inputs=side_inputs)
-        if side_inputs:
-            keyed = batches | "KeyByShard" >> beam.FlatMap(key_by_shard,
-                                                           beam.pvalue.AsSingleton(plan, default_value=None))
-        else:  # the plan meets the entries in a GroupByKey by hash bucket (a second shuffle of the payload)
-            grid = self._splits.bucket_grid()
-            keyed = (
-                (batches | "EntriesByBucket" >> beam.FlatMap(entries_by_bucket, grid),
-                 plan | "ShardsByBucket" >> beam.FlatMap(shards_by_bucket, grid))
-                | "GatherBuckets" >> beam.Flatten()
-                | "ByBucket" >> beam.GroupByKey()  # (bucket, [BucketShards, entry...])
-                | "KeyByShard" >> beam.FlatMap(key_joined_by_shard)
-            )
-        shard_infos = (
-            (keyed, plan | "SpecsByNumber" >> beam.FlatMap(specs_by_number))
-            | "GatherShards" >> beam.Flatten()
-            | "ByShard" >> beam.GroupByKey()  # (shard number, [ShardSpec, entry...]): the runner moves the payload
-            | "WriteShards" >> beam.ParDo(WriteShardFromGroupFn(self._schema, self._compression,
-                                                                  self._feature_transforms, **self._shard_options()))
-        )
-        summary = (batches | "SummarizeRecords" >> self._encoding.summarize_batches()  # one RecordsSummary
-                   if self._encoding is not None else None)
-        return self._publish(samples.pipeline, plan, shard_infos, dead_letters, summary)
-
-    def _publish(self, pipeline: beam.Pipeline, plan: beam.PCollection, shard_infos: beam.PCollection,
-                 dead_letters: beam.PCollection, summary: beam.PCollection | None) -> beam.PCollection:
+    def _publish(self, pipeline: beam.Pipeline, outputs: FanInOutputs) -> beam.PCollection:
         start = pipeline | "StartPublish" >> beam.Create([None])
-        tagged = [start | "TagStart" >> _tag(_START), plan | "TagPlan" >> _tag(_PLAN),
-                  shard_infos | "TagShards" >> _tag(_SHARD), dead_letters | "TagDeadLetters" >> _tag(_DEAD)]
-        if summary is not None:
-            tagged.append(summary | "TagSummary" >> _tag(_SUMMARY))
+        tagged = [start | "TagStart" >> tag(START), outputs.plan | "TagPlan" >> tag(PLAN),
+                  outputs.shard_infos | "TagShards" >> tag(SHARD), outputs.dead_letters | "TagDeadLetters" >> tag(DEAD)]
+        if outputs.summary is not None:
+            tagged.append(outputs.summary | "TagSummary" >> tag(SUMMARY))
         return (
             tuple(tagged)
             | "Gather" >> beam.Flatten()

@@ -12,6 +12,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset, load_manifest
 from beam_tfrecord.beam.plan_dataset import PlanDataset
 from beam_tfrecord.beam.runners import LocalBatchRunner
+from beam_tfrecord.beam.shuffle_path import batch_index
 from beam_tfrecord.beam.write import FanIn, describe_fan_in, resolve_fan_in
 from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.hashing import key_hash
@@ -75,7 +76,8 @@ def test_the_pipeline_plans_what_plan_dataset_plans(side_inputs, splits):
     expected = plan_dataset(hashes, sizes, config, sharding)
     assert len(expected.shards) > 10
     with BeamTestPipeline() as pipeline:
-        plans = pipeline | beam.Create(batches) | PlanDataset(config, sharding, side_inputs=side_inputs)
+        plans = pipeline | beam.Create(batches) | PlanDataset(config, sharding, index_of=batch_index,
+                                                                side_inputs=side_inputs)
         assert_that(plans, equal_to([expected]))
 
 

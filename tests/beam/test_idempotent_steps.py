@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from beam_tfrecord import DType, Scalar, Schema, ShardingConfig, SplitConfig, load_manifest, verify_dataset
-from beam_tfrecord.beam.encode_fn import EncodeToBatchesFn, EncodeToRunsFn
 from beam_tfrecord.beam.publish import PublishSettings, _move_shards, publish
-from beam_tfrecord.beam.shards import WriteShardFromGroupFn, WriteShardFromRunsFn
+from beam_tfrecord.beam.shuffle_path import EncodeToBatchesFn, WriteShardFromGroupFn
+from beam_tfrecord.beam.spill_path import EncodeToRunsFn, WriteShardFromRunsFn
 from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.runs import RunIndex, SpilledRun

@@ -20,8 +20,8 @@ NOT_PAYLOAD = frozenset({
     "beam_tfrecord.beam.plan_dataset.records_to_refine",
     "beam_tfrecord.beam.plan_dataset.bucket_records",
     "beam_tfrecord.beam.plan_dataset.SummarizeFn",
-    "beam_tfrecord.beam.write._dead_letters_of",
-    "beam_tfrecord.beam.shards.WriteShardFromGroupFn",
+    "beam_tfrecord.beam.shuffle_path._dead_letters_of",
+    "beam_tfrecord.beam.shuffle_path.WriteShardFromGroupFn",
 })
 # The planning step whose output (one Cut per split or shard boundary) is read as a list.
 CUTS = "beam_tfrecord.beam.plan_dataset.refine"
@@ -55,8 +55,14 @@ class WriterGraph:
     def of(cls, proto: beam_runner_api_pb2.Pipeline, writer: str) -> "WriterGraph":
         return cls(job_steps(proto), writer)
 
+    @property
+    def path(self) -> str:
+        """The label of the writer's fan-in path (``beam_tfrecord.beam.shuffle_path.ShufflePath``)."""
+        return f"{self.writer}/Shuffle"
+
     def step(self, name: str) -> Step:
-        return self.steps[f"{self.writer}/{name}"]
+        """A step of the writer's fan-in path."""
+        return self.steps[f"{self.path}/{name}"]
 
     def payload_group_by_keys(self) -> list[str]:
         """GroupByKeys reached by the encoded records (conservatively: see NOT_PAYLOAD)."""
@@ -76,23 +82,23 @@ def assert_shuffle_writer(graph: WriterGraph, *, refines_splits: bool) -> None:
     names = set(graph.steps)
     fns = {qualified_name(step.fn) for step in graph.steps.values()}
     # The shuffle fan-in: records encoded into batches, grouped by shard, written from the group.
-    assert qualified_name(graph.step("Encode").fn) == "beam_tfrecord.beam.encode_fn.EncodeToBatchesFn"
-    assert qualified_name(graph.step("WriteShards").fn) == "beam_tfrecord.beam.shards.WriteShardFromGroupFn"
-    assert not {"beam_tfrecord.beam.encode_fn.EncodeToRunsFn",
-                "beam_tfrecord.beam.shards.WriteShardFromRunsFn"} & fns, "the spill fan-in is in the job"
+    assert qualified_name(graph.step("Encode").fn) == "beam_tfrecord.beam.shuffle_path.EncodeToBatchesFn"
+    assert qualified_name(graph.step("WriteShards").fn) == "beam_tfrecord.beam.shuffle_path.WriteShardFromGroupFn"
+    assert not {"beam_tfrecord.beam.spill_path.EncodeToRunsFn",
+                "beam_tfrecord.beam.spill_path.WriteShardFromRunsFn"} & fns, "the spill fan-in is in the job"
     assert not any("EncodeToRuns" in name for name in names)
     # Exactly one GroupByKey carries the encoded records: the one keyed by shard.
-    assert graph.payload_group_by_keys() == [f"{graph.writer}/ByShard"]
+    assert graph.payload_group_by_keys() == [f"{graph.path}/ByShard"]
     # Side inputs: the plan and a planning round's requests as singletons, a round's cuts as a list
     # (one per boundary); none is read from the encoded records before they are reduced to those.
     expected = {"KeyByShard", "Plan/RefineShards/RecordsToRefine", "Plan/RefineShards/Cut", "Plan/FinishPlan"}
     if refines_splits:
         expected |= {"Plan/RefineSplits/RecordsToRefine", "Plan/RefineSplits/Cut", "Plan/PlanShards"}
     side_inputs = graph.side_inputs()
-    assert {consumer.rsplit("/", 1)[0] for consumer in side_inputs} == {f"{graph.writer}/{e}" for e in expected}
+    assert {consumer.rsplit("/", 1)[0] for consumer in side_inputs} == {f"{graph.path}/{e}" for e in expected}
     payload = downstream(graph.steps, graph.step("Encode"), stops_at=lambda s: not _passes_payload_on(s))
     for consumer, (producer, side) in side_inputs.items():
-        assert producer.name.startswith(f"{graph.writer}/Plan/"), (consumer, producer.name)
+        assert producer.name.startswith(f"{graph.path}/Plan/"), (consumer, producer.name)
         assert side.pcollection not in payload, consumer
         if not side.is_singleton():
             assert qualified_name(producer.fn) == CUTS, f"{consumer} reads {producer.name} as a list"

@@ -1,0 +1,284 @@
+"""The spill fan-in (``FanIn.SPILL``), whole: samples -> spilled runs -> one plan -> shards merged from the runs.
+
+Workers spill hash-sorted runs (``beam_tfrecord.spill``) into the temp folder; one step plans from
+every run's index and writes the runs' catalog; each shard writer merges its slice of every run.
+No payload byte goes through the runner's shuffle. ``EncodeToRunsFn`` has one output (the Dask
+runner sends every output of a multi-output ParDo down every branch): ``SpilledRun``,
+``DeadLetter`` (and an ``Encoding``'s ``RecordsSummary``) elements, told apart by type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+
+from beam_tfrecord import storage
+from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.beam.encode_fn import EncodeFn
+from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
+from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
+from beam_tfrecord.beam.one_group import DEAD, RUN, START, SUMMARY, by_kind, tag
+from beam_tfrecord.beam.plan_dataset import plan_in_one_step
+from beam_tfrecord.beam.runners import traits_of
+from beam_tfrecord.beam.shards import WriteShardFn
+from beam_tfrecord.core.hashing import key_digests
+from beam_tfrecord.core.manifest import ShardInfo
+from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
+from beam_tfrecord.core.runs import SpilledRun
+from beam_tfrecord.core.samples import DeadLetter, Sample
+from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, ShardSpec, SplitConfig
+from beam_tfrecord.encoding.records import FeatureTransform
+from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
+from beam_tfrecord.spill import RunWriting, read_catalog, read_run_index, shard_entries, write_catalog
+from beam_tfrecord.spill_resume import read_reused_hashes, skipped, write_resume_file
+
+_KIND_OF_ENCODED = {SpilledRun: RUN, DeadLetter: DEAD, RecordsSummary: SUMMARY}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunsResume:
+    """What makes a spill build resumable, and what it resumes (``beam_tfrecord.spill_resume``).
+
+    Attributes:
+        temp_dir: the build's temp folder, where ``resume.json`` goes before any run.
+        fingerprint: that file's text.
+        reused_hashes_path: the key hashes of the samples a killed build's runs hold (skipped), if resuming.
+    """
+
+    temp_dir: str
+    fingerprint: str
+    reused_hashes_path: str | None = None
+
+
+class EncodeToRunsFn(EncodeFn):
+    """Spill path: spills entries into hash-sorted runs of bounded size (``beam_tfrecord.spill``).
+
+    Input: a ``Sample`` or a list of them (chunks keep per-element overhead low for small rows).
+    Output: one ``SpilledRun`` per run, emitted when the run starts (its files are on storage once
+    the bundle has finished: nothing is emitted from ``finish_bundle``, which the Dask runner
+    drops), and a ``DeadLetter`` per rejected sample. Memory: up to two runs per worker.
+    Given ``resume``, it writes the build's ``resume.json`` in ``setup`` (before any run) and skips
+    the samples a resumed build's runs already hold.
+    """
+
+    def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
+                 run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
+                 direct_io: bool, progress_dir: str | None = None, resume: RunsResume | None = None) -> None:
+        super().__init__(schema, salt=salt, max_record_bytes=max_record_bytes, feature_transforms=feature_transforms,
+                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir)
+        self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
+        self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
+        self._resume = resume
+        self._reused_counter = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "samples_reused")
+
+    def setup(self) -> None:
+        super().setup()
+        self._reused = np.zeros(0, np.uint64)
+        if self._resume is not None:
+            write_resume_file(self._resume.temp_dir, self._resume.fingerprint)  # once per build: the first worker
+            if self._resume.reused_hashes_path:
+                self._reused = read_reused_hashes(self._resume.reused_hashes_path)
+        self._run_writing.start()
+
+    def _encode_element(self, element: Sample | DeadLetter | list[Sample | DeadLetter]
+                        ) -> tuple[list[bytes], list[DeadLetter]]:
+        if len(self._reused):
+            element = self._not_reused(element)
+        return super()._encode_element(element)
+
+    def _not_reused(self, element: Sample | DeadLetter | list[Sample | DeadLetter]
+                    ) -> Sample | DeadLetter | list[Sample | DeadLetter]:
+        """The element, less the samples whose records a reused run holds (dead letters kept: no run holds them)."""
+        items = element if isinstance(element, list) else [element]
+        samples = [i for i, item in enumerate(items) if type(item) is not DeadLetter]
+        digests = key_digests([items[i].key for i in samples], self._salt)
+        held = skipped(np.frombuffer(b"".join(digests), dtype=">u8").astype(np.uint64), self._reused)
+        self._reused_counter.inc(int(held.sum()))
+        if self._progress is not None:  # the progress line counts samples done: a reused one is
+            self._progress.add(encoded=int(held.sum()), rejected=0)
+        if not held.any():
+            return element
+        drop = {samples[i] for i in np.flatnonzero(held).tolist()}
+        return [item for i, item in enumerate(items) if i not in drop]
+
+    def teardown(self) -> None:
+        self._run_writing.stop()
+
+    def start_bundle(self) -> None:
+        self._spiller = self._run_writing.spiller()
+
+    def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[SpilledRun | DeadLetter]:
+        entries, dead = self._encode_element(element)
+        yield from dead
+        started = self._spiller.add_many(entries)
+        if started:
+            self._runs.inc(len(started))  # metrics are per thread: counted here, not in the writing thread
+        yield from started
+
+    def finish_bundle(self) -> None:
+        self._spiller.finish()  # the bundle (and every run it announced) counts only once its runs are on storage
+        self._flush_progress()
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTask:
+    """One shard to write on the spill path: its planned spec and the catalog listing every run."""
+
+    spec: ShardSpec
+    catalog: str
+
+
+class WriteShardFromRunsFn(WriteShardFn):
+    """Spill path: ``(shard number, [ShardTask])`` in, its ``ShardInfo`` out; merges the shard's
+    slice of every run (``beam_tfrecord.spill.shard_entries``).
+
+    The runs come from the task's catalog file (O(runs) per shard, read from storage), so no
+    runner has to hand every worker a side input.
+    """
+
+    def process(self, group: tuple[int, Iterable[ShardTask]]) -> Iterator[ShardInfo]:
+        number, tasks = group
+        found = list(tasks)
+        if len(found) != 1:
+            raise PipelineInvariantError(f"shard {number}", f"expected its one planned task, got {len(found)}")
+        yield self.write_from_runs(found[0].spec, read_catalog(found[0].catalog))
+
+    def write_from_runs(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> ShardInfo:
+        """Writes one shard from its slice of every run (any order of ``runs``: the same file)."""
+        with shard_entries(runs, spec.hash_lo, spec.hash_hi, direct=self._direct_io) as entries:
+            return self._write(spec, entries)
+
+
+def run_index(run: SpilledRun) -> tuple[np.ndarray, np.ndarray]:
+    """(uint64 hashes, int64 framed sizes) of a run's records, from its index file."""
+    index = read_run_index(run)
+    return index.hashes, index.framed_sizes
+
+
+def _tag_encoded(element: SpilledRun | DeadLetter | RecordsSummary) -> tuple[None, tuple[str, Any]]:
+    """Tags what the spill encoder emits by its type (one output: see the module docstring)."""
+    return None, (_KIND_OF_ENCODED[element.__class__], element)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRuns:
+    """The spill path's plan (None when nothing was encoded), the catalog of the runs it was made
+    from, and the dead letters (and merged records summary, when inferring) gathered with them."""
+
+    plan: DatasetPlan | None
+    catalog: str | None
+    dead_letters: tuple[DeadLetter, ...]
+    summary: RecordsSummary | None = None
+
+
+def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitConfig, sharding: ShardingConfig,
+                   runs_dir: str, reused: Sequence[SpilledRun] = ()) -> PlannedRuns:
+    """Plans from every run's index file (read in turn, never all held), those of a killed build it
+    resumes (``reused``) included, and writes the runs' catalog.
+
+    One step: on the runners the spill path serves, a pipeline stage per planning round costs more
+    than reading the small index files.
+    """
+    found = by_kind(group, (START, RUN, DEAD, SUMMARY))
+    runs: list[SpilledRun] = [*found[RUN], *reused]
+    dead: list[DeadLetter] = found[DEAD]
+    summary = merge_summaries(found[SUMMARY])
+    if not runs:
+        return PlannedRuns(None, None, tuple(dead), summary)
+    runs.sort(key=lambda run: run.path)
+    return PlannedRuns(plan_in_one_step(runs, splits, sharding, index_of=run_index), write_catalog(runs_dir, runs),
+                       tuple(dead), summary)
+
+
+def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[int, ShardTask]]:
+    if planned.plan is None or planned.catalog is None:
+        return
+    for number, spec in enumerate(planned.plan.shards):
+        yield number, ShardTask(spec, planned.catalog)
+
+
+def _plan_of(planned: PlannedRuns) -> DatasetPlan | None:
+    return planned.plan
+
+
+def _dead_letters_planned(planned: PlannedRuns) -> tuple[DeadLetter, ...]:
+    return planned.dead_letters
+
+
+def _summary_planned(planned: PlannedRuns) -> Iterator[RecordsSummary]:
+    if planned.summary is not None:
+        yield planned.summary
+
+
+class SpillPath(beam.PTransform):
+    """Samples (or an ``Encoding``'s inputs) -> ``FanInOutputs``, through spilled runs.
+
+    Args:
+        settings: the writer's options.
+        run_bytes: records buffered per worker before a sorted run is written.
+        encode_processes: the samples' encoding pool (``beam_tfrecord.beam.encode_pool``); 1: none.
+        resume: what makes the build resumable (and what it resumes); None: not resumable.
+        reused_runs: the runs of a killed build that this one resumes (planned with the new ones).
+    """
+
+    def __init__(self, settings: FanInSettings, *, run_bytes: int, encode_processes: int = 1,
+                 resume: RunsResume | None = None, reused_runs: Sequence[SpilledRun] = ()) -> None:
+        super().__init__()
+        self._settings = settings
+        self._run_bytes = run_bytes
+        self._encode_processes = encode_processes
+        self._resume = resume
+        self._reused_runs = tuple(reused_runs)
+
+    def _encode_to_runs_fn(self, pipeline: beam.Pipeline, runs_dir: str) -> beam.DoFn:
+        settings = self._settings
+        if settings.encoding is not None:  # records are already encoded: no pool (see ``encode_processes``)
+            return settings.encoding.to_runs_fn(runs_dir=runs_dir, run_bytes=self._run_bytes,
+                                                direct_io=settings.direct_io, salt=settings.salt,
+                                                max_record_bytes=settings.sharding.cap)
+        return self._in_pool_if_asked(pipeline, EncodeToRunsFn(
+            settings.schema, runs_dir=runs_dir, run_bytes=self._run_bytes, direct_io=settings.direct_io,
+            resume=self._resume, **settings.encode_options()))
+
+    def _in_pool_if_asked(self, pipeline: beam.Pipeline, encode: EncodeToRunsFn) -> beam.DoFn:
+        """``encode``, or a pool running it in several processes (see ``encode_processes``)."""
+        processes = self._encode_processes
+        if processes == 1:
+            return encode
+        if not traits_of(pipeline).workers_on_this_machine:
+            raise WriterOptionError(f"encode_processes={processes} needs a runner whose workers run on this "
+                                    "machine (the DirectRunner); on others leave it unset")
+        return EncodeInPoolFn(encode, processes=processes)
+
+    def expand(self, samples: beam.PCollection) -> FanInOutputs:
+        settings = self._settings
+        runs_dir = storage.join(settings.temp_dir, "runs")
+        encoded = samples | "EncodeToRuns" >> beam.ParDo(self._encode_to_runs_fn(samples.pipeline, runs_dir))
+        # SpilledRun | DeadLetter (| RecordsSummary), all gathered in one group. One consumer of what
+        # the encoder emits: the Dask runner keeps a finished task's inputs (the samples) referenced
+        # until every consumer of its output has run, so a second branch would hold them all.
+        start = samples.pipeline | "StartPlan" >> beam.Create([None])
+        planned = (
+            (start | "TagStartPlan" >> tag(START), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
+            | "GatherRuns" >> beam.Flatten()
+            | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun | DeadLetter)...]): one group, always
+            | "Plan" >> beam.Map(_plan_gathered, settings.splits, settings.sharding, runs_dir,  # PlannedRuns
+                                 self._reused_runs)
+        )
+        shard_infos = (
+            planned
+            | "ShardTasks" >> beam.FlatMap(_shard_tasks)  # (shard number, ShardTask): a spec and the run catalog
+            | "ByShard" >> beam.GroupByKey()  # spreads the shards over workers (one small task each)
+            | "WriteShards" >> beam.ParDo(WriteShardFromRunsFn(settings.schema, settings.compression,
+                                                                 settings.feature_transforms,
+                                                                 **settings.shard_options()))
+        )
+        plan = planned | "PlanOf" >> beam.Map(_plan_of)
+        dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
+        summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if settings.encoding is not None else None
+        return FanInOutputs(plan, shard_infos, dead_letters, summary)
