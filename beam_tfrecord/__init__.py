@@ -11,11 +11,11 @@ import importlib
 from typing import Any
 
 from beam_tfrecord._version import __version__
-from beam_tfrecord.core.encode import image_format_of
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.infer import infer_array_schema, infer_schema
 from beam_tfrecord.core.manifest import MANIFEST_VERSION, Manifest, ShardInfo, SplitInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.sample_encoder import image_format_of
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample
 from beam_tfrecord.core.schema import (
     ClassLabel,
@@ -43,7 +43,7 @@ from beam_tfrecord.verify import verify_dataset
 _LAZY = {
     "WriteTFRecordDataset": "beam_tfrecord.beam.write",
     "WriteBalancedTFRecord": "beam_tfrecord.beam.write_balanced",
-    "Payload": "beam_tfrecord.beam.record_encoding",
+    "Payload": "beam_tfrecord.beam.serialized_records",
     "ReadNumpyFiles": "beam_tfrecord.sources.arrays",
     "SamplesFromArrays": "beam_tfrecord.sources.arrays",
     "SamplesFromIterable": "beam_tfrecord.sources.arrays",

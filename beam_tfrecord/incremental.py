@@ -2,7 +2,7 @@
 
 Policy (simple and exactly a full build's result): the new version is planned and written by the
 same writer as a full build. Records of unchanged inputs are read from the base version's shards
-(no file read, no decode, no transform) and handed to the writer as ``EncodedRecord``s beside the
+(no file read, no decode, no transform) and handed to the writer as ``PrebuiltRecord``s beside the
 samples of new and changed inputs; the writer hashes their keys as it hashes a sample's, so every
 record keeps its split, and plans and balances the shards as in a full build. Every shard is
 therefore rewritten (boundaries move when records are added), so no shard is copied whole: the
@@ -27,10 +27,10 @@ from typing import Any
 import apache_beam as beam
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.encoded import EncodedRecord
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.prebuilt import PrebuiltRecord
 from beam_tfrecord.dataset import load_manifest, version_dir
 from beam_tfrecord.errors import InputIndexError
 from beam_tfrecord.formats import shard_format
@@ -153,17 +153,17 @@ def plan_incremental(*, base_version: str, base_dir: str, manifest: Manifest, ba
 
 
 def read_kept_records(reuse: ShardReuse, *, chunk_records: int = DEFAULT_CHUNK_RECORDS
-                      ) -> Iterator[list[EncodedRecord]]:
-    """The kept records of one base shard as ``EncodedRecord``s, in chunks (one Beam element each).
+                      ) -> Iterator[list[PrebuiltRecord]]:
+    """The kept records of one base shard as ``PrebuiltRecord``s, in chunks (one Beam element each).
 
     The whole shard is read (and its record count and CRCs checked); dropped records are skipped.
     """
     reader = shard_format(reuse.file_format).open_reader(reuse.path, reuse.shard, compression=reuse.compression)
-    chunk: list[EncodedRecord] = []
+    chunk: list[PrebuiltRecord] = []
     with reader:
         for (record, _), key in zip(reader.iter_records(0, reuse.shard.num_records), reuse.keys, strict=True):
             if key is not None:
-                chunk.append(EncodedRecord(key, bytes(record)))
+                chunk.append(PrebuiltRecord(key, bytes(record)))
                 if len(chunk) >= chunk_records:
                     yield chunk
                     chunk = []
@@ -184,7 +184,7 @@ def plan_from_root(root: str, base_version: str, current: InputIndex) -> Increme
 
 
 class ReadKeptRecords(beam.PTransform):
-    """PBegin -> lists of ``EncodedRecord``: the kept records of the base shards, a shard per task."""
+    """PBegin -> lists of ``PrebuiltRecord``: the kept records of the base shards, a shard per task."""
 
     def __init__(self, shards: Sequence[ShardReuse]) -> None:
         super().__init__()
@@ -195,5 +195,5 @@ class ReadKeptRecords(beam.PTransform):
             pipeline
             | "BaseShards" >> beam.Create(self._shards)  # ShardReuse: a base shard and the keys of its records
             | "Spread" >> beam.Reshuffle()
-            | "ReadKept" >> beam.FlatMap(read_kept_records)  # [EncodedRecord, ...] per chunk
+            | "ReadKept" >> beam.FlatMap(read_kept_records)  # [PrebuiltRecord, ...] per chunk
         )

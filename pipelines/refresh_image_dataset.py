@@ -192,7 +192,7 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
             writer = make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
                                  feature_transforms=build.feature_transforms, progress_dir=progress_dir,
                                  shared_filesystem=shared_filesystem, expected_inputs=len(index.inputs))
-            _ = (_read_inputs(pipeline, source.input, build, incremental)  # Sample | [EncodedRecord, ...]
+            _ = (_read_inputs(pipeline, source.input, build, incremental)  # Sample | [PrebuiltRecord, ...]
                  | "WriteVersion" >> writer
                  # the published Manifest of the new version
                  | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,

@@ -3,8 +3,9 @@
 Rules kept true here: every room (a subpackage or top-level module of ``beam_tfrecord``, and
 ``pipelines``) has a layer; a room imports only rooms in lower layers; the module import graph
 has no cycles (imports inside functions count); the Beam-free rooms never import Apache Beam;
-no module outside ``formats/`` names a ``FileFormat`` member (branches on the format); and no
-constant name is defined in two modules. A new room gets a line in ``LAYERS``.
+no module outside ``formats/`` names a ``FileFormat`` member (branches on the format); no
+constant name and no public class name is defined in two modules; and docs/development.md lists
+the layers as ``LAYERS`` has them. A new room gets a line in ``LAYERS``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("direct_io", "dataset", "describe", "lease", "encoding", "remote_reads"),
     ("shard_fetch",),  # gs:// shards in parallel ranges for the formats' readers
     ("formats", "spill", "spill_resume", "refresh", "input_index"),
-    ("reader", "verify", "array_records"),
+    ("reader", "verify"),
     ("beam",),
     ("sources", "report", "incremental"),
     ("pipelines",),
@@ -205,20 +206,46 @@ def test_each_constant_is_defined_once():
     assert constants_defined_twice(REPO) == {}
 
 
+def classes_defined_twice(root: pathlib.Path) -> dict[str, list[str]]:
+    """Public module-level class names defined in two modules (two classes of one name read as one thing)."""
+    where = collections.defaultdict(list)
+    for name, path in _modules(root).items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where[node.name].append(name)
+    return {cls: modules for cls, modules in where.items() if len(modules) > 1}
+
+
+def test_each_public_class_name_is_defined_once():
+    assert classes_defined_twice(REPO) == {}
+
+
+def layers_text() -> str:
+    """``LAYERS`` as docs/development.md lists them: rooms of a layer joined by commas, layers by arrows."""
+    return " -> ".join(", ".join(f"`{name}`" for name in rooms) for rooms in LAYERS)
+
+
+def test_the_development_page_lists_the_layers():
+    page = " ".join((REPO / "docs" / "development.md").read_text().split())
+    assert layers_text() in page, f"docs/development.md's layer list must read: {layers_text()}"
+
+
 def _write(root: pathlib.Path, files: dict[str, str]) -> None:
     for name in ("beam_tfrecord/__init__.py", "pipelines/__init__.py", *files):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(files.get(name, ""))
 
 
-def test_the_checks_find_an_upward_import_a_cycle_a_format_branch_and_a_repeated_constant(tmp_path):
+def test_the_checks_find_an_upward_import_a_cycle_a_format_branch_a_repeated_constant_and_class(tmp_path):
     _write(tmp_path, {
         "beam_tfrecord/core/__init__.py": "",
         "beam_tfrecord/core/a.py": "from beam_tfrecord.core import b\nSIZE_BYTES = 4 << 10\n",
         "beam_tfrecord/core/b.py": "def f():\n    from beam_tfrecord.beam.write import g\n    from . import a\n",
         "beam_tfrecord/reader/__init__.py": "ok = fmt is not FileFormat.TFRECORD\n",
         "beam_tfrecord/beam/__init__.py": "",
-        "beam_tfrecord/beam/write.py": "import apache_beam\n_SIZE_BYTES = 4096\n",
+        "beam_tfrecord/beam/write.py": "import apache_beam\n_SIZE_BYTES = 4096\nclass Plan:\n    pass\n",
+        "beam_tfrecord/beam/plan.py": "class Plan:\n    pass\nclass _Private:\n    pass\n",
+        "beam_tfrecord/beam/other.py": "class _Private:\n    pass\n",
     })
     graph, external = import_graph(tmp_path)
     assert upward_imports(graph) == ["beam_tfrecord.core.b -> beam_tfrecord.beam.write"]
@@ -226,3 +253,4 @@ def test_the_checks_find_an_upward_import_a_cycle_a_format_branch_and_a_repeated
     assert external["beam_tfrecord.beam.write"] == {"apache_beam"}
     assert format_members_named(tmp_path) == ["beam_tfrecord.reader: FileFormat.TFRECORD"]
     assert constants_defined_twice(tmp_path) == {"SIZE_BYTES": ["beam_tfrecord.beam.write", "beam_tfrecord.core.a"]}
+    assert classes_defined_twice(tmp_path) == {"Plan": ["beam_tfrecord.beam.plan", "beam_tfrecord.beam.write"]}

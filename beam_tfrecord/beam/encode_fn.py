@@ -20,7 +20,7 @@ from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.progress import ProgressSink
 
 
-class EncodeFn(beam.DoFn):
+class EncodeSamplesFn(beam.DoFn):
     """What both encoding DoFns share: the encoder, built in ``setup``, and the counters."""
 
     def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,

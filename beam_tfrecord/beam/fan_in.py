@@ -107,7 +107,7 @@ class FanInSettings:
     encoding: Encoding | None
 
     def encode_options(self) -> dict[str, Any]:
-        """Keyword arguments of both sample encoders (``encode_fn.EncodeFn``)."""
+        """Keyword arguments of both sample encoders (``encode_fn.EncodeSamplesFn``)."""
         return dict(salt=self.salt, max_record_bytes=self.sharding.cap, feature_transforms=self.feature_transforms,
                     reread_min_bytes=self.reread_min_bytes, progress_dir=self.progress_dir)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import apache_beam as beam
 import numpy as np
 
-from beam_tfrecord.beam.encode_fn import EncodeFn
+from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
 from beam_tfrecord.beam.plan_dataset import PlanDataset
 from beam_tfrecord.beam.runners import traits_of
@@ -29,7 +29,7 @@ from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import PipelineInvariantError
 
 
-class EncodeToBatchesFn(EncodeFn):
+class EncodeToBatchesFn(EncodeSamplesFn):
     """Shuffle path: one ``EncodedBatch`` (entries and dead letters) per input element.
 
     Stateless between elements and without side effects, so a runner may run it again (a retried

@@ -18,7 +18,7 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.encode_fn import EncodeFn
+from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
 from beam_tfrecord.beam.one_group import DEAD, RUN, START, SUMMARY, by_kind, tag
@@ -55,7 +55,7 @@ class RunsResume:
     reused_hashes_path: str | None = None
 
 
-class EncodeToRunsFn(EncodeFn):
+class EncodeToRunsFn(EncodeSamplesFn):
     """Spill path: spills entries into hash-sorted runs of bounded size (``beam_tfrecord.spill``).
 
     Input: a ``Sample`` or a list of them (chunks keep per-element overhead low for small rows).

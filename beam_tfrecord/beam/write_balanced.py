@@ -7,7 +7,7 @@ fixed shard count puts every record through a GroupByKey. Replacing that one lin
 ``WriteBalancedTFRecord(output_dir, num_shards=N)`` writes the same records through this
 project's writer (``WriteTFRecordDataset``: plan, shards, publish; spill or shuffle fan-in on
 every runner): byte-balanced shards, a manifest, and TFDS's metadata where TFDS can read the
-records. Only the encode stage differs (``beam_tfrecord.beam.record_encoding``): records are
+records. Only the encode stage differs (``beam_tfrecord.beam.serialized_records``): records are
 placed by a content hash (or a user key) and looked at, and the published schema is the one
 every record fits (``beam_tfrecord.core.record_schema``), so ``read_numpy``, ``read_dataset``,
 ``TFRecordIterableDataset`` and TFDS need no hand-written spec.
@@ -25,7 +25,7 @@ from typing import Any
 import apache_beam as beam
 
 from beam_tfrecord.beam.batch_input import require_bounded
-from beam_tfrecord.beam.record_encoding import KeyFn, Payload, RecordsEncoding, check_key_fn
+from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncoding, check_key_fn
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.record_schema import RAW_FEATURE

@@ -16,7 +16,7 @@ import struct
 import google_crc32c
 import numpy as np
 
-from beam_tfrecord.core.framing import FOOTER_BYTES, FRAMING_BYTES, HEADER_BYTES, mask_crcs, masked_crc
+from beam_tfrecord.core.framing import FOOTER_BYTES, HEADER_BYTES, mask_crcs, masked_crc
 from beam_tfrecord.errors import CorruptShardError
 
 _LENGTH = struct.Struct("<Q")
@@ -166,8 +166,3 @@ def _check_crcs(view: np.ndarray, headers: np.ndarray, data: np.ndarray, lengths
         raise CorruptShardError(name, "length CRC mismatch", base_offset + int(headers[first_length]))
     if first_data < len(headers):
         raise CorruptShardError(name, "data CRC mismatch", base_offset + int(headers[first_data]))
-
-
-def framed_bytes(block: RecordBlock) -> int:
-    """The block's records' size in TFRecord framing (data + 16 bytes each)."""
-    return int(block.lengths.sum()) + FRAMING_BYTES * len(block)

@@ -1,6 +1,6 @@
 """Protobuf wire-format pieces of ``tf.train.Example``: varints and the bytes around a feature's values.
 
-The batch encoder (``core/batch_encode.py``) assembles records from these instead of filling one
+The batch encoder (``core/batch_encoder.py``) assembles records from these instead of filling one
 protobuf message per sample. The layout they write is the one the protobuf library writes for
 ``SerializeToString(deterministic=True)``: hypothesis tests (``tests/core/test_batch_encode.py``)
 compare both, byte for byte, for every feature type. Limits: only what an ``Example`` needs

@@ -1,5 +1,5 @@
 """EntryEncoder: one sample to one spill entry (see core/runs.py), or to a dead letter; a chunk
-of samples at a time, column by column, where the batch encoder covers it (core/batch_encode.py).
+of samples at a time, column by column, where the batch encoder covers it (core/batch_encoder.py).
 
 Both fan-in paths encode through this class, so a record is the same entry whether it is
 spilled into a run (DirectRunner) or sent through the runner's shuffle (distributed runners),
@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from beam_tfrecord.core.batch_encode import BatchEncoder
-from beam_tfrecord.core.encoded import EncodedRecord
+from beam_tfrecord.core.batch_encoder import BatchEncoder
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_digests, key_hash
+from beam_tfrecord.core.prebuilt import PrebuiltRecord
 from beam_tfrecord.core.runs import RunIndex, make_record_entries, make_record_entry, make_reference_entry
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import Schema
@@ -50,9 +50,9 @@ class EntryEncoder:
         self._reread = reread_min_bytes > 0 and not self._builder.has_transforms
         self.num_listed = 0  # records planned from listed file sizes (read once, by their shard writer)
 
-    def encode(self, sample: Sample | EncodedRecord) -> bytes | DeadLetter:
-        """The sample's entry, or its dead letter. An ``EncodedRecord`` is taken as it is."""
-        if isinstance(sample, EncodedRecord):  # kept by an incremental refresh: only the cap applies
+    def encode(self, sample: Sample | PrebuiltRecord) -> bytes | DeadLetter:
+        """The sample's entry, or its dead letter. An ``PrebuiltRecord`` is taken as it is."""
+        if isinstance(sample, PrebuiltRecord):  # kept by an incremental refresh: only the cap applies
             return self._checked_entry(sample.key, sample.record)
         stand_in = self._listed_stand_in(sample)
         record = self._builder.build(sample if stand_in is None else stand_in)
@@ -72,7 +72,7 @@ class EntryEncoder:
     def encode_chunk(self, items: Sequence[Sample | DeadLetter]) -> Iterable[bytes | DeadLetter]:
         """``encode`` of every sample of a chunk, in order (a DeadLetter item stays as it is).
 
-        Column by column (``core/batch_encode.py``) when every sample is in memory and valid, and
+        Column by column (``core/batch_encoder.py``) when every sample is in memory and valid, and
         no transform applies; otherwise, or whenever the batch encoder declines, sample by sample.
         Either way the entries and dead letters are the same (one by one, made as they are
         consumed).

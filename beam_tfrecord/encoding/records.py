@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.encode import SampleEncoder
+from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.errors import FeatureTransformError, SampleError, SampleReadError

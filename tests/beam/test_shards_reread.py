@@ -113,7 +113,7 @@ def test_a_file_changed_between_the_two_reads_fails_the_shard(tmp_path):
     sample = Sample("source.bin", {"blob": FileRef(str(source)), "index": 7})
     import pickle
 
-    from beam_tfrecord.core.encode import SampleEncoder
+    from beam_tfrecord.core.sample_encoder import SampleEncoder
 
     record = SampleEncoder(SCHEMA).encode(Sample("source.bin", {"blob": source.read_bytes(), "index": 7}))
     entry = make_reference_entry(5, framed_size(len(record)), pickle.dumps(sample))

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from beam_tfrecord.core import batch_encode, wire
-from beam_tfrecord.core.batch_encode import BatchEncoder
-from beam_tfrecord.core.encode import SampleEncoder
+from beam_tfrecord.core import batch_encoder, wire
+from beam_tfrecord.core.batch_encoder import BatchEncoder
 from beam_tfrecord.core.framing import frame_parts, frame_parts_of_chunk
 from beam_tfrecord.core.hashing import key_digests, key_hash
+from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import (
     ClassLabel,
@@ -205,7 +205,7 @@ def test_valid_chunk_takes_the_batch_path_and_file_refs_do_not():
     encoder = EntryEncoder(SMALL, salt="s", max_record_bytes=1 << 20, feature_transforms={}, reread_min_bytes=0)
     assert list(encoder.encode_chunk(with_file)) == [encoder.encode(with_file[0])]
     assert BatchEncoder(Schema({"b": Scalar(DType.BYTES)})).encode(
-        [{"b": bytes(batch_encode.LARGE_RECORD_BYTES)}]) is None  # large records: one by one
+        [{"b": bytes(batch_encoder.LARGE_RECORD_BYTES)}]) is None  # large records: one by one
 
 
 @SETTINGS

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from beam_tfrecord.core.encode import SampleEncoder, image_format_of
+from beam_tfrecord.core.sample_encoder import SampleEncoder, image_format_of
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import Image, ImageFormat, Schema, feature_from_json, feature_to_json
 from beam_tfrecord.errors import SampleError, SchemaError

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from beam_tfrecord.core.encode import SampleEncoder
+from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import DType, FixedList, Scalar, Schema, Tensor, TensorDType, VarList
 from beam_tfrecord.errors import SampleError

@@ -18,8 +18,8 @@ from PIL import Image as PILImage
 
 from beam_tfrecord import ClassLabel, DType, FixedList, Image, ImageFormat, Sample, Scalar, Schema, Tensor, TensorDType
 from beam_tfrecord.core.blocks import RecordBlock, split_frames
-from beam_tfrecord.core.encode import SampleEncoder
 from beam_tfrecord.core.framing import frame
+from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.errors import CorruptShardError
 from beam_tfrecord.reader.block_decode import BlockDecoder, FixedLayout, rows
 from beam_tfrecord.reader.numpy_decode import RecordDecoder

@@ -1,6 +1,6 @@
 """Chunk of samples -> serialized ``tf.train.Example`` records, column by column.
 
-``SampleEncoder`` (``core/encode.py``) fills one protobuf message per sample: a chain of Python
+``SampleEncoder`` (``core/sample_encoder.py``) fills one protobuf message per sample: a chain of Python
 calls per value, ~10 us per small record. ``BatchEncoder`` takes a chunk's values feature by
 feature, checks each column at once (the value's class, NumPy conversions, vectorized range and
 finiteness checks) and writes each record's wire bytes with the pieces of ``core/wire.py``, so the
@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from beam_tfrecord.core import proto, wire
-from beam_tfrecord.core.encode import image_format_of, make_filler
+from beam_tfrecord.core.sample_encoder import image_format_of, make_filler
 from beam_tfrecord.core.schema import (
     ClassLabel,
     DType,

@@ -24,7 +24,6 @@ import apache_beam as beam
 from google.protobuf.message import Message
 
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.core.encode import describe_value
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import content_hash, key_hash
 from beam_tfrecord.core.record_schema import (
@@ -38,6 +37,7 @@ from beam_tfrecord.core.record_schema import (
     wrap_raw,
 )
 from beam_tfrecord.core.runs import SpilledRun, make_record_entry
+from beam_tfrecord.core.sample_encoder import describe_value
 from beam_tfrecord.core.samples import DeadLetter, Stage
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import SampleError, WriterOptionError
@@ -76,7 +76,7 @@ def record_bytes(element: Any) -> bytes | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class EncodedRecord:
+class PlacedRecord:
     """One record, ready for the plan: its entry (hash, kind and framed record) and its shape."""
 
     entry: bytes
@@ -84,7 +84,7 @@ class EncodedRecord:
 
 
 class RecordEntryMaker:
-    """Turns one input element into an ``EncodedRecord`` or a ``DeadLetter``. Build in ``DoFn.setup``.
+    """Turns one input element into an ``PlacedRecord`` or a ``DeadLetter``. Build in ``DoFn.setup``.
 
     Args:
         payload: what the records are (``Payload``).
@@ -100,7 +100,7 @@ class RecordEntryMaker:
         self._max_record_bytes = max_record_bytes
         self._key_fn = key_fn
 
-    def make(self, element: Any) -> EncodedRecord | DeadLetter:
+    def make(self, element: Any) -> PlacedRecord | DeadLetter:
         """The element's record, placed and looked at, or its dead letter."""
         key = f"{type(element).__name__} element"
         try:
@@ -134,7 +134,7 @@ class RecordEntryMaker:
             error = SampleError(key, None, f"a record of at most {self._max_record_bytes} bytes (the hard shard-size "
                                            "cap)", f"{size} bytes")
             return DeadLetter.from_error(key, Stage.ENCODE, error)
-        return EncodedRecord(make_record_entry(hashed, data), shape)
+        return PlacedRecord(make_record_entry(hashed, data), shape)
 
     def _key(self, element: Any) -> str:
         key = self._key_fn(element)  # type: ignore[misc]
@@ -166,7 +166,7 @@ class _EncodeRecordsFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._tracker = SummaryTracker()
 
-    def _make(self, element: Any) -> tuple[EncodedRecord | DeadLetter, RecordsSummary | None]:
+    def _make(self, element: Any) -> tuple[PlacedRecord | DeadLetter, RecordsSummary | None]:
         """One element's outcome, and the bundle's summary if it changed."""
         outcome = self._maker.make(element)
         if type(outcome) is DeadLetter:
