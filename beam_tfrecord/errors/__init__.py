@@ -1,0 +1,106 @@
+"""Typed errors raised by beam-tfrecord, importable from here (``from beam_tfrecord.errors import X``).
+
+Every error names what was wrong, where, and what was expected, so that a message read in a Dataflow
+log is enough to find the bad input. Defined by family: ``base``, ``inputs`` (samples and sources),
+``dataset`` (schema, manifest, shards, reading), ``job`` (options, paths, resume, refresh, cluster,
+disk). Each class reports this package as its module, so that its pickled name and the text a
+worker's error carries (``beam_tfrecord.errors.SampleError: ...``, which ``runners.error_from_worker``
+reads back) stay as they were.
+"""
+
+from beam_tfrecord.errors.base import (
+    BeamTFRecordError,
+)
+from beam_tfrecord.errors.dataset import (
+    CorruptShardError,
+    DatasetNotFoundError,
+    IncompatibleSchemasError,
+    ManifestError,
+    ManifestVersionError,
+    MissingShardError,
+    ReaderError,
+    RecordSchemaError,
+    SchemaError,
+    ShardNameError,
+    UnknownSplitError,
+)
+from beam_tfrecord.errors.inputs import (
+    MAX_REJECTED_ARGUMENT,
+    MAX_REJECTED_FLAG,
+    AudioDecodeError,
+    FeatureTransformError,
+    ImageDecodeError,
+    InputChangedError,
+    MalformedRowError,
+    PathOutsideRootError,
+    RejectedSamplesError,
+    SampleError,
+    SampleReadError,
+    SourceError,
+)
+from beam_tfrecord.errors.job import (
+    ClusterStalledError,
+    DiskFullError,
+    DurationError,
+    EncodePoolError,
+    InputIndexError,
+    InputsMismatchError,
+    LatestPointerError,
+    LeaseHolderLike,
+    LocalPathError,
+    OutputLockedError,
+    PipelineInvariantError,
+    RefreshError,
+    ResumeMismatchError,
+    ShardingError,
+    UnboundedInputError,
+    WriterOptionError,
+)
+
+__all__ = [
+    "MAX_REJECTED_ARGUMENT",
+    "MAX_REJECTED_FLAG",
+    "AudioDecodeError",
+    "BeamTFRecordError",
+    "ClusterStalledError",
+    "CorruptShardError",
+    "DatasetNotFoundError",
+    "DiskFullError",
+    "DurationError",
+    "EncodePoolError",
+    "FeatureTransformError",
+    "ImageDecodeError",
+    "IncompatibleSchemasError",
+    "InputChangedError",
+    "InputIndexError",
+    "InputsMismatchError",
+    "LatestPointerError",
+    "LeaseHolderLike",
+    "LocalPathError",
+    "MalformedRowError",
+    "ManifestError",
+    "ManifestVersionError",
+    "MissingShardError",
+    "OutputLockedError",
+    "PathOutsideRootError",
+    "PipelineInvariantError",
+    "ReaderError",
+    "RecordSchemaError",
+    "RefreshError",
+    "RejectedSamplesError",
+    "ResumeMismatchError",
+    "SampleError",
+    "SampleReadError",
+    "SchemaError",
+    "ShardNameError",
+    "ShardingError",
+    "SourceError",
+    "UnboundedInputError",
+    "UnknownSplitError",
+    "WriterOptionError",
+]
+
+for _name in __all__:
+    _value = globals()[_name]
+    if isinstance(_value, type):
+        _value.__module__ = __name__
