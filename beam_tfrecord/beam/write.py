@@ -78,12 +78,11 @@ class WriteTFRecordDataset(beam.PTransform):
     ``UnboundedInputError`` when the pipeline is built (``beam_tfrecord.beam.batch_input``). On
     Beam's DaskRunner the pipeline runs on ``FIXED_DASK_RUNNER`` (``use_fixed_dask_runner``).
 
-    Stages: encode -> plan splits and shards from merged summaries (a hash-bucket histogram,
-    refined only where a boundary falls; see ``beam_tfrecord.beam.plan_dataset``) -> bring each
-    shard's records together (``FanIn``) and write it -> publish (rename shards, write the
-    manifest last). On local runners records are spilled into hash-sorted runs and merged by
-    each shard writer, so no GroupByKey carries payload bytes; on distributed runners they go
-    through the runner's shuffle keyed by shard. Both give byte-identical shards.
+    Stages: one fan-in path (``FanIn``: encode, plan splits and shards from a hash-bucket
+    histogram, bring each shard's records together and write it) -> publish (rename shards, write
+    the manifest last). On local runners ``spill_path.SpillPath`` merges hash-sorted spilled runs,
+    so no GroupByKey carries payload bytes; on distributed runners ``shuffle_path.ShufflePath``
+    keys records by shard through the runner's shuffle. Both give byte-identical shards.
 
     Args:
         output_dir: dataset directory (local or ``gs://``).

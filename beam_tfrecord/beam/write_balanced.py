@@ -1,16 +1,12 @@
 """WriteBalancedTFRecord: the drop-in for ``beam.io.WriteToTFRecord``, with size-balanced shards.
 
-A pipeline that already makes serialized ``tf.train.Example``s (TFX ExampleGen and Transform
-outputs, the tutorials' jobs) ends in ``beam.io.WriteToTFRecord(prefix, num_shards=N)``, whose
-sink has no size control (``FileBasedSink.max_bytes_per_shard`` is not passed on) and whose
-fixed shard count puts every record through a GroupByKey. Replacing that one line with
-``WriteBalancedTFRecord(output_dir, num_shards=N)`` writes the same records through this
-project's writer (``WriteTFRecordDataset``: plan, shards, publish; spill or shuffle fan-in on
-every runner): byte-balanced shards, a manifest, and TFDS's metadata where TFDS can read the
-records. Only the encode stage differs (``beam_tfrecord.beam.serialized_records``): records are
-placed by a content hash (or a user key) and looked at, and the published schema is the one
-every record fits (``beam_tfrecord.core.record_schema``), so ``read_numpy``, ``read_dataset``,
-``TFRecordIterableDataset`` and TFDS need no hand-written spec.
+``WriteToTFRecord(prefix, num_shards=N)`` (how TFX ExampleGen, Transform and the tutorials end) has
+no size control (``FileBasedSink.max_bytes_per_shard`` is not passed on), and its fixed shard count
+puts every record through a GroupByKey. ``WriteBalancedTFRecord(output_dir, num_shards=N)`` writes
+the same records through ``WriteTFRecordDataset`` (byte-balanced shards, a manifest, TFDS's
+metadata): only the encode stage differs (``beam_tfrecord.beam.serialized_records``), and the
+published schema is the one every record fits (``beam_tfrecord.core.record_schema``), so the
+readers and TFDS need no hand-written spec.
 
 Limits: the output is a dataset directory, not a file prefix (shards are named
 ``NAME-SPLIT.tfrecord-SSSSS-of-NNNNN``); compression is none or GZIP (TFDS reads uncompressed
