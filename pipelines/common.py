@@ -41,6 +41,7 @@ from beam_tfrecord.errors import MAX_REJECTED_FLAG, BeamTFRecordError, DiskFullE
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
 from beam_tfrecord.refresh import fingerprint_inputs
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES
+from beam_tfrecord.spill_resume import SkipsReusedKeys
 from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.job_options import JobCommand
 from pipelines.source_options import parse_bool
@@ -286,6 +287,9 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
                              expected_inputs=expected_inputs, resume=output.resume,
                              inputs_identity=json.dumps(fingerprint_inputs(input_patterns).to_json(), sort_keys=True),
                              **writer_options)
+        reused = writer.reused_keys()
+        if reused is not None and isinstance(read, SkipsReusedKeys):
+            read = read.skipping(reused)  # a resumed build's source leaves out what it reuses, unread
         with cleaned_up_when_disk_full(lambda: storage.delete_tree(writer.temp_dir)), \
                 job_pipeline(options) as pipeline:
             _ = pipeline | "Read" >> read | "WriteDataset" >> writer

@@ -25,6 +25,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.errors import SourceError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
+from beam_tfrecord.spill_resume import ReusedKeys
 
 ArrayMap = Mapping[str, np.ndarray]
 
@@ -52,8 +53,13 @@ def samples_from_arrays(arrays: ArrayMap, *, key_prefix: str, start: int, key_wi
             for i in range(length)]
 
 
-def _npy_row_chunks(handle: BinaryIO, chunk_rows: int, name: str) -> Iterator[np.ndarray]:
-    """Streams a .npy file as arrays of up to ``chunk_rows`` rows (first axis)."""
+def _npy_row_chunks(handle: BinaryIO, chunk_rows: int, name: str,
+                    wanted: Callable[[int, int], np.ndarray] | None = None) -> Iterator[tuple[int, np.ndarray]]:
+    """Streams a .npy file as (first row, array of up to ``chunk_rows`` rows (first axis)).
+
+    ``wanted(start, rows)`` (a boolean per row of a chunk): a chunk that wants none of its rows is
+    skipped over with a seek, never read; others come whole (the caller leaves out their unwanted rows).
+    """
     fmt = np.lib.format
     try:
         version = fmt.read_magic(handle)
@@ -69,22 +75,39 @@ def _npy_row_chunks(handle: BinaryIO, chunk_rows: int, name: str) -> Iterator[np
     if fortran_order:  # rows are not contiguous: read it whole
         whole = np.frombuffer(handle.read(), dtype=dtype, count=math.prod(shape)).reshape(shape, order="F")
         for start in range(0, shape[0], chunk_rows):
-            yield np.ascontiguousarray(whole[start:start + chunk_rows])
+            yield start, np.ascontiguousarray(whole[start:start + chunk_rows])
         return
     row_bytes = dtype.itemsize * math.prod(shape[1:])
     for start in range(0, shape[0], chunk_rows):
         rows = min(chunk_rows, shape[0] - start)
+        if wanted is not None and not wanted(start, rows).any():
+            handle.seek(rows * row_bytes, io.SEEK_CUR)  # every row of the chunk is left out: not read
+            continue
         data = handle.read(rows * row_bytes)
         if len(data) != rows * row_bytes:
             raise SourceError(f"{name}: truncated .npy file: expected {shape[0]} rows of {row_bytes} bytes, "
                               f"the data ends in row {start + len(data) // max(row_bytes, 1)}")
-        yield np.frombuffer(data, dtype=dtype).reshape((rows, *shape[1:]))
+        yield start, np.frombuffer(data, dtype=dtype).reshape((rows, *shape[1:]))
 
 
-def read_numpy_file(name: str, path: str, *, npy_feature: str = "x",
-                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[list[Sample]]:
-    """Chunks of samples from one .npy (feature ``npy_feature``) or .npz (a feature per member)."""
+def _keys(name: str, start: int, rows: int, width: int) -> list[str]:
+    return [f"{name}:{start + i:0{width}d}" for i in range(rows)]
+
+
+def read_numpy_file(name: str, path: str, *, npy_feature: str = "x", chunk_size: int = DEFAULT_CHUNK_SIZE,
+                    skip: ReusedKeys | None = None) -> Iterator[list[Sample]]:
+    """Chunks of samples from one .npy (feature ``npy_feature``) or .npz (a feature per member).
+
+    ``skip``: the samples a resumed build reuses, left out here (a .npy's rows of them are not even read).
+    """
     width = 9
+
+    def kept(samples: list[Sample]) -> list[Sample]:
+        if skip is None or not samples:
+            return samples
+        held = skip.held([sample.key for sample in samples])
+        return [sample for sample, reused in zip(samples, held.tolist()) if not reused]
+
     with storage.open_read(path) as handle:
         if posixpath.splitext(path)[1].lower() == ".npz":
             try:
@@ -95,12 +118,14 @@ def read_numpy_file(name: str, path: str, *, npy_feature: str = "x",
             total = _check_lengths(name, arrays)
             for start in range(0, total, chunk_size):
                 part = {k: a[start:start + chunk_size] for k, a in arrays.items()}
-                yield samples_from_arrays(part, key_prefix=f"{name}:", start=start, key_width=width)
+                if chunk := kept(samples_from_arrays(part, key_prefix=f"{name}:", start=start, key_width=width)):
+                    yield chunk
             return
-        start = 0
-        for rows in _npy_row_chunks(handle, chunk_size, name):
-            yield samples_from_arrays({npy_feature: rows}, key_prefix=f"{name}:", start=start, key_width=width)
-            start += len(rows)
+        wanted = None if skip is None else (lambda start, rows: ~skip.held(_keys(name, start, rows, width)))
+        for start, rows in _npy_row_chunks(handle, chunk_size, name, wanted):
+            if chunk := kept(samples_from_arrays({npy_feature: rows}, key_prefix=f"{name}:", start=start,
+                                                 key_width=width)):
+                yield chunk
 
 
 class ReadNumpyFiles(beam.PTransform):
@@ -113,18 +138,26 @@ class ReadNumpyFiles(beam.PTransform):
         pattern: file or glob, local or ``gs://``.
         npy_feature: the feature name for the array of a ``.npy`` file.
         chunk_size: samples per Beam element.
+        skip: the samples a resumed build reuses (``WriteTFRecordDataset.reused_keys``), left out
+            before they are read; see ``skipping``.
     """
 
-    def __init__(self, pattern: str, *, npy_feature: str = "x", chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+    def __init__(self, pattern: str, *, npy_feature: str = "x", chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 skip: ReusedKeys | None = None) -> None:
         super().__init__()
         self._pattern = pattern
         self._npy_feature = npy_feature
         self._chunk_size = check_chunk_size(chunk_size)
+        self._skip = skip
+
+    def skipping(self, reused: ReusedKeys) -> "ReadNumpyFiles":
+        """This source, leaving out the samples of ``reused``: a resumed build reads only the rest."""
+        return ReadNumpyFiles(self._pattern, npy_feature=self._npy_feature, chunk_size=self._chunk_size, skip=reused)
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         # [Sample]: up to chunk_size samples per element.
         return pipeline | "ReadArrays" >> ReadEachFile(self._pattern, functools.partial(
-            read_numpy_file, npy_feature=self._npy_feature, chunk_size=self._chunk_size))
+            read_numpy_file, npy_feature=self._npy_feature, chunk_size=self._chunk_size, skip=self._skip))
 
 
 class SamplesFromArrays(beam.PTransform):
@@ -210,4 +243,4 @@ def peek_arrays(path: str, *, npy_feature: str = "x", rows: int = 16) -> dict[st
         if posixpath.splitext(path)[1].lower() == ".npz":
             with np.load(io.BytesIO(handle.read()), allow_pickle=False) as npz:
                 return {member: npz[member][:rows] for member in npz.files}
-        return {npy_feature: next(_npy_row_chunks(handle, rows, name))}
+        return {npy_feature: next(_npy_row_chunks(handle, rows, name))[1]}
