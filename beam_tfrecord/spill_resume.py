@@ -106,6 +106,18 @@ def _finished_runs(runs_dir: str) -> list[RunIndex]:
     return indexes
 
 
+def killed_inputs(output_dir: str) -> list[str]:
+    """The inputs' identity (``fingerprint``'s ``inputs``) of each killed build in ``output_dir``; those
+    whose ``resume.json`` cannot be read are left out (nothing of them would be reused)."""
+    found = []
+    for path, _ in storage.list_files(storage.join(output_dir, f"{TEMP_PREFIX}*", RESUME_FILENAME)):
+        try:
+            found.append(str(json.loads(storage.read_bytes(path))["inputs"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
 def finished_runs(output_dir: str) -> list[RunIndex]:
     """The indexes of the finished runs of every killed (or running) build in ``output_dir``: what a
     resume could keep, before duplicates are left out."""
