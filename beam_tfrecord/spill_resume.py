@@ -265,6 +265,13 @@ def with_reused_shards(metadata: Mapping[str, Any], temp_dir: str) -> dict[str, 
     return {**metadata, "resumed": {**metadata["resumed"], "reused_shards": reused}}
 
 
+def describe_reused_shards(metadata: Mapping[str, Any]) -> str | None:
+    """The job summary's line on the shards a resumed build reused (from the manifest's metadata;
+    None when it reused none)."""
+    reused = metadata.get("resumed", {}).get("reused_shards", 0)
+    return f"  {reused} shard(s) the killed build finished were reused as they were" if reused else None
+
+
 def describe(point: ResumePoint) -> str:
     """The job summary's line on what a resumed build reused."""
     left = f"; {point.runs_left_out} duplicate run(s) left out" if point.runs_left_out else ""

@@ -28,6 +28,7 @@ from beam_tfrecord import lease, storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.durations import format_duration, parse_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
+from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import DurationError, InputIndexError
 from beam_tfrecord.incremental import REFRESH_KEY, IncrementalPlan, ReadKeptRecords, killed_refresh, plan_from_root
 from beam_tfrecord.input_index import (
@@ -213,7 +214,7 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
                                                 min_version_age=min_version_age(refresh)))
     print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions}, "
           f"and older ones for {refresh.min_version_age} after they stopped being LATEST)")
-    print_how_it_ran(pipeline, writer)
+    print_how_it_ran(pipeline, writer, load_manifest(plan.version_dir))
     return plan
 
 

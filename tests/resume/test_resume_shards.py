@@ -23,6 +23,7 @@ from beam_tfrecord.spill_resume import (
     FINISHED_SHARD_SUFFIX,
     REUSED_SHARD_SUFFIX,
     TEMP_PREFIX,
+    describe_reused_shards,
     finished_shard,
     record_finished_shard,
     with_reused_shards,
@@ -80,6 +81,9 @@ def test_a_finished_shard_is_reused_and_marked(shard: tuple[str, ShardInfo]) -> 
     assert with_reused_shards({"resumed": {"from_run": "r"}, "other": 1}, temp_dir) == {
         "resumed": {"from_run": "r", "reused_shards": 1}, "other": 1}
     assert with_reused_shards({"other": 1}, temp_dir) == {"other": 1}  # not a resumed build
+    assert describe_reused_shards({"resumed": {"reused_shards": 1}}) == (
+        "  1 shard(s) the killed build finished were reused as they were")
+    assert describe_reused_shards({"resumed": {"reused_shards": 0}}) is None
 
 
 @pytest.mark.parametrize("damage", ["cut", "one byte changed", "planned otherwise", "no record", "bad record"])
