@@ -182,7 +182,8 @@ class _WriteShardFn(beam.DoFn):
     def _write(self, spec: ShardSpec, entries: Iterable[bytes | memoryview]) -> ShardInfo:
         target = self._target(spec)
         info, stats = self._writer.write(target, entries)
-        record_finished_shard(target.temp_path, spec, info)  # after the file is complete: a resume reuses it
+        with raise_typed_when_full(target.temp_path, 1 << 10):  # a record of the complete file: a resume reuses it
+            record_finished_shard(target.temp_path, spec, info)
         self._reread.inc(stats.rebuilt)  # metrics once per shard: each increment costs a lookup in Beam's tracker
         self._records.inc(stats.records)
         self._bytes.inc(stats.stored_bytes)
