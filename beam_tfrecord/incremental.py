@@ -35,6 +35,8 @@ from beam_tfrecord.dataset import load_manifest, version_dir
 from beam_tfrecord.errors import InputIndexError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.input_index import IndexedInput, InputIndex, read_input_index
+from beam_tfrecord.refresh import list_versions
+from beam_tfrecord.spill_resume import killed_inputs
 
 REFRESH_KEY = "refresh"  # the manifest metadata key of what an incremental refresh did
 DEFAULT_CHUNK_RECORDS = 256  # kept records per Beam element: per-element overhead stays small
@@ -197,3 +199,15 @@ class ReadKeptRecords(beam.PTransform):
             | "Spread" >> beam.Reshuffle()
             | "ReadKept" >> beam.FlatMap(read_kept_records)  # [PrebuiltRecord, ...] per chunk
         )
+
+
+def killed_refresh(root: str, latest: str | None, inputs_identity: str) -> str | None:
+    """The newest unfinished version, newer than ``latest``, that a killed refresh of these inputs left
+    (its writer's ``resume.json`` names ``inputs_identity``): a refresh builds it again in place,
+    resuming (``beam_tfrecord.spill_resume``); None when there is none."""
+    for version_id in reversed(list_versions(root).incomplete):
+        if latest is not None and version_id <= latest:
+            break  # retention deletes these: no refresh builds a version older than LATEST
+        if inputs_identity in killed_inputs(version_dir(root, version_id)):
+            return version_id
+    return None

@@ -7,14 +7,19 @@ whole process group) once a fraction of its samples are in finished spill runs, 
 
 Workloads: ``arrays`` (``build-arrays`` on a .npy of incompressible rows: encoding is a copy, the run is
 I/O) and ``images`` (``build`` on a folder of noise JPEGs with ``--resize``: encoding is decode, resize,
-re-encode). Prints each round's full-build and resumed-run seconds, their ratio (target <= 0.6), the records
-the resumed run reused and whether its shards equal the clean build's.
+re-encode). Prints each round's full-build and resumed-run seconds, with when each reached its first finished
+spill run and its shard phase (a profile seen from the temp folder), their ratio (target <= 0.6), the records
+the resumed run reused and whether its shards equal the clean build's. ``--baseline DIR`` runs another
+checkout's rounds interleaved with this one's (before/after figures under the same machine load).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import glob
 import hashlib
+import math
 import os
 import shutil
 import signal
@@ -27,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from beam_tfrecord import load_manifest
-from beam_tfrecord.spill_resume import finished_runs
+from beam_tfrecord.core.runs import INDEX_SUFFIX
+from beam_tfrecord.spill_resume import TEMP_PREFIX, finished_runs
 
 
 def _command(workload: str, inputs: str, out: str, *extra: str) -> list[str]:
@@ -71,16 +77,56 @@ def _finished_records(out: str) -> int:
         return 0
 
 
-def _timed(command: list[str]) -> float:
+@dataclasses.dataclass
+class Phases:
+    """When a build reached each phase, in seconds from its start (seen from its temp folder, polled)."""
+
+    first_run: float = math.nan  # the first finished spill run: the fixed start, then the first run's encoding
+    first_shard: float = math.nan  # the first file of the shard phase (encoding has ended)
+    total: float = math.nan
+
+    def __str__(self) -> str:
+        return (f"{self.total:5.1f} s (first run {self.first_run:4.1f}, shards from {self.first_shard:4.1f}, "
+                f"shard phase {self.total - self.first_shard:4.1f})")
+
+
+def _runs(out: str) -> set[str]:
+    return set(glob.glob(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}"))
+
+
+def _observe(out: str, start: float, phases: Phases, before: set[str]) -> None:
+    if math.isnan(phases.first_run) and _runs(out) - before:  # a resumed build's first run of its own
+        phases.first_run = time.perf_counter() - start
+    if math.isnan(phases.first_shard) and glob.glob(f"{out}/{TEMP_PREFIX}*/shards/*"):
+        phases.first_shard = time.perf_counter() - start
+
+
+def _env(code: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": code}
+
+
+def _timed(command: list[str], out: str, code: str) -> Phases:
+    """Runs ``command`` with the package of ``code`` to its end; when it reached each phase."""
+    phases = Phases()
+    before = _runs(out)
     start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return time.perf_counter() - start
+    with tempfile.TemporaryFile() as errors:
+        job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors, env=_env(code), cwd=code)
+        while job.poll() is None:
+            _observe(out, start, phases, before)
+            time.sleep(0.05)
+        phases.total = time.perf_counter() - start
+        if job.returncode:
+            errors.seek(0)
+            raise RuntimeError(f"{' '.join(command)} failed:\n{errors.read().decode(errors='replace')[-3000:]}")
+    return phases
 
 
-def _kill_at(command: list[str], out: str, records: int) -> float:
+def _kill_at(command: list[str], out: str, records: int, code: str) -> float:
     """Runs ``command`` and SIGKILLs its process group once ``records`` are in finished runs; its seconds."""
     start = time.perf_counter()
-    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                           env=_env(code), cwd=code)
     while _finished_records(out) < records:
         if job.poll() is not None:
             raise RuntimeError("the build ended before it could be killed; use more --rows")
@@ -104,6 +150,8 @@ def main() -> None:
     parser.add_argument("--row_bytes", type=int, default=100_000)
     parser.add_argument("--kill_fraction", type=float, default=0.5)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", help="another checkout of the project (e.g. `git worktree add` of an older "
+                                           "commit): its rounds run interleaved with this one's")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="resume_build-")
     try:
@@ -115,21 +163,29 @@ def main() -> None:
         size = sum(f.stat().st_size for f in files)
         print(f"{args.workload}: {args.rows} samples ({size / 1e9:.2f} GB of input), killed at "
               f"{args.kill_fraction:.0%} of samples in finished runs; default options")
-        ratios = []
+        codes = {"this": str(Path(__file__).resolve().parent.parent)}
+        if args.baseline:
+            codes = {"baseline": str(Path(args.baseline).resolve()), **codes}
+        ratios: dict[str, list[float]] = {name: [] for name in codes}
         for round_ in range(args.rounds):
-            full, resumed = os.path.join(root, "full"), os.path.join(root, "resumed")
-            full_s = _timed(_command(args.workload, inputs, full))
-            killed_s = _kill_at(_command(args.workload, inputs, resumed), resumed, int(args.rows * args.kill_fraction))
-            resume_s = _timed(_command(args.workload, inputs, resumed, "--resume"))
-            reused = load_manifest(resumed).metadata["resumed"]
-            same = _digest(full) == _digest(resumed)
-            ratios.append(resume_s / full_s)
-            print(f"  round {round_ + 1}: full build {full_s:6.1f} s | killed after {killed_s:5.1f} s | resumed "
-                  f"{resume_s:6.1f} s ({reused['reused_records']} records reused from {reused['reused_runs']} runs)"
-                  f" | resumed/full {resume_s / full_s:.2f} | shards identical: {same}")
-            shutil.rmtree(full)
-            shutil.rmtree(resumed)
-        print(f"resumed/full, median of {len(ratios)}: {sorted(ratios)[len(ratios) // 2]:.2f} (target <= 0.60)")
+            for name, code in codes.items():  # interleaved: the same machine load for both
+                full, resumed = os.path.join(root, "full"), os.path.join(root, "resumed")
+                full_s = _timed(_command(args.workload, inputs, full), full, code)
+                killed_s = _kill_at(_command(args.workload, inputs, resumed), resumed,
+                                    int(args.rows * args.kill_fraction), code)
+                resume_s = _timed(_command(args.workload, inputs, resumed, "--resume"), resumed, code)
+                reused = load_manifest(resumed).metadata["resumed"]
+                same = _digest(full) == _digest(resumed)
+                ratios[name].append(resume_s.total / full_s.total)
+                print(f"  round {round_ + 1} [{name}]: full build {full_s} | killed after {killed_s:5.1f} s | "
+                      f"resumed {resume_s} | {reused['reused_records']} records reused from "
+                      f"{reused['reused_runs']} runs | resumed/full {resume_s.total / full_s.total:.2f} | "
+                      f"shards identical: {same}", flush=True)
+                shutil.rmtree(full)
+                shutil.rmtree(resumed)
+        for name, values in ratios.items():
+            print(f"[{name}] resumed/full, median of {len(values)}: {sorted(values)[len(values) // 2]:.2f} "
+                  f"(target <= 0.60)")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

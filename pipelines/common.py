@@ -41,6 +41,7 @@ from beam_tfrecord.errors import MAX_REJECTED_FLAG, BeamTFRecordError, DiskFullE
 from beam_tfrecord.progress import ProgressDisplay, progress_folder
 from beam_tfrecord.refresh import fingerprint_inputs
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES
+from beam_tfrecord.spill_resume import SkipsReusedKeys, describe_reused_shards
 from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.job_options import JobCommand
 from pipelines.source_options import parse_bool
@@ -286,12 +287,15 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
                              expected_inputs=expected_inputs, resume=output.resume,
                              inputs_identity=json.dumps(fingerprint_inputs(input_patterns).to_json(), sort_keys=True),
                              **writer_options)
+        reused = writer.reused_keys()
+        if reused is not None and isinstance(read, SkipsReusedKeys):
+            read = read.skipping(reused)  # a resumed build's source leaves out what it reuses, unread
         with cleaned_up_when_disk_full(lambda: storage.delete_tree(writer.temp_dir)), \
                 job_pipeline(options) as pipeline:
             _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
-    print_how_it_ran(pipeline, writer)
+    print_how_it_ran(pipeline, writer, manifest)
     return manifest
 
 
@@ -319,13 +323,13 @@ def describe_local_workers(workers: int) -> str:
             "--direct_num_workers=1 for one in-memory worker)")
 
 
-def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset) -> None:
-    """The summary's lines on how a finished job ran: the fan-in path and why, the DirectRunner's
-    workers, and an encoding pool, when there was one."""
+def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset, manifest: Manifest) -> None:
+    """The summary's lines on how a finished job ran: the fan-in path and why, what a resumed build
+    reused, the DirectRunner's workers, and an encoding pool, when there was one."""
     print(writer.describe_fan_in(pipeline))
-    resumed = writer.describe_resume()
-    if resumed:
-        print(resumed)
+    for line in (writer.describe_resume(), describe_reused_shards(manifest.metadata)):
+        if line:
+            print(line)
     if runs_on_direct_runner(pipeline):
         print(describe_local_workers(local_workers_of(pipeline.options)))
     encoding = describe_encode_processes(getattr(pipeline, "result", None))

@@ -4,15 +4,19 @@ Each run fingerprints ``--input`` at launch and compares it with the fingerprint
 of ``--dataset_root``'s LATEST version: unchanged inputs end the run at once ("nothing to do");
 otherwise the job builds ``ROOT/versions/<new id>/``, moves ``ROOT/LATEST`` to it as the
 pipeline's last step and deletes versions beyond ``--keep_versions`` that stopped being LATEST
-at least ``--min_version_age`` ago (readers that opened them finish their epoch). The same job runs on the
-DirectRunner, the portable runner, Dataflow (Flex Template, ``deploy/dataflow``) and Flink
+at least ``--min_version_age`` ago (readers that opened them finish their epoch). A refresh killed
+while it built (SIGKILL, a lost machine) is resumed by the next run of the same inputs and options: it
+builds the killed version in place, reusing its finished spill runs and shards (``beam_tfrecord.spill_resume``).
+The same job runs on the DirectRunner, the portable runner, Dataflow (Flex Template, ``deploy/dataflow``) and Flink
 (``deploy/flink``): only pipeline options change.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import json
 import sys
 import uuid
 from collections.abc import Sequence
@@ -24,8 +28,9 @@ from beam_tfrecord import lease, storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.durations import format_duration, parse_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
+from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import DurationError, InputIndexError
-from beam_tfrecord.incremental import REFRESH_KEY, IncrementalPlan, ReadKeptRecords, plan_from_root
+from beam_tfrecord.incremental import REFRESH_KEY, IncrementalPlan, ReadKeptRecords, killed_refresh, plan_from_root
 from beam_tfrecord.input_index import (
     InputIndex,
     content_tokens,
@@ -93,7 +98,7 @@ JOB_REJECTED_OPTIONS: dict[str, str] = {
     "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
     "schema": "the schema comes from the class folder names",
     "chunk_size": "images are one sample per Beam element",
-    "resume": "each refresh builds a new version; a killed refresh is built again by the next run",
+    "resume": "a refresh resumes a killed refresh of the same inputs and options by itself",
 }
 
 
@@ -175,11 +180,19 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
         return plan
 
     build = ImageFolderBuild.of(source, check_decode=options.view_as(SchemaOptions).check_decode)
-    output.output = plan.version_dir
     index = index_inputs(build.listing.images, content_tokens(source.input),
                          encoding_digest(schema_json=build.schema.to_json(), transforms=build.feature_transforms,
                                          salt=output.salt))
     incremental = _incremental_plan(plan, index) if refresh.incremental else None
+    # What a killed refresh of the same inputs, base version and options must have had for this one to
+    # take over its version (the writer checks the schema, splits, sharding and salt too).
+    identity = json.dumps({"inputs": fingerprint.to_json(), "base": incremental.base_version if incremental else None,
+                           "command": _recorded_command(options)}, sort_keys=True)
+    killed = killed_refresh(root, plan.latest, identity)
+    if killed is not None:
+        plan = dataclasses.replace(plan, version_id=killed)
+        print(f"refresh {root}: resuming version {killed}, which a killed refresh of these inputs left")
+    output.output = plan.version_dir
     metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id, **build.metadata}
     if incremental is not None:
         metadata[REFRESH_KEY] = incremental.metadata()
@@ -191,7 +204,8 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
                 job_pipeline(options) as pipeline:
             writer = make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
                                  feature_transforms=build.feature_transforms, progress_dir=progress_dir,
-                                 shared_filesystem=shared_filesystem, expected_inputs=len(index.inputs))
+                                 shared_filesystem=shared_filesystem, expected_inputs=len(index.inputs),
+                                 inputs_identity=identity, resume=killed is not None)
             _ = (_read_inputs(pipeline, source.input, build, incremental)  # Sample | [PrebuiltRecord, ...]
                  | "WriteVersion" >> writer
                  # the published Manifest of the new version
@@ -200,7 +214,7 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
                                                 min_version_age=min_version_age(refresh)))
     print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions}, "
           f"and older ones for {refresh.min_version_age} after they stopped being LATEST)")
-    print_how_it_ran(pipeline, writer)
+    print_how_it_ran(pipeline, writer, load_manifest(plan.version_dir))
     return plan
 
 

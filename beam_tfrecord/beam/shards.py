@@ -33,6 +33,7 @@ from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.progress import ProgressSink
+from beam_tfrecord.spill_resume import finished_shard, record_finished_shard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,16 +151,33 @@ class WriteShardFn(beam.DoFn):
         self._records = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_written")
         self._reread = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_reread_from_source")
         self._bytes = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shard_bytes_written")
+        self._shards_reused = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shards_reused")
 
     def setup(self) -> None:
         self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io,
                                        file_format=self._file_format)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
 
+    def _target(self, spec: ShardSpec) -> ShardTarget:
+        return ShardTarget.of(spec, dataset_name=self._dataset_name, compression=self._compression,
+                              file_format=self._file_format, shards_dir=self._shards_dir)
+
+    def _finished(self, spec: ShardSpec) -> ShardInfo | None:
+        """The shard, when an earlier attempt of this build finished it (``spill_resume.finished_shard``)."""
+        info = finished_shard(self._target(spec).temp_path, spec)
+        if info is not None:
+            self._shards_reused.inc()
+            if self._progress is not None:
+                self._progress.add(shards=1, num_bytes=info.num_bytes,
+                                   planned=(spec.split, spec.count if spec.num_filled is None else spec.num_filled))
+                self._progress.flush()
+        return info
+
     def _write(self, spec: ShardSpec, entries: Iterable[bytes | memoryview]) -> ShardInfo:
-        target = ShardTarget.of(spec, dataset_name=self._dataset_name, compression=self._compression,
-                                file_format=self._file_format, shards_dir=self._shards_dir)
+        target = self._target(spec)
         info, stats = self._writer.write(target, entries)
+        with raise_typed_when_full(target.temp_path, 1 << 10):  # a record of the complete file: a resume reuses it
+            record_finished_shard(target.temp_path, spec, info)
         self._reread.inc(stats.rebuilt)  # metrics once per shard: each increment costs a lookup in Beam's tracker
         self._records.inc(stats.records)
         self._bytes.inc(stats.stored_bytes)

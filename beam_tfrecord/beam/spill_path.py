@@ -149,7 +149,11 @@ class WriteShardFromRunsFn(WriteShardFn):
         yield self.write_from_runs(found[0].spec, read_catalog(found[0].catalog))
 
     def write_from_runs(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> ShardInfo:
-        """Writes one shard from its slice of every run (any order of ``runs``: the same file)."""
+        """Writes one shard from its slice of every run (any order of ``runs``: the same file), unless an
+        earlier attempt of this build (a killed one, resumed) finished it."""
+        reused = self._finished(spec)
+        if reused is not None:
+            return reused
         with shard_entries(runs, spec.hash_lo, spec.hash_hi, direct=self._direct_io) as entries:
             return self._write(spec, entries)
 

@@ -40,7 +40,15 @@ from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
 from beam_tfrecord.input_index import encoding_digest
 from beam_tfrecord.spill import DEFAULT_RUN_BYTES
-from beam_tfrecord.spill_resume import TEMP_PREFIX, ResumePoint, find_resume_point, fingerprint
+from beam_tfrecord.spill_resume import (
+    TEMP_PREFIX,
+    ResumePoint,
+    ReusedKeys,
+    find_resume_point,
+    fingerprint,
+    reused_keys_of,
+    with_reused_shards,
+)
 from beam_tfrecord.spill_resume import describe as describe_resume
 
 DEFAULT_SALT = "beam-tfrecord"
@@ -65,6 +73,7 @@ def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: Publ
     if len(found[PLAN]) > 1:
         raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[PLAN])}")
     settings = _with_inferred_schema(settings, found[SUMMARY])
+    settings = dataclasses.replace(settings, metadata=with_reused_shards(settings.metadata, settings.temp_dir))
     shard_infos: list[ShardInfo] = found[SHARD]
     return publish(settings, found[PLAN][0] if found[PLAN] else None, shard_infos, found[DEAD])
 
@@ -220,6 +229,10 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError("resume needs inputs_identity, Sample inputs (not WriteBalancedTFRecord's "
                                     "records), the default temp_dir and the spill fan-in")
         return find_resume_point(output_dir, text)
+
+    def reused_keys(self) -> ReusedKeys | None:
+        """The samples a resumed build reuses, for a source that can leave them out unread (None: not resuming)."""
+        return reused_keys_of(self._resume_point, self._salt)
 
     def describe_resume(self) -> str | None:
         """The job summary's line on what this build reused from a killed one (None: nothing)."""

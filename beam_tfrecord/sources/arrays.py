@@ -5,13 +5,15 @@ chunks (lists of ``Sample``), so a million small vectors cost a few thousand Bea
 Keys are ``<file name>:<index>`` for files and ``<key_prefix><index>`` (zero-padded) in memory,
 stable as long as the input and its order are.
 
-``.npy`` files are streamed in row chunks (memory stays at one chunk); ``.npz`` members are
-loaded whole (NumPy cannot stream a zip member), so keep ``.npz`` files to a few hundred MB.
+``.npy`` files are read in ranges of rows (about 64 MiB each, spread over the workers), each streamed in
+row chunks (memory stays at one chunk) and encoded by the worker that read it. ``.npz`` members are
+loaded whole (NumPy cannot stream a zip member) and a ``.npz`` file is read and encoded by one worker,
+so keep ``.npz`` files to a few hundred MB.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import io
 import math
 import posixpath
@@ -24,7 +26,8 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.errors import SourceError
-from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
+from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, check_chunk_size, chunked, list_inputs
+from beam_tfrecord.spill_resume import ReusedKeys
 
 ArrayMap = Mapping[str, np.ndarray]
 
@@ -52,8 +55,21 @@ def samples_from_arrays(arrays: ArrayMap, *, key_prefix: str, start: int, key_wi
             for i in range(length)]
 
 
-def _npy_row_chunks(handle: BinaryIO, chunk_rows: int, name: str) -> Iterator[np.ndarray]:
-    """Streams a .npy file as arrays of up to ``chunk_rows`` rows (first axis)."""
+@dataclasses.dataclass(frozen=True)
+class _NpyLayout:
+    """Where a .npy file's rows are: its shape, dtype and order; the handle is at the first row's byte."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran_order: bool
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * math.prod(self.shape[1:])
+
+
+def _npy_layout(handle: BinaryIO, name: str) -> _NpyLayout:
+    """Reads a .npy file's header (leaving ``handle`` at its data)."""
     fmt = np.lib.format
     try:
         version = fmt.read_magic(handle)
@@ -66,25 +82,62 @@ def _npy_row_chunks(handle: BinaryIO, chunk_rows: int, name: str) -> Iterator[np
                           "fixed-width string dtype")
     if not shape:
         raise SourceError(f"{name}: a 0-d array has no sample axis")
-    if fortran_order:  # rows are not contiguous: read it whole
+    return _NpyLayout(tuple(shape), dtype, bool(fortran_order))
+
+
+def _npy_row_chunks(handle: BinaryIO, chunk_rows: int, name: str,
+                    wanted: Callable[[int, int], np.ndarray] | None = None,
+                    rows: tuple[int, int | None] = (0, None)) -> Iterator[tuple[int, np.ndarray]]:
+    """Streams a .npy file's rows ``rows`` (first, end; None: to the last) as (first row, array of up to
+    ``chunk_rows`` rows (first axis)).
+
+    ``wanted(start, rows)`` (a boolean per row of a chunk): a chunk that wants none of its rows is
+    skipped over with a seek, never read; others come whole (the caller leaves out their unwanted rows).
+    """
+    layout = _npy_layout(handle, name)
+    shape, dtype = layout.shape, layout.dtype
+    first, end = rows[0], shape[0] if rows[1] is None else min(rows[1], shape[0])
+    if layout.fortran_order:  # rows are not contiguous: read it whole
         whole = np.frombuffer(handle.read(), dtype=dtype, count=math.prod(shape)).reshape(shape, order="F")
-        for start in range(0, shape[0], chunk_rows):
-            yield np.ascontiguousarray(whole[start:start + chunk_rows])
+        for start in range(first, end, chunk_rows):
+            yield start, np.ascontiguousarray(whole[start:min(start + chunk_rows, end)])
         return
-    row_bytes = dtype.itemsize * math.prod(shape[1:])
-    for start in range(0, shape[0], chunk_rows):
-        rows = min(chunk_rows, shape[0] - start)
-        data = handle.read(rows * row_bytes)
-        if len(data) != rows * row_bytes:
+    row_bytes = layout.row_bytes
+    if first:
+        handle.seek(first * row_bytes, io.SEEK_CUR)
+    for start in range(first, end, chunk_rows):
+        count = min(chunk_rows, end - start)
+        if wanted is not None and not wanted(start, count).any():
+            handle.seek(count * row_bytes, io.SEEK_CUR)  # every row of the chunk is left out: not read
+            continue
+        data = handle.read(count * row_bytes)
+        if len(data) != count * row_bytes:
             raise SourceError(f"{name}: truncated .npy file: expected {shape[0]} rows of {row_bytes} bytes, "
                               f"the data ends in row {start + len(data) // max(row_bytes, 1)}")
-        yield np.frombuffer(data, dtype=dtype).reshape((rows, *shape[1:]))
+        yield start, np.frombuffer(data, dtype=dtype).reshape((count, *shape[1:]))
 
 
-def read_numpy_file(name: str, path: str, *, npy_feature: str = "x",
-                    chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[list[Sample]]:
-    """Chunks of samples from one .npy (feature ``npy_feature``) or .npz (a feature per member)."""
+def _keys(name: str, start: int, rows: int, width: int) -> list[str]:
+    return [f"{name}:{start + i:0{width}d}" for i in range(rows)]
+
+
+def read_numpy_file(name: str, path: str, *, npy_feature: str = "x", chunk_size: int = DEFAULT_CHUNK_SIZE,
+                    skip: ReusedKeys | None = None, rows: tuple[int, int | None] = (0, None)
+                    ) -> Iterator[list[Sample]]:
+    """Chunks of samples from one .npy (feature ``npy_feature``) or .npz (a feature per member).
+
+    Args:
+        rows: the samples to read (first, end; None: to the last), from ``row_ranges``.
+        skip: the samples a resumed build reuses, left out here (a .npy's rows of them are not even read).
+    """
     width = 9
+
+    def kept(samples: list[Sample]) -> list[Sample]:
+        if skip is None or not samples:
+            return samples
+        held = skip.held([sample.key for sample in samples])
+        return [sample for sample, reused in zip(samples, held.tolist()) if not reused]
+
     with storage.open_read(path) as handle:
         if posixpath.splitext(path)[1].lower() == ".npz":
             try:
@@ -93,14 +146,43 @@ def read_numpy_file(name: str, path: str, *, npy_feature: str = "x",
             except ValueError as err:
                 raise SourceError(f"{name}: cannot load .npz ({err})") from err
             total = _check_lengths(name, arrays)
-            for start in range(0, total, chunk_size):
-                part = {k: a[start:start + chunk_size] for k, a in arrays.items()}
-                yield samples_from_arrays(part, key_prefix=f"{name}:", start=start, key_width=width)
+            end = total if rows[1] is None else min(rows[1], total)
+            for start in range(rows[0], end, chunk_size):
+                part = {k: a[start:min(start + chunk_size, end)] for k, a in arrays.items()}
+                if chunk := kept(samples_from_arrays(part, key_prefix=f"{name}:", start=start, key_width=width)):
+                    yield chunk
             return
-        start = 0
-        for rows in _npy_row_chunks(handle, chunk_size, name):
-            yield samples_from_arrays({npy_feature: rows}, key_prefix=f"{name}:", start=start, key_width=width)
-            start += len(rows)
+        wanted = None if skip is None else (lambda start, count: ~skip.held(_keys(name, start, count, width)))
+        for start, chunk_rows in _npy_row_chunks(handle, chunk_size, name, wanted, rows):
+            if chunk := kept(samples_from_arrays({npy_feature: chunk_rows}, key_prefix=f"{name}:", start=start,
+                                                 key_width=width)):
+                yield chunk
+
+
+RANGE_BYTES = 64 << 20  # a .npy file is read in ranges of rows of about this size, one Beam element each
+
+
+def row_ranges(element: tuple[str, str], *, chunk_size: int,
+               range_bytes: int = RANGE_BYTES) -> Iterator[tuple[str, str, tuple[int, int | None]]]:
+    """(name, path, rows) elements that together read a file: a .npy in C order in ranges of whole chunks
+    of about ``range_bytes`` (its header is read here), anything else whole."""
+    name, path = element
+    if posixpath.splitext(path)[1].lower() == ".npz":
+        yield name, path, (0, None)
+        return
+    with storage.open_read(path) as handle:
+        layout = _npy_layout(handle, name)
+    if layout.fortran_order:
+        yield name, path, (0, None)
+        return
+    step = max(1, range_bytes // max(layout.row_bytes * chunk_size, 1)) * chunk_size
+    for start in range(0, max(layout.shape[0], 1), step):
+        yield name, path, (start, start + step)
+
+
+def _read_range(element: tuple[str, str, tuple[int, int | None]], **options: Any) -> Iterator[list[Sample]]:
+    name, path, rows = element
+    return read_numpy_file(name, path, rows=rows, **options)
 
 
 class ReadNumpyFiles(beam.PTransform):
@@ -113,18 +195,34 @@ class ReadNumpyFiles(beam.PTransform):
         pattern: file or glob, local or ``gs://``.
         npy_feature: the feature name for the array of a ``.npy`` file.
         chunk_size: samples per Beam element.
+        skip: the samples a resumed build reuses (``WriteTFRecordDataset.reused_keys``), left out
+            before they are read; see ``skipping``.
     """
 
-    def __init__(self, pattern: str, *, npy_feature: str = "x", chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+    def __init__(self, pattern: str, *, npy_feature: str = "x", chunk_size: int = DEFAULT_CHUNK_SIZE,
+                 skip: ReusedKeys | None = None) -> None:
         super().__init__()
         self._pattern = pattern
         self._npy_feature = npy_feature
         self._chunk_size = check_chunk_size(chunk_size)
+        self._skip = skip
+
+    def skipping(self, reused: ReusedKeys) -> "ReadNumpyFiles":
+        """This source, leaving out the samples of ``reused``: a resumed build reads only the rest."""
+        return ReadNumpyFiles(self._pattern, npy_feature=self._npy_feature, chunk_size=self._chunk_size, skip=reused)
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
-        # [Sample]: up to chunk_size samples per element.
-        return pipeline | "ReadArrays" >> ReadEachFile(self._pattern, functools.partial(
-            read_numpy_file, npy_feature=self._npy_feature, chunk_size=self._chunk_size))
+        # No reshuffle after the read: a range's chunks are encoded by the worker that read them (the
+        # payload never crosses the runner), and the ranges spread the work over the workers.
+        return (
+            pipeline
+            | "Pattern" >> beam.Create([self._pattern])
+            | "ListFiles" >> beam.FlatMap(list_inputs)  # (name relative to the pattern, path)
+            | "RowRanges" >> beam.FlatMap(row_ranges, chunk_size=self._chunk_size)  # (name, path, (first, end))
+            | "SpreadRanges" >> beam.Reshuffle()
+            | "ReadRanges" >> beam.FlatMap(_read_range, npy_feature=self._npy_feature, chunk_size=self._chunk_size,
+                                           skip=self._skip)  # [Sample]: up to chunk_size samples per element
+        )
 
 
 class SamplesFromArrays(beam.PTransform):
@@ -210,4 +308,4 @@ def peek_arrays(path: str, *, npy_feature: str = "x", rows: int = 16) -> dict[st
         if posixpath.splitext(path)[1].lower() == ".npz":
             with np.load(io.BytesIO(handle.read()), allow_pickle=False) as npz:
                 return {member: npz[member][:rows] for member in npz.files}
-        return {npy_feature: next(_npy_row_chunks(handle, rows, name))}
+        return {npy_feature: next(_npy_row_chunks(handle, rows, name))[1]}

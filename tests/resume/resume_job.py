@@ -1,8 +1,10 @@
-"""A build that a test kills and resumes: ``python tests/resume/resume_job.py OUT [--resume]``.
+"""A build that a test kills and resumes: ``python tests/resume/resume_job.py OUT [--resume] [--shards]``.
 
 400 samples of 20 KB of seeded random bytes, encoded through a transform that sleeps 10 ms each (so a
-kill lands mid-encoding), spilled in runs of about 200 KB: ~40 runs. Prints the published manifest's
-``metadata.resumed`` as JSON (``{}`` for a clean build).
+kill lands mid-encoding), spilled in runs of about 200 KB: ~40 runs, in shards of about 1 MB. With
+``--shards`` the encoding does not sleep and the shards are about 100 KB (~80 of them, written in turn
+by one worker), so a kill lands in the shard phase. Prints the published manifest's ``metadata.resumed``
+as JSON (``{}`` for a clean build).
 """
 
 from __future__ import annotations
@@ -41,9 +43,12 @@ def samples() -> list[Sample]:
     return [Sample(f"s/{i:05d}", {"payload": rng.bytes(SAMPLE_BYTES), "index": i}) for i in range(NUM_SAMPLES)]
 
 
-def build(out: str, *, resume: bool, seconds: float = 0.01) -> dict:
+SHARD_PHASE_BYTES = 100_000  # the shard size of the builds killed in their shard phase
+
+
+def build(out: str, *, resume: bool, seconds: float = 0.01, shard_bytes: int = 1_000_000) -> dict:
     writer = WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse("train=0.9,test=0.1"),
-                                  sharding=ShardingConfig(target_shard_bytes=1_000_000), spill_run_bytes=200_000,
+                                  sharding=ShardingConfig(target_shard_bytes=shard_bytes), spill_run_bytes=200_000,
                                   feature_transforms={"payload": Slowly(seconds)}, inputs_identity="seed-7",
                                   resume=resume, local_workers=1)
     with beam.Pipeline(runner=LocalBatchRunner()) as pipeline:
@@ -54,4 +59,6 @@ def build(out: str, *, resume: bool, seconds: float = 0.01) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(build(sys.argv[1], resume="--resume" in sys.argv[2:])))
+    shards = "--shards" in sys.argv[2:]
+    print(json.dumps(build(sys.argv[1], resume="--resume" in sys.argv[2:], seconds=0.0 if shards else 0.01,
+                           shard_bytes=SHARD_PHASE_BYTES if shards else 1_000_000)))

@@ -1,0 +1,70 @@
+"""An incremental refresh killed while it builds its version is resumed by the next run of the same inputs:
+that run builds the killed version in place, encodes only what the killed one's finished runs do not hold,
+says so, and publishes the shard bytes of a clean refresh."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from beam_tfrecord import load_manifest
+from beam_tfrecord.core.runs import INDEX_SUFFIX
+from beam_tfrecord.dataset import read_latest, resolve_dataset_dir
+from beam_tfrecord.incremental import REFRESH_KEY
+from beam_tfrecord.spill_resume import TEMP_PREFIX, finished_runs
+from pipelines.make_sample_images import write_sample_images
+
+
+def _command(images: Path, root: Path) -> list[str]:
+    return [sys.executable, "-m", "pipelines.refresh_image_dataset", "--input", str(images), "--dataset_root",
+            str(root), "--resize=64x64", "--spill_run_mib=1", "--target_shard_bytes=200000", "--progress=none",
+            "--direct_num_workers=1", "--min_version_age=0"]
+
+
+def _latest_shards(root: Path) -> dict[str, bytes]:
+    folder = resolve_dataset_dir(str(root))
+    return {s.filename: Path(folder, s.filename).read_bytes() for s in load_manifest(folder).shards}
+
+
+def test_a_killed_refresh_is_resumed_by_the_next_run(tmp_path: Path) -> None:
+    images, root, clean_root = tmp_path / "images", tmp_path / "root", tmp_path / "clean"
+    write_sample_images(str(images), per_class=100, size=64, seed=3)
+    subprocess.run(_command(images, root), check=True, capture_output=True, timeout=300)
+    first = read_latest(str(root))
+    shutil.copytree(root, clean_root)
+    more = tmp_path / "more"
+    write_sample_images(str(more), per_class=500, size=64, seed=4)
+    for path in more.glob("*/*.jpg"):
+        if int(path.stem) >= 100:  # 400 new images per class; the first 100 are kept from the first version
+            shutil.copy(path, images / path.parent.name / path.name)
+
+    job = subprocess.Popen(_command(images, root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not glob.glob(f"{root}/versions/*/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}") and time.monotonic() < deadline:
+        assert job.poll() is None, "the refresh ended before it finished a run"
+        time.sleep(0.02)
+    assert job.poll() is None, "the refresh finished before its kill: the case proves nothing"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    assert read_latest(str(root)) == first
+    [killed] = [p.parent.name for p in root.glob(f"versions/*/{TEMP_PREFIX}*")]
+    finished = sum(len(index.hashes) for index in finished_runs(str(root / "versions" / killed)))
+
+    done = subprocess.run(_command(images, root), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"refresh {root}: resuming version {killed}, which a killed refresh of these inputs left" in done.stdout
+    assert read_latest(str(root)) == killed
+    metadata = load_manifest(resolve_dataset_dir(str(root))).metadata
+    assert metadata["resumed"]["reused_records"] == finished > 0
+    assert metadata[REFRESH_KEY]["base_version"] == first
+    assert metadata[REFRESH_KEY]["reused_records"] > 0  # incremental: records kept from the first version
+
+    subprocess.run(_command(images, clean_root), check=True, capture_output=True, timeout=300)
+    assert "resumed" not in load_manifest(resolve_dataset_dir(str(clean_root))).metadata
+    assert _latest_shards(root) == _latest_shards(clean_root)

@@ -1,0 +1,104 @@
+"""A build killed in its shard phase resumes with the shards it finished: each is reused when its file is
+exactly what its writer recorded (size and CRC32C) for the shard the plan names again, and written otherwise;
+the output is the clean build's bytes, and the manifest counts the shards reused."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import resume_job
+
+from beam_tfrecord import load_manifest, storage
+from beam_tfrecord.core.manifest import ShardInfo
+from beam_tfrecord.core.sharding import ShardSpec
+from beam_tfrecord.spill_resume import (
+    FINISHED_SHARD_SUFFIX,
+    REUSED_SHARD_SUFFIX,
+    TEMP_PREFIX,
+    describe_reused_shards,
+    finished_shard,
+    record_finished_shard,
+    with_reused_shards,
+)
+
+
+def _shard_bytes(out: str) -> dict[str, bytes]:
+    return {s.filename: Path(out, s.filename).read_bytes() for s in load_manifest(out).shards}
+
+
+def test_a_build_killed_in_its_shard_phase_reuses_the_shards_it_finished(tmp_path: Path) -> None:
+    clean, out = str(tmp_path / "clean"), str(tmp_path / "ds")
+    resume_job.build(clean, resume=False, seconds=0.0, shard_bytes=resume_job.SHARD_PHASE_BYTES)
+    job = subprocess.Popen([sys.executable, resume_job.__file__, out, "--shards"], cwd=tmp_path,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not glob.glob(f"{out}/{TEMP_PREFIX}*/shards/*{FINISHED_SHARD_SUFFIX}") and time.monotonic() < deadline:
+        assert job.poll() is None, "the job ended before it finished a shard"
+        time.sleep(0.01)
+    assert job.poll() is None, "the job finished before its kill: the case proves nothing"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    assert not Path(out, "manifest.json").exists()
+    finished = len(glob.glob(f"{out}/{TEMP_PREFIX}*/shards/*{FINISHED_SHARD_SUFFIX}"))
+    assert 0 < finished < len(load_manifest(clean).shards)
+
+    resumed = resume_job.build(out, resume=True, seconds=0.0, shard_bytes=resume_job.SHARD_PHASE_BYTES)
+    assert resumed["reused_shards"] == finished  # every finished shard, and only those, kept as it was
+    assert resumed["reused_records"] == resume_job.NUM_SAMPLES  # the kill came after the last run
+    assert _shard_bytes(out) == _shard_bytes(clean)
+    assert not glob.glob(f"{out}/{TEMP_PREFIX}*")
+
+
+SPEC = ShardSpec(split="train", index=0, count=2, hash_lo=0, hash_hi=2**63, num_records=2, num_record_bytes=40)
+
+
+@pytest.fixture
+def shard(tmp_path: Path) -> tuple[str, ShardInfo]:
+    """A shard file and the record its writer made once it was complete."""
+    path = tmp_path / "shards" / "data-train.tfrecord-00000-of-00002"
+    path.parent.mkdir()
+    path.write_bytes(b"x" * 40)
+    crc32c, size = storage.crc32c_and_size(str(path))
+    info = ShardInfo(filename=path.name, split="train", index=0, num_records=2, num_bytes=size,
+                     num_record_bytes=40, crc32c=crc32c)
+    record_finished_shard(str(path), SPEC, info)
+    return str(path), info
+
+
+def test_a_finished_shard_is_reused_and_marked(shard: tuple[str, ShardInfo]) -> None:
+    path, info = shard
+    assert finished_shard(path, SPEC) == info
+    assert Path(path + REUSED_SHARD_SUFFIX).exists()
+    temp_dir = str(Path(path).parent.parent)
+    assert with_reused_shards({"resumed": {"from_run": "r"}, "other": 1}, temp_dir) == {
+        "resumed": {"from_run": "r", "reused_shards": 1}, "other": 1}
+    assert with_reused_shards({"other": 1}, temp_dir) == {"other": 1}  # not a resumed build
+    assert describe_reused_shards({"resumed": {"reused_shards": 1}}) == (
+        "  1 shard(s) the killed build finished were reused as they were")
+    assert describe_reused_shards({"resumed": {"reused_shards": 0}}) is None
+
+
+@pytest.mark.parametrize("damage", ["cut", "one byte changed", "planned otherwise", "no record", "bad record"])
+def test_a_shard_not_exactly_as_recorded_is_written_again(shard: tuple[str, ShardInfo], damage: str) -> None:
+    path, _ = shard
+    spec = SPEC
+    if damage == "cut":
+        Path(path).write_bytes(b"x" * 39)
+    elif damage == "one byte changed":
+        Path(path).write_bytes(b"x" * 39 + b"y")
+    elif damage == "planned otherwise":
+        spec = dataclasses.replace(SPEC, hash_hi=2**62)
+    elif damage == "no record":
+        Path(path + FINISHED_SHARD_SUFFIX).unlink()
+    else:
+        Path(path + FINISHED_SHARD_SUFFIX).write_text('{"spec": {}}')
+    assert finished_shard(path, spec) is None
+    assert not Path(path + REUSED_SHARD_SUFFIX).exists()
