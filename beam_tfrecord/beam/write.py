@@ -232,7 +232,7 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def reused_keys(self) -> ReusedKeys | None:
         """The samples a resumed build reuses, for a source that can leave them out unread (None: not resuming)."""
-        return reused_keys_of(self._resume_point, self._salt)
+        return reused_keys_of(self._resume_point, self._fan_in_settings.salt)
 
     def describe_resume(self) -> str | None:
         """The job summary's line on what this build reused from a killed one (None: nothing)."""
