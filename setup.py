@@ -54,6 +54,8 @@ setup(
         "protobuf>=4.25",
         "google-crc32c>=1.5,<2",
         "google-cloud-storage>=2.14",
+        # schema.pbtxt (beam_tfrecord.interop): protobuf classes only, ~0.25 MB with absl-py.
+        "tensorflow-metadata>=1.14",
     ],
     extras_require=_extras(),
     entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"],

@@ -34,6 +34,7 @@ from beam_tfrecord.beam.shards import (
     specs_by_number,
 )
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
+from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
@@ -197,6 +198,9 @@ class WriteTFRecordDataset(beam.PTransform):
         compression: shard compression (TFRecord only; ArrayRecord compresses inside the format).
         file_format: TFRECORD, or ARRAY_RECORD for shards with random access by index (needs the
             ``array-record`` package); the same records in the same shards either way.
+        dali_index: also write each shard's NVIDIA DALI index (``<shard>.idx``, listed in the
+            manifest; ``beam_tfrecord.core.dali_index``), so DALI reads the dataset without a pre-pass.
+            Uncompressed TFRecord shards only (``WriterOptionError`` otherwise).
         salt: hash salt; the same salt and keys give the same splits and order.
         max_rejected_fraction: fail (and do not publish) when more than this fraction of inputs
             is rejected; 0.0 fails on any bad sample.
@@ -253,7 +257,7 @@ class WriteTFRecordDataset(beam.PTransform):
     def __init__(self, output_dir: str, *, schema: Schema, dataset_name: str = "data",
                  splits: SplitConfig | None = None, sharding: ShardingConfig | None = None,
                  compression: Compression = Compression.NONE, file_format: FileFormat = DEFAULT_FILE_FORMAT,
-                 salt: str = DEFAULT_SALT,
+                 dali_index: bool = False, salt: str = DEFAULT_SALT,
                  max_rejected_fraction: float = 0.0, max_rejected_option: str = MAX_REJECTED_ARGUMENT,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
@@ -275,6 +279,8 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"local_workers must be >= 1, got {local_workers}")
         if expected_inputs is not None and expected_inputs < 0:
             raise WriterOptionError(f"expected_inputs must be >= 0, got {expected_inputs}")
+        if dali_index and dali_unsupported_reason(compression, file_format) is not None:
+            raise WriterOptionError(f"dali_index: {dali_unsupported_reason(compression, file_format)}")
         if not isinstance(fan_in, FanIn):
             raise WriterOptionError(f"fan_in must be a FanIn, got {fan_in!r}")
         # Validates the dataset name, and the format with the compression, early (ShardNameError).
@@ -289,6 +295,7 @@ class WriteTFRecordDataset(beam.PTransform):
         self._sharding = sharding or ShardingConfig()
         self._compression = compression
         self._file_format = file_format
+        self._dali_index = dali_index
         self._salt = salt
         self._feature_transforms = dict(feature_transforms or {})
         self._spill_run_bytes = spill_run_bytes
@@ -316,7 +323,8 @@ class WriteTFRecordDataset(beam.PTransform):
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
             max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
-            splits=self._splits, expected_inputs=expected_inputs, max_rejected_option=max_rejected_option)
+            splits=self._splits, expected_inputs=expected_inputs, max_rejected_option=max_rejected_option,
+            dali_index=dali_index)
 
     def _resume_point_of(self, output_dir: str, resume: bool, text: str | None,
                          temp_dir: str | None) -> ResumePoint | None:
@@ -365,7 +373,8 @@ class WriteTFRecordDataset(beam.PTransform):
 
     def _shard_options(self) -> dict[str, Any]:
         return dict(dataset_name=self._dataset_name, shards_dir=storage.join(self._temp_dir, "shards"),
-                    direct_io=self._direct_io, file_format=self._file_format, progress_dir=self._progress_dir)
+                    direct_io=self._direct_io, file_format=self._file_format, progress_dir=self._progress_dir,
+                    dali_index=self._dali_index)
 
     def _encode_to_runs_fn(self, pipeline: beam.Pipeline, runs_dir: str) -> beam.DoFn:
         if self._encoding is not None:  # records are already encoded: no pool (see ``encode_processes``)
