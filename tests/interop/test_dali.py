@@ -3,6 +3,7 @@
 The index files equal those DALI's own ``tfrecord2idx`` makes; DALI's ``fn.readers.tfrecord`` on a
 CPU pipeline (``device_id=None``), split between two ``shard_id``s, reads every record equal to
 ``read_numpy``; what cannot have an index is refused; the manifest lists the indexes and checks them.
+The tests marked ``ecosystem`` need DALI (the ``[ecosystem]`` extra) and are skipped without it.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ BATCH = 8
 _BYTES_FEATURES = ("photo", "mask", "caption", "blob", "pixels", "depth", "flags")
 
 
+@pytest.mark.ecosystem
 def test_every_shard_has_the_index_dali_tfrecord2idx_makes(dali_dataset, tmp_path, monkeypatch):
     manifest = load_manifest(dali_dataset)
     script = shutil.which("tfrecord2idx", path=os.path.dirname(sys.executable))
     if script is None:
-        pytest.skip("DALI's tfrecord2idx script is not installed (pip install nvidia-dali-cuda120)")
+        pytest.skip("DALI's tfrecord2idx script is not installed (the [ecosystem] extra: "
+                    "pip install -e '.[test,ecosystem]')")
     for shard in manifest.shards:
         assert shard.dali_index == shard.filename + ".idx"
         reference = tmp_path / f"{shard.filename}.idx"
@@ -45,7 +48,8 @@ def test_every_shard_has_the_index_dali_tfrecord2idx_makes(dali_dataset, tmp_pat
 
 
 def _dali_records(args: dict, shard_id: int) -> dict[str, list[np.ndarray]]:
-    dali = pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install nvidia-dali-cuda120)")
+    dali = pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (the [ecosystem] extra: "
+                                                     "pip install -e '.[test,ecosystem]')")
 
     @dali.pipeline_def(batch_size=BATCH, num_threads=1, device_id=None)  # a CPU pipeline: no GPU here
     def pipeline():
@@ -64,6 +68,7 @@ def _dali_records(args: dict, shard_id: int) -> dict[str, list[np.ndarray]]:
     return {name: values[:share] for name, values in records.items()}  # the last batch wraps around
 
 
+@pytest.mark.ecosystem
 @pytest.mark.parametrize("split", ["train", "test"])
 def test_dali_reads_every_record_equal_to_read_numpy_on_two_shard_ids(dali_dataset, split):
     args = dali_reader_args(dali_dataset, split=split)
