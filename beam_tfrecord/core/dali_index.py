@@ -53,6 +53,11 @@ class DaliIndexBuilder:
     def num_records(self) -> int:
         return len(self._sizes)
 
+    @property
+    def total_bytes(self) -> int:
+        """The framed bytes of every record added (the shard's ``num_record_bytes``)."""
+        return sum(self._sizes)
+
     def text(self) -> bytes:
         """The index: ``"<offset> <size>\\n"`` per record, offsets from 0 in file order."""
         lines = []

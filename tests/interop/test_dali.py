@@ -17,10 +17,10 @@ import sys
 import numpy as np
 import pytest
 
-from beam_tfrecord import WriteTFRecordDataset, load_manifest, read_numpy
+from beam_tfrecord import WriteTFRecordDataset, load_manifest, read_numpy, verify_dataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import Compression, FileFormat
-from beam_tfrecord.errors import ManifestError, ReaderError, WriterOptionError
+from beam_tfrecord.errors import CorruptShardError, ManifestError, MissingShardError, ReaderError, WriterOptionError
 from beam_tfrecord.interop.dali import dali_reader_args
 from tests.interop.conftest import SCHEMA
 
@@ -141,3 +141,19 @@ def test_the_manifest_checks_the_indexes_it_lists(dali_dataset, damage, expected
     with pytest.raises(ManifestError) as err:
         Manifest.from_json(data)
     assert str(err.value).startswith(expected)
+
+
+def test_verify_checks_every_index_against_its_shard(dali_dataset, tmp_path):
+    assert verify_dataset(dali_dataset).num_records == load_manifest(dali_dataset).num_written
+    copy = shutil.copytree(dali_dataset, tmp_path / "copy")
+    shard = load_manifest(str(copy)).shards[1]
+    index = copy / str(shard.dali_index)
+    first, rest = index.read_bytes().split(b"\n", 1)
+    index.write_bytes(first.replace(b" ", b" 1") + b"\n" + rest)  # one size off
+    with pytest.raises(CorruptShardError) as err:
+        verify_dataset(str(copy))
+    assert str(err.value) == (f"shard {str(index)!r}: the DALI index differs from the {shard.num_records} records of "
+                              f"{shard.filename} (offset and size per record)")
+    index.unlink()
+    with pytest.raises(MissingShardError, match=str(index)):
+        verify_dataset(str(copy))
