@@ -33,7 +33,13 @@ def _extras() -> dict[str, list[str]]:
                       "tensorflow-datasets>=4.9.9,<4.10", "grain>=0.2.12", "tfrecord>=1.14", "pandas>=2",
                       "ruff>=0.17,<0.18", "mypy>=2.4,<2.5", "hypothesis>=6.100", "pytest-xdist>=3.8,<4",
                       # StatefulDataLoader: the resume tests save and restore reads with it.
-                      "torchdata>=0.11"]
+                      "torchdata>=0.11",
+                      # croissant.json validated and read by MLCommons' library (~16 s to install, scipy the most).
+                      "mlcroissant>=1.1,<1.2"]
+    # Test-only, heavy, not in [test]: the tests marked `ecosystem` read datasets with NVIDIA DALI (a 424 MB
+    # wheel, ~1 GB installed with its codecs; CPU pipelines run without a GPU) and Ray Data (79 MB wheel,
+    # 240 MB installed). `pip install -e ".[test,ecosystem]"`; without them those tests are skipped.
+    extras["ecosystem"] = ["nvidia-dali-cuda120>=2.4,<2.5", "ray[data]>=2.60,<3"]
     return extras
 
 
@@ -54,6 +60,8 @@ setup(
         "protobuf>=4.25",
         "google-crc32c>=1.5,<2",
         "google-cloud-storage>=2.14",
+        # schema.pbtxt (beam_tfrecord.interop): protobuf classes only, ~0.25 MB with absl-py.
+        "tensorflow-metadata>=1.14",
     ],
     extras_require=_extras(),
     entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"],

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.dali_index import DaliIndexBuilder
+from beam_tfrecord.core.framing import FRAMING_BYTES
+from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
-from beam_tfrecord.formats import shard_format
+from beam_tfrecord.formats import ShardCount, ShardReader, shard_format
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,11 +22,12 @@ class VerifyReport:
 
 def verify_dataset(dataset_dir: str) -> VerifyReport:
     """Checks every shard's size, every record's CRCs (reporting the offset of the first bad one),
-    the record count and bytes, and the whole file's CRC32C against the manifest. Shards are read
-    through their format's reader (``beam_tfrecord.formats``; ArrayRecord checks its chunk hashes).
+    the record count and bytes, and the whole file's CRC32C against the manifest, and each listed
+    DALI index against the records it indexes (in the same pass). Shards are read through their
+    format's reader (``beam_tfrecord.formats``; ArrayRecord checks its chunk hashes).
 
     Raises:
-        MissingShardError: naming the first listed shard that is not on storage.
+        MissingShardError: naming the first listed shard (or DALI index) that is not on storage.
         CorruptShardError: naming the first shard (and offset, for framing errors) that fails.
     """
     dataset_dir = resolve_dataset_dir(dataset_dir)  # a refresh root means its latest complete version
@@ -38,7 +42,8 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
         if size != shard.num_bytes:
             raise CorruptShardError(path, f"size {size} bytes, manifest says {shard.num_bytes}")
         with file_format.open_reader(path, shard, compression=manifest.compression) as reader:
-            found = reader.count()
+            found = reader.count() if shard.dali_index is None else _count_checking_dali_index(
+                reader, shard, storage.join(dataset_dir, shard.dali_index))
         if found.num_records != shard.num_records:
             raise CorruptShardError(path, f"{found.num_records} records, manifest says {shard.num_records}")
         if found.num_record_bytes != shard.num_record_bytes:
@@ -49,3 +54,16 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
         records += found.num_records
     return VerifyReport(num_shards=len(manifest.shards), num_records=records,
                         num_bytes=sum(s.num_bytes for s in manifest.shards))
+
+
+def _count_checking_dali_index(reader: ShardReader, shard: ShardInfo, index_path: str) -> ShardCount:
+    """Counts a shard as ``reader.count()`` does, and checks its DALI index against the records read."""
+    if not storage.exists(index_path):
+        raise MissingShardError(index_path)
+    index = DaliIndexBuilder()
+    for record, _ in reader.iter_records(0, shard.num_records):
+        index.add(len(record) + FRAMING_BYTES)
+    if storage.read_bytes(index_path) != index.text():
+        raise CorruptShardError(index_path, f"the DALI index differs from the {index.num_records} records of "
+                                            f"{shard.filename} (offset and size per record)")
+    return ShardCount(index.num_records, index.total_bytes)

@@ -68,6 +68,10 @@ class DatasetOutputOptions(PipelineOptions):
         parser.add_argument("--file_format", default=DEFAULT_FILE_FORMAT.value, choices=[f.value for f in FileFormat],
                             help="tfrecord (sequential) or array_record (random access by index: global "
                                  "shuffles, Grain, TFDS as_data_source; needs the array-record package)")
+        parser.add_argument("--dali_index", type=parse_bool, nargs="?", const=True, default=False,
+                            help="also write each shard's NVIDIA DALI index (<shard>.idx, listed in the manifest) so "
+                                 "DALI's fn.readers.tfrecord reads the dataset without running tfrecord2idx "
+                                 "(uncompressed tfrecord shards only)")
         parser.add_argument("--salt", default=DEFAULT_SALT, help="hash salt for split assignment and order")
         parser.add_argument("--max_rejected_fraction", type=float, default=0.0,
                             help="publish anyway if at most this fraction of samples is rejected")
@@ -200,7 +204,7 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
         sharding=ShardingConfig(target_shard_bytes=options.target_shard_bytes,
                                 max_shard_bytes=options.max_shard_bytes, num_shards=options.num_shards),
         compression=Compression.parse(options.compression), file_format=FileFormat.parse(options.file_format),
-        salt=options.salt,
+        dali_index=bool(options.dali_index), salt=options.salt,
         max_rejected_fraction=options.max_rejected_fraction, max_rejected_option=MAX_REJECTED_FLAG,
         spill_run_bytes=options.spill_run_mib << 20,
         fan_in=FanIn.parse(options.fan_in), command=redact_command(command),

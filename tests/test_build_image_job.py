@@ -10,6 +10,7 @@ import pytest
 from beam_tfrecord import cli, verify_dataset
 from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.errors import CorruptShardError
+from beam_tfrecord.interop import INTEROP_FILENAMES
 from pipelines import build_image_dataset
 
 
@@ -92,7 +93,8 @@ def test_rebuild_into_the_same_directory_is_safe_and_identical(built, sample_ima
     again = build_image_dataset.run(["--input", sample_images, "--output", out, "--target_shard_bytes", "150000",
                                      "--splits", "train=0.8,test=0.2"])
     assert [s.crc32c for s in again.shards] == [s.crc32c for s in manifest.shards]
-    assert sorted(os.listdir(out)) == sorted([s.filename for s in again.shards] + ["manifest.json", *tfds_files(again)])
+    assert sorted(os.listdir(out)) == sorted([s.filename for s in again.shards] + ["manifest.json", *tfds_files(again),
+                                                                               *INTEROP_FILENAMES])
 
 
 def test_cli_build_and_inspect_as_a_user_runs_them(sample_images, tmp_path):

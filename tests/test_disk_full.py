@@ -251,12 +251,13 @@ print(json.dumps({"error": error, "left": left, "shards": len(infos)}))
 """
 
 
-@pytest.mark.parametrize("with_bad_row, full_at", [(False, "manifest.json"), (True, "dead_letters.jsonl")],
-                         ids=["manifest", "dead-letters"])
+@pytest.mark.parametrize("with_bad_row, full_at", [(False, "croissant.json"), (True, "dead_letters.jsonl")],
+                         ids=["views-before-the-manifest", "dead-letters"])
 def test_publishing_on_a_full_disk_unpublishes_and_removes_the_shards_moved_in(
         tmp_path: Path, with_bad_row: bool, full_at: str) -> None:
     """The shards are written, then the disk fills: the first file publication writes (the dead-letter
-    file, or the manifest) fails, and the shards already renamed into the dataset directory go."""
+    file, or croissant.json, the first view written before the manifest) fails, and the shards already
+    renamed into the dataset directory go."""
     refusal = _mount_refusal(tmp_path / "probe")
     if refusal:
         pytest.skip(refusal)

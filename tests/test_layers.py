@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("direct_io", "dataset", "describe", "lease", "encoding", "remote_reads"),
     ("shard_fetch",),  # gs:// shards in parallel ranges for the formats' readers
     ("formats", "spill", "spill_resume", "refresh", "input_index"),
-    ("reader", "verify"),
+    ("reader", "verify", "interop"),
     ("beam",),
     ("sources", "report", "incremental"),
     ("pipelines",),
@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 # Rooms that run without Apache Beam installed (readers, the pure core, the formats...).
 BEAM_FREE = ("errors", "disk_space", "core", "encoding", "formats", "spill", "spill_resume", "reader", "dataset",
-             "verify", "describe", "shard_cache", "remote_reads", "shard_fetch")
+             "verify", "describe", "shard_cache", "remote_reads", "shard_fetch", "interop")
 
 Graph = dict[str, set[str]]
 

@@ -105,6 +105,7 @@ class FanInSettings:
     temp_dir: str
     progress_dir: str | None
     encoding: Encoding | None
+    dali_index: bool = False
 
     def encode_options(self) -> dict[str, Any]:
         """Keyword arguments of both sample encoders (``encode_fn.EncodeSamplesFn``)."""
@@ -114,7 +115,8 @@ class FanInSettings:
     def shard_options(self) -> dict[str, Any]:
         """Keyword arguments of both shard writers (``shards.WriteShardFn``), after schema, compression, transforms."""
         return dict(dataset_name=self.dataset_name, shards_dir=storage.join(self.temp_dir, "shards"),
-                    direct_io=self.direct_io, file_format=self.file_format, progress_dir=self.progress_dir)
+                    direct_io=self.direct_io, file_format=self.file_format, progress_dir=self.progress_dir,
+                    dali_index=self.dali_index)
 
 
 class FanInOutputs(NamedTuple):

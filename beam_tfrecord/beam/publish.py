@@ -1,14 +1,16 @@
 """Publication: move finished shards into place and write the manifest last.
 
 Order matters for crash safety. The old manifest (if any) is removed first, so from then on the
-directory does not look like a finished dataset; shards are renamed into place; stale files of
-the old dataset are removed; the dead-letter file, the manifest, then TFDS's metadata
-(``dataset_info.json`` last) are written, each to a temporary name and renamed. A crash at any
-step leaves no manifest, or the old one untouched, never a manifest that lists missing or
-foreign shards. ``dataset_info.json`` is TFDS's mark of a finished dataset, so it is removed
-with the manifest and written after it. A disk that fills while the dead-letter file, the manifest
-or TFDS's metadata is written fails publication (``DiskFullError``): the manifest goes first,
-then the shards just moved in, so nothing is published.
+directory does not look like a finished dataset; shards (with their DALI indexes, when asked) are
+renamed into place; stale files of the old dataset are removed; the dead-letter file, the views for
+other tools (``croissant.json``, ``schema.pbtxt``: ``beam_tfrecord.interop``), the manifest, then
+TFDS's metadata (``dataset_info.json`` last) are written, each to a temporary name and renamed. A
+crash at any step leaves no manifest, or the old one untouched, never a manifest that lists missing
+or foreign shards. ``dataset_info.json`` is TFDS's mark of a finished dataset, and the interop views
+describe the shards, so they are removed with the manifest; the views are written before it (a
+tool that finds them finds every shard in place), TFDS's files after it. A disk that fills while the
+dead-letter file, the views, the manifest or TFDS's metadata is written fails publication
+(``DiskFullError``): the manifest goes first, then the shards just moved in, so nothing is published.
 
 Publication may run again (a runner retrying the step after a lost worker): a manifest already
 carrying this run's id means it finished, and it is returned as it is (its TFDS files written
@@ -46,6 +48,7 @@ from beam_tfrecord.errors import (
     PipelineInvariantError,
     RejectedSamplesError,
 )
+from beam_tfrecord.interop import INTEROP_FILENAMES, write_interop_files
 
 _LOG = logging.getLogger(__name__)
 
@@ -69,6 +72,7 @@ class PublishSettings:
     file_format: FileFormat = DEFAULT_FILE_FORMAT
     expected_inputs: int | None = None
     max_rejected_option: str = MAX_REJECTED_ARGUMENT  # how the caller sets the threshold (the error's hint)
+    dali_index: bool = False  # shards come with their DALI index (``ShardInfo.dali_index``)
 
 
 def _read_old_manifest(path: str) -> Manifest | None:
@@ -82,10 +86,17 @@ def _read_old_manifest(path: str) -> Manifest | None:
 
 
 def _move_shards(settings: PublishSettings, shard_infos: Sequence[ShardInfo]) -> None:
-    """Renames finished shards into place; one already there from an earlier attempt is left as it is."""
+    """Renames finished shards (and their DALI indexes) into place; one already there from an earlier
+    attempt is left as it is."""
     storage.make_dirs(settings.output_dir)  # a temp_dir elsewhere leaves the output directory to make
     sources, destinations = [], []
     for info in shard_infos:
+        if info.dali_index is not None:  # moved unless an earlier attempt did (a missing one: rename's error)
+            index_source = storage.join(settings.temp_dir, "shards", info.dali_index)
+            index_destination = storage.join(settings.output_dir, info.dali_index)
+            if storage.exists(index_source) or not storage.exists(index_destination):
+                sources.append(index_source)
+                destinations.append(index_destination)
         source = storage.join(settings.temp_dir, "shards", info.filename)
         destination = storage.join(settings.output_dir, info.filename)
         if not storage.exists(source) and storage.exists(destination) and \
@@ -119,13 +130,14 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected))
     try:
         _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
+        write_interop_files(settings.output_dir, manifest)  # croissant.json, schema.pbtxt: before the manifest
         storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
         write_tfds_files(settings.output_dir, manifest)
     except DiskFullError:
         # Unpublished again (manifest first), and the shards moved in would only keep the space a re-run needs.
         storage.delete_if_exists([manifest_path, *(storage.join(settings.output_dir, name) for name in
-                                                   [*tfds_files(manifest), DEAD_LETTER_FILENAME,
-                                                    *(s.filename for s in shard_infos)])])
+                                                   [*tfds_files(manifest), *INTEROP_FILENAMES, DEAD_LETTER_FILENAME,
+                                                    *_shard_files(shard_infos)])])
         storage.delete_tree(settings.temp_dir)
         raise
     for split in manifest.splits:
@@ -174,7 +186,7 @@ def _write_empty_shards(settings: PublishSettings, plan: DatasetPlan) -> list[Sh
     if not plan.empty_shards:
         return []
     writer = ShardFileWriter(settings.schema, settings.compression, {}, direct_io=False,
-                             file_format=settings.file_format)
+                             file_format=settings.file_format, dali_index=settings.dali_index)
     shards_dir = storage.join(settings.temp_dir, "shards")
     storage.make_dirs(shards_dir)
     return [writer.write(ShardTarget.of(spec, dataset_name=settings.dataset_name, compression=settings.compression,
@@ -199,17 +211,23 @@ def _replace_files(settings: PublishSettings, old: Manifest | None, shard_infos:
     """Unpublishes the old dataset, moves the new shards in, deletes the old one's stale files and
     writes the dead-letter file: everything but the manifest and TFDS's metadata."""
     out = settings.output_dir
-    # Unpublish first: from here on nothing looks finished, to this project's readers or to TFDS.
-    storage.delete_if_exists([storage.join(out, MANIFEST_FILENAME), storage.join(out, DATASET_INFO_FILENAME)])
+    # Unpublish first: from here on nothing looks finished, to this project's readers, to TFDS or to others.
+    storage.delete_if_exists([storage.join(out, name)
+                              for name in (MANIFEST_FILENAME, DATASET_INFO_FILENAME, *INTEROP_FILENAMES)])
     _move_shards(settings, shard_infos)
     if old is not None:
-        stale = {s.filename for s in old.shards} - {s.filename for s in shard_infos}
+        stale = set(_shard_files(old.shards)) - set(_shard_files(shard_infos))
         if old.dead_letters and not rejected:
             stale.add(old.dead_letters)
         stale |= set(tfds_files(old))
         storage.delete_if_exists([storage.join(out, n) for n in sorted(stale)])
     if rejected:
         storage.write_bytes_atomic(storage.join(out, DEAD_LETTER_FILENAME), _dead_letter_lines(rejected))
+
+
+def _shard_files(shard_infos: Sequence[ShardInfo]) -> list[str]:
+    """The file names of shards and of their DALI indexes."""
+    return [name for s in shard_infos for name in (s.filename, s.dali_index) if name is not None]
 
 
 def _new_manifest(settings: PublishSettings, plan: DatasetPlan, by_split: Mapping[str, Sequence[ShardInfo]], *,

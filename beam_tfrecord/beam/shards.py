@@ -16,6 +16,7 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
@@ -32,6 +33,7 @@ from beam_tfrecord.disk_space import raise_typed_when_full
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
 from beam_tfrecord.formats import shard_format
+from beam_tfrecord.interop.dali import DaliIndexingWriter
 from beam_tfrecord.progress import ProgressSink
 from beam_tfrecord.spill_resume import finished_shard, record_finished_shard
 
@@ -74,14 +76,16 @@ class ShardFileWriter:
     The shard format's writer (``beam_tfrecord.formats``) stores the records: TFRecord appends
     the entries' framed bytes in big joined writes, ArrayRecord each record's data. The plan
     counts TFRecord-framed bytes in both, so both formats hold the same records in the same shards.
+    With ``dali_index`` each shard gets its DALI index beside it (``interop.dali``).
     """
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
-                 *, direct_io: bool, file_format: FileFormat = DEFAULT_FILE_FORMAT) -> None:
+                 *, direct_io: bool, file_format: FileFormat = DEFAULT_FILE_FORMAT, dali_index: bool = False) -> None:
         self._builder = RecordBuilder(schema, feature_transforms)
         self._compression = compression
         self._direct_io = direct_io
         self._format = shard_format(file_format)
+        self._dali_index = dali_index
 
     def write(self, target: ShardTarget, entries: Iterable[bytes | memoryview]) -> tuple[ShardInfo, ShardStats]:
         """Writes ``entries`` (in shard order) to ``target.temp_path``, replacing any earlier attempt.
@@ -94,6 +98,8 @@ class ShardFileWriter:
         with raise_typed_when_full(target.temp_path, target.spec.num_record_bytes, partial=target.temp_path):
             writer = self._format.open_writer(target.temp_path, compression=self._compression,
                                               direct_io=self._direct_io)
+            if self._dali_index:
+                writer = DaliIndexingWriter(writer, dali_index_name(target.temp_path))
             for entry in entries:
                 stats.records += 1
                 if entry_kind(entry) == RECORD:
@@ -108,8 +114,7 @@ class ShardFileWriter:
             crc32c, stored_bytes = writer.close()
         return self._checked(target, stats, record_bytes, crc32c, stored_bytes)
 
-    @staticmethod
-    def _checked(target: ShardTarget, stats: ShardStats, record_bytes: int, crc32c: str,
+    def _checked(self, target: ShardTarget, stats: ShardStats, record_bytes: int, crc32c: str,
                  stored_bytes: int) -> tuple[ShardInfo, ShardStats]:
         """The shard's ShardInfo, once what was written is checked against the plan."""
         spec = target.spec
@@ -118,7 +123,8 @@ class ShardFileWriter:
                                                       f"plan expected {spec.num_records} / {spec.num_record_bytes}")
         stats.stored_bytes = stored_bytes
         info = ShardInfo(filename=target.filename, split=spec.split, index=spec.index, num_records=stats.records,
-                         num_bytes=stored_bytes, num_record_bytes=record_bytes, crc32c=crc32c)
+                         num_bytes=stored_bytes, num_record_bytes=record_bytes, crc32c=crc32c,
+                         dali_index=dali_index_name(target.filename) if self._dali_index else None)
         return info, stats
 
     def _rebuild(self, entry: bytes | memoryview) -> bytes:
@@ -139,8 +145,10 @@ class WriteShardFn(beam.DoFn):
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
                  *, dataset_name: str, shards_dir: str, direct_io: bool,
-                 file_format: FileFormat = DEFAULT_FILE_FORMAT, progress_dir: str | None = None) -> None:
+                 file_format: FileFormat = DEFAULT_FILE_FORMAT, progress_dir: str | None = None,
+                 dali_index: bool = False) -> None:
         self._schema = schema
+        self._dali_index = dali_index
         self._progress_dir = progress_dir
         self._compression = compression
         self._file_format = file_format
@@ -155,7 +163,7 @@ class WriteShardFn(beam.DoFn):
 
     def setup(self) -> None:
         self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io,
-                                       file_format=self._file_format)
+                                       file_format=self._file_format, dali_index=self._dali_index)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
 
     def _target(self, spec: ShardSpec) -> ShardTarget:

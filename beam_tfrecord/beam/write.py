@@ -30,6 +30,7 @@ from beam_tfrecord.beam.runners import (
 from beam_tfrecord.beam.shuffle_path import ShufflePath
 from beam_tfrecord.beam.spill_path import RunsResume, SpillPath
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
+from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
@@ -102,6 +103,9 @@ class WriteTFRecordDataset(beam.PTransform):
         compression: shard compression (TFRecord only; ArrayRecord compresses inside the format).
         file_format: TFRECORD, or ARRAY_RECORD for shards with random access by index (needs the
             ``array-record`` package); the same records in the same shards either way.
+        dali_index: also write each shard's NVIDIA DALI index (``<shard>.idx``, listed in the
+            manifest; ``beam_tfrecord.core.dali_index``), so DALI reads the dataset without a pre-pass.
+            Uncompressed TFRecord shards only (``WriterOptionError`` otherwise).
         salt: hash salt; the same salt and keys give the same splits and order.
         max_rejected_fraction: fail (and do not publish) when more than this fraction of inputs
             is rejected; 0.0 fails on any bad sample.
@@ -158,7 +162,7 @@ class WriteTFRecordDataset(beam.PTransform):
     def __init__(self, output_dir: str, *, schema: Schema, dataset_name: str = "data",
                  splits: SplitConfig | None = None, sharding: ShardingConfig | None = None,
                  compression: Compression = Compression.NONE, file_format: FileFormat = DEFAULT_FILE_FORMAT,
-                 salt: str = DEFAULT_SALT,
+                 dali_index: bool = False, salt: str = DEFAULT_SALT,
                  max_rejected_fraction: float = 0.0, max_rejected_option: str = MAX_REJECTED_ARGUMENT,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
@@ -180,6 +184,8 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"local_workers must be >= 1, got {local_workers}")
         if expected_inputs is not None and expected_inputs < 0:
             raise WriterOptionError(f"expected_inputs must be >= 0, got {expected_inputs}")
+        if dali_index and dali_unsupported_reason(compression, file_format) is not None:
+            raise WriterOptionError(f"dali_index: {dali_unsupported_reason(compression, file_format)}")
         if not isinstance(fan_in, FanIn):
             raise WriterOptionError(f"fan_in must be a FanIn, got {fan_in!r}")
         # Validates the dataset name, and the format with the compression, early (ShardNameError).
@@ -213,12 +219,13 @@ class WriteTFRecordDataset(beam.PTransform):
             schema=schema, splits=self._splits, sharding=self._sharding, dataset_name=dataset_name,
             compression=compression, file_format=file_format, salt=salt, feature_transforms=self._feature_transforms,
             reread_min_bytes=reread_min_bytes, direct_io=direct_io, temp_dir=self._temp_dir,
-            progress_dir=progress_dir, encoding=encoding)
+            progress_dir=progress_dir, encoding=encoding, dali_index=dali_index)
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
             max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
-            splits=self._splits, expected_inputs=expected_inputs, max_rejected_option=max_rejected_option)
+            splits=self._splits, expected_inputs=expected_inputs, max_rejected_option=max_rejected_option,
+            dali_index=dali_index)
 
     def _resume_point_of(self, output_dir: str, resume: bool, text: str | None,
                          temp_dir: str | None) -> ResumePoint | None:

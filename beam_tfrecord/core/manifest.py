@@ -35,6 +35,8 @@ class ShardInfo:
         crc32c: CRC32C of the file as stored, 8 hex digits. CRC32C rather than SHA-256: it is
             hardware-accelerated (~20x faster on every shard byte) and it is the checksum GCS keeps
             for every object, so a gs:// copy can be checked against its metadata.
+        dali_index: the shard's NVIDIA DALI index file (``core.dali_index``), or None when the
+            writer was not asked for one (then the field is left out of the JSON).
     """
 
     filename: str
@@ -44,6 +46,13 @@ class ShardInfo:
     num_bytes: int
     num_record_bytes: int
     crc32c: str
+    dali_index: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if self.dali_index is None:  # left out: manifests without DALI indexes stay readable by older versions
+            del data["dali_index"]
+        return data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +166,7 @@ class Manifest:
             "splits": [
                 {"name": s.name, "num_records": s.num_records, "num_bytes": s.num_bytes,
                  "balance_spread": s.balance_spread,
-                 "shards": [dataclasses.asdict(shard) for shard in s.shards]}
+                 "shards": [shard.to_json() for shard in s.shards]}
                 for s in self.splits
             ],
             "metadata": dict(self.metadata),

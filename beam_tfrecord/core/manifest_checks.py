@@ -3,9 +3,10 @@
 A manifest names the files a reader opens. One copied from an untrusted bucket could name
 ``../other/secret`` or ``gs://elsewhere/object``; so a shard or dead-letter file must be a plain
 file name in the dataset directory, and a shard's name must be the one the naming template
-gives its dataset, split, index, count, file format and compression. Counts and sizes must be non-negative
-integers that add up. A violation is a ``ManifestError`` naming the field (as a JSON path) and
-the value.
+gives its dataset, split, index, count, file format and compression; a shard's DALI index, when
+listed, is named after its shard, and listed for every shard of an uncompressed TFRecord dataset or
+for none. Counts and sizes must be non-negative integers that add up. A violation is a
+``ManifestError`` naming the field (as a JSON path) and the value.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from beam_tfrecord.core.dali_index import dali_index_name
+from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
 from beam_tfrecord.errors import ManifestError, ShardNameError
@@ -24,6 +27,7 @@ MAX_TEXT_CHARS = 10_000
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _CRC32C = re.compile(r"[0-9a-f]{8}")
 _SHARD_FIELDS = {"filename", "split", "index", "num_records", "num_bytes", "num_record_bytes", "crc32c"}
+_OPTIONAL_SHARD_FIELDS = {"dali_index"}
 _TOP_FIELDS = {"version", "dataset_name", "created_at", "tool_version", "command", "compression", "num_inputs",
                "num_written", "num_rejected", "dead_letters", "salt", "sharding", "schema", "splits", "metadata",
                "run_id", "file_format"}
@@ -72,9 +76,10 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
                  compression: Compression, file_format: FileFormat) -> tuple[int, int]:
     if not isinstance(shard, Mapping):
         raise _fail(path, "a shard object", type(shard).__name__)
-    unknown = set(shard) - _SHARD_FIELDS
+    unknown = set(shard) - _SHARD_FIELDS - _OPTIONAL_SHARD_FIELDS
     if unknown or _SHARD_FIELDS - set(shard):
-        raise _fail(path, f"exactly the fields {sorted(_SHARD_FIELDS)}", sorted(shard))
+        raise _fail(path, f"the fields {sorted(_SHARD_FIELDS)} (and optionally {sorted(_OPTIONAL_SHARD_FIELDS)})",
+                    sorted(shard))
     filename = plain_file_name(shard["filename"], f"{path}.filename")
     try:
         name = ShardName.parse(filename)
@@ -99,7 +104,28 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
         raise _fail(f"{path}.num_bytes", f"num_record_bytes ({framed}) for an uncompressed shard", stored)
     if not isinstance(shard["crc32c"], str) or not _CRC32C.fullmatch(shard["crc32c"]):
         raise _fail(f"{path}.crc32c", "8 lowercase hex digits", shard["crc32c"])
+    if "dali_index" in shard and shard["dali_index"] != dali_index_name(filename):
+        raise _fail(f"{path}.dali_index", f"{dali_index_name(filename)!r} (the shard's name + '.idx')",
+                    shard["dali_index"])
     return records, stored
+
+
+def _check_dali_indexes(splits: list[Any], compression: Compression, file_format: FileFormat) -> None:
+    """DALI indexes are listed for every shard or for none, and only where they can exist."""
+    listed = [(i, j) for i, split in enumerate(splits) for j, shard in enumerate(split["shards"])
+              if "dali_index" in shard]
+    if not listed:
+        return
+    reason = dali_unsupported_reason(compression, file_format)
+    if reason is not None:
+        i, j = listed[0]
+        raise _fail(f"splits[{i}].shards[{j}].dali_index", f"no DALI index ({reason})",
+                    splits[i]["shards"][j]["dali_index"])
+    missing = [(i, j) for i, split in enumerate(splits) for j, shard in enumerate(split["shards"])
+               if "dali_index" not in shard]
+    if missing:
+        i, j = missing[0]
+        raise _fail(f"splits[{i}].shards[{j}].dali_index", "a DALI index, as the other shards list one", None)
 
 
 def check_manifest_json(data: Mapping[str, Any]) -> None:
@@ -172,6 +198,7 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
             if key in split and split[key] != total:
                 raise _fail(f"{path}.{key}", f"the sum over its shards ({total})", split[key])
         written += records
+    _check_dali_indexes(splits, compression, file_format)
     if "num_written" in data and data["num_written"] != written:
         raise _fail("num_written", f"the sum over the splits ({written})", data["num_written"])
     if inputs != written + rejected:

@@ -26,6 +26,7 @@ from beam_tfrecord.core.proto import Example
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.errors import RejectedSamplesError
+from beam_tfrecord.interop import INTEROP_FILENAMES
 
 SCHEMA = Schema({"pixels": Tensor(TensorDType.UINT8, (8, 8, 3)), "label": ClassLabel(tuple("abcdefghij")),
                  "weight": Scalar(DType.FLOAT32)})
@@ -68,8 +69,8 @@ def test_publishes_a_balanced_manifest_and_every_sample(tmp_path):
     assert verify_dataset(out).num_records == 2_000
     train = manifest.split("train")
     assert len(train.shards) >= 4 and train.balance_spread < 0.05
-    assert sorted(os.listdir(out)) == sorted([s.filename for s in manifest.shards] + ["manifest.json",
-                                                                                     *tfds_files(manifest)])
+    assert sorted(os.listdir(out)) == sorted([s.filename for s in manifest.shards] + [
+        "manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES])
     written = {**_read_split(out, "train"), **_read_split(out, "test")}
     assert len(written) == 2_000
     for i, sample in enumerate(samples):

@@ -23,6 +23,7 @@ from remote_datasets import SMALL_READS, VARIANTS, write_local
 from beam_tfrecord import gcs, lease, storage
 from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.interop import INTEROP_FILENAMES
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.verify import verify_dataset
 from pipelines import build_image_dataset
@@ -168,7 +169,7 @@ def test_a_build_verify_and_read_through_faults_give_the_same_bytes(
     assert records == clean_build.records
     assert {s.filename: s.crc32c for s in manifest.shards} == {
         name: google_crc32c.Checksum(data).hexdigest().decode("ascii") for name, data in clean_build.shards.items()}
-    published = ["manifest.json", *tfds_files(manifest), *clean_build.shards]
+    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES, *clean_build.shards]
     assert listed == {f"{output}/{name}" for name in published}  # no temporary file, no lease left
 
 

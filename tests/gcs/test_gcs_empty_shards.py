@@ -8,6 +8,7 @@ import apache_beam as beam
 from beam_tfrecord import WriteBalancedTFRecord, load_manifest, read_numpy, storage, verify_dataset
 from beam_tfrecord.core import proto
 from beam_tfrecord.core.tfds_info import tfds_files
+from beam_tfrecord.interop import INTEROP_FILENAMES
 
 
 def _example(i: int) -> bytes:
@@ -23,7 +24,8 @@ def test_empty_shards_are_published_on_gcs_and_read_as_no_record(gcs_bucket: str
     manifest = load_manifest(output)
     assert sorted(s.num_records for s in manifest.shards) == [0, 0, 1, 1]
     listed = {p for p, _ in storage.list_files(f"{output}/**")}
-    published = ["manifest.json", *tfds_files(manifest), *(s.filename for s in manifest.shards)]
+    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES,
+                 *(s.filename for s in manifest.shards)]
     assert listed == {f"{output}/{name}" for name in published}  # the empty ones too, no temporary file left
     assert verify_dataset(output).num_records == 2
     assert sorted(int(e["id"]) for e in read_numpy(output)) == [0, 1]

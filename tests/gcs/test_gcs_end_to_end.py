@@ -10,6 +10,7 @@ from fixtures_gcs import FakeGcs
 from beam_tfrecord import storage
 from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir, shard_paths
+from beam_tfrecord.interop import INTEROP_FILENAMES
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.refresh import RefreshAction, list_versions
 from beam_tfrecord.verify import verify_dataset
@@ -46,7 +47,8 @@ def test_build_gs_to_gs_verify_and_read(runner: list[str], gs_images: str, gcs_b
     assert (report.num_records, report.num_shards) == (30, len(manifest.shards))
     assert len(manifest.shards) > 2
     listed = {p for p, _ in storage.list_files(f"{output}/**")}
-    published = ["manifest.json", *tfds_files(manifest), *(s.filename for s in manifest.shards)]
+    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES,
+                 *(s.filename for s in manifest.shards)]
     assert listed == {f"{output}/{name}" for name in published}  # no temporary file left
     read = [ex for split in ("train", "validation") for ex in read_numpy(output, split=split)]
     assert sorted(bytes(ex["image"]) for ex in read) == sorted(_local_images(tiny_images).values())

@@ -76,11 +76,11 @@ def make_samples(n: int = NUM_SAMPLES) -> list[Sample]:
 
 
 def write_dataset(out: str, file_format: FileFormat, samples: list[Sample] | None = None,
-                  schema: Schema = SCHEMA) -> str:
+                  schema: Schema = SCHEMA, *, dali_index: bool = False) -> str:
     with beam.Pipeline() as pipeline:
         _ = (pipeline
              | beam.Create(samples if samples is not None else make_samples())
-             | WriteTFRecordDataset(out, schema=schema, file_format=file_format,
+             | WriteTFRecordDataset(out, schema=schema, file_format=file_format, dali_index=dali_index,
                                     splits=SplitConfig.parse("train=0.75,test=0.25"),
                                     sharding=ShardingConfig(target_shard_bytes=8_000)))
     return out
@@ -94,3 +94,9 @@ def tfrecord_dataset(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def array_record_dataset(tmp_path_factory) -> str:
     return write_dataset(str(tmp_path_factory.mktemp("interop") / "array_record"), FileFormat.ARRAY_RECORD)
+
+
+@pytest.fixture(scope="session")
+def dali_dataset(tmp_path_factory) -> str:
+    """The TFRecord dataset written with a DALI index beside each shard."""
+    return write_dataset(str(tmp_path_factory.mktemp("interop") / "dali"), FileFormat.TFRECORD, dali_index=True)
