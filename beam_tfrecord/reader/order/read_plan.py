@@ -9,7 +9,7 @@ from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.dataset import LoadedDataset, open_dataset, resolve_dataset_dir
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import ShardFormat, ShardReader, shard_format
-from beam_tfrecord.reader.slicing import ReadSegment, partition, resolve_split
+from beam_tfrecord.reader.order.slicing import ReadSegment, partition, resolve_split
 from beam_tfrecord.remote_reads import RemoteReads, RemoteShard
 from beam_tfrecord.shard_fetch import FetchedShard, ShardFetcher, shard_fetcher
 
