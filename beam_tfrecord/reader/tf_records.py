@@ -103,7 +103,9 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     return records
 
 
-_FILES_AHEAD = 2  # shards made local files ahead of tf.data's reader, on a thread of their own
+# Shards made local files ahead of tf.data's reader, on a thread of their own (local disk, not memory: at most
+# _FILES_AHEAD + _KEPT_FILES shards); 4 rather than 2 keeps the writer ahead when TensorFlow reads in bursts.
+_FILES_AHEAD = 4
 _KEPT_FILES = 2  # fetched files kept after the generator moved past them (a prefetch of the paths is harmless)
 
 
