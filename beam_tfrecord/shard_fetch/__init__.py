@@ -5,13 +5,13 @@ An object store answers each request after tens of milliseconds and gives one co
 ``storage.open_read`` gives) therefore starves a reader: measured behind 40 ms and 50 MB/s per
 connection, the readers reached 0.07 (small records) and 0.14 (150 KB images) of what 16 parallel
 range reads get. So a reader that knows the shards it will read, in order, hands them to a
-``ShardFetcher``, which cuts them into ``range_bytes`` ranges (smaller in the first shards a read
-needs: ``_range_starts``) and reads the ranges on ``connections``
+``ShardFetcher``, which cuts them into ``range_bytes`` ranges (smaller near a read's start and
+end: ``fetcher._range_starts``) and reads the ranges on ``connections``
 threads (one kept-alive connection each), in the reader's order and across shard boundaries: while
 one shard is parsed, the next ones arrive, which hides the latency of each request and of each
 shard's first byte. With that, behind 40 ms and 50 MB/s per connection, ``read_numpy`` and
-``TFRecordIterableDataset`` read at 0.81-0.94 of what 16 plain range reads get, ``read_dataset``
-at 0.5-0.6 (``benchmarks/remote_read.py``; ``docs/performance.md``).
+``TFRecordIterableDataset`` read at 0.81-0.94 of what 16 plain range reads get; ``read_dataset``,
+which needs whole shards and twice their CPU, less (``benchmarks/remote_read.py``; ``docs/performance.md``).
 
 **Memory** is bounded by ``bytes_in_flight``: ranges requested or fetched but not yet taken by the
 reader. A range the reader asks for before the read-ahead reached it is fetched at once, beyond the
@@ -26,7 +26,7 @@ format's own checks (record CRCs, ArrayRecord chunk hashes, counts) run as befor
 and a later read of it (the next epoch, another DataLoader worker or rank on the machine) maps the
 local file instead of fetching it.
 
-**Retries.** Each range is one ``download_as_bytes`` with ``gcs.retry_policy()`` (429, 5xx and dropped
+**Retries.** Each range is one ranged GET (``gcs.read_range``) with ``gcs.retry_policy()`` (429, 5xx and dropped
 connections are retried), so a flaky store gives the same bytes, only later.
 
 Modules: ``fetcher`` (``ShardFetcher``: the ranges, the read-ahead, the bound), ``fetched`` (``FetchedShard``:
