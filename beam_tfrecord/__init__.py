@@ -32,9 +32,9 @@ from beam_tfrecord.core.schema import (
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig, SplitSpec
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
 from beam_tfrecord.errors import IncompatibleSchemasError, MissingShardError, ReaderError
-from beam_tfrecord.reader.mixing import num_examples
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
+from beam_tfrecord.reader.order.mixing import num_examples
 from beam_tfrecord.remote_reads import RemoteReads
 from beam_tfrecord.verify import verify_dataset
 

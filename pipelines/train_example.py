@@ -27,8 +27,8 @@ import tensorflow as tf
 
 from beam_tfrecord.core.schema import ClassLabel, Image, Schema
 from beam_tfrecord.dataset import load_manifest
-from beam_tfrecord.reader.mixing import num_examples
 from beam_tfrecord.reader.options import ImageDecoding, PixelType
+from beam_tfrecord.reader.order.mixing import num_examples
 from beam_tfrecord.reader.tf_data import read_dataset
 
 

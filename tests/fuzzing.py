@@ -35,8 +35,8 @@ from beam_tfrecord.core.blocks import RecordBlock, split_frames
 from beam_tfrecord.core.framing import frame, iter_records
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import BeamTFRecordError, CorruptShardError, ManifestError
-from beam_tfrecord.reader.block_decode import BlockDecoder, rows
-from beam_tfrecord.reader.numpy_decode import RecordDecoder
+from beam_tfrecord.reader.decode.block_decode import BlockDecoder, rows
+from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.verify import verify_dataset
 
@@ -292,7 +292,7 @@ def _record_rows(decoder: RecordDecoder, records: list[bytes]) -> list[tuple]:
 def fuzz_bytes(cases: int, seed: int, records: list[bytes], decoder: RecordDecoder) -> tuple[int, list[str]]:
     """Mutates framed streams and serialized records; the light readers may only raise CorruptShardError.
 
-    The block readers (``core.blocks.split_frames``, ``reader.block_decode``) must also give what the
+    The block readers (``core.blocks.split_frames``, ``reader.decode.block_decode``) must also give what the
     record-by-record ones give: the same records and values, or the same error at the same offset.
     """
     rng = random.Random(seed)

@@ -254,3 +254,31 @@ def test_the_checks_find_an_upward_import_a_cycle_a_format_branch_a_repeated_con
     assert format_members_named(tmp_path) == ["beam_tfrecord.reader: FileFormat.TFRECORD"]
     assert constants_defined_twice(tmp_path) == {"SIZE_BYTES": ["beam_tfrecord.beam.write", "beam_tfrecord.core.a"]}
     assert classes_defined_twice(tmp_path) == {"Plan": ["beam_tfrecord.beam.plan", "beam_tfrecord.beam.write"]}
+
+
+# Inside ``reader``: the front ends (one per framework) sit on the shared ``order`` and ``decode`` subpackages.
+READER_SHARED = ("beam_tfrecord.reader.order", "beam_tfrecord.reader.decode")
+READER_FRONT_ENDS = ("tf_data", "tf_records", "tf_spec", "numpy_reader", "torch_dataset")
+
+
+def reader_shared_code_leaning_on_front_ends(graph: Graph, external: dict[str, set[str]]) -> list[str]:
+    """Each import of a reader front end or of TensorFlow/PyTorch by the shared reader code, as 'a -> b'."""
+    shared = [module for module in graph if module.startswith(READER_SHARED)]
+    return sorted([f"{a} -> {b}" for a in shared for b in graph[a]
+                   if b.rpartition(".")[2] in READER_FRONT_ENDS and b.startswith("beam_tfrecord.reader.")]
+                  + [f"{a} -> {b}" for a in shared for b in external[a] & {"tensorflow", "torch"}])
+
+
+def test_the_readers_shared_code_imports_no_front_end(graph):
+    assert reader_shared_code_leaning_on_front_ends(*graph) == []
+    assert {module for module in graph[0] if module.startswith(READER_SHARED)} >= {
+        "beam_tfrecord.reader.order.read_plan", "beam_tfrecord.reader.decode.block_decode"}
+
+
+def test_the_reader_check_finds_a_front_end_import(tmp_path):
+    mixing = "beam_tfrecord.reader.order.mixing"
+    _write(tmp_path, {"beam_tfrecord/reader/__init__.py": "", "beam_tfrecord/reader/tf_data.py": "",
+                      "beam_tfrecord/reader/order/__init__.py": "",
+                      "beam_tfrecord/reader/order/mixing.py": "from ..tf_data import f\nimport torch\n"})
+    assert reader_shared_code_leaning_on_front_ends(*import_graph(tmp_path)) == [
+        f"{mixing} -> beam_tfrecord.reader.tf_data", f"{mixing} -> torch"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.formats.array_record import ArrayRecordFormat
-from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter
+from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter, TFDataFiles
 from beam_tfrecord.formats.tfrecord import TFRecordFormat
 
 _FORMATS: dict[FileFormat, ShardFormat] = {fmt.file_format: fmt for fmt in (TFRecordFormat(), ArrayRecordFormat())}
@@ -21,4 +21,4 @@ def shard_format(file_format: FileFormat) -> ShardFormat:
     return _FORMATS[file_format]
 
 
-__all__ = ["ShardCount", "ShardFormat", "ShardReader", "ShardWriter", "shard_format"]
+__all__ = ["ShardCount", "ShardFormat", "ShardReader", "ShardWriter", "TFDataFiles", "shard_format"]

@@ -41,6 +41,19 @@ class ShardCount:
     num_record_bytes: int
 
 
+@dataclasses.dataclass(frozen=True)
+class TFDataFiles:
+    """How tf.data reads a format's files with a dataset of its own: ``tf.data.<dataset>(paths, compression_type=...)``.
+
+    Attributes:
+        dataset: the ``tf.data`` dataset class that reads the files, by name (formats do not import TensorFlow).
+        compression_type: its ``compression_type`` argument.
+    """
+
+    dataset: str
+    compression_type: str
+
+
 class ShardWriter(abc.ABC):
     """Appends records to one new shard file, replacing any earlier attempt at the same path."""
 
@@ -136,6 +149,11 @@ class ShardFormat(abc.ABC):
                 ``stream_compression``).
             direct_io: bypass the page cache for local files where the format's writer can.
         """
+
+    def tf_data_files(self, compression: Compression) -> TFDataFiles | None:
+        """How tf.data reads these files itself; None when it has no reader for them (``read_dataset``
+        then feeds it the records of ``open_reader``, in blocks)."""
+        return None
 
     @abc.abstractmethod
     def open_reader(self, path: str, shard: ShardInfo, *, compression: Compression,

@@ -23,7 +23,7 @@ from beam_tfrecord.core.framing import FOOTER_BYTES, FRAMING_BYTES, HEADER_BYTES
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
-from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter
+from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter, TFDataFiles
 from beam_tfrecord.shard_fetch import FetchedShard
 
 WRITE_CHUNK_BYTES = 4 << 20  # framed records joined into one write
@@ -254,6 +254,9 @@ class TFRecordFormat(ShardFormat):
 
     def open_writer(self, path: str, *, compression: Compression, direct_io: bool) -> ShardWriter:
         return TFRecordShardWriter(path, compression=compression, direct=direct_io)
+
+    def tf_data_files(self, compression: Compression) -> TFDataFiles:
+        return TFDataFiles("TFRecordDataset", compression.value)
 
     def open_reader(self, path: str, shard: ShardInfo, *, compression: Compression,
                     verify: bool = True, fetched: FetchedShard | None = None) -> ShardReader:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from beam_tfrecord.reader.mixing import num_examples
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
-from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.slicing import parse_split
+from beam_tfrecord.reader.order.mixing import num_examples
+from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
+from beam_tfrecord.reader.order.slicing import parse_split
 from beam_tfrecord.remote_reads import RemoteReads
 
 __all__ = ["ImageDecoding", "PixelType", "ReadPlan", "RemoteReads", "TFRecordIterableDataset", "VarLen", "collate",

@@ -10,21 +10,17 @@ Which records come in which order (mixtures, shuffles, resume) is decided in ``m
 from __future__ import annotations
 
 from collections.abc import Iterator
-from fractions import Fraction
 
-from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader import mixing
-from beam_tfrecord.reader.block_decode import BlockDecoder, rows
-from beam_tfrecord.reader.mixing import DatasetPaths, EpochOrder, open_sources
-from beam_tfrecord.reader.numpy_decode import Example
+from beam_tfrecord.reader.decode.block_decode import BlockDecoder, rows
+from beam_tfrecord.reader.decode.numpy_decode import Example
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
-from beam_tfrecord.reader.orders import StoredOrder
-from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.resume import length, rank_share, take
+from beam_tfrecord.reader.order import mixing
+from beam_tfrecord.reader.order.mixing import DatasetPaths, EpochOrder, open_sources
+from beam_tfrecord.reader.order.orders import StoredOrder
+from beam_tfrecord.reader.order.read_plan import ReadPlan
+from beam_tfrecord.reader.order.resume import length, rank_share, take
 from beam_tfrecord.remote_reads import RemoteReads, reads_with_cache
-
-_WINDOW = 10_000  # the shuffle window of a sequential format's order (``read_numpy``'s default)
 
 
 def iter_examples(plan: ReadPlan, *, image_decoding: ImageDecoding | None = None,
@@ -44,24 +40,6 @@ def iter_examples(plan: ReadPlan, *, image_decoding: ImageDecoding | None = None
     decoder = BlockDecoder(plan.manifest.schema, image_decoding=image_decoding)
     for block in StoredOrder(plan, verify=verify, reads=reads).iter_blocks(0, plan.num_records):
         yield from rows(decoder.decode(block))
-
-
-def iter_record_blocks(plan: ReadPlan, *, shuffle: bool, seed: int, epoch: int, verify: bool = True,
-                       reads: RemoteReads | None = None) -> Iterator[RecordBlock]:
-    """A worker's serialized records, a block at a time (what tf.data is fed for formats it cannot read).
-
-    Without ``shuffle``, the plan's records in stored order. With it, the worker's share of epoch
-    ``epoch``'s order of every record of the split expression: what ``read_numpy(shuffle=True)``
-    reads with the same seed, epoch and workers (a true global shuffle on a random-access format).
-    """
-    if not shuffle:
-        yield from StoredOrder(plan, verify=verify, reads=reads).iter_blocks(0, plan.num_records)
-        return
-    whole = plan_read(plan.dataset_dir, split=plan.split, manifest=plan.manifest)
-    order = EpochOrder((mixing.Source(plan.dataset_dir, Fraction(1), whole),), seed=seed, epoch=epoch,
-                       shuffle=True, shuffle_buffer=_WINDOW, verify=verify, reads=reads)
-    for lo, hi in rank_share(((0, order.total),), plan.num_workers, plan.worker_index):
-        yield from order.iter_dataset_blocks(0, lo, hi)
 
 
 def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1, worker_index: int = 0,

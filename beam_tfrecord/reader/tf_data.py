@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import dataclasses
-import itertools
 import os
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import numpy as np
-
+from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
-from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
+from beam_tfrecord.reader.order.mixing import DatasetPaths, worker_plans
+from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
+from beam_tfrecord.reader.tf_records import default_parallel_reads, read_records
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
-from beam_tfrecord.remote_reads import RemoteReads, fetched_remotely, reads_with_cache
-from beam_tfrecord.shard_fetch import FetchedShard
+from beam_tfrecord.remote_reads import RemoteReads, reads_with_cache
 
 _PREFETCH_BATCHES = 2
-_MAX_PARALLEL_READS = 16  # shards read at once per worker
 # Records per parse_example call at least: small batches are parsed in groups of this size, then
-# cut to size with rebatch (3x faster at batch size 32 than one parse_example per batch).
+# cut to size with rebatch (3x faster at batch size 32 than one parse_example per batch)...
 _MIN_PARSE_BATCH = 1024
+# ...unless they hold more bytes than this: large records gain nothing from grouping, and each byte of a
+# group is copied once more and waits for the group's last record (150 KB images in groups of 1024 took
+# 0.47 CPU-s an epoch of 300 MB locally against 0.34 in batches of 256).
+_PARSE_BATCH_BYTES = 4 * MiB
+
+
+def _parse_batch(plan: ReadPlan, batch_size: int) -> int:
+    """Records per ``parse_example`` call: the multiple of ``batch_size`` nearest above the smaller of
+    ``_MIN_PARSE_BATCH`` records and ``_PARSE_BATCH_BYTES`` of the plan's mean record (framed, as stored)."""
+    num_records = sum(segment.shard.num_records for segment in plan.segments)
+    record_bytes = sum(segment.shard.num_record_bytes for segment in plan.segments) / max(num_records, 1)
+    wanted = min(_MIN_PARSE_BATCH, max(1, int(_PARSE_BATCH_BYTES / max(record_bytes, 1.0))))
+    return batch_size * -(-wanted // batch_size)
 
 
 def _worker(num_workers: int | None, worker_index: int | None,
@@ -38,191 +45,6 @@ def _worker(num_workers: int | None, worker_index: int | None,
         raise ReaderError(f"pass num_workers and worker_index together, got num_workers={num_workers!r}, "
                           f"worker_index={worker_index!r}")
     return (num_workers, worker_index) if num_workers is not None else (1, 0)  # type: ignore[return-value]
-
-
-def _default_parallel_reads(plan: ReadPlan, shuffle: bool) -> int:
-    """Sequential reading is fastest from a local disk; remote storage and shuffling want several shards at once."""
-    remote = any("://" in plan.path(s) for s in plan.segments)
-    return _MAX_PARALLEL_READS if shuffle or remote else 1
-
-
-def _chain(plan: ReadPlan, compression: str) -> tf.data.Dataset:
-    """The plan's records read one shard after the other, with as few dataset stages as possible.
-
-    Runs of whole shards become one ``TFRecordDataset`` over their files (exactly the raw reader);
-    only partial shards get ``skip``/``take``, each a stage that costs per record.
-    """
-    pieces: list[tf.data.Dataset] = []
-    whole: list[str] = []
-    for segment in plan.segments:
-        if segment.skip == 0 and segment.reaches_end:
-            whole.append(plan.path(segment))
-            continue
-        if whole:
-            pieces.append(tf.data.TFRecordDataset(whole, compression_type=compression))
-            whole = []
-        piece = tf.data.TFRecordDataset(plan.path(segment), compression_type=compression)
-        piece = piece.skip(segment.skip) if segment.skip else piece
-        pieces.append(piece if segment.reaches_end else piece.take(segment.take))
-    if whole:
-        pieces.append(tf.data.TFRecordDataset(whole, compression_type=compression))
-    records = pieces[0]
-    for piece in pieces[1:]:
-        records = records.concatenate(piece)
-    return records
-
-
-def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | None = None,
-                 num_parallel_reads: int = 1, verify_count: bool = True,
-                 reads: RemoteReads | None = None) -> tf.data.Dataset:
-    """The serialized records of a read plan.
-
-    Each shard segment is ``TFRecordDataset(shard).skip(skip).take(take)``. With one read at a time
-    and no shuffling, segments are chained (as fast as the raw reader); otherwise they are
-    interleaved, shard order shuffled each epoch if asked, in a deterministic order for a given seed.
-    With ``verify_count``, reading more or fewer records than the plan is an error (a shard that
-    does not hold its manifest count must not give one worker more steps than the others).
-
-    ``gs://`` shards are fetched by ``shard_fetch`` (parallel ranged reads ahead of the reader; TensorFlow's
-    own GCS filesystem reads one sequential stream per shard, and cannot be pointed at an emulator), so
-    ``num_parallel_reads`` does not apply there (``reads.connections`` does): in stored order each
-    fetched shard is a local file read by ``TFRecordDataset`` (``fetched_files``); shuffled, and for a
-    random-access format (ArrayRecord, which tf.data has no reader for) wherever it is, the format's
-    own reader feeds blocks through ``from_generator`` (``block_records``).
-
-    Raises:
-        ReaderError: the shards are in a format tf.data cannot read here (naming the readers that can).
-    """
-    plan.require_reader("read_dataset")
-    remote = any(fetched_remotely(plan.path(s)) for s in plan.segments)
-    if plan.format.random_access or (remote and shuffle_files):
-        records = block_records(plan, shuffle=shuffle_files, seed=seed, reads=reads)
-    elif remote:
-        records = fetched_files(plan, reads or RemoteReads())
-    else:
-        records = _read_segments(plan, shuffle_files=shuffle_files, seed=seed, num_parallel_reads=num_parallel_reads)
-    if verify_count:
-        records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
-    return records
-
-
-_FILES_AHEAD = 2  # shards made local files ahead of tf.data's reader, on a thread of their own
-_KEPT_FILES = 2  # fetched files kept after the generator moved past them (a prefetch of the paths is harmless)
-
-
-def fetched_files(plan: ReadPlan, reads: RemoteReads) -> tf.data.Dataset:
-    """The records of a plan over ``gs://`` TFRecord shards, in stored order, read by ``TFRecordDataset``.
-
-    A generator hands each shard's segment to tf.data as a local file: the shard's cache entry, or a
-    private temporary file the fetcher wrote (parallel ranged reads, read ahead across shards,
-    CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
-    ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
-    generator's last is done). TensorFlow's reader checks every record's CRCs.
-    """
-    compression = plan.manifest.compression.value
-    segments = plan.segments
-
-    def files() -> Iterator[tuple[str, int, int]]:
-        fetcher = plan.fetcher(segments, reads, whole_shards=True)
-        if fetcher is None:
-            raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
-        writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetched-files")
-        ahead: collections.deque[tuple[int, FetchedShard | None, concurrent.futures.Future[str] | None]] = (
-            collections.deque())
-        done: collections.deque[FetchedShard] = collections.deque()
-
-        numbers = iter(range(len(segments)))
-
-        def make_ahead() -> None:
-            number = next(numbers, None)
-            if number is not None:
-                fetched = fetcher.open(number)
-                ahead.append((number, fetched, writer.submit(fetched.local_file) if fetched is not None else None))
-
-        try:
-            for _ in range(_FILES_AHEAD):
-                make_ahead()
-            while ahead:
-                number, fetched, local = ahead.popleft()
-                segment = segments[number]
-                make_ahead()
-                if fetched is None or local is None:  # a local shard: read where it is
-                    yield plan.path(segment), segment.skip, segment.take
-                    continue
-                done.append(fetched)
-                yield local.result(), segment.skip, segment.take
-                while len(done) > _KEPT_FILES:
-                    done.popleft().close()
-        finally:
-            writer.shutdown(wait=True, cancel_futures=True)
-            for _, fetched, _ in ahead:
-                if fetched is not None:
-                    fetched.close()
-            for fetched in done:
-                fetched.close()
-            fetcher.close()
-
-    paths = tf.data.Dataset.from_generator(files, output_signature=(
-        tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
-    if all(segment.skip == 0 and segment.reaches_end for segment in segments):  # no per-record skip/take stages
-        return paths.flat_map(lambda path, skip, take: tf.data.TFRecordDataset(path, compression_type=compression))
-    return paths.flat_map(lambda path, skip, take: tf.data.TFRecordDataset(
-        path, compression_type=compression).skip(skip).take(take))
-
-
-def block_records(plan: ReadPlan, *, shuffle: bool, seed: int | None,
-                  reads: RemoteReads | None = None) -> tf.data.Dataset:
-    """The records of a plan read by the format's own reader in blocks (``numpy_reader.iter_record_blocks``).
-
-    Each block crosses into TensorFlow as its buffer (one string) and the start and length of each
-    record in it, cut into records by one vectorized ``tf.strings.substr``: no Python object per record.
-    With ``shuffle``, each pass over the dataset (each epoch) is a new shuffle, as ``read_numpy`` gives
-    it: the worker's equal share of the epoch's order of every record of the split expression (a
-    true global shuffle on a random-access format, shuffled shards and windows on a sequential
-    one; a random seed when ``seed`` is None).
-    """
-    from beam_tfrecord.reader.numpy_reader import iter_record_blocks
-
-    epochs = itertools.count()
-    base_seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
-
-    def blocks() -> Iterator[tuple[bytes, np.ndarray, np.ndarray]]:
-        for block in iter_record_blocks(plan, shuffle=shuffle, seed=base_seed, epoch=next(epochs), reads=reads):
-            if not len(block):
-                continue
-            first = int(block.starts.min())
-            last = int((block.starts + block.lengths).max())
-            yield block.buffer[first:last].tobytes(), block.starts - first, block.lengths
-
-    generated = tf.data.Dataset.from_generator(blocks, output_signature=(
-        tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)))
-    return generated.map(lambda buffer, starts, lengths: tf.strings.substr(buffer, starts, lengths)).unbatch()
-
-
-def _read_segments(plan: ReadPlan, *, shuffle_files: bool, seed: int | None,
-                   num_parallel_reads: int) -> tf.data.Dataset:
-    """The plan's segments, chained or interleaved (see ``read_records``)."""
-    segments = plan.segments
-    compression = plan.manifest.compression.value
-    if not segments:
-        return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
-    cycle_length = min(len(segments), num_parallel_reads)
-    if cycle_length == 1 and not shuffle_files:
-        return _chain(plan, compression)
-    files = tf.data.Dataset.from_tensor_slices((
-        tf.constant([plan.path(s) for s in segments], tf.string),
-        tf.constant([s.skip for s in segments], tf.int64),
-        tf.constant([s.take for s in segments], tf.int64)))
-    if shuffle_files:
-        files = files.shuffle(len(segments), seed=seed, reshuffle_each_iteration=True)
-
-    def read(path: tf.Tensor, skip: tf.Tensor, take: tf.Tensor) -> tf.data.Dataset:
-        return tf.data.TFRecordDataset(path, compression_type=compression).skip(skip).take(take)
-
-    if cycle_length == 1:
-        return files.flat_map(read)
-    return files.interleave(read, cycle_length=cycle_length, block_length=16, num_parallel_calls=cycle_length,
-                            deterministic=True)
 
 
 def _parse_verified(records: tf.data.Dataset, plan: ReadPlan, batch_size: int,
@@ -339,7 +161,7 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     # One ArrayRecord dataset is globally shuffled by its reader; a mixture's parts are shuffled below.
     components = [read_records(p, shuffle_files=shuffle and (choices is None or not p.format.random_access),
                                seed=seed, verify_count=verify_count and repeat, reads=reads,
-                               num_parallel_reads=num_parallel_reads or _default_parallel_reads(p, shuffle))
+                               num_parallel_reads=num_parallel_reads or default_parallel_reads(p, shuffle))
                   for p in plans]
     dataset = components[0] if choices is None else tf.data.Dataset.choose_from_datasets(
         components, tf.data.Dataset.from_tensor_slices(choices).map(lambda choice: tf.cast(choice, tf.int64)))
@@ -349,7 +171,7 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
         dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    parse_batch = batch_size * -(-_MIN_PARSE_BATCH // batch_size)  # a multiple of batch_size
+    parse_batch = _parse_batch(plan, batch_size)
     # Batches of serialized records -> dicts of batched tensors, one parse per CPU at once.
     parallel_calls = os.cpu_count() or 1
     if repeat or not verify_count:

@@ -20,8 +20,10 @@ import torch.distributed
 import torch.utils.data
 
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.block_decode import Columns, num_rows, rebatch
-from beam_tfrecord.reader.mixing import (
+from beam_tfrecord.reader.decode.block_decode import Columns, num_rows, rebatch
+from beam_tfrecord.reader.decode.numpy_decode import Example
+from beam_tfrecord.reader.options import ImageDecoding, check_positive
+from beam_tfrecord.reader.order.mixing import (
     DatasetPaths,
     EpochOrder,
     describe_read,
@@ -30,9 +32,7 @@ from beam_tfrecord.reader.mixing import (
     iter_examples,
     open_sources,
 )
-from beam_tfrecord.reader.numpy_decode import Example
-from beam_tfrecord.reader.options import ImageDecoding, check_positive
-from beam_tfrecord.reader.resume import (
+from beam_tfrecord.reader.order.resume import (
     ReadState,
     check_same_read,
     complement,

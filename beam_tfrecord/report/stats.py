@@ -24,7 +24,7 @@ from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ClassLabel, DType, FixedList, Image, Scalar, Tensor, VarList
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
 from beam_tfrecord.reader.numpy_reader import iter_examples
-from beam_tfrecord.reader.read_plan import plan_read
+from beam_tfrecord.reader.order.read_plan import plan_read
 
 RESERVOIR = 20_000
 SAMPLES_PER_CLASS = 6

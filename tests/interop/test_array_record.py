@@ -90,8 +90,8 @@ def test_torch_dataloader_workers_split_the_rank_share(array_record_dataset):
 
 
 def test_random_access_refuses_tfrecord_shards(tfrecord_dataset):
-    from beam_tfrecord.reader.random_access import RandomAccessRecords
-    from beam_tfrecord.reader.read_plan import plan_read
+    from beam_tfrecord.reader.order.random_access import RandomAccessRecords
+    from beam_tfrecord.reader.order.read_plan import plan_read
 
     with pytest.raises(ReaderError, match="random access needs array_record shards"):
         RandomAccessRecords(plan_read(tfrecord_dataset))

@@ -16,7 +16,7 @@ import torch.utils.data
 
 from beam_tfrecord import read_numpy, verify_dataset
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.read_plan import plan_read
+from beam_tfrecord.reader.order.read_plan import plan_read
 from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
 from tests.interop.conftest import make_samples
 

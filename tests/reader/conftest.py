@@ -35,8 +35,8 @@ from beam_tfrecord import (
 )
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.dataset import load_manifest
-from beam_tfrecord.reader.random_access import RandomAccessRecords
-from beam_tfrecord.reader.read_plan import plan_read
+from beam_tfrecord.reader.order.random_access import RandomAccessRecords
+from beam_tfrecord.reader.order.read_plan import plan_read
 
 ALL_TYPES_SCHEMA = Schema(features={
     "key": Scalar(DType.STRING),

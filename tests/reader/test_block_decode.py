@@ -21,8 +21,8 @@ from beam_tfrecord.core.blocks import RecordBlock, split_frames
 from beam_tfrecord.core.framing import frame
 from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.errors import CorruptShardError
-from beam_tfrecord.reader.block_decode import BlockDecoder, FixedLayout, rows
-from beam_tfrecord.reader.numpy_decode import RecordDecoder
+from beam_tfrecord.reader.decode.block_decode import BlockDecoder, FixedLayout, rows
+from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
 from beam_tfrecord.reader.options import ImageDecoding
 
 TENSORS = {f"t_{t.name.lower()}": Tensor(t, (2, 3)) for t in TensorDType}

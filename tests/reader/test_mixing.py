@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from beam_tfrecord.errors import IncompatibleSchemasError, ReaderError
-from beam_tfrecord.reader.mixing import interleave, num_examples
 from beam_tfrecord.reader.numpy_reader import read_numpy
+from beam_tfrecord.reader.order.mixing import interleave, num_examples
 
 
 def _keys(examples) -> list[str]:
@@ -110,8 +110,8 @@ def test_empty_mapping_is_rejected():
 @pytest.mark.parametrize("shuffle", [False, True], ids=["stored", "shuffled"])
 def test_block_decoded_mixture_equals_each_record_decoded_alone(keyed_a, keyed_r, shuffle):
     """A mixture's rows, laid out from each dataset's decoded blocks, are its records decoded one by one."""
-    from beam_tfrecord.reader.mixing import EpochOrder, open_sources
-    from beam_tfrecord.reader.numpy_decode import RecordDecoder
+    from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
+    from beam_tfrecord.reader.order.mixing import EpochOrder, open_sources
 
     mixture = {keyed_a.path: 3, keyed_r.path: 1}  # 450 + 150: stretches of 1024 positions cut the runs
     sources = open_sources(mixture, split="train")

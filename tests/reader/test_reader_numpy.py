@@ -10,9 +10,9 @@ import pytest
 
 from beam_tfrecord.core.framing import FRAMING_BYTES, frame
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
-from beam_tfrecord.reader.mixing import num_examples
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType
+from beam_tfrecord.reader.order.mixing import num_examples
 
 
 @pytest.mark.parametrize("split", ["train", "test"])

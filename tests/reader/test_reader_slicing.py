@@ -4,7 +4,7 @@ import pytest
 
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.errors import ReaderError, UnknownSplitError
-from beam_tfrecord.reader.slicing import (
+from beam_tfrecord.reader.order.slicing import (
     ReadSegment,
     SplitSlice,
     parse_split,

@@ -11,10 +11,12 @@ from PIL import Image as PILImage
 
 from beam_tfrecord import Image, ImageFormat, read_dataset
 from beam_tfrecord.core.framing import FRAMING_BYTES, frame
+from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.dataset import load_manifest, shard_paths
 from beam_tfrecord.errors import DatasetNotFoundError, ReaderError, UnknownSplitError
-from beam_tfrecord.reader.mixing import num_examples
+from beam_tfrecord.formats import TFDataFiles, shard_format
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
+from beam_tfrecord.reader.order.mixing import num_examples
 
 
 def _examples(dataset: tf.data.Dataset) -> list[dict]:
@@ -296,3 +298,10 @@ def test_padded_sequences_pad_steps_and_values(sequences):
     assert batch["tags"].shape[:2] == (40, lengths.max()) and batch["tags"].dtype == tf.string
     for key, length, tok in zip(batch["key"].numpy(), lengths, batch["tok"].numpy()):
         assert tok[:length].tolist() == sequences.samples[key.decode()]["tok"] and not tok[length:].any()
+
+
+def test_each_format_says_how_tf_data_reads_its_files():
+    # read_dataset reads files with the dataset a format names, and the format's own reader otherwise.
+    assert shard_format(FileFormat.TFRECORD).tf_data_files(Compression.GZIP) == TFDataFiles("TFRecordDataset", "GZIP")
+    assert shard_format(FileFormat.TFRECORD).tf_data_files(Compression.NONE) == TFDataFiles("TFRecordDataset", "")
+    assert shard_format(FileFormat.ARRAY_RECORD).tf_data_files(Compression.NONE) is None

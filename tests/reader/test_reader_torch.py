@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader
 
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.mixing import num_examples
+from beam_tfrecord.reader.order.mixing import num_examples
 from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset, collate
 
 

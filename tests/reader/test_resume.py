@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy
-from beam_tfrecord.reader.resume import rank_share
+from beam_tfrecord.reader.order.resume import rank_share
 from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset, collate
 
 BATCH = 8
@@ -146,8 +146,8 @@ def test_malformed_states_are_typed_errors(counted, state, message):
 @pytest.mark.parametrize("shuffle", [False, True], ids=["stored", "shuffled"])
 @pytest.mark.parametrize("dataset", ["keyed_a", "keyed_r"])
 def test_an_order_read_in_pieces_is_the_order_read_whole(request, dataset, shuffle):
-    from beam_tfrecord.reader.orders import make_order
-    from beam_tfrecord.reader.read_plan import plan_read
+    from beam_tfrecord.reader.order.orders import make_order
+    from beam_tfrecord.reader.order.read_plan import plan_read
 
     plan = plan_read(request.getfixturevalue(dataset).path)
     order = make_order(plan, shuffle=shuffle, seed_parts=(3, 1), shuffle_buffer=50, verify=True)

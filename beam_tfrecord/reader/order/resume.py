@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.slicing import split_evenly
+from beam_tfrecord.reader.order.slicing import split_evenly
 
 Ranges = tuple[tuple[int, int], ...]
 STATE_VERSION = 1

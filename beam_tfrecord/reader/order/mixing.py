@@ -45,14 +45,14 @@ import numpy as np
 from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.core.schema import Schema, feature_to_json
 from beam_tfrecord.errors import IncompatibleSchemasError, ReaderError
-from beam_tfrecord.reader.block_decode import BlockDecoder, Columns, concat, num_rows, rows
-from beam_tfrecord.reader.block_decode import take as take_rows
-from beam_tfrecord.reader.numpy_decode import Example
+from beam_tfrecord.reader.decode.block_decode import BlockDecoder, Columns, concat, num_rows, rows
+from beam_tfrecord.reader.decode.block_decode import take as take_rows
+from beam_tfrecord.reader.decode.numpy_decode import Example
 from beam_tfrecord.reader.options import ImageDecoding
-from beam_tfrecord.reader.orders import GATHERED_RECORDS, Record, RecordOrder, generator, make_order
-from beam_tfrecord.reader.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.resume import Ranges, rank_share
-from beam_tfrecord.reader.slicing import sub_range
+from beam_tfrecord.reader.order.orders import GATHERED_RECORDS, Record, RecordOrder, StoredOrder, generator, make_order
+from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
+from beam_tfrecord.reader.order.resume import Ranges, rank_share
+from beam_tfrecord.reader.order.slicing import sub_range
 from beam_tfrecord.remote_reads import RemoteReads
 
 MAX_DATASETS = 255  # one byte per choice
@@ -334,3 +334,24 @@ def worker_plans(datasets: Mapping[str, float], *, split: str, num_workers: int,
                                  worker_index=worker_index)
              for s, (first, stop) in zip(sources, order.dataset_ranges(lo, hi))]
     return plans, order.choices(lo, hi)
+
+
+_WINDOW = 10_000  # the shuffle window of a sequential format's order (``read_numpy``'s default)
+
+
+def iter_record_blocks(plan: ReadPlan, *, shuffle: bool, seed: int, epoch: int, verify: bool = True,
+                       reads: RemoteReads | None = None) -> Iterator[RecordBlock]:
+    """A worker's serialized records, a block at a time (what tf.data is fed for formats it cannot read).
+
+    Without ``shuffle``, the plan's records in stored order. With it, the worker's share of epoch
+    ``epoch``'s order of every record of the split expression: what ``read_numpy(shuffle=True)``
+    reads with the same seed, epoch and workers (a true global shuffle on a random-access format).
+    """
+    if not shuffle:
+        yield from StoredOrder(plan, verify=verify, reads=reads).iter_blocks(0, plan.num_records)
+        return
+    whole = plan_read(plan.dataset_dir, split=plan.split, manifest=plan.manifest)
+    order = EpochOrder((Source(plan.dataset_dir, Fraction(1), whole),), seed=seed, epoch=epoch,
+                       shuffle=True, shuffle_buffer=_WINDOW, verify=verify, reads=reads)
+    for lo, hi in rank_share(((0, order.total),), plan.num_workers, plan.worker_index):
+        yield from order.iter_dataset_blocks(0, lo, hi)

@@ -19,7 +19,7 @@ import numpy as np
 
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import ShardReader
-from beam_tfrecord.reader.read_plan import ReadPlan
+from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.remote_reads import RemoteReads
 from beam_tfrecord.shard_fetch import ShardFetcher
 

@@ -37,9 +37,9 @@ from collections.abc import Generator, Iterator, Sequence
 import numpy as np
 
 from beam_tfrecord.core.blocks import RecordBlock
-from beam_tfrecord.reader.random_access import RandomAccessRecords
-from beam_tfrecord.reader.read_plan import ReadPlan
-from beam_tfrecord.reader.slicing import ReadSegment, sub_range
+from beam_tfrecord.reader.order.random_access import RandomAccessRecords
+from beam_tfrecord.reader.order.read_plan import ReadPlan
+from beam_tfrecord.reader.order.slicing import ReadSegment, sub_range
 from beam_tfrecord.remote_reads import RemoteReads
 from beam_tfrecord.shard_fetch import FetchedShard, ShardFetcher
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor
-from beam_tfrecord.reader.numpy_decode import Example, RecordDecoder, decode_image
+from beam_tfrecord.reader.decode.numpy_decode import Example, RecordDecoder, decode_image
 from beam_tfrecord.reader.options import ImageDecoding
 
 Columns = dict[str, Any]

@@ -1,0 +1,221 @@
+"""The serialized records of a read plan as a ``tf.data.Dataset``: what ``read_dataset`` batches and parses.
+
+tf.data reads a format's files with its own dataset where the format names one
+(``ShardFormat.tf_data_files``: ``TFRecordDataset`` for TFRecord), chained or interleaved
+(``files_read``); ``gs://`` shards are first made local files by ``shard_fetch``
+(``fetched_files``); a format tf.data has no reader for (ArrayRecord), and a shuffled read from
+``gs://``, is fed the blocks of the format's own reader (``block_records``).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import itertools
+import random
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.formats import TFDataFiles
+from beam_tfrecord.reader.order.read_plan import ReadPlan
+from beam_tfrecord.reader.tf_spec import tf  # imports TensorFlow quietly
+from beam_tfrecord.remote_reads import RemoteReads, fetched_remotely
+from beam_tfrecord.shard_fetch import FetchedShard
+
+_MAX_PARALLEL_READS = 16  # shards read at once per worker
+FilesReader = Callable[[tf.Tensor | str | list[str]], tf.data.Dataset]
+
+
+def files_reader(files: TFDataFiles) -> FilesReader:
+    """A function giving the records of one or more files (paths, or a string tensor) as the format says."""
+    dataset = getattr(tf.data, files.dataset)
+    return lambda paths: dataset(paths, compression_type=files.compression_type)
+
+
+def default_parallel_reads(plan: ReadPlan, shuffle: bool) -> int:
+    """Sequential reading is fastest from a local disk; remote storage and shuffling want several shards at once."""
+    remote = any("://" in plan.path(s) for s in plan.segments)
+    return _MAX_PARALLEL_READS if shuffle or remote else 1
+
+
+def _chain(plan: ReadPlan, read: FilesReader) -> tf.data.Dataset:
+    """The plan's records read one shard after the other, with as few dataset stages as possible.
+
+    Runs of whole shards become one dataset over their files (exactly the raw reader); only partial
+    shards get ``skip``/``take``, each a stage that costs per record.
+    """
+    pieces: list[tf.data.Dataset] = []
+    whole: list[str] = []
+    for segment in plan.segments:
+        if segment.skip == 0 and segment.reaches_end:
+            whole.append(plan.path(segment))
+            continue
+        if whole:
+            pieces.append(read(whole))
+            whole = []
+        piece = read(plan.path(segment))
+        piece = piece.skip(segment.skip) if segment.skip else piece
+        pieces.append(piece if segment.reaches_end else piece.take(segment.take))
+    if whole:
+        pieces.append(read(whole))
+    records = pieces[0]
+    for piece in pieces[1:]:
+        records = records.concatenate(piece)
+    return records
+
+
+def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | None = None,
+                 num_parallel_reads: int = 1, verify_count: bool = True,
+                 reads: RemoteReads | None = None) -> tf.data.Dataset:
+    """The serialized records of a read plan.
+
+    Each shard segment is the format's own dataset (``TFRecordDataset(shard)``) ``.skip(skip).take(take)``.
+    With one read at a time
+    and no shuffling, segments are chained (as fast as the raw reader); otherwise they are
+    interleaved, shard order shuffled each epoch if asked, in a deterministic order for a given seed.
+    With ``verify_count``, reading more or fewer records than the plan is an error (a shard that
+    does not hold its manifest count must not give one worker more steps than the others).
+
+    ``gs://`` shards are fetched by ``shard_fetch`` (parallel ranged reads ahead of the reader; TensorFlow's
+    own GCS filesystem reads one sequential stream per shard, and cannot be pointed at an emulator), so
+    ``num_parallel_reads`` does not apply there (``reads.connections`` does): in stored order each
+    fetched shard is a local file (``fetched_files``); shuffled, and for a format tf.data has no reader
+    for (ArrayRecord: ``tf_data_files`` is None) wherever it is, the format's own reader feeds blocks
+    through ``from_generator`` (``block_records``).
+
+    Raises:
+        ReaderError: the shards are in a format tf.data cannot read here (naming the readers that can).
+    """
+    plan.require_reader("read_dataset")
+    remote = any(fetched_remotely(plan.path(s)) for s in plan.segments)
+    files = plan.format.tf_data_files(plan.manifest.compression)
+    if files is None or (remote and shuffle_files):
+        records = block_records(plan, shuffle=shuffle_files, seed=seed, reads=reads)
+    elif remote:
+        records = fetched_files(plan, files_reader(files), reads or RemoteReads())
+    else:
+        records = _read_segments(plan, files_reader(files), shuffle_files=shuffle_files, seed=seed,
+                                 num_parallel_reads=num_parallel_reads)
+    if verify_count:
+        records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
+    return records
+
+
+# Shards made local files ahead of tf.data's reader, on a thread of their own (local disk, not memory: at most
+# _FILES_AHEAD + _KEPT_FILES shards); 4 rather than 2 keeps the writer ahead when TensorFlow reads in bursts.
+_FILES_AHEAD = 4
+_KEPT_FILES = 2  # fetched files kept after the generator moved past them (a prefetch of the paths is harmless)
+
+
+def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.data.Dataset:
+    """The records of a plan over ``gs://`` shards, in stored order, read by tf.data from local files (``read``).
+
+    A generator hands each shard's segment to tf.data as a local file: the shard's cache entry, or a
+    private temporary file the fetcher wrote (parallel ranged reads, read ahead across shards,
+    CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
+    ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
+    generator's last is done). TensorFlow's reader checks every record's CRCs.
+    """
+    segments = plan.segments
+
+    def files() -> Iterator[tuple[str, int, int]]:
+        fetcher = plan.fetcher(segments, reads)
+        if fetcher is None:
+            raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
+        writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetched-files")
+        ahead: collections.deque[tuple[int, FetchedShard | None, concurrent.futures.Future[str] | None]] = (
+            collections.deque())
+        done: collections.deque[FetchedShard] = collections.deque()
+
+        numbers = iter(range(len(segments)))
+
+        def make_ahead() -> None:
+            number = next(numbers, None)
+            if number is not None:
+                fetched = fetcher.open(number)
+                ahead.append((number, fetched, writer.submit(fetched.local_file) if fetched is not None else None))
+
+        try:
+            for _ in range(_FILES_AHEAD):
+                make_ahead()
+            while ahead:
+                number, fetched, local = ahead.popleft()
+                segment = segments[number]
+                make_ahead()
+                if fetched is None or local is None:  # a local shard: read where it is
+                    yield plan.path(segment), segment.skip, segment.take
+                    continue
+                done.append(fetched)
+                yield local.result(), segment.skip, segment.take
+                while len(done) > _KEPT_FILES:
+                    done.popleft().close()
+        finally:
+            writer.shutdown(wait=True, cancel_futures=True)
+            for _, fetched, _ in ahead:
+                if fetched is not None:
+                    fetched.close()
+            for fetched in done:
+                fetched.close()
+            fetcher.close()
+
+    paths = tf.data.Dataset.from_generator(files, output_signature=(
+        tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
+    if all(segment.skip == 0 and segment.reaches_end for segment in segments):  # no per-record skip/take stages
+        return paths.flat_map(lambda path, skip, take: read(path))
+    return paths.flat_map(lambda path, skip, take: read(path).skip(skip).take(take))
+
+
+def block_records(plan: ReadPlan, *, shuffle: bool, seed: int | None,
+                  reads: RemoteReads | None = None) -> tf.data.Dataset:
+    """The records of a plan read by the format's own reader in blocks (``mixing.iter_record_blocks``).
+
+    Each block crosses into TensorFlow as its buffer (one string) and the start and length of each
+    record in it, cut into records by one vectorized ``tf.strings.substr``: no Python object per record.
+    With ``shuffle``, each pass over the dataset (each epoch) is a new shuffle, as ``read_numpy`` gives
+    it: the worker's equal share of the epoch's order of every record of the split expression (a
+    true global shuffle on a random-access format, shuffled shards and windows on a sequential
+    one; a random seed when ``seed`` is None).
+    """
+    from beam_tfrecord.reader.order.mixing import iter_record_blocks
+
+    epochs = itertools.count()
+    base_seed = seed if seed is not None else random.SystemRandom().randrange(2**63)
+
+    def blocks() -> Iterator[tuple[bytes, np.ndarray, np.ndarray]]:
+        for block in iter_record_blocks(plan, shuffle=shuffle, seed=base_seed, epoch=next(epochs), reads=reads):
+            if not len(block):
+                continue
+            first = int(block.starts.min())
+            last = int((block.starts + block.lengths).max())
+            yield block.buffer[first:last].tobytes(), block.starts - first, block.lengths
+
+    generated = tf.data.Dataset.from_generator(blocks, output_signature=(
+        tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)))
+    return generated.map(lambda buffer, starts, lengths: tf.strings.substr(buffer, starts, lengths)).unbatch()
+
+
+def _read_segments(plan: ReadPlan, read: FilesReader, *, shuffle_files: bool, seed: int | None,
+                   num_parallel_reads: int) -> tf.data.Dataset:
+    """The plan's segments, chained or interleaved (see ``read_records``)."""
+    segments = plan.segments
+    if not segments:
+        return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
+    cycle_length = min(len(segments), num_parallel_reads)
+    if cycle_length == 1 and not shuffle_files:
+        return _chain(plan, read)
+    files = tf.data.Dataset.from_tensor_slices((
+        tf.constant([plan.path(s) for s in segments], tf.string),
+        tf.constant([s.skip for s in segments], tf.int64),
+        tf.constant([s.take for s in segments], tf.int64)))
+    if shuffle_files:
+        files = files.shuffle(len(segments), seed=seed, reshuffle_each_iteration=True)
+
+    def segment(path: tf.Tensor, skip: tf.Tensor, take: tf.Tensor) -> tf.data.Dataset:
+        return read(path).skip(skip).take(take)
+
+    if cycle_length == 1:
+        return files.flat_map(segment)
+    return files.interleave(segment, cycle_length=cycle_length, block_length=16, num_parallel_calls=cycle_length,
+                            deterministic=True)

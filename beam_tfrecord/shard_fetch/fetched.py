@@ -1,0 +1,186 @@
+"""``FetchedShard``: one shard of a fetcher as its reader takes it, checked against the manifest and cached."""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import google_crc32c
+
+from beam_tfrecord.errors import CorruptShardError, ReaderError
+from beam_tfrecord.remote_reads import COUNTERS, RemoteShard
+from beam_tfrecord.shard_cache import ShardCache
+
+
+class RangeSource(Protocol):
+    """Where a ``FetchedShard`` takes its bytes from (a ``fetcher.ShardFetcher``)."""
+
+    @property
+    def cache(self) -> ShardCache | None: ...
+
+    @property
+    def range_bytes(self) -> int: ...
+
+    def take(self, number: int, start: int) -> bytes:
+        """The range of shard ``number`` at ``start``, waiting for it."""
+
+    def give_up(self, number: int, after: int) -> None:
+        """The reader stopped reading shard ``number`` at byte ``after``."""
+
+
+class FetchedShard:
+    """One shard of a ``ShardFetcher``, for a format's reader: a stream of its bytes, or a whole local file.
+
+    ``stream()`` reads it front to back (checking the CRC32C at the end, and writing the cache entry
+    as it goes); ``local_file()`` gives a local path of the whole shard (the cache entry, or a
+    private temporary file removed by ``close()``). A cache hit is a local file from the start.
+    """
+
+    def __init__(self, fetcher: RangeSource, number: int, shard: RemoteShard, *, cached: str | None) -> None:
+        self._fetcher = fetcher
+        self._number = number
+        self.shard = shard
+        self.cached = cached  # a local path of the whole shard, once there is one
+        self._position = 0  # bytes of the shard taken from the fetcher
+        self._digest = google_crc32c.Checksum()
+        self._partial: Any = None  # the cache entry (or private copy) being written
+        self._partial_path: str | None = None
+        self._private: str | None = None  # a private temporary copy to remove on close
+
+    @property
+    def path(self) -> str:
+        return self.shard.path
+
+    def chunks(self) -> Iterator[bytes]:
+        """The shard's bytes front to back, a range at a time (checked against the CRC32C at the end)."""
+        if self.cached is not None:
+            with open(self.cached, "rb") as handle:
+                while chunk := handle.read(self._fetcher.range_bytes):
+                    yield chunk
+            return
+        self._begin_copy(private=False)
+        while self._position < self.shard.num_bytes:
+            chunk = self._fetcher.take(self._number, self._position)
+            self._position += len(chunk)
+            self._digest.update(chunk)
+            if self._partial is not None:
+                self._partial.write(chunk)
+            yield chunk
+        self._finish_copy()
+
+    def stream(self) -> io.RawIOBase:
+        """A readable file object over ``chunks()``."""
+        return _ChunkStream(self.chunks())
+
+    def local_file(self) -> str:
+        """A local path holding the whole shard (fetched now if needed), valid until ``close()``."""
+        if self.cached is None:
+            self._begin_copy(private=True)
+            for _ in self.chunks():
+                pass
+            if self.cached is None:
+                raise ReaderError(f"{self.path}: no local copy was made")  # unreachable: chunks() made one
+        return self.cached
+
+    def _begin_copy(self, *, private: bool) -> None:
+        if self._partial is not None:
+            return
+        cache = self._fetcher.cache
+        if cache is not None:
+            self._partial_path = cache.partial_path(self.shard.key)
+        elif private:
+            handle, self._partial_path = tempfile.mkstemp(prefix="beam-tfrecord-shard-",
+                                                          suffix=f"-{os.path.basename(self.path)}")
+            os.close(handle)
+        else:
+            return
+        self._partial = open(self._partial_path, "wb")  # noqa: SIM115  (closed in _finish_copy or close)
+
+    def _finish_copy(self) -> None:
+        found = self._digest.hexdigest().decode("ascii")
+        if self._partial is not None:
+            self._partial.close()
+            self._partial = None
+        if found != self.shard.crc32c:
+            self._drop_partial()
+            raise CorruptShardError(self.path, f"file CRC32C {found} differs from the manifest's {self.shard.crc32c}")
+        if self._partial_path is None:
+            return
+        cache = self._fetcher.cache
+        partial, self._partial_path = self._partial_path, None
+        if cache is not None:
+            self.cached = cache.commit(partial, self.shard.key) if os.path.exists(partial) else None
+            if self.cached is not None:
+                COUNTERS.add("cached_shards")
+                return
+            if os.path.exists(partial):
+                os.remove(partial)
+            return
+        self.cached = self._private = partial
+
+    def _drop_partial(self) -> None:
+        if self._partial is not None:
+            self._partial.close()
+            self._partial = None
+        if self._partial_path is not None:
+            if os.path.exists(self._partial_path):
+                os.remove(self._partial_path)
+            self._partial_path = None
+
+    def close(self) -> None:
+        """Gives up what was not read, removes a private copy and an unfinished cache entry."""
+        if self.cached is None and self._position < self.shard.num_bytes:
+            self._fetcher.give_up(self._number, self._position)
+        self._drop_partial()
+        if self._private is not None:
+            if os.path.exists(self._private):
+                os.remove(self._private)
+            self._private = None
+
+
+class _ChunkStream(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._held = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._held:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._held = memoryview(chunk)
+        count = min(len(buffer), len(self._held))
+        buffer[:count] = self._held[:count]
+        self._held = self._held[count:]
+        return count
+
+    def read(self, size: int | None = -1) -> bytes:
+        """``size`` bytes (fewer only at the end), as a buffered file gives them."""
+        if size is None or size < 0:
+            return b"".join([bytes(self._held), *self._chunks])
+        parts: list[memoryview] = []
+        while size > 0:
+            if not self._held:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    break
+                self._held = memoryview(chunk)
+            part = self._held[:size]
+            parts.append(part)
+            self._held = self._held[len(part):]
+            size -= len(part)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+        super().close()

@@ -1,0 +1,218 @@
+"""``ShardFetcher``: a reader's shards in ranges on parallel connections, read ahead in its order, bounded."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import os
+import threading
+from collections.abc import Sequence
+
+from beam_tfrecord import gcs
+from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
+from beam_tfrecord.remote_reads import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
+from beam_tfrecord.shard_cache import ShardCache
+from beam_tfrecord.shard_fetch.fetched import FetchedShard
+
+
+class ShardFetcher:
+    """Fetches the shards a reader will read, in its order, ahead of it (see the module docstring).
+
+    Use as a context manager; ``open(number)`` gives shard ``number`` of ``shards``. Shards may be
+    opened in any order and several at once; the read-ahead follows the order given.
+
+    Args:
+        shards: the shards, in the order the reader reads them (a shard may appear more than once).
+        reads: connections, range size, bytes in flight and cache.
+        side_by_side: groups of shards (numbers in ``shards``) the reader reads side by side: their
+            ranges are read ahead in turn (the first range of each, then the second...).
+    """
+
+    def __init__(self, shards: Sequence[RemoteShard], reads: RemoteReads, *,
+                 side_by_side: Sequence[Sequence[int]] = ()) -> None:
+        self._shards = list(shards)
+        self._reads = reads
+        self._cache = ShardCache(reads.cache_dir, limit_bytes=reads.cache_limit) if reads.cache_dir else None
+        self._client = gcs.pooled_client(reads.connections)
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[int, int], concurrent.futures.Future[bytes]] = {}
+        self._settled: set[tuple[int, int]] = set()  # ranges taken or given up: never requested again
+        self._held_bytes = 0
+        first = set(side_by_side[0]) if side_by_side else {0}
+        last = len(self._shards) - 1
+        self._starts = [_range_starts(shard.num_bytes, reads.range_bytes, connections=reads.connections,
+                                      steps=0 if number in first else min(number, last - number))
+                        for number, shard in enumerate(self._shards)]
+        self._ends = [dict(zip(starts, [*starts[1:], shard.num_bytes]))
+                      for starts, shard in zip(self._starts, self._shards)]
+        self._ranges = self._read_ahead_order(side_by_side)
+        self._next = 0  # the first range of ``_ranges`` not yet considered for read-ahead
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=reads.connections,
+                                                           thread_name_prefix="shard-fetch")
+        self._closed = False
+        self._read_ahead()
+
+    def _read_ahead_order(self, side_by_side: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+        """(shard number, start) of every range to read ahead, in the reader's order; none of cached shards."""
+        grouped = {number: group for group in side_by_side for number in group}
+        out: list[tuple[int, int]] = []
+        done: set[int] = set()
+        for number in range(len(self._shards)):
+            if number in done:
+                continue
+            group = grouped.get(number, (number,))
+            done.update(group)
+            per_shard = [[(n, start) for start in self._starts[n]] for n in group if self._to_fetch(self._shards[n])]
+            out.extend(key for turn in itertools.zip_longest(*per_shard) for key in turn if key is not None)
+        return out
+
+    def _to_fetch(self, shard: RemoteShard) -> bool:
+        return fetched_remotely(shard.path) and not (
+            self._cache is not None and os.path.exists(self._cache.entry_path(shard.key)))
+
+    def __enter__(self) -> ShardFetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stops reading ahead; ranges already running finish on their own and are dropped."""
+        with self._lock:
+            self._closed = True
+            for future in self._pending.values():
+                future.cancel()
+            self._pending.clear()
+            self._held_bytes = 0
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def open(self, number: int) -> FetchedShard | None:
+        """Shard ``number``: from the cache when it holds it, else its ranges as they arrive; None for a local path."""
+        shard = self._shards[number]
+        if not fetched_remotely(shard.path):
+            return None
+        if self._cache is not None:
+            hit = self._cache.lookup(shard.key)
+            if hit is not None:
+                COUNTERS.add("cache_hits")
+                return FetchedShard(self, number, shard, cached=hit)
+            COUNTERS.add("cache_misses")
+        return FetchedShard(self, number, shard, cached=None)
+
+    @property
+    def cache(self) -> ShardCache | None:
+        return self._cache
+
+    @property
+    def range_bytes(self) -> int:
+        return self._reads.range_bytes
+
+    def _size(self, number: int, start: int) -> int:
+        return self._ends[number][start] - start
+
+    def _read_ahead(self) -> None:
+        """Requests the next ranges in the reader's order while they fit in ``bytes_in_flight`` (takes the lock)."""
+        with self._lock:
+            while not self._closed and self._next < len(self._ranges):
+                key = self._ranges[self._next]
+                size = self._size(*key)
+                if key not in self._settled and key not in self._pending:
+                    if self._held_bytes and self._held_bytes + size > self._reads.bytes_in_flight:
+                        return
+                    self._submit(key, size)
+                self._next += 1
+
+    def _submit(self, key: tuple[int, int], size: int) -> concurrent.futures.Future[bytes]:
+        number, start = key
+        future = self._pool.submit(self._download, self._shards[number], start, size)
+        self._pending[key] = future
+        self._held_bytes += size
+        return future
+
+    def _download(self, shard: RemoteShard, start: int, size: int) -> bytes:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            data = gcs.read_range(shard.path, start, start + size, through=self._client)
+        except NotFound as err:
+            raise MissingShardError(shard.path) from err
+        if len(data) != size:
+            raise CorruptShardError(shard.path, f"bytes {start}..{start + size} of the {shard.num_bytes} the "
+                                                f"manifest lists: got {len(data)} bytes", None)
+        COUNTERS.add("ranges")
+        COUNTERS.add("fetched_bytes", size)
+        return data
+
+    def take(self, number: int, start: int) -> bytes:
+        """The range of shard ``number`` at ``start`` (waiting for it; requested now if the read-ahead is behind)."""
+        key = (number, start)
+        with self._lock:
+            if self._closed:
+                raise ReaderError("the shard fetcher is closed")
+            future = self._pending.get(key)
+            if future is None:  # the reader is ahead of the read-ahead here: this range now, and what follows it
+                future = self._submit(key, self._size(number, start))
+                self._request_following(number, start)
+        try:
+            data = future.result()
+        finally:
+            with self._lock:
+                if self._pending.pop(key, None) is not None:
+                    self._held_bytes -= self._size(number, start)
+                self._settled.add(key)
+        self._read_ahead()
+        return data
+
+    def _request_following(self, number: int, start: int) -> None:
+        """Requests the ranges after ``start`` of shard ``number`` that fit in ``bytes_in_flight`` (under the lock)."""
+        for later in self._starts[number]:
+            if later <= start:
+                continue
+            key = (number, later)
+            if key in self._pending or key in self._settled:
+                continue
+            size = self._size(number, later)
+            if self._held_bytes + size > self._reads.bytes_in_flight:
+                return
+            self._submit(key, size)
+
+    def give_up(self, number: int, after: int) -> None:
+        """The reader stopped reading shard ``number`` at byte ``after``: drop its later ranges."""
+        with self._lock:
+            for start in self._starts[number]:
+                if start < after:
+                    continue
+                key = (number, start)
+                future = self._pending.pop(key, None)
+                if future is not None:
+                    future.cancel()
+                    self._held_bytes -= self._size(number, start)
+                self._settled.add(key)
+        self._read_ahead()
+
+
+MIN_FIRST_RANGE_BYTES = 256 << 10
+
+
+def _range_starts(num_bytes: int, range_bytes: int, *, connections: int, steps: int) -> list[int]:
+    """Where a shard's ranges start: every ``range_bytes``, but smaller near the start and end of a read.
+
+    Large ranges cost the fewest requests, so the least CPU and latency per byte: cutting every
+    shard into one range per connection (2 MiB at least) made a whole read of 313 MB in 20 MB shards
+    take 0.95 s instead of 0.72 s behind 40 ms and 50 MB/s per connection. But ``connections`` large
+    ranges span several shards, which then arrive together, while a reader that needs whole shards
+    (ArrayRecord, tf.data's local files) waits. So the shards ``steps`` from the read's start or end
+    are cut into ``connections`` ranges doubled ``steps`` times (256 KiB at least): the first shard
+    arrives after one small answer, the next ones one after the other, and the last ones do not all
+    land at the end.
+    """
+    size = min(range_bytes, max(MIN_FIRST_RANGE_BYTES, -(-num_bytes // connections) << min(steps, 32)))
+    return list(range(0, num_bytes, size))
+
+
+def shard_fetcher(shards: Sequence[RemoteShard], reads: RemoteReads, *,
+                  side_by_side: Sequence[Sequence[int]] = ()) -> ShardFetcher | None:
+    """A fetcher of the shards when any is on ``gs://``; None when all are read as before (local paths)."""
+    if not any(fetched_remotely(shard.path) for shard in shards):
+        return None
+    return ShardFetcher(shards, reads, side_by_side=side_by_side)
