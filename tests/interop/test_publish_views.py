@@ -12,7 +12,7 @@ import pytest
 
 from beam_tfrecord import DType, Scalar, Schema, load_manifest, verify_dataset
 from beam_tfrecord.beam.publish import PublishSettings, _move_shards, publish
-from beam_tfrecord.beam.shards import WriteShardFromRunsFn
+from beam_tfrecord.beam.spill_path import WriteShardFromRunsFn
 from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.framing import FRAMING_BYTES, iter_records
 from beam_tfrecord.core.naming import Compression
