@@ -119,21 +119,18 @@ class WriteTFRecordDataset(beam.PTransform):
             writer reads the files again (validated the same way, checked against the planned
             size), so the payload is written once. 0 spills everything. Not used with
             ``feature_transforms``.
-        direct_io: on local Linux filesystems, write spill runs and shards and read runs with
-            ``O_DIRECT``, bypassing the page cache (see ``beam_tfrecord.direct_io``); elsewhere,
-            and where a filesystem refuses it, ordinary buffered I/O. The bytes are the same.
+        direct_io: write spill runs and shards and read runs with ``O_DIRECT`` (no page cache;
+            ``beam_tfrecord.direct_io``) on local Linux filesystems that accept it, buffered I/O
+            elsewhere; the bytes are the same.
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
-        local_workers: on the DirectRunner, when the pipeline's options leave Beam's default (one
-            in-memory worker), the worker processes the writer asks it for (its ``multi_processing``
-            mode, on its batch engine, not Prism; see ``beam_tfrecord.beam.runners.use_local_workers``):
-            None for every core of this machine (or ``$BEAM_TFRECORD_LOCAL_WORKERS``), 1 to leave
-            the runner as it is. Options that choose the runner's parallelism (``direct_num_workers``,
-            ``direct_running_mode``, another runner) are kept. Applies to the whole pipeline the
-            writer is part of; its errors stay typed (``LocalBatchRunner``).
-        encode_processes: an explicit pool of processes that encode samples and spill their runs,
-            inside the runner's worker, on the spill path (``beam_tfrecord.beam.encode_pool``): for a
-            pipeline that must stay in one runner process. 1 (the default): no pool. More than 1
-            needs a runner whose workers run on this machine.
+        local_workers: DirectRunner worker processes (its batch engine's ``multi_processing`` mode, not
+            Prism; ``runners.use_local_workers``) when the options leave Beam's one in-memory worker:
+            None for every core (or ``$BEAM_TFRECORD_LOCAL_WORKERS``), 1 leaves the runner as it is.
+            Options that set the parallelism (``direct_num_workers``, ``direct_running_mode``, another
+            runner) win. Applies to the whole pipeline; its errors stay typed (``LocalBatchRunner``).
+        encode_processes: a pool of processes inside the runner's worker that encode samples and spill
+            runs (spill path, ``beam.encode_pool``), for a pipeline that must stay in one runner
+            process; 1: none. More than 1 needs a runner whose workers run on this machine.
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
         shared_filesystem: the local ``output_dir`` and ``temp_dir`` are on a filesystem every
             worker mounts at the same path (NFS, a mounted bucket). Without it, a runner whose
