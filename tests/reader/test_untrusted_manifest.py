@@ -53,7 +53,7 @@ CASES = {
     "float-size": (_set(f"{SHARD}.num_bytes", 1.5), "splits[2].shards[0].num_bytes", "an integer >= 0"),
     "bad-crc": (_set(f"{SHARD}.crc32c", "zz"), "splits[2].shards[0].crc32c", "8 lowercase hex digits"),
     "wrong-index": (_set(f"{SHARD}.index", 3), "splits[2].shards[0].index", "0"),
-    "extra-field": (_set(f"{SHARD}.path", "/etc/passwd"), "splits[2].shards[0]", "exactly the fields"),
+    "extra-field": (_set(f"{SHARD}.path", "/etc/passwd"), "splits[2].shards[0]", "the fields ['crc32c', 'filename'"),
     "compression": (_set("compression", "BROTLI"), "compression", "one of 'NONE', 'GZIP', 'ZLIB'"),
     "dead-letters-traversal": (_set("dead_letters", "../../x.jsonl"), "dead_letters", "a plain file name"),
     "dataset-name": (_set("dataset_name", "../t"), "dataset_name", "a dataset name"),
