@@ -3,7 +3,7 @@
 # (created on first run). Arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/bootstrap.sh"
+BEAM_TFRECORD_EXTRAS="${BEAM_TFRECORD_EXTRAS:-all,test,ecosystem}" source "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
 # The report test renders in a real headless browser: Debian's Chromium, installed once.
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
