@@ -13,6 +13,10 @@ tagged with its key hash, so the resumed build skips exactly the samples whose k
 runs hold, encodes the rest into new runs beside them, and plans and writes every shard from old
 and new runs together. Shards are a merge of the runs' entries in (hash, content) order, which
 does not depend on which run holds an entry: the output is byte-identical to a clean build.
+A source that can (``SkipsReusedKeys``: .npy arrays, image folders) leaves the reused samples out
+before it reads or spreads them. A shard a killed build finished writing is reused as it is
+(``finished_shard``): its writer recorded the planned shard, size and CRC32C once the file was
+complete, and the resumed build checks all three.
 
 A runner may have run a bundle twice before the kill; two finished runs may then hold the same
 samples. Runs are taken in path order, and a run sharing any key hash with one already taken is

@@ -327,11 +327,12 @@ def describe_local_workers(workers: int) -> str:
             "--direct_num_workers=1 for one in-memory worker)")
 
 
-def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset, manifest: Manifest) -> None:
+def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset, manifest: Manifest | None) -> None:
     """The summary's lines on how a finished job ran: the fan-in path and why, what a resumed build
-    reused, the DirectRunner's workers, and an encoding pool, when there was one."""
+    reused (the shards: from ``manifest``, when there is one), the DirectRunner's workers, and an
+    encoding pool, when there was one."""
     print(writer.describe_fan_in(pipeline))
-    for line in (writer.describe_resume(), describe_reused_shards(manifest.metadata)):
+    for line in (writer.describe_resume(), describe_reused_shards(manifest.metadata) if manifest else None):
         if line:
             print(line)
     if runs_on_direct_runner(pipeline):

@@ -214,7 +214,8 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
                                                 min_version_age=min_version_age(refresh)))
     print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions}, "
           f"and older ones for {refresh.min_version_age} after they stopped being LATEST)")
-    print_how_it_ran(pipeline, writer, load_manifest(plan.version_dir))
+    published = storage.exists(storage.join(plan.version_dir, MANIFEST_FILENAME))  # not when only a job was built
+    print_how_it_ran(pipeline, writer, load_manifest(plan.version_dir) if published else None)
     return plan
 
 

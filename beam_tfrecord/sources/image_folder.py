@@ -29,6 +29,7 @@ from beam_tfrecord.core.image_ops import ResizeImage
 from beam_tfrecord.core.samples import FileRef, Sample
 from beam_tfrecord.core.schema import IMAGE_EXTENSIONS, ClassLabel, Image, ImageFormat, Schema
 from beam_tfrecord.errors import InputsMismatchError, SchemaError
+from beam_tfrecord.spill_resume import ReusedKeys
 
 
 def _root(root: str) -> str:
@@ -162,12 +163,14 @@ def _keys_digest(keys: list[str]) -> str:
     return hashlib.sha256("\n".join(keys).encode("utf-8")).hexdigest()
 
 
-def _samples(root: str, check: ListingCheck | None) -> Iterator[Sample]:
+def _samples(root: str, check: ListingCheck | None, skip: ReusedKeys | None = None) -> Iterator[Sample]:
     listing = list_folder(root)
     if check is not None:
         check.verify(root, listing)
-    for relative, path in listing.images:
-        yield image_sample(relative, path)
+    held = skip.held([relative for relative, _ in listing.images]).tolist() if skip is not None else None
+    for number, (relative, path) in enumerate(listing.images):
+        if held is None or not held[number]:
+            yield image_sample(relative, path)
 
 
 class ReadImageFolder(beam.PTransform):
@@ -176,19 +179,26 @@ class ReadImageFolder(beam.PTransform):
     The key is the path relative to root ('cats/001.jpg'): stable across machines and buckets.
     Files that are not samples are skipped (see the module docstring); ``list_folder(root)``
     reports them. Given ``check`` (``ListingCheck.of`` the listing the schema was planned from),
-    the job fails with ``InputsMismatchError`` when the workers list other images.
+    the job fails with ``InputsMismatchError`` when the workers list other images. Given ``skip``
+    (a resumed build's reused samples, ``skipping``), those are left out before the samples are
+    spread over the workers, so the images left to encode are spread evenly.
     """
 
-    def __init__(self, root: str, *, check: ListingCheck | None = None) -> None:
+    def __init__(self, root: str, *, check: ListingCheck | None = None, skip: ReusedKeys | None = None) -> None:
         super().__init__()
         self._root = root
         self._check = check
+        self._skip = skip
+
+    def skipping(self, reused: ReusedKeys) -> "ReadImageFolder":
+        """This source, leaving out the samples of ``reused`` (a resumed build encodes only the rest)."""
+        return ReadImageFolder(self._root, check=self._check, skip=reused)
 
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         return (
             pipeline
             | "Root" >> beam.Create([self._root])
-            | "ListFiles" >> beam.FlatMap(_samples, self._check)
+            | "ListFiles" >> beam.FlatMap(_samples, self._check, self._skip)
             | "Spread" >> beam.Reshuffle()
         )
 

@@ -1,5 +1,6 @@
-"""A resumed build of .npy / .npz files leaves out the samples it reuses at the source: a chunk of rows all
-reused is never read, and the build killed and resumed from the command line writes the clean bytes."""
+"""A resumed build's sources leave out the samples it reuses: a chunk of .npy rows all reused is never read,
+an image folder leaves them out before spreading the rest over the workers, and an arrays build killed and
+resumed from the command line writes the clean bytes."""
 
 from __future__ import annotations
 
@@ -85,3 +86,18 @@ def test_an_arrays_build_killed_and_resumed_writes_the_clean_bytes(tmp_path: Pat
     assert load_manifest(str(out)).metadata["resumed"]["reused_records"] == finished > 0
     shards = {s.filename: Path(out, s.filename).read_bytes() for s in load_manifest(str(out)).shards}
     assert shards == {s.filename: Path(ref, s.filename).read_bytes() for s in load_manifest(str(ref)).shards}
+
+
+def test_the_image_folder_leaves_out_the_reused_samples_before_spreading_them(tmp_path: Path) -> None:
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_tfrecord.sources.image_folder import ReadImageFolder
+    from pipelines.make_sample_images import write_sample_images
+
+    write_sample_images(str(tmp_path / "images"), per_class=3, size=16)
+    keys = sorted(str(p.relative_to(tmp_path / "images")) for p in (tmp_path / "images").glob("*/*.jpg"))
+    reused = _reused(tmp_path, keys[::2])
+    with beam.Pipeline() as pipeline:
+        read = ReadImageFolder(str(tmp_path / "images")).skipping(reused)
+        assert_that(pipeline | read | beam.Map(lambda sample: sample.key), equal_to(keys[1::2]))
