@@ -36,9 +36,9 @@ def _extras() -> dict[str, list[str]]:
                       "torchdata>=0.11",
                       # croissant.json validated and read by MLCommons' library (~16 s to install, scipy the most).
                       "mlcroissant>=1.1,<1.2"]
-    # Test-only, heavy, not in [test] (scripts/bootstrap.sh installs it for the tests): the tests marked `ecosystem` read datasets with NVIDIA DALI (a 424 MB
-    # wheel, ~1 GB installed with its codecs; CPU pipelines run without a GPU) and Ray Data (79 MB wheel,
-    # 240 MB installed). `pip install -e ".[test,ecosystem]"`; without them those tests are skipped.
+    # Test-only, heavy, not in [test] (scripts/test.sh installs it): the tests marked `ecosystem` read
+    # datasets with NVIDIA DALI (a 424 MB wheel, ~1 GB installed with its codecs; CPU pipelines run
+    # without a GPU) and Ray Data (79 MB wheel, 240 MB installed). Without them those tests are skipped.
     extras["ecosystem"] = ["nvidia-dali-cuda120>=2.4,<2.5", "ray[data]>=2.60,<3"]
     return extras
 
