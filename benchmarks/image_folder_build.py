@@ -128,7 +128,8 @@ def main() -> None:
             cpu = _tree_cpu_seconds() - cpu_before
             runs[variant].append((measured.seconds, cpu))
             print(f"  {variant}: {measured.seconds:.2f} s wall, {cpu:.1f} s CPU, {cpu / measured.seconds:.2f} cores "
-                  f"busy, peak RSS {measured.peak_rss_bytes / 2**20:,.0f} MB, load average {os.getloadavg()[0]:.2f}", flush=True)
+                  f"busy, peak RSS {measured.peak_rss_bytes / 2**20:,.0f} MB, load average {os.getloadavg()[0]:.2f}",
+                  flush=True)
     shutil.rmtree(args.out, ignore_errors=True)
     print(f"\n{args.images} images, --resize 128x128, {os.cpu_count()} cores; median of {args.repeats}")
     print(f"  {'variant':<24} {'wall s':>8} {'CPU s':>8} {'cores busy':>11} {'vs 1 worker':>12} {'vs litdata':>11}")

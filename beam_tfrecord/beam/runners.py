@@ -198,29 +198,90 @@ def runner_parallelism_chosen(options: PipelineOptions, flags: Sequence[str] = (
     return direct.direct_num_workers != 1 or direct.direct_running_mode != "in_memory"
 
 
-def local_workers_for(options: PipelineOptions, *, requested: int | None, flags: Sequence[str] = ()) -> int:
-    """How many worker processes the writer asks the DirectRunner for (1: the runner as it is).
+SMALL_JOB_MAX_SAMPLES = 2_000
+SMALL_JOB_MAX_INPUT_BYTES = 64 << 20
 
-    ``requested`` when given; else 1 when the user chose the runner's parallelism
-    (``runner_parallelism_chosen``); else ``$BEAM_TFRECORD_LOCAL_WORKERS`` when set; else every core
-    this process may use (``available_cores``).
+
+@dataclasses.dataclass(frozen=True)
+class InputSize:
+    """What a job knows of its input before it builds: what decides a small job.
+
+    Attributes:
+        samples: the samples it will read at most (an image listing's count, a manifest's rows, the
+            arrays' first axis), or None when it cannot tell without reading them.
+        num_bytes: the bytes of its input files (None: not known).
+    """
+
+    samples: int | None
+    num_bytes: int | None
+
+    def is_small(self) -> bool:
+        """At most ``SMALL_JOB_MAX_SAMPLES`` samples in at most ``SMALL_JOB_MAX_INPUT_BYTES``.
+
+        Two worker processes cost ~2 s before any data (start-up, Beam's imports in each, a gRPC
+        round per stage) and save at most ~40% of the encoding time on 2 cores; the heaviest common
+        sample, a 256-px JPEG decoded, resized and re-encoded, takes ~1 ms in one worker: below
+        ~2,000 of them (or 64 MiB of input at ~0.5 GB/s), one in-memory worker is done first.
+        Measured: ``docs/performance.md#small-jobs``.
+        """
+        return (self.samples is not None and self.samples <= SMALL_JOB_MAX_SAMPLES
+                and self.num_bytes is not None and self.num_bytes <= SMALL_JOB_MAX_INPUT_BYTES)
+
+    def describe(self) -> str:
+        """``"300 samples, 1.2 MB"``: what the summary says the choice was made from."""
+        samples = "? samples" if self.samples is None else f"{self.samples:,} samples"
+        num_bytes = "? bytes" if self.num_bytes is None else f"{self.num_bytes / 1e6:,.1f} MB"
+        return f"{samples}, {num_bytes}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalWorkersChoice:
+    """How many worker processes the DirectRunner is asked for, and why (the job summary's words)."""
+
+    workers: int
+    reason: str
+
+
+def choose_local_workers(options: PipelineOptions, *, requested: int | None, flags: Sequence[str] = (),
+                         input_size: InputSize | None = None) -> LocalWorkersChoice:
+    """How many worker processes the writer asks the DirectRunner for (1: the runner as it is), and why.
+
+    In this order: ``requested`` when given; 1 when the user chose the runner's parallelism
+    (``runner_parallelism_chosen``: ``--direct_num_workers``, ``--direct_running_mode``, another
+    runner); ``$BEAM_TFRECORD_LOCAL_WORKERS`` when set; 1 (one in-memory worker) when
+    ``input_size`` is small (``InputSize.is_small``); else every core this process may use
+    (``available_cores``).
 
     Raises:
         WriterOptionError: ``requested`` or the environment variable is not a whole number >= 1.
     """
-    if requested is None:
-        if runner_parallelism_chosen(options, flags):
-            return 1
+    if requested is not None:
+        reason = "as asked"
+    elif runner_parallelism_chosen(options, flags):
+        return LocalWorkersChoice(1, "the runner's own options")
+    else:
         text = os.environ.get(LOCAL_WORKERS_ENV, "").strip()
-        if not text:
-            return available_cores()
-        try:
-            requested = int(text)
-        except ValueError:
-            raise WriterOptionError(f"{LOCAL_WORKERS_ENV} must be a whole number >= 1, got {text!r}") from None
+        if text:
+            try:
+                requested = int(text)
+            except ValueError:
+                raise WriterOptionError(f"{LOCAL_WORKERS_ENV} must be a whole number >= 1, got {text!r}") from None
+            reason = f"${LOCAL_WORKERS_ENV}"
+        elif input_size is not None and input_size.is_small():
+            return LocalWorkersChoice(1, f"a small input: {input_size.describe()}, at most "
+                                         f"{SMALL_JOB_MAX_SAMPLES:,} samples and "
+                                         f"{SMALL_JOB_MAX_INPUT_BYTES >> 20} MiB; --direct_num_workers=N to choose")
+        else:
+            return LocalWorkersChoice(available_cores(), "one per core by default")
     if requested < 1:
         raise WriterOptionError(f"local_workers must be >= 1, got {requested}")
-    return requested
+    return LocalWorkersChoice(requested, reason)
+
+
+def local_workers_for(options: PipelineOptions, *, requested: int | None, flags: Sequence[str] = (),
+                      input_size: InputSize | None = None) -> int:
+    """How many worker processes the writer asks the DirectRunner for: ``choose_local_workers``'s count."""
+    return choose_local_workers(options, requested=requested, flags=flags, input_size=input_size).workers
 
 
 def use_local_workers(pipeline: beam.Pipeline, workers: int) -> None:

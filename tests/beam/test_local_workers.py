@@ -146,7 +146,7 @@ def test_worker_processes_are_read_from_the_options(flags, workers):
 
 
 @pytest.mark.parametrize("workers, line", [
-    (1, "  ran in this process (1 DirectRunner worker process)"),
+    (1, "  ran in this process (1 in-memory DirectRunner worker)"),
     (2, "  ran in 2 DirectRunner worker processes (one per core by default; --direct_num_workers=1 for one "
         "in-memory worker)"),
 ])
