@@ -39,6 +39,7 @@ from measure import child_env, run_measured
 
 VARIANTS = {
     "default": [],
+    "full decode": ["--reduced_decode=false"],  # LitData's work exactly: every JPEG decoded whole
     "1 in-memory worker": ["--direct_num_workers=1"],
     "encoding pool": ["--direct_num_workers=1", f"--encode_processes={len(os.sched_getaffinity(0))}"],
     "litdata": [],  # not a beam-tfrecord command: see _litdata_command
