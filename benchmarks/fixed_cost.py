@@ -17,7 +17,7 @@ import time
 import apache_beam as beam
 
 from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset
-from beam_tfrecord.beam.runners import available_cores
+from beam_tfrecord.beam.runners.local_workers import available_cores
 
 SCHEMA = Schema({"id": Scalar(DType.INT64)})
 

@@ -17,14 +17,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_tfrecord import lease, storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_for, wait_for_dask
 from beam_tfrecord.beam.encode_pool import describe_encode_processes
-from beam_tfrecord.beam.runners import (
+from beam_tfrecord.beam.runners.local_engine import local_batch_runner_for
+from beam_tfrecord.beam.runners.local_workers import (
     WORKER_LOG_RELAY,
     InputSize,
     LocalWorkersChoice,
     available_cores,
     choose_local_workers,
-    local_batch_runner_for,
     local_workers_of,
+)
+from beam_tfrecord.beam.runners.table import (
     runner_name_of,
     runs_on_direct_runner,
     traits_of_options,
@@ -218,7 +220,7 @@ def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
     """``with beam.Pipeline(options)``, plus, on the DaskRunner, a local cluster when it names none and
     a wait that fails with ``ClusterStalledError`` rather than hanging (``wait_for_dask``). For the
     DirectRunner (named, or no runner named) the pipeline runs on its batch engine, never Prism
-    (``beam_tfrecord.beam.runners.LocalBatchRunner``).
+    (``beam_tfrecord.beam.runners.local_engine.LocalBatchRunner``).
 
     With ``--dry_run=True`` (DataflowRunner only) the job ends after the runner has built it: see ``pipelines.dry_run``.
     """
@@ -283,7 +285,7 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
             display's ETA, and the count the workers must reconcile with: ``InputsMismatchError``).
         samples_at_most: an upper bound of the samples, when the client knows one but no exact
             count (a manifest's lines): with the input files' bytes, it decides a small job, run in
-            one in-memory worker (``beam_tfrecord.beam.runners.InputSize``).
+            one in-memory worker (``beam_tfrecord.beam.runners.local_workers.InputSize``).
         **writer_options: further WriteTFRecordDataset arguments (e.g. feature_transforms).
     """
     output = options.view_as(DatasetOutputOptions)

@@ -6,7 +6,7 @@ import enum
 
 import apache_beam as beam
 
-from beam_tfrecord.beam.runners import traits_of
+from beam_tfrecord.beam.runners.table import traits_of
 from beam_tfrecord.errors import WriterOptionError
 
 
