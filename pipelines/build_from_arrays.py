@@ -15,7 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
+from beam_tfrecord.sources.arrays import ReadNumpyFiles, count_samples, peek_arrays
 from beam_tfrecord.sources.chunks import list_inputs
 from pipelines.common import (
     DatasetOutputOptions,
@@ -52,11 +52,12 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     if not source.arrays:
         raise SystemExit("--arrays is required: .npy / .npz files (file or glob)")
     shared = require_worker_paths(options, {"--arrays": source.arrays})
+    files = [path for _, path in list_inputs(source.arrays)]
     schema = pinned_or_inferred(checks, lambda: infer_array_schema(
-        peek_arrays(list_inputs(source.arrays)[0][1], npy_feature=source.npy_feature)), job="build_from_arrays")
+        peek_arrays(files[0], npy_feature=source.npy_feature)), job="build_from_arrays")
     read = ReadNumpyFiles(source.arrays, npy_feature=source.npy_feature, chunk_size=checks.chunk_size)
     return build_dataset(options, read, schema, ["build_from_arrays", *argv], shared_filesystem=shared,
-                         input_patterns=[source.arrays])
+                         input_patterns=[source.arrays], samples_at_most=count_samples(files))
 
 
 if __name__ == "__main__":

@@ -17,11 +17,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
+from beam_tfrecord.beam.runners.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.core.infer import infer_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.sources.chunks import list_inputs
-from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows
+from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows, parquet_num_rows
 from beam_tfrecord.sources.rows import RowOptions
 from beam_tfrecord.sources.tabular import ReadCsvManifest, ReadJsonlManifest, iter_csv_dicts
 from pipelines.common import (
@@ -108,6 +109,24 @@ def infer_manifest_schema(pattern: str, fmt: ManifestFormat, source: ManifestOpt
                         exclude=exclude, missing_values=tuple(source.missing_values.split(",")))
 
 
+def rows_at_most(pattern: str, fmt: ManifestFormat) -> int | None:
+    """An upper bound of the rows of the manifests matching ``pattern`` (what decides a small job,
+    ``beam_tfrecord.beam.runners.local_workers.InputSize``): Parquet's row counts from its footers, a text
+    manifest's lines (a quoted cell may span lines); None, not counted, beyond
+    ``SMALL_JOB_MAX_INPUT_BYTES`` of text: such a job is not small whatever its rows."""
+    files = storage.list_files(pattern)
+    if fmt is not ManifestFormat.PARQUET and sum(size for _, size in files) > SMALL_JOB_MAX_INPUT_BYTES:
+        return None
+    rows = 0
+    for path, _ in files:
+        with storage.open_read(path) as handle:
+            if fmt is ManifestFormat.PARQUET:
+                rows += parquet_num_rows(handle)
+            else:
+                rows += handle.read().count(b"\n") + 1
+    return rows
+
+
 COMMAND = JobCommand(
     prog="python -m pipelines.build_from_manifest",
     description="Builds a dataset from CSV, JSONL or Parquet manifests (one row per sample).",
@@ -144,7 +163,7 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
                                                             chunk_size=checks.chunk_size),
     }[fmt]()
     return build_dataset(options, reader, schema, ["build_from_manifest", *argv], shared_filesystem=shared,
-                         input_patterns=[source.manifest])
+                         input_patterns=[source.manifest], samples_at_most=rows_at_most(source.manifest, fmt))
 
 
 if __name__ == "__main__":

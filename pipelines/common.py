@@ -17,12 +17,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_tfrecord import lease, storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_for, wait_for_dask
 from beam_tfrecord.beam.encode_pool import describe_encode_processes
-from beam_tfrecord.beam.runners import (
+from beam_tfrecord.beam.runners.local_engine import local_batch_runner_for
+from beam_tfrecord.beam.runners.local_workers import (
     WORKER_LOG_RELAY,
+    InputSize,
+    LocalWorkersChoice,
     available_cores,
-    local_batch_runner_for,
-    local_workers_for,
+    choose_local_workers,
     local_workers_of,
+)
+from beam_tfrecord.beam.runners.table import (
     runner_name_of,
     runs_on_direct_runner,
     traits_of_options,
@@ -195,9 +199,13 @@ def require_worker_paths(options: PipelineOptions, inputs: Mapping[str, str | No
     return shared or reason is None
 
 
-def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], **extra) -> WriteTFRecordDataset:
-    """The writer transform configured from the shared options."""
+def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], *,
+                workers: LocalWorkersChoice | None = None, **extra) -> WriteTFRecordDataset:
+    """The writer transform configured from the shared options (``workers``: the DirectRunner's worker
+    processes, ``choose_local_workers`` from the options when not given)."""
     require_output(options)
+    if workers is None:
+        workers = choose_local_workers(options, requested=None, flags=command)
     return WriteTFRecordDataset(
         options.output, schema=schema, dataset_name=options.dataset_name,
         splits=SplitConfig.parse(options.splits),
@@ -208,7 +216,7 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
         max_rejected_fraction=options.max_rejected_fraction, max_rejected_option=MAX_REJECTED_FLAG,
         spill_run_bytes=options.spill_run_mib << 20,
         fan_in=FanIn.parse(options.fan_in), command=redact_command(command),
-        local_workers=local_workers_for(options, requested=None, flags=command),
+        local_workers=workers.workers,
         encode_processes=options.encode_processes, **extra)
 
 
@@ -217,7 +225,7 @@ def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
     """``with beam.Pipeline(options)``, plus, on the DaskRunner, a local cluster when it names none and
     a wait that fails with ``ClusterStalledError`` rather than hanging (``wait_for_dask``). For the
     DirectRunner (named, or no runner named) the pipeline runs on its batch engine, never Prism
-    (``beam_tfrecord.beam.runners.LocalBatchRunner``).
+    (``beam_tfrecord.beam.runners.local_engine.LocalBatchRunner``).
 
     With ``--dry_run=True`` (DataflowRunner only) the job ends after the runner has built it: see ``pipelines.dry_run``.
     """
@@ -266,7 +274,7 @@ class _DropRelayedErrors(logging.Filter):
 
 def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schema, command: Sequence[str], *,
                   shared_filesystem: bool, input_patterns: Sequence[str], expected_inputs: int | None = None,
-                  **writer_options) -> Manifest:
+                  samples_at_most: int | None = None, **writer_options) -> Manifest:
     """Runs ``read | writer`` on the options' runner, prints what was written, returns the manifest.
 
     Args:
@@ -280,17 +288,22 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
             of a build that ``--resume`` may take over (``WriteTFRecordDataset``'s ``inputs_identity``).
         expected_inputs: samples the source will emit, when the client counted them (the progress
             display's ETA, and the count the workers must reconcile with: ``InputsMismatchError``).
+        samples_at_most: an upper bound of the samples, when the client knows one but no exact
+            count (a manifest's lines): with the input files' bytes, it decides a small job, run in
+            one in-memory worker (``beam_tfrecord.beam.runners.local_workers.InputSize``).
         **writer_options: further WriteTFRecordDataset arguments (e.g. feature_transforms).
     """
     output = options.view_as(DatasetOutputOptions)
     require_output(output)
     quiet_logging()
+    inputs = fingerprint_inputs(input_patterns)
+    size = InputSize(expected_inputs if expected_inputs is not None else samples_at_most, inputs.num_bytes)
+    workers = choose_local_workers(options, requested=None, flags=command, input_size=size)
     with lease.held(output.output, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock), \
             progress_for(options, expected_inputs=expected_inputs) as progress_dir:
-        writer = make_writer(output, schema, command, progress_dir=progress_dir, shared_filesystem=shared_filesystem,
-                             expected_inputs=expected_inputs, resume=output.resume,
-                             inputs_identity=json.dumps(fingerprint_inputs(input_patterns).to_json(), sort_keys=True),
-                             **writer_options)
+        writer = make_writer(output, schema, command, workers=workers, progress_dir=progress_dir,
+                             shared_filesystem=shared_filesystem, expected_inputs=expected_inputs, resume=output.resume,
+                             inputs_identity=json.dumps(inputs.to_json(), sort_keys=True), **writer_options)
         reused = writer.reused_keys()
         if reused is not None and isinstance(read, SkipsReusedKeys):
             read = read.skipping(reused)  # a resumed build's source leaves out what it reuses, unread
@@ -299,7 +312,7 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
             _ = pipeline | "Read" >> read | "WriteDataset" >> writer
     manifest = load_manifest(output.output)
     print(describe(manifest, output.output))
-    print_how_it_ran(pipeline, writer, manifest)
+    print_how_it_ran(pipeline, writer, manifest, workers_reason=workers.reason)
     return manifest
 
 
@@ -319,24 +332,26 @@ def cleaned_up_when_disk_full(clean_up: Callable[[], None]) -> Iterator[None]:
         raise
 
 
-def describe_local_workers(workers: int) -> str:
-    """The summary's line on how many DirectRunner workers ran the job."""
+def describe_local_workers(workers: int, reason: str | None = None) -> str:
+    """The summary's line on how many DirectRunner workers ran the job, and why (``LocalWorkersChoice``)."""
     if workers == 1:
-        return "  ran in this process (1 DirectRunner worker process)"
-    return (f"  ran in {workers} DirectRunner worker processes (one per core by default; "
-            "--direct_num_workers=1 for one in-memory worker)")
+        why = f": {reason}" if reason else ""
+        return f"  ran in this process (1 in-memory DirectRunner worker{why})"
+    why = reason or "one per core by default"
+    return f"  ran in {workers} DirectRunner worker processes ({why}; --direct_num_workers=1 for one in-memory worker)"
 
 
-def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset, manifest: Manifest | None) -> None:
+def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset, manifest: Manifest | None, *,
+                     workers_reason: str | None = None) -> None:
     """The summary's lines on how a finished job ran: the fan-in path and why, what a resumed build
-    reused (the shards: from ``manifest``, when there is one), the DirectRunner's workers, and an
-    encoding pool, when there was one."""
+    reused (the shards: from ``manifest``, when there is one), the DirectRunner's workers (and why that
+    many), and an encoding pool, when there was one."""
     print(writer.describe_fan_in(pipeline))
     for line in (writer.describe_resume(), describe_reused_shards(manifest.metadata) if manifest else None):
         if line:
             print(line)
     if runs_on_direct_runner(pipeline):
-        print(describe_local_workers(local_workers_of(pipeline.options)))
+        print(describe_local_workers(local_workers_of(pipeline.options), workers_reason))
     encoding = describe_encode_processes(getattr(pipeline, "result", None))
     if encoding:
         print(encoding)

@@ -5,15 +5,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from beam_tfrecord.beam.runners import LOCAL_WORKERS_ENV
+from beam_tfrecord.beam.runners.local_workers import LOCAL_WORKERS_ENV
 from pipelines.make_sample_images import write_sample_images
 
 # Functions defined in test modules are pickled by reference; worker subprocesses of the
 # multi-processing and portable runners must be able to import them as pytest does.
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.get("PYTHONPATH")]))
-# The writer's default on the DirectRunner is one worker process per core (beam.runners.local_workers_for):
-# worth it for a real build, ~2 s of worker start-up for each of the suite's hundreds of small ones.
+# The writer's default on the DirectRunner is one worker process per core
+# (beam.runners.local_workers.local_workers_for): worth it for a real build, ~2 s of worker
+# start-up for each of the suite's hundreds of small ones.
 # The suite runs them in one in-memory worker; the tests of the default remove this (and inherit
 # it in the jobs they start as commands). See tests/beam/test_local_workers.py.
 os.environ[LOCAL_WORKERS_ENV] = "1"

@@ -27,7 +27,7 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.runners import uses_dask_runner
+from beam_tfrecord.beam.runners.table import uses_dask_runner
 from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
 from beam_tfrecord.errors import ClusterStalledError
 

@@ -1,12 +1,13 @@
 """An explicit pool of encoding processes inside one DoFn (``encode_processes=N``).
 
-Every core by default comes from the DirectRunner's own worker processes (``beam.runners.use_local_workers``):
-each runs whole fused stages, the source included, so small rows never cross a process. This pool
-is for a pipeline that must stay in one runner process (an in-memory runner the user chose, or
-one that runs its Python workers in the launching process, as Prism's loopback does) and whose
-encoding costs far more than sending its input (images decoded and resized: a path goes in). A
-process of the pool encodes a sample *and spills its entry into a run file* (``EncodeToRunsFn``
-runs whole inside it): what comes back is a run's name or a dead letter.
+Every core by default comes from the DirectRunner's own worker processes
+(``beam.runners.local_workers.use_local_workers``): each runs whole fused stages, the source
+included, so small rows never cross a process. This pool is for a pipeline that must stay in one
+runner process (an in-memory runner the user chose, or one that runs its Python workers in the
+launching process, as Prism's loopback does) and whose encoding costs far more than sending its
+input (images decoded and resized: a path goes in). A process of the pool encodes a sample *and
+spills its entry into a run file* (``EncodeToRunsFn`` runs whole inside it): what comes back is a
+run's name or a dead letter.
 
 Output is byte-identical to encoding in one process: runs are sorted by hash and merged by the
 shard writers, whatever process wrote them (see ``core/runs.py``).

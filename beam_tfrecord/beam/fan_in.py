@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, Protocol
 import apache_beam as beam
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.runners import traits_of
+from beam_tfrecord.beam.runners.table import traits_of
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.runners import traits_of_name
+from beam_tfrecord.beam.runners.table import traits_of_name
 from beam_tfrecord.errors import LocalPathError
 
 # Dask schedulers of clusters this process started on this machine (``scheduler_on_this_machine``).

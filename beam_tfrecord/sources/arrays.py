@@ -301,6 +301,27 @@ class SamplesFromIterable(beam.PTransform):
         )
 
 
+def count_samples(paths: Iterable[str]) -> int | None:
+    """The samples of the .npy files ``paths`` (their first axis, read from their headers only), or
+    None when one is a .npz (its members' headers are inside a zip) or not a readable .npy: a job
+    that does not know its count runs as a large one."""
+    total = 0
+    for path in paths:
+        if posixpath.splitext(path)[1].lower() != ".npy":
+            return None
+        with storage.open_read(path) as handle:
+            try:
+                version = np.lib.format.read_magic(handle)
+                shape = (np.lib.format.read_array_header_1_0(handle) if version == (1, 0)
+                         else np.lib.format.read_array_header_2_0(handle))[0]
+            except ValueError:
+                return None
+        if not shape:
+            return None
+        total += shape[0]
+    return total
+
+
 def peek_arrays(path: str, *, npy_feature: str = "x", rows: int = 16) -> dict[str, np.ndarray]:
     """The first ``rows`` samples of a .npy / .npz file as arrays (for schema inference)."""
     name = posixpath.basename(path)

@@ -27,6 +27,11 @@ def _pyarrow_parquet() -> Any:
     return pq
 
 
+def parquet_num_rows(handle: Any) -> int:
+    """The rows of the Parquet file open in ``handle``, from its footer (no row is read)."""
+    return _pyarrow_parquet().ParquetFile(handle).metadata.num_rows
+
+
 def iter_parquet_rows(path: str, *, columns: list[str] | None = None, batch_rows: int = DEFAULT_CHUNK_SIZE,
                       limit: int | None = None) -> Iterator[dict[str, Any]]:
     """The rows of a Parquet file as dicts, streaming record batches (used by inference too)."""

@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset, load_manifest
 from beam_tfrecord.beam.plan_dataset import PlanDataset
-from beam_tfrecord.beam.runners import LocalBatchRunner
+from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.beam.shuffle_path import batch_index
 from beam_tfrecord.beam.write import FanIn, describe_fan_in, resolve_fan_in
 from beam_tfrecord.core.cut_planner import plan_dataset

@@ -10,7 +10,7 @@ import apache_beam as beam
 import pytest
 
 from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset
-from beam_tfrecord.beam.runners import LocalBatchRunner
+from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import ClassLabel, Image, ImageFormat
 from beam_tfrecord.errors import InputsMismatchError, WriterOptionError

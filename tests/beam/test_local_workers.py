@@ -13,12 +13,14 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset, read_numpy
-from beam_tfrecord.beam.runners import (
-    LOCAL_WORKERS_ENV,
+from beam_tfrecord.beam.runners.local_engine import (
     LocalBatchRunner,
-    available_cores,
     error_from_worker,
     local_batch_runner_for,
+)
+from beam_tfrecord.beam.runners.local_workers import (
+    LOCAL_WORKERS_ENV,
+    available_cores,
     local_workers_for,
     local_workers_of,
 )
@@ -146,7 +148,7 @@ def test_worker_processes_are_read_from_the_options(flags, workers):
 
 
 @pytest.mark.parametrize("workers, line", [
-    (1, "  ran in this process (1 DirectRunner worker process)"),
+    (1, "  ran in this process (1 in-memory DirectRunner worker)"),
     (2, "  ran in 2 DirectRunner worker processes (one per core by default; --direct_num_workers=1 for one "
         "in-memory worker)"),
 ])

@@ -18,7 +18,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_tfrecord import DType, Schema, ShardingConfig, SplitConfig, WriteTFRecordDataset
-from beam_tfrecord.beam.runners import LocalBatchRunner
+from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import Scalar
 

@@ -101,7 +101,7 @@ def _template_example(parameter: dict, bucket: str) -> str:
     """A value for a Flex Template parameter that its regexes accept and the job can build with."""
     examples = {"input": f"{bucket}/raw/images", "dataset_root": f"{bucket}/datasets/template",
                 "image_format": "jpeg", "resize": "8x8", "channels": "3", "encode": "png", "jpeg_quality": "80",
-                "resize_method": "bicubic", "check_decode": "true", "dataset_name": "images",
+                "resize_method": "bicubic", "reduced_decode": "false", "check_decode": "true", "dataset_name": "images",
                 "splits": "train=0.9,validation=0.1", "target_shard_bytes": "5000", "max_shard_bytes": "20000",
                 "num_shards": "2", "compression": "gzip", "file_format": "tfrecord", "salt": "s1",
                 "max_rejected_fraction": "0.25", "fan_in": "auto", "encode_processes": "1", "spill_run_mib": "16",

@@ -72,3 +72,38 @@ def test_check_decodable_rejects_truncation(folder):
     check_decodable((folder / "cats" / "0.jpg").read_bytes())
     with pytest.raises(ImageDecodeError, match=r"cannot decode image of 300 bytes \(OSError: "):
         check_decodable((folder / "dogs" / "broken.jpg").read_bytes())
+
+
+def _pixels(data: bytes) -> np.ndarray:
+    return np.asarray(PILImage.open(io.BytesIO(data)), dtype=np.int16)
+
+
+def _full_decode_then_resize(data: bytes, size: tuple[int, int]) -> bytes:
+    """The recipe of ``reduced_decode=False`` (and of every resize before it): Pillow, whole decode."""
+    out = io.BytesIO()
+    with PILImage.open(io.BytesIO(data)) as image:
+        image.convert("RGB").resize(size, resample=PILImage.Resampling.BILINEAR).save(
+            out, format="JPEG", quality=90, optimize=False, progressive=False)
+    return out.getvalue()
+
+
+def test_a_large_jpeg_is_decoded_at_a_reduced_scale_unless_asked_not_to():
+    source = _jpeg((256, 256), 3)
+    reduced, full = ResizeImage(64, 64)(source), ResizeImage(64, 64, reduced_decode=False)(source)
+    assert full == _full_decode_then_resize(source, (64, 64))  # the bytes of a whole decode, as before
+    assert reduced != full and _pixels(reduced).shape == (64, 64, 3)
+    assert np.abs(_pixels(reduced) - _pixels(full)).mean() < 8  # the same picture, a few levels apart
+    assert ResizeImage(64, 64)(source) == reduced  # deterministic
+
+
+def test_an_image_not_twice_the_target_decodes_whole_and_a_png_always_does():
+    small = _jpeg((100, 120), 4)  # under 2x 64 in height: no reduction possible
+    assert ResizeImage(64, 64)(small) == ResizeImage(64, 64, reduced_decode=False)(small)
+    out = io.BytesIO()
+    PILImage.fromarray(np.full((256, 256, 3), 7, np.uint8)).save(out, format="PNG")
+    assert ResizeImage(64, 64)(out.getvalue()) == ResizeImage(64, 64, reduced_decode=False)(out.getvalue())
+
+
+def test_the_decode_choice_is_part_of_the_transforms_identity():
+    """A refresh reuses records only from a version encoded the same way (``encoding_digest``: the repr)."""
+    assert repr(ResizeImage(8, 8)) != repr(ResizeImage(8, 8, reduced_decode=False))
