@@ -38,13 +38,12 @@ STAGES: dict[str, tuple[tuple[str, str], ...]] = {
     "encode (validate, proto, hash, frame)": (("encoding/entries.py", "encode"), ("encoding/entries.py",
                                                                                   "encode_chunk")),
     "spill write (hand-over, sort, wait)": (("spill.py", "add"), ("spill.py", "add_many"), ("spill.py", "finish")),
-    "plan (summaries, cuts)": (("beam/write.py", "_plan_gathered"),
+    "plan (summaries, cuts)": (("beam/spill_path.py", "_plan_gathered"),
                                ("beam/plan_dataset.py", "add_input"), ("beam/plan_dataset.py", "merge_accumulators"),
                                ("beam/plan_dataset.py", "extract_output"), ("beam/plan_dataset.py", "_round_and_cuts"),
                                ("beam/plan_dataset.py", "_joined_step"), ("beam/plan_dataset.py", "refine"),
                                ("beam/plan_dataset.py", "_cut_joined")),
-    "shard write (merge runs, copy, CRC)": (("beam/shards.py", "write_from_runs"),
-                                            ("beam/shards.py", "process")),
+    "shard write (merge runs, copy, CRC)": (("beam/spill_path.py", "write_from_runs"),),
     "publish (rename, manifest)": (("beam/publish.py", "publish"),),
 }
 NESTED = {"encode (validate, proto, hash, frame)": ("read (source files)", "decode + resize + re-encode")}
