@@ -5,17 +5,15 @@ resume against other inputs or options is refused, and finished runs are told fr
 from __future__ import annotations
 
 import glob
-import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import resume_job
+from kills import files_exist, kill_when
 
 from beam_tfrecord import load_manifest
 from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex, make_record_entry, write_run
@@ -49,16 +47,8 @@ def _finished_records(out: str) -> int:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_a_build_killed_at_a_random_moment_resumes_with_the_clean_bytes(clean, tmp_path: Path, seed: int) -> None:
     out = str(tmp_path / "ds")
-    job = subprocess.Popen([sys.executable, resume_job.__file__, out], cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not glob.glob(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}") and time.monotonic() < deadline:
-        assert job.poll() is None, "the job ended before it finished a run"
-        time.sleep(0.02)
-    time.sleep(random.Random(seed).uniform(0.0, 2.0))  # somewhere in encoding (about 4 s of it)
-    assert job.poll() is None, "the job finished before its kill: the case proves nothing"
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait()
+    kill_when([sys.executable, resume_job.__file__, out], files_exist(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}"),
+              pause=random.Random(seed).uniform(0.0, 2.0), cwd=tmp_path)  # somewhere in encoding (about 4 s of it)
     assert not Path(out, "manifest.json").exists()
     finished = _finished_records(out)
     assert 0 < finished < resume_job.NUM_SAMPLES
@@ -149,14 +139,7 @@ def test_the_job_resumes_with_resume_and_says_what_it_reused(tmp_path: Path) -> 
             "--direct_num_workers=1"]
     command = [sys.executable, "-m", "pipelines.build_image_dataset", *args]
     subprocess.run([*command, "--output", str(ref)], check=True, capture_output=True, timeout=300)
-    job = subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not glob.glob(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}") and time.monotonic() < deadline:
-        assert job.poll() is None, "the job ended before it finished a run"
-        time.sleep(0.02)
-    assert job.poll() is None, "the job finished before its kill: the case proves nothing"
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait()
+    kill_when([*command, "--output", str(out)], files_exist(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}"))
     finished = _finished_records(str(out))
     done = subprocess.run([*command, "--output", str(out), "--resume"], capture_output=True,
                           text=True, timeout=300)

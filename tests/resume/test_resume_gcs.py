@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import time
 
 import resume_job
 from fixtures_gcs import FakeGcs, fake_gcs  # noqa: F401  (pytest fixture)
+from kills import kill_when
 
 from beam_tfrecord import load_manifest, storage
 from beam_tfrecord.spill_resume import TEMP_PREFIX, finished_runs
@@ -27,15 +25,7 @@ def test_a_gcs_build_killed_mid_encoding_resumes_with_the_clean_bytes(fake_gcs: 
     bucket = fake_gcs.create_bucket(f"bt-resume-{time.monotonic_ns() % 10**6}")
     clean, out = f"{bucket}/clean", f"{bucket}/resumed"
     resume_job.build(clean, resume=False, seconds=0.0)
-    job = subprocess.Popen([sys.executable, resume_job.__file__, out], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not _finished_records(out) and time.monotonic() < deadline:
-        assert job.poll() is None, "the job ended before it finished a run"
-        time.sleep(0.1)
-    assert job.poll() is None, "the job finished before its kill: the case proves nothing"
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait()
+    kill_when([sys.executable, resume_job.__file__, out], lambda: _finished_records(out) > 0, poll=0.1)
     assert not storage.exists(f"{out}/manifest.json")
     finished = _finished_records(out)
 

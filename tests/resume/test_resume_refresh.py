@@ -4,14 +4,12 @@ says so, and publishes the shard bytes of a clean refresh."""
 
 from __future__ import annotations
 
-import glob
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from kills import files_exist, kill_when
 
 from beam_tfrecord import load_manifest
 from beam_tfrecord.core.runs import INDEX_SUFFIX
@@ -44,14 +42,8 @@ def test_a_killed_refresh_is_resumed_by_the_next_run(tmp_path: Path) -> None:
         if int(path.stem) >= 100:  # 400 new images per class; the first 100 are kept from the first version
             shutil.copy(path, images / path.parent.name / path.name)
 
-    job = subprocess.Popen(_command(images, root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 180
-    while not glob.glob(f"{root}/versions/*/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}") and time.monotonic() < deadline:
-        assert job.poll() is None, "the refresh ended before it finished a run"
-        time.sleep(0.02)
-    assert job.poll() is None, "the refresh finished before its kill: the case proves nothing"
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait()
+    kill_when(_command(images, root), files_exist(f"{root}/versions/*/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}"),
+              seconds=180)
     assert read_latest(str(root)) == first
     [killed] = [p.parent.name for p in root.glob(f"versions/*/{TEMP_PREFIX}*")]
     finished = sum(len(index.hashes) for index in finished_runs(str(root / "versions" / killed)))

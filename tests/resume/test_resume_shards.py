@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import resume_job
+from kills import files_exist, kill_when
 
 from beam_tfrecord import load_manifest, storage
 from beam_tfrecord.core.manifest import ShardInfo
@@ -37,15 +34,9 @@ def _shard_bytes(out: str) -> dict[str, bytes]:
 def test_a_build_killed_in_its_shard_phase_reuses_the_shards_it_finished(tmp_path: Path) -> None:
     clean, out = str(tmp_path / "clean"), str(tmp_path / "ds")
     resume_job.build(clean, resume=False, seconds=0.0, shard_bytes=resume_job.SHARD_PHASE_BYTES)
-    job = subprocess.Popen([sys.executable, resume_job.__file__, out, "--shards"], cwd=tmp_path,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 180
-    while not glob.glob(f"{out}/{TEMP_PREFIX}*/shards/*{FINISHED_SHARD_SUFFIX}") and time.monotonic() < deadline:
-        assert job.poll() is None, "the job ended before it finished a shard"
-        time.sleep(0.01)
-    assert job.poll() is None, "the job finished before its kill: the case proves nothing"
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait()
+    kill_when([sys.executable, resume_job.__file__, out, "--shards"],
+              files_exist(f"{out}/{TEMP_PREFIX}*/shards/*{FINISHED_SHARD_SUFFIX}"),
+              seconds=180, poll=0.01, cwd=tmp_path)
     assert not Path(out, "manifest.json").exists()
     finished = len(glob.glob(f"{out}/{TEMP_PREFIX}*/shards/*{FINISHED_SHARD_SUFFIX}"))
     assert 0 < finished < len(load_manifest(clean).shards)

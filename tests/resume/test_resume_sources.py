@@ -4,17 +4,14 @@ resumed from the command line writes the clean bytes."""
 
 from __future__ import annotations
 
-import glob
 import io
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kills import files_exist, kill_when
 
 from beam_tfrecord import load_manifest
 from beam_tfrecord.core.hashing import key_hash
@@ -72,14 +69,7 @@ def test_an_arrays_build_killed_and_resumed_writes_the_clean_bytes(tmp_path: Pat
     command = [sys.executable, "-m", "pipelines.build_from_arrays", "--arrays", str(arrays), "--spill_run_mib=1",
                "--progress=none", "--direct_num_workers=1", "--chunk_size=50"]
     subprocess.run([*command, "--output", str(ref)], check=True, capture_output=True, timeout=300)
-    job = subprocess.Popen([*command, "--output", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not glob.glob(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}") and time.monotonic() < deadline:
-        assert job.poll() is None, "the job ended before it finished a run"
-        time.sleep(0.02)
-    assert job.poll() is None, "the job finished before its kill: the case proves nothing"
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait()
+    kill_when([*command, "--output", str(out)], files_exist(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}"))
     finished = sum(len(index.hashes) for index in finished_runs(str(out)))
     done = subprocess.run([*command, "--output", str(out), "--resume"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,0 +1,37 @@
+"""Killing a job at a chosen moment: what the resume tests share."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+def files_exist(pattern: str) -> Callable[[], bool]:
+    """A moment: the first file matching ``pattern`` (a glob) is there."""
+    return lambda: bool(glob.glob(pattern))
+
+
+def kill_when(command: Sequence[str], moment: Callable[[], bool], *, seconds: float = 120, pause: float = 0.0,
+              poll: float = 0.02, cwd: str | Path | None = None) -> None:
+    """Runs ``command`` and SIGKILLs it ``pause`` seconds after ``moment()`` holds (or after ``seconds``).
+
+    Fails when the job ends by itself first: a kill after the end proves nothing.
+    """
+    job = subprocess.Popen(list(command), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + seconds
+        while not moment() and time.monotonic() < deadline:
+            assert job.poll() is None, "the job ended before the moment of its kill"
+            time.sleep(poll)
+        time.sleep(pause)
+        assert job.poll() is None, "the job finished before its kill: the case proves nothing"
+        os.kill(job.pid, signal.SIGKILL)
+    finally:
+        if job.poll() is None:
+            job.kill()
+        job.wait()
