@@ -112,6 +112,9 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(HERE))
     _make_images(images, args.images)
     variants = args.variants.split(",")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
     if LITDATA in variants and not litdata_installed():
         print(f"skipping the litdata variant: litdata is not installed (for this benchmark only: {LITDATA_INSTALL})")
         variants.remove(LITDATA)
