@@ -102,6 +102,8 @@ class WriteBalancedTFRecord(beam.PTransform):
             ``WriteTFRecordDataset``); without it, a runner whose workers may run on other machines
             refuses local paths with ``LocalPathError``.
         metadata: extra facts to record in the manifest.
+        dali_index: also write each shard's NVIDIA DALI index (``<shard>.idx``, listed in the
+            manifest), as ``WriteTFRecordDataset``'s; uncompressed shards only (``WriterOptionError``).
 
     Raises:
         WriterOptionError, ShardingError: at construction, for options out of range.
@@ -114,7 +116,8 @@ class WriteBalancedTFRecord(beam.PTransform):
                  key_fn: KeyFn | None = None, splits: SplitConfig | str | None = None, salt: str = DEFAULT_SALT,
                  payload: Payload = Payload.AUTO, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
                  fan_in: FanIn = FanIn.AUTO, spill_run_bytes: int = DEFAULT_RUN_BYTES, temp_dir: str | None = None,
-                 shared_filesystem: bool = False, metadata: Mapping[str, Any] | None = None) -> None:
+                 shared_filesystem: bool = False, metadata: Mapping[str, Any] | None = None,
+                 dali_index: bool = False) -> None:
         super().__init__()
         if not isinstance(payload, Payload):
             raise WriterOptionError(f"payload must be a Payload ({[p.name for p in Payload]}), got {payload!r}")
@@ -127,7 +130,7 @@ class WriteBalancedTFRecord(beam.PTransform):
                                  max_shard_bytes=max_shard_bytes),
             compression=parse_compression(compression_type), salt=salt,
             max_rejected_fraction=max_rejected_fraction, spill_run_bytes=spill_run_bytes, fan_in=fan_in,
-            temp_dir=temp_dir, shared_filesystem=shared_filesystem, metadata=metadata,
+            temp_dir=temp_dir, shared_filesystem=shared_filesystem, metadata=metadata, dali_index=dali_index,
             command=("WriteBalancedTFRecord",),
             encoding=RecordsEncoding(payload, check_key_fn(key_fn)))
 

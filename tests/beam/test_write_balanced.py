@@ -10,6 +10,7 @@ tf.data, PyTorch, TFDS) read back exactly the records written.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
@@ -177,6 +178,34 @@ def test_num_shards_is_honoured(tmp_path):
     manifest = load_manifest(out)
     assert {s.name: len(s.shards) for s in manifest.splits} == {"train": 3, "test": 3}
     assert manifest.num_written == NUM_RECORDS and manifest.split("train").balance_spread < 0.05
+
+
+def _framing_index(path: str) -> bytes:
+    """A DALI index made by walking the file's framing: each record is an 8-byte little-endian length,
+    a 4-byte CRC, the data and a 4-byte CRC."""
+    data, lines, offset = Path(path).read_bytes(), [], 0
+    while offset < len(data):
+        size = 16 + int.from_bytes(data[offset:offset + 8], "little")
+        lines.append(f"{offset} {size}\n")
+        offset += size
+    return "".join(lines).encode()
+
+
+def test_dali_index_files_come_with_the_shards(tmp_path):
+    out = str(tmp_path / "ds")
+    _write(out, RECORDS, num_shards=2, dali_index=True)
+    shards = load_manifest(out).shards
+    assert len(shards) == 4
+    for shard in shards:
+        assert shard.dali_index == shard.filename + ".idx"
+        index = Path(out, shard.dali_index).read_bytes()
+        assert index == _framing_index(os.path.join(out, shard.filename))
+        assert index.count(b"\n") == shard.num_records
+
+
+def test_dali_index_of_compressed_shards_is_refused():
+    with pytest.raises(WriterOptionError, match="^dali_index: "):
+        WriteBalancedTFRecord("/tmp/unused", compression_type="gzip", dali_index=True)
 
 
 def test_raw_payloads_are_read_back_as_one_bytes_feature(tmp_path):
