@@ -10,6 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.runner import PipelineRunner
 
 from beam_tfrecord import errors
+from beam_tfrecord.beam.runners.worker_main import BEAM_WORKER_COMMAND, WORKER_COMMAND
 
 
 class LocalBatchRunner(PipelineRunner):
@@ -25,6 +26,9 @@ class LocalBatchRunner(PipelineRunner):
     A worker process's error reaches the launching process as a ``RuntimeError`` holding the
     worker's traceback as text; when it names a beam-tfrecord error, that error is raised instead
     (``error_from_worker``), as one in-memory worker raises it.
+
+    Worker processes (``multi_processing``) run Beam's SDK worker through ``worker_main``, which
+    ends each at once when the runner closes it instead of waiting 1-3 s for Python's teardown.
     """
 
     def run_pipeline(self, pipeline: beam.Pipeline, options: PipelineOptions) -> Any:
@@ -35,12 +39,35 @@ class LocalBatchRunner(PipelineRunner):
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
         try:
-            return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+            return _engine(fn_runner.FnApiRunner)(provision_info=provision).run_pipeline(pipeline, options)
         except Exception as err:
             ours = error_from_worker(err)
             if ours is None:
                 raise
             raise ours from err
+
+
+def _engine(fn_api_runner: type) -> type:
+    """Beam's ``FnApiRunner`` with its worker processes started by ``worker_main`` (the same harness,
+    ended without the interpreter's teardown): the pipeline proto's environments that run Beam's
+    own worker command run ``WORKER_COMMAND`` instead (Beam imported lazily, as in ``run_pipeline``)."""
+
+    class _Engine(fn_api_runner):
+        def run_via_runner_api(self, pipeline_proto: Any, options: PipelineOptions) -> Any:
+            return super().run_via_runner_api(with_fast_ending_workers(pipeline_proto), options)
+
+    return _Engine
+
+
+def with_fast_ending_workers(pipeline_proto: Any) -> Any:
+    """``pipeline_proto`` (a ``beam_runner_api_pb2.Pipeline``, changed in place and returned) with its
+    environments that run Beam's worker command (``BEAM_WORKER_COMMAND``) running ``WORKER_COMMAND``."""
+    from apache_beam.portability import python_urns
+
+    for environment in pipeline_proto.components.environments.values():
+        if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload == BEAM_WORKER_COMMAND.encode():
+            environment.payload = WORKER_COMMAND.encode()
+    return pipeline_proto
 
 
 # How Beam's worker harness words a DoFn's error: "<module>.<class>: <message> [while running '<step>']".

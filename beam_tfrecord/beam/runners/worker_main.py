@@ -1,0 +1,39 @@
+"""The local worker processes' entry point: Beam's SDK worker (``sdk_worker_main``), ended at once
+when the runner closes its control channel, without the interpreter's teardown.
+
+A worker process that has imported Beam (and gRPC, pandas, pyarrow with it) took 1-3 s to tear its
+interpreter down after its last bundle (in C, no Python frame running), and the runner waits for
+every worker to exit before ``run()`` returns: a fixed cost of every build with worker processes,
+paid with the data already written. When Beam's harness returns, the runner has closed the control
+channel: every bundle's results were reported and every DoFn torn down (``teardown``), so nothing is
+left but the teardown; logging is flushed and the process ends with ``os._exit(0)``. A harness that
+fails raises, and the process exits non-zero with its traceback, as Beam's own entry point does.
+``LocalBatchRunner`` starts its worker processes with this module (``WORKER_COMMAND``).
+Measured: ``docs/performance.md#the-fixed-cost-of-a-job``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+
+# What Beam's FnApiRunner runs for each worker process in ``multi_processing`` mode (Beam 2.77).
+BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
+WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m beam_tfrecord.beam.runners.worker_main"
+
+
+def main() -> None:
+    """Runs Beam's SDK worker harness until the runner closes it, then ends the process at once."""
+    from apache_beam.runners.worker import sdk_worker_main
+
+    sdk_worker_main.main(sys.argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
