@@ -34,7 +34,7 @@ def _label(process: psutil.Process) -> str:
         line = " ".join(process.cmdline())
     except psutil.Error:
         return f"pid {process.pid}"
-    if "sdk_worker_main" in line or "worker_id" in line:
+    if "sdk_worker_main" in line or "runners.worker_main" in line:  # Beam's worker entry point, or ours
         return f"worker {process.pid}"
     return f"{line[:40]} ({process.pid})"
 

@@ -10,9 +10,13 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import environments
 
-from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner, with_fast_ending_workers
+from beam_tfrecord.beam.runners.local_engine import (
+    BEAM_WORKER_COMMAND,
+    WORKER_COMMAND,
+    LocalBatchRunner,
+    with_fast_ending_workers,
+)
 from beam_tfrecord.beam.runners.local_workers import available_cores, use_local_workers
-from beam_tfrecord.beam.runners.worker_main import BEAM_WORKER_COMMAND, WORKER_COMMAND
 
 WORKER_MODULE = "beam_tfrecord.beam.runners.worker_main"
 
@@ -43,7 +47,7 @@ class NoteFn(beam.DoFn):
 
 
 @pytest.mark.skipif(available_cores() < 2, reason="every core is one core here")
-def test_worker_processes_run_the_fast_ending_entry_point_and_tear_down(tmp_path):
+def test_worker_processes_run_the_fast_ending_entry_point_and_tear_down(tmp_path, capfd):
     out = tmp_path / "out"
     with two_workers() as pipeline:
         _ = (pipeline | beam.Create(range(20)) | beam.ParDo(NoteFn(str(tmp_path)))
@@ -55,6 +59,7 @@ def test_worker_processes_run_the_fast_ending_entry_point_and_tear_down(tmp_path
     assert str(os.getpid()) not in worker_pids
     assert {path.name.split("-")[1] for path in tmp_path.glob("teardown-*")} >= worker_pids
     assert all(path.read_text() == "done\n" for path in tmp_path.glob("teardown-*"))
+    assert "RuntimeWarning" not in capfd.readouterr().err  # nothing imports the entry point before -m runs it
 
 
 def _fail(element: int) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shlex
+import sys
 from typing import Any
 
 import apache_beam as beam
@@ -10,7 +12,11 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.runner import PipelineRunner
 
 from beam_tfrecord import errors
-from beam_tfrecord.beam.runners.worker_main import BEAM_WORKER_COMMAND, WORKER_COMMAND
+
+# What Beam's FnApiRunner runs for each worker process in ``multi_processing`` mode (Beam 2.77), and
+# what LocalBatchRunner runs instead: the same harness, ended without the interpreter's teardown.
+BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
+WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m beam_tfrecord.beam.runners.worker_main"
 
 
 class LocalBatchRunner(PipelineRunner):

@@ -8,7 +8,8 @@ paid with the data already written. When Beam's harness returns, the runner has 
 channel: every bundle's results were reported and every DoFn torn down (``teardown``), so nothing is
 left but the teardown; logging is flushed and the process ends with ``os._exit(0)``. A harness that
 fails raises, and the process exits non-zero with its traceback, as Beam's own entry point does.
-``LocalBatchRunner`` starts its worker processes with this module (``WORKER_COMMAND``).
+``LocalBatchRunner`` starts its worker processes with this module (``local_engine.WORKER_COMMAND``);
+nothing imports it (run with ``-m``, it must not be in ``sys.modules`` before).
 Measured: ``docs/performance.md#the-fixed-cost-of-a-job``.
 """
 
@@ -16,12 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shlex
 import sys
-
-# What Beam's FnApiRunner runs for each worker process in ``multi_processing`` mode (Beam 2.77).
-BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
-WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m beam_tfrecord.beam.runners.worker_main"
 
 
 def main() -> None:
