@@ -64,7 +64,7 @@ setup(
         "tensorflow-metadata>=1.14",
     ],
     extras_require=_extras(),
-    entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:main"],
+    entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:command"],
                   # Dask measures Beam's WindowedValue and the writer's batches (so it can spill them).
                   "dask.sizeof": ["beam_tfrecord = beam_tfrecord.beam.dask_sizeof:register"]},
 )

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest
 from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.process_exit import run_and_exit
 from beam_tfrecord.verify import verify_dataset
 
 # Subcommands that run a Beam job: their arguments are the job's pipeline options.
@@ -75,5 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def command() -> None:
+    """The ``beam-tfrecord`` console script: ``main()``, its process ended without Python's teardown
+    once the command is done (``process_exit.run_and_exit``: ~1-2 s less to wait after a build)."""
+    run_and_exit(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

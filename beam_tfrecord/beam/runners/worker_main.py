@@ -6,8 +6,8 @@ interpreter down after its last bundle (in C, no Python frame running), and the 
 every worker to exit before ``run()`` returns: a fixed cost of every build with worker processes,
 paid with the data already written. When Beam's harness returns, the runner has closed the control
 channel: every bundle's results were reported and every DoFn torn down (``teardown``), so nothing is
-left but the teardown; logging is flushed and the process ends with ``os._exit(0)``. A harness that
-fails raises, and the process exits non-zero with its traceback, as Beam's own entry point does.
+left but the teardown: ``atexit`` handlers run, then the process ends (``process_exit.run_and_exit``).
+A harness that fails raises, and the process exits non-zero with its traceback, as Beam's own does.
 ``LocalBatchRunner`` starts its worker processes with this module (``local_engine.WORKER_COMMAND``);
 nothing imports it (run with ``-m``, it must not be in ``sys.modules`` before).
 Measured: ``docs/performance.md#the-fixed-cost-of-a-job``.
@@ -15,21 +15,17 @@ Measured: ``docs/performance.md#the-fixed-cost-of-a-job``.
 
 from __future__ import annotations
 
-import logging
-import os
 import sys
+
+from beam_tfrecord.process_exit import run_and_exit
 
 
 def main() -> None:
-    """Runs Beam's SDK worker harness until the runner closes it, then ends the process at once."""
+    """Runs Beam's SDK worker harness until the runner closes it."""
     from apache_beam.runners.worker import sdk_worker_main
 
     sdk_worker_main.main(sys.argv)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
-    main()
+    run_and_exit(main)
