@@ -7,7 +7,6 @@ and printed as JSON so that it can be pinned with ``--schema FILE``.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -15,6 +14,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.process_exit import run_and_exit
 from beam_tfrecord.sources.arrays import ReadNumpyFiles, count_samples, peek_arrays
 from beam_tfrecord.sources.chunks import list_inputs
 from pipelines.common import (
@@ -61,4 +61,4 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_command(run, prog=COMMAND.prog))
+    run_and_exit(lambda: run_as_command(run, prog=COMMAND.prog))  # ended without the interpreter's teardown

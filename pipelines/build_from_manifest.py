@@ -10,7 +10,6 @@ import argparse
 import enum
 import json
 import posixpath
-import sys
 from collections.abc import Iterator, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -21,6 +20,7 @@ from beam_tfrecord.beam.runners.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.core.infer import infer_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.process_exit import run_and_exit
 from beam_tfrecord.sources.chunks import list_inputs
 from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows, parquet_num_rows
 from beam_tfrecord.sources.rows import RowOptions
@@ -167,4 +167,4 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_command(run, prog=COMMAND.prog))
+    run_and_exit(lambda: run_as_command(run, prog=COMMAND.prog))  # ended without the interpreter's teardown

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat, Schema
 from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
+from beam_tfrecord.process_exit import run_and_exit
 from beam_tfrecord.sources.image_folder import (
     FolderListing,
     ListingCheck,
@@ -132,4 +132,4 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_command(run, prog=COMMAND.prog))
+    run_and_exit(lambda: run_as_command(run, prog=COMMAND.prog))  # ended without the interpreter's teardown

@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import sys
 import uuid
 from collections.abc import Sequence
 
@@ -38,6 +37,7 @@ from beam_tfrecord.input_index import (
     index_inputs,
     write_input_index,
 )
+from beam_tfrecord.process_exit import run_and_exit
 from beam_tfrecord.refresh import (
     DEFAULT_KEEP_VERSIONS,
     DEFAULT_MIN_VERSION_AGE,
@@ -253,4 +253,4 @@ def _read_inputs(pipeline: beam.Pipeline, folder: str, build: ImageFolderBuild,
 
 
 if __name__ == "__main__":
-    sys.exit(run_as_command(run, prog=COMMAND.prog))
+    run_and_exit(lambda: run_as_command(run, prog=COMMAND.prog))  # ended without the interpreter's teardown
