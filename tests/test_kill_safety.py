@@ -19,13 +19,14 @@ import psutil
 import pytest
 
 from beam_tfrecord import load_manifest, verify_dataset
+from beam_tfrecord.beam.runners.local_engine import WORKER_MODULE
 from pipelines import build_image_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 POOL, WORKERS = "encoding-pool", "runner-workers"
-_MARK = {POOL: "beam_tfrecord.beam.encode_pool", WORKERS: "apache_beam.runners.worker.sdk_worker_main"}
+_MARK = {POOL: "beam_tfrecord.beam.encode_pool", WORKERS: WORKER_MODULE}  # the runner's workers: LocalBatchRunner's
 
 
 def _args(images: str, out: str, mode: str = POOL) -> list[str]:

@@ -13,12 +13,11 @@ from apache_beam.transforms import environments
 from beam_tfrecord.beam.runners.local_engine import (
     BEAM_WORKER_COMMAND,
     WORKER_COMMAND,
+    WORKER_MODULE,
     LocalBatchRunner,
     with_fast_ending_workers,
 )
 from beam_tfrecord.beam.runners.local_workers import available_cores, use_local_workers
-
-WORKER_MODULE = "beam_tfrecord.beam.runners.worker_main"
 
 
 def two_workers() -> beam.Pipeline:

@@ -16,7 +16,8 @@ from beam_tfrecord import errors
 # What Beam's FnApiRunner runs for each worker process in ``multi_processing`` mode (Beam 2.77), and
 # what LocalBatchRunner runs instead: the same harness, ended without the interpreter's teardown.
 BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
-WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m beam_tfrecord.beam.runners.worker_main"
+WORKER_MODULE = "beam_tfrecord.beam.runners.worker_main"
+WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m {WORKER_MODULE}"
 
 
 class LocalBatchRunner(PipelineRunner):
