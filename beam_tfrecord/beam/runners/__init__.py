@@ -5,6 +5,8 @@
   raises a worker process's beam-tfrecord error as that error.
 - ``local_workers``: how many local worker processes a build gets (every core by default, one
   in-memory worker for a small job) and setting a pipeline up to run in them.
+- ``forked_workers``: those worker processes forked from the launching process (its imports done)
+  instead of started as fresh interpreters, where that is safe.
 
 The Dask runner and cluster stay beside this package (``beam/dask_runner.py``, ``dask_cluster.py``,
 ``dask_sizeof.py``): ``beam_tfrecord.beam.dask_runner.DaskRunner`` is a dotted runner path users

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
 from beam_tfrecord import errors
+from beam_tfrecord.beam.runners.forked_workers import forking_fn_api_runner, worker_fork_server
 
 
 class LocalBatchRunner(PipelineRunner):
@@ -34,8 +36,12 @@ class LocalBatchRunner(PipelineRunner):
 
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+        forking = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
         try:
-            return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+            with worker_fork_server() if forking else contextlib.nullcontext() as server:
+                runner = (forking_fn_api_runner(server.launch_command, provision_info=provision) if server is not None
+                          else fn_runner.FnApiRunner(provision_info=provision))
+                return runner.run_pipeline(pipeline, options)
         except Exception as err:
             ours = error_from_worker(err)
             if ours is None:
