@@ -17,7 +17,14 @@ from beam_tfrecord.beam.runners.local_engine import (
     LocalBatchRunner,
     with_fast_ending_workers,
 )
+from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV
 from beam_tfrecord.beam.runners.local_workers import available_cores, use_local_workers
+
+
+@pytest.fixture(autouse=True)
+def started_not_forked(monkeypatch):
+    """Workers started with a command line (forked ones run the launching process's ``__main__``)."""
+    monkeypatch.setenv(FORK_WORKERS_ENV, "0")
 
 
 def two_workers() -> beam.Pipeline:

@@ -7,6 +7,8 @@
   in-memory worker for a small job) and setting a pipeline up to run in them.
 - ``worker_main``: the local worker processes' entry point (Beam's harness, ended without the
   interpreter's teardown); imported by nothing, run with ``-m`` (``local_engine.WORKER_COMMAND``).
+- ``forked_workers``: those worker processes forked from the launching process (its imports done)
+  instead of started as fresh interpreters (``worker_main``), where that is safe.
 
 The Dask runner and cluster stay beside this package (``beam/dask_runner.py``, ``dask_cluster.py``,
 ``dask_sizeof.py``): ``beam_tfrecord.beam.dask_runner.DaskRunner`` is a dotted runner path users

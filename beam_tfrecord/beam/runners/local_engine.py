@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import sys
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.runners.runner import PipelineRunner
 
 from beam_tfrecord import errors
+from beam_tfrecord.beam.runners.forked_workers import worker_fork_server
 
 # What Beam's FnApiRunner runs for each worker process in ``multi_processing`` mode (Beam 2.77), and
 # what LocalBatchRunner runs instead: the same harness, ended without the interpreter's teardown.
@@ -34,8 +36,10 @@ class LocalBatchRunner(PipelineRunner):
     worker's traceback as text; when it names a beam-tfrecord error, that error is raised instead
     (``error_from_worker``), as one in-memory worker raises it.
 
-    Worker processes (``multi_processing``) run Beam's SDK worker through ``worker_main``, which
-    ends each at once when the runner closes it instead of waiting 1-3 s for Python's teardown.
+    Worker processes (``multi_processing``) are forked from this process where that is safe
+    (``forked_workers``: no second import of Beam in each), else run Beam's SDK worker through
+    ``worker_main``; either ends each at once when the runner closes it instead of waiting 1-3 s
+    for Python's teardown.
     """
 
     def run_pipeline(self, pipeline: beam.Pipeline, options: PipelineOptions) -> Any:
@@ -45,8 +49,11 @@ class LocalBatchRunner(PipelineRunner):
 
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+        forking = options.view_as(DirectOptions).direct_running_mode == "multi_processing"
         try:
-            return _engine(fn_runner.FnApiRunner)(provision_info=provision).run_pipeline(pipeline, options)
+            with worker_fork_server() if forking else contextlib.nullcontext() as server:
+                command = server.launch_command if server is not None else WORKER_COMMAND
+                return _engine(fn_runner.FnApiRunner, command)(provision_info=provision).run_pipeline(pipeline, options)
         except Exception as err:
             ours = error_from_worker(err)
             if ours is None:
@@ -54,26 +61,27 @@ class LocalBatchRunner(PipelineRunner):
             raise ours from err
 
 
-def _engine(fn_api_runner: type) -> type:
-    """Beam's ``FnApiRunner`` with its worker processes started by ``worker_main`` (the same harness,
-    ended without the interpreter's teardown): the pipeline proto's environments that run Beam's
-    own worker command run ``WORKER_COMMAND`` instead (Beam imported lazily, as in ``run_pipeline``)."""
+def _engine(fn_api_runner: type, worker_command: str) -> type:
+    """Beam's ``FnApiRunner`` with its worker processes started by ``worker_command``: a fork server's
+    launcher (``forked_workers``) or ``worker_main`` (the same harness, ended without the
+    interpreter's teardown). The pipeline proto's environments that run Beam's own worker command
+    run it instead (Beam imported lazily, as in ``run_pipeline``)."""
 
     class _Engine(fn_api_runner):
         def run_via_runner_api(self, pipeline_proto: Any, options: PipelineOptions) -> Any:
-            return super().run_via_runner_api(with_fast_ending_workers(pipeline_proto), options)
+            return super().run_via_runner_api(with_fast_ending_workers(pipeline_proto, worker_command), options)
 
     return _Engine
 
 
-def with_fast_ending_workers(pipeline_proto: Any) -> Any:
+def with_fast_ending_workers(pipeline_proto: Any, worker_command: str = WORKER_COMMAND) -> Any:
     """``pipeline_proto`` (a ``beam_runner_api_pb2.Pipeline``, changed in place and returned) with its
-    environments that run Beam's worker command (``BEAM_WORKER_COMMAND``) running ``WORKER_COMMAND``."""
+    environments that run Beam's worker command (``BEAM_WORKER_COMMAND``) running ``worker_command``."""
     from apache_beam.portability import python_urns
 
     for environment in pipeline_proto.components.environments.values():
         if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload == BEAM_WORKER_COMMAND.encode():
-            environment.payload = WORKER_COMMAND.encode()
+            environment.payload = worker_command.encode()
     return pipeline_proto
 
 

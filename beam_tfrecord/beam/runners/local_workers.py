@@ -138,9 +138,10 @@ def use_local_workers(pipeline: beam.Pipeline, workers: int) -> None:
     no record crosses a process. It then runs on ``LocalBatchRunner``, which is the engine that mode
     belongs to (Prism, the DirectRunner's first choice online, ignores it).
 
-    The workers are fresh interpreters: they get this process's ``sys.path`` (through
-    ``PYTHONPATH``, which they inherit with the environment) so that they import what this process
-    imports, as the in-memory worker did (a script's sibling modules, a notebook's folder).
+    The workers are forked from this process where that is safe (``forked_workers``), else fresh
+    interpreters: they get this process's ``sys.path`` (through ``PYTHONPATH``, which they inherit
+    with the environment) so that they import what this process imports, as the in-memory worker
+    did (a script's sibling modules, a notebook's folder).
     Measured: ``docs/performance.md#every-core-by-default``. Does nothing for one worker.
     """
     if workers <= 1:

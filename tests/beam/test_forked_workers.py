@@ -1,0 +1,147 @@
+"""Local worker processes forked from the launching process (``beam/runners/forked_workers.py``).
+
+Each case runs its pipeline in a fresh interpreter (a subprocess): the fork server is made only
+while a process runs one Python thread, which pytest's own process may not.
+"""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV, WorkerForkServer, fork_workers_enabled
+
+pytestmark = pytest.mark.skipif(not fork_workers_enabled(), reason="forking workers needs Linux")
+
+# A two-worker pipeline whose DoFn reports what its worker process holds: an attribute this
+# process set on a module before running (a forked worker has it, a fresh interpreter does not).
+SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import apache_beam as beam
+    from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
+
+    json.set_by_launcher = "yes"
+    out = sys.argv[1]
+
+    def report(i):
+        import json as j
+        pass  # BODY
+        return f"{i} {getattr(j, 'set_by_launcher', 'no')} {os.getpid()} {os.environ.get('WORKER_ID', '')}"
+
+    options = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    with beam.Pipeline(runner=LocalBatchRunner(), argv=options) as p:
+        (p | beam.Create(range(40)) | beam.Reshuffle() | beam.Map(report)
+           | beam.io.WriteToText(out, shard_name_template="", num_shards=1))
+    print("client", os.getpid())
+""")
+
+
+def _run(tmp_path, script: str, fork: str, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "pipeline.py"
+    path.write_text(script)
+    env = {**os.environ, FORK_WORKERS_ENV: fork}
+    return subprocess.run([sys.executable, str(path), *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def _reports(path) -> list[list[str]]:
+    return sorted((line.split() for line in path.read_text().splitlines()), key=lambda r: int(r[0]))
+
+
+@pytest.mark.parametrize("fork, forked", [("1", "yes"), ("0", "no")], ids=["forked", "turned-off"])
+def test_workers_are_forked_from_the_launching_process_unless_turned_off(tmp_path, fork, forked):
+    out = tmp_path / "out.txt"
+    done = _run(tmp_path, SCRIPT, fork, str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = _reports(out)
+    assert [int(r[0]) for r in reports] == list(range(40))
+    assert {r[1] for r in reports} == {forked}
+    client = int(done.stdout.split()[-1])
+    assert client not in {int(r[2]) for r in reports}  # worker processes, not the launching one
+
+
+def test_no_fork_server_once_other_threads_run(tmp_path):
+    """A thread of the launching process could hold a lock the fork would copy held: Beam's own
+    command line is used then, and the pipeline still runs."""
+    script = SCRIPT.replace('json.set_by_launcher = "yes"', textwrap.dedent("""
+        json.set_by_launcher = "yes"
+        import threading
+        from beam_tfrecord.beam.runners import forked_workers
+        stop = threading.Event()
+        threading.Thread(target=stop.wait, daemon=True).start()
+        with forked_workers.worker_fork_server() as server:
+            assert server is None
+    """))
+    out = tmp_path / "out.txt"
+    done = _run(tmp_path, script, "1", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {r[1] for r in _reports(out)} == {"no"}
+
+
+def test_a_worker_that_fails_fails_the_pipeline_with_its_error(tmp_path):
+    script = SCRIPT.replace("pass  # BODY", "raise ValueError(f'sample {i} is bad')")
+    done = _run(tmp_path, script, "1", str(tmp_path / "out.txt"))
+    assert done.returncode != 0
+    assert "ValueError: sample" in done.stderr and "is bad" in done.stderr
+
+
+def test_the_launchers_exit_code_is_the_forked_workers(tmp_path):
+    """Beam sees a worker's end through its launcher: the same exit code as a fresh interpreter's."""
+    script = textwrap.dedent("""
+        import os, subprocess, sys
+        from beam_tfrecord.beam.runners.forked_workers import WorkerForkServer
+        server = WorkerForkServer()
+        env = dict(os.environ, CONTROL_API_SERVICE_DESCRIPTOR="url: 'localhost:1'", PIPELINE_OPTIONS="{not json")
+        code = subprocess.run(server.launch_command, shell=True, env=env, timeout=120).returncode
+        server.close()
+        print("exit", code, "running", server.running(), "socket", os.path.exists(server.address))
+    """)
+    done = _run(tmp_path, script, "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-6:] == ["exit", "1", "running", "False", "socket", "False"]
+
+
+def test_killing_the_launching_process_ends_the_fork_server_and_its_workers(tmp_path):
+    """SIGKILL of the launching process alone (not its group): nothing it forked keeps running."""
+    started = tmp_path / "started"
+    started.mkdir()
+    script = SCRIPT.replace("pass  # BODY", 'open(os.path.join(sys.argv[2], str(os.getpid())), "w").close(); '
+                                            'import time; time.sleep(600)')
+    path = tmp_path / "pipeline.py"
+    path.write_text(script)
+    env = {**os.environ, FORK_WORKERS_ENV: "1"}
+    job = subprocess.Popen([sys.executable, str(path), str(tmp_path / "out.txt"), str(started)], env=env,
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(glob.glob(str(started / "*"))) < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert glob.glob(str(started / "*")), "no worker started"
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        deadline = time.monotonic() + 90
+        while _group_alive(job.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _group_alive(job.pid), "processes of the killed job still run"
+    finally:
+        if _group_alive(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_the_fork_server_ends_when_closed(tmp_path):
+    server = WorkerForkServer()
+    assert server.running() and os.path.exists(server.address)
+    server.close()
+    assert not server.running() and not os.path.exists(server.address)
