@@ -10,6 +10,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import environments
 
+from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV
 from beam_tfrecord.beam.runners.local_engine import (
     BEAM_WORKER_COMMAND,
     WORKER_COMMAND,
@@ -17,7 +18,6 @@ from beam_tfrecord.beam.runners.local_engine import (
     LocalBatchRunner,
     with_fast_ending_workers,
 )
-from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV
 from beam_tfrecord.beam.runners.local_workers import available_cores, use_local_workers
 
 
