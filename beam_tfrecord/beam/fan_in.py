@@ -13,6 +13,7 @@ import apache_beam as beam
 from beam_tfrecord import storage
 from beam_tfrecord.beam.runners.table import traits_of
 from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.pieces import ShardWriters
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
@@ -106,6 +107,8 @@ class FanInSettings:
     progress_dir: str | None
     encoding: Encoding | None
     dali_index: bool = False
+    # The spill fan-in cuts shards into pieces to keep this many writers busy (``beam.shard_pieces``).
+    shard_writers: ShardWriters = dataclasses.field(default_factory=ShardWriters)
 
     def encode_options(self) -> dict[str, Any]:
         """Keyword arguments of both sample encoders (``encode_fn.EncodeSamplesFn``)."""
