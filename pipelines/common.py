@@ -90,6 +90,10 @@ class DatasetOutputOptions(PipelineOptions):
                                  f"process per core ({available_cores()} here, or $BEAM_TFRECORD_LOCAL_WORKERS) unless "
                                  "--direct_num_workers or --direct_running_mode is given (--direct_num_workers=1: one "
                                  "in-memory worker)")
+        parser.add_argument("--shard_writers", type=int, default=None,
+                            help="workers the spill fan-in's shard phase keeps busy: a shard larger than its share "
+                                 "is written in pieces and joined, same bytes (default: the DirectRunner's worker "
+                                 "processes; 1 elsewhere; 1: one writer per shard)")
         parser.add_argument("--fan_in", default="auto", choices=[f.value for f in FanIn],
                             help="how a shard's records come together: spill (sorted runs in the output's temp "
                                  "folder, merged by each shard writer; auto picks it where the runner's shuffle "
@@ -216,7 +220,7 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
         max_rejected_fraction=options.max_rejected_fraction, max_rejected_option=MAX_REJECTED_FLAG,
         spill_run_bytes=options.spill_run_mib << 20,
         fan_in=FanIn.parse(options.fan_in), command=redact_command(command),
-        local_workers=workers.workers,
+        local_workers=workers.workers, shard_writers=options.shard_writers,
         encode_processes=options.encode_processes, **extra)
 
 

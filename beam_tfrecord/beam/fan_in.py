@@ -27,9 +27,11 @@ class FanIn(enum.Enum):
         worker reaches, as it must for the shards); each shard writer merges its slice of every
         run. No payload byte goes through the runner's shuffle, so memory stays bounded by the run
         size on any runner: for runners whose shuffle holds data in memory (the DirectRunner,
-        Prism, the portable runner's embedded job service, Dask).
+        Prism, the portable runner's embedded job service, Dask). A shard larger than its share of
+        the writers is written in pieces and joined (``beam.shard_pieces``; same bytes).
     SHUFFLE: records keyed by shard go through the runner's disk-backed shuffle (Dataflow Shuffle,
-        Flink's and Spark's sort-based shuffles); a shard writer reads one group.
+        Flink's and Spark's sort-based shuffles); a shard writer reads one group (one writer per
+        shard, never pieces: the group is the shard's records).
     AUTO: SPILL on runners whose shuffle is in memory (``RunnerTraits.in_memory_shuffle``),
         SHUFFLE on every other.
     """

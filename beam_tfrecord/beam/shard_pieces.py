@@ -2,7 +2,7 @@
 
 When the plan has fewer shards than writers (or a shard much larger than the rest), the plan step
 cuts such shards into pieces by hash sub-range (``plan_pieces``). Each piece is a task of its own
-(``spill_path.WriteShardFromRunsFn``), written to a fixed name in ``<temp>/pieces/`` (a re-run
+(``spill_path.WriteShardFromRunsFn``), written to a fixed name in ``<temp>/shards/pieces/`` (a re-run
 writes the same bytes); ``JoinPiecesFn`` then concatenates a shard's pieces into the shard's temp
 file, checking each piece's record and byte counts against the plan and its CRC32C against what its
 writer recorded, and computing the shard's CRC32C as it copies. The order of a crash-safe join:
