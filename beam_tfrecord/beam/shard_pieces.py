@@ -105,7 +105,7 @@ def join_pieces(target: ShardTarget, written: Sequence[WrittenPiece], *, pieces_
         out = storage.HashingWriter(direct_io.open_write(target.temp_path, direct=direct), Compression.NONE)
         try:
             for w in pieces:
-                _copy_piece(target, w, storage.join(pieces_dir, w.info.filename), out, direct=direct)
+                _copy_piece(target, w, storage.join(pieces_dir, w.info.filename), out)
         except BaseException:
             out.close()
             raise
@@ -117,13 +117,13 @@ def join_pieces(target: ShardTarget, written: Sequence[WrittenPiece], *, pieces_
                      dali_index=dali_index_name(target.filename) if dali_index else None)
 
 
-def _copy_piece(target: ShardTarget, written: WrittenPiece, path: str, out: storage.HashingWriter, *,
-                direct: bool) -> None:
-    """Appends the piece at ``path`` to ``out``, checking its size and CRC32C as it goes."""
+def _copy_piece(target: ShardTarget, written: WrittenPiece, path: str, out: storage.HashingWriter) -> None:
+    """Appends the piece at ``path`` to ``out``, checking its size and CRC32C as it goes. Read through the
+    page cache: its writer has just written it there (``WriteShardFn._write_piece``)."""
     checksum = google_crc32c.Checksum()
     size = 0
     try:
-        with direct_io.open_read(path, direct=direct) as handle:
+        with storage.open_read(path) as handle:
             while chunk := handle.read(JOIN_CHUNK_BYTES):
                 checksum.update(chunk)
                 size += len(chunk)

@@ -167,6 +167,9 @@ class WriteShardFn(beam.DoFn):
     def setup(self) -> None:
         self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io,
                                        file_format=self._file_format, dali_index=self._dali_index)
+        # Pieces through the page cache: their join reads them back at once (``beam.shard_pieces``).
+        self._piece_writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=False,
+                                             file_format=self._file_format, dali_index=self._dali_index)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
 
     def _target(self, spec: ShardSpec) -> ShardTarget:
@@ -198,7 +201,7 @@ class WriteShardFn(beam.DoFn):
         piece file's ``ShardInfo`` (its name, records, bytes, CRC32C). No finished record: the join makes one."""
         name = piece.filename(self._target(piece.shard).filename)
         target = ShardTarget(piece.as_shard_spec(), name, storage.join(self._pieces_dir, name))
-        info, stats = self._writer.write(target, entries)
+        info, stats = self._piece_writer.write(target, entries)
         self._count_records(stats)
         self._pieces.inc()
         return info
