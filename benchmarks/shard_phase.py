@@ -1,10 +1,12 @@
 """The shard phase of a dataset of one large shard, written whole by one worker or in pieces by every worker.
 
     python benchmarks/shard_phase.py                      # 400 MB of 100 KB records, one shard, 2 workers
-    python benchmarks/shard_phase.py --mb 100 --rounds 3
+    python benchmarks/shard_phase.py --workload small --record_kb 3   # 400 MB of 3 KB rows of a .npy
 
-The records are files of seeded random bytes (``FileRef``s of 100 KB: over ``reread_min_bytes``, so the
-shard writer reads each file again and builds its record, as an image folder's build does). Each round
+``blobs`` (default): files of seeded random bytes (``FileRef``s of 100 KB: over ``reread_min_bytes``, so
+the shard writer reads each file again and builds its record, as an image folder's build does).
+``small``: the rows of one ``.npy`` of random bytes (``ReadNumpyFiles``), spilled whole: the shard
+writer merges them from the runs, a Python loop per record (where the shard phase costs CPU). Each round
 builds the dataset twice on the DirectRunner's worker processes, interleaved: ``whole`` (``shard_writers=1``:
 one writer for the shard, as before pieces) and ``pieces`` (the default: as many writers as workers,
 then a join). The shard phase is timed from the outside: from the moment the plan step writes the runs'
@@ -70,21 +72,37 @@ class _PhaseWatch:
         self._thread.join()
 
 
-def _build(out: str, paths: list[str], *, workers: int, shard_writers: int | None) -> tuple[float, float, list]:
-    """(shard phase s, wall s, [(shard, crc32c, bytes)]) of one build."""
+def _write_rows(path: str, *, total_mb: int, record_kb: int) -> str:
+    import numpy as np
+
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        rows = total_mb * 1024 // record_kb
+        np.save(path, np.random.default_rng(0).integers(0, 256, size=(rows, record_kb * 1024), dtype=np.uint8))
+    return path
+
+
+def _build(out: str, inputs: list[str] | str, *, workers: int, shard_writers: int | None) -> tuple[float, float, list]:
+    """(shard phase s, wall s, [(shard, crc32c, bytes)]) of one build (``inputs``: blob files, or one .npy)."""
     import apache_beam as beam
 
     from beam_tfrecord import DType, FileRef, Sample, Scalar, Schema, ShardingConfig, WriteTFRecordDataset
     from beam_tfrecord import load_manifest as read_manifest
+    from beam_tfrecord.core.infer import infer_array_schema
+    from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
 
     shutil.rmtree(out, ignore_errors=True)
-    schema = Schema({"blob": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
-    samples = [[Sample(os.path.basename(p), {"blob": FileRef(p), "index": i}) for i, p in enumerate(paths)][j::64]
-               for j in range(64)]
     watch = _PhaseWatch(out)
     began = time.perf_counter()
     with beam.Pipeline(argv=["--runner=DirectRunner"]) as pipeline:
-        _ = (pipeline | beam.Create(samples)
+        if isinstance(inputs, str):
+            schema = infer_array_schema(peek_arrays(inputs))
+            samples = pipeline | ReadNumpyFiles(inputs)
+        else:
+            schema = Schema({"blob": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
+            samples = pipeline | beam.Create([[Sample(os.path.basename(p), {"blob": FileRef(p), "index": i})
+                                               for i, p in enumerate(inputs)][j::64] for j in range(64)])
+        _ = (samples
              | WriteTFRecordDataset(out, schema=schema, sharding=ShardingConfig(target_shard_bytes=1 << 40),
                                     local_workers=workers, shard_writers=shard_writers))
     wall = time.perf_counter() - began
@@ -97,21 +115,26 @@ def _build(out: str, paths: list[str], *, workers: int, shard_writers: int | Non
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", choices=("blobs", "small"), default="blobs")
     parser.add_argument("--mb", type=int, default=400, help="dataset size, MB (one shard)")
     parser.add_argument("--record_kb", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_shard_phase"))
     args = parser.parse_args(argv)
-    paths = _write_files(os.path.join(args.dir, f"inputs-{args.mb}mb-{args.record_kb}kb"), total_mb=args.mb,
-                         record_kb=args.record_kb)
-    print(f"{len(paths)} records of {args.record_kb} KB ({args.mb} MB) in one shard, {args.workers} workers")
+    name = f"inputs-{args.mb}mb-{args.record_kb}kb"
+    inputs: list[str] | str = (
+        _write_files(os.path.join(args.dir, name), total_mb=args.mb, record_kb=args.record_kb)
+        if args.workload == "blobs" else
+        _write_rows(os.path.join(args.dir, f"{name}.npy"), total_mb=args.mb, record_kb=args.record_kb))
+    print(f"{args.workload}: {args.mb * 1024 // args.record_kb} records of {args.record_kb} KB ({args.mb} MB) in "
+          f"one shard, {args.workers} workers")
     print("round  variant  shard phase s  build wall s")
     results: dict[str, list[tuple[float, float]]] = {"whole": [], "pieces": []}
     for round_number in range(args.rounds):
         reference = None
         for variant in ("whole", "pieces") if round_number % 2 == 0 else ("pieces", "whole"):
-            phase, wall, shards = _build(os.path.join(args.dir, f"out-{variant}"), paths, workers=args.workers,
+            phase, wall, shards = _build(os.path.join(args.dir, f"out-{variant}"), inputs, workers=args.workers,
                                          shard_writers=1 if variant == "whole" else None)
             if reference is not None and shards != reference:
                 raise RuntimeError(f"the {variant} build's shards differ: {shards} != {reference}")
