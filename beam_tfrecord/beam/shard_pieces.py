@@ -3,9 +3,10 @@
 When the plan has fewer shards than writers (or a shard much larger than the rest), the plan step
 cuts such shards into pieces by hash sub-range (``plan_pieces``). Each piece is a task of its own
 (``spill_path.WriteShardFromRunsFn``), written to a fixed name in ``<temp>/shards/pieces/`` (a re-run
-writes the same bytes); ``JoinPiecesFn`` then concatenates a shard's pieces into the shard's temp
-file, checking each piece's record and byte counts against the plan and its CRC32C against what its
-writer recorded, and computing the shard's CRC32C as it copies. The order of a crash-safe join:
+writes the same bytes), through the page cache (the join reads it back at once); ``JoinPiecesFn`` then
+concatenates a shard's pieces into the shard's temp file, checking each piece's record and byte counts
+against the plan and its CRC32C against what its writer recorded, and computing the shard's CRC32C as
+it copies. The order of a crash-safe join:
 
 1. every piece is written (an earlier attempt's piece is written again, to the same bytes);
 2. the shard file is written from the pieces (a kill here leaves a file with no finished record);
