@@ -188,7 +188,7 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"encode_processes must be >= 1, got {encode_processes}")
         if local_workers is not None and local_workers < 1:
             raise WriterOptionError(f"local_workers must be >= 1, got {local_workers}")
-        ShardWriters(shard_writers or 1, min_piece_bytes)  # checks both (WriterOptionError)
+        ShardWriters(1 if shard_writers is None else shard_writers, min_piece_bytes)  # checks both
         self._shard_writers = shard_writers
         self._min_piece_bytes = min_piece_bytes
         if expected_inputs is not None and expected_inputs < 0:

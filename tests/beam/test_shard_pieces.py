@@ -15,9 +15,9 @@ from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, join_pie
 from beam_tfrecord.beam.shards import ShardTarget
 from beam_tfrecord.beam.spill_path import ShardTask, WriteShardFromRunsFn
 from beam_tfrecord.core.naming import Compression, FileFormat
-from beam_tfrecord.core.pieces import PieceSpec, cut_pieces
+from beam_tfrecord.core.pieces import PieceSpec, ShardWriters, cut_pieces, pieces_per_shard
 from beam_tfrecord.core.sharding import ShardingConfig, ShardSpec, SplitConfig
-from beam_tfrecord.errors import CorruptShardError
+from beam_tfrecord.errors import CorruptShardError, WriterOptionError
 
 SCHEMA = Schema({"blob": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
 ONE_SHARD = ShardingConfig(target_shard_bytes=1 << 30)
@@ -146,3 +146,22 @@ def test_pieces_tile_the_shard_at_hash_boundaries():
     )
     assert cut_pieces(spec, np.full(6, 300, np.uint64), np.full(6, 100), 3) == (PieceSpec(spec, 0, 1, 100, 1_000, 6,
                                                                                            600),)
+
+
+@pytest.mark.parametrize("shard_bytes, writers, expected", [
+    pytest.param([84 << 20], 2, [2], id="one-shard-two-writers-two-pieces"),
+    pytest.param([90 << 20, 10 << 20], 2, [2, 1], id="the-larger-of-two-cut"),
+    pytest.param([64 << 20, 64 << 20], 2, [1, 1], id="as-many-equal-shards-as-writers-stay-whole"),
+    pytest.param([20 << 20], 4, [1], id="no-piece-under-min-piece-bytes"),
+    pytest.param([400 << 20], 4, [4], id="at-most-one-piece-per-writer"),
+    pytest.param([400 << 20], 1, [1], id="one-writer-never-cuts"),
+])
+def test_pieces_per_shard_gives_each_writer_a_share(shard_bytes, writers, expected):
+    assert pieces_per_shard(shard_bytes, writers=writers, min_piece_bytes=16 << 20) == expected
+
+
+def test_shard_writers_are_checked():
+    with pytest.raises(WriterOptionError, match="shard_writers must be >= 1, got 0"):
+        WriteTFRecordDataset("/tmp/never-written", schema=SCHEMA, shard_writers=0)
+    with pytest.raises(WriterOptionError, match="min_piece_bytes must be >= 1, got 0"):
+        ShardWriters(2, 0)
