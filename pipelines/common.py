@@ -32,6 +32,7 @@ from beam_tfrecord.beam.runners.table import (
     traits_of_options,
     uses_dask_runner,
 )
+from beam_tfrecord.beam.shard_pieces import describe_pieces
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
@@ -356,9 +357,10 @@ def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset, mani
             print(line)
     if runs_on_direct_runner(pipeline):
         print(describe_local_workers(local_workers_of(pipeline.options), workers_reason))
-    encoding = describe_encode_processes(getattr(pipeline, "result", None))
-    if encoding:
-        print(encoding)
+    for line in (describe_encode_processes(getattr(pipeline, "result", None)),
+                 describe_pieces(getattr(pipeline, "result", None))):
+        if line:
+            print(line)
 
 
 def _our_error(err: BaseException) -> BeamTFRecordError | None:

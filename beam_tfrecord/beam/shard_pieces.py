@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
+import apache_beam as beam
 import google_crc32c
 import numpy as np
 
@@ -32,7 +34,14 @@ from beam_tfrecord.beam.shards import ShardTarget, WriteShardFn
 from beam_tfrecord.core.dali_index import DaliIndexBuilder, dali_index_name
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
-from beam_tfrecord.core.pieces import PieceSpec, ShardWriters, concatenable, cut_pieces, pieces_per_shard
+from beam_tfrecord.core.pieces import (
+    PIECES_COUNTER,
+    PieceSpec,
+    ShardWriters,
+    concatenable,
+    cut_pieces,
+    pieces_per_shard,
+)
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.sharding import DatasetPlan
 from beam_tfrecord.disk_space import raise_typed_when_full
@@ -49,6 +58,18 @@ class WrittenPiece:
 
     piece: PieceSpec
     info: ShardInfo
+
+
+def describe_pieces(result: Any) -> str | None:
+    """A line for a job's summary when shards were written in pieces (None when none were, or the runner
+    reports no counters)."""
+    try:
+        counters = result.metrics().query(beam.metrics.MetricsFilter().with_name(PIECES_COUNTER))
+    except (AttributeError, NotImplementedError):
+        return None
+    pieces = sum(counter.committed or 0 for counter in counters["counters"])
+    return (f"  shard phase: {pieces} pieces written in parallel and joined (shards larger than their share of "
+            "the workers; --shard_writers=1 writes each shard whole)") if pieces else None
 
 
 def plan_pieces(plan: DatasetPlan, runs: Sequence[SpilledRun], writers: ShardWriters, *,

@@ -20,7 +20,7 @@ from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
-from beam_tfrecord.core.pieces import PieceSpec
+from beam_tfrecord.core.pieces import PIECES_COUNTER, PieceSpec
 from beam_tfrecord.core.runs import (
     RECORD,
     entry_kind,
@@ -162,7 +162,7 @@ class WriteShardFn(beam.DoFn):
         self._reread = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_reread_from_source")
         self._bytes = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shard_bytes_written")
         self._shards_reused = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shards_reused")
-        self._pieces = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shard_pieces_written")
+        self._pieces = beam.metrics.Metrics.counter(METRICS_NAMESPACE, PIECES_COUNTER)
 
     def setup(self) -> None:
         self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io,

@@ -27,6 +27,7 @@ from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import WriterOptionError
 
 DEFAULT_MIN_PIECE_BYTES = 16 * MiB  # a smaller piece saves less than the join's extra read and write costs
+PIECES_COUNTER = "shard_pieces_written"  # the Beam counter of the pieces written (a job's summary reads it)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ from apache_beam.metrics.metric import MetricsFilter
 
 from beam_tfrecord import DType, FileRef, Sample, Scalar, Schema, WriteTFRecordDataset, load_manifest, storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, join_pieces
+from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, describe_pieces, join_pieces
 from beam_tfrecord.beam.shards import ShardTarget
 from beam_tfrecord.beam.spill_path import ShardTask, WriteShardFromRunsFn
 from beam_tfrecord.core.naming import Compression, FileFormat
@@ -37,8 +37,8 @@ def blob_files(tmp_path_factory) -> list[str]:
 
 
 def _build(out: str, paths: list[str], *, local_workers: int, shard_writers: int | None = None,
-           splits: SplitConfig | None = None, dali_index: bool = False) -> dict[str, int]:
-    """Builds the dataset; its counters."""
+           splits: SplitConfig | None = None, dali_index: bool = False) -> dict[str, object]:
+    """Builds the dataset; its counters, and the job summary's line on pieces (``summary``)."""
     pipeline = beam.Pipeline(argv=["--runner=DirectRunner"])
     _ = (pipeline
          | beam.Create([Sample(os.path.basename(p), {"blob": FileRef(p), "index": i}) for i, p in enumerate(paths)])
@@ -47,7 +47,7 @@ def _build(out: str, paths: list[str], *, local_workers: int, shard_writers: int
     result = pipeline.run()
     result.wait_until_finish()
     counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
-    return {c.key.metric.name: c.committed for c in counters}
+    return {**{c.key.metric.name: c.committed for c in counters}, "summary": describe_pieces(result)}
 
 
 def _published(out: str) -> tuple[dict[str, bytes], list]:
@@ -68,7 +68,10 @@ def test_pieces_written_by_two_workers_give_the_one_writer_bytes(blob_files, tmp
                    dali_index=dali_index)
     alone = _build(str(tmp_path / "alone"), blob_files, local_workers=1, splits=splits, dali_index=dali_index)
     assert pieces["shard_pieces_written"] == 2  # the shard (the larger one) in two pieces, by two workers
+    assert pieces["summary"] == ("  shard phase: 2 pieces written in parallel and joined (shards larger than their "
+                                 "share of the workers; --shard_writers=1 writes each shard whole)")
     assert whole.get("shard_pieces_written", 0) == alone.get("shard_pieces_written", 0) == 0
+    assert whole["summary"] is alone["summary"] is None
     files, infos = _published(str(tmp_path / "pieces"))
     assert len(infos) == shards and (files, infos) == _published(str(tmp_path / "whole")) \
         == _published(str(tmp_path / "alone"))
