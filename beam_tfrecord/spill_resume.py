@@ -16,7 +16,8 @@ does not depend on which run holds an entry: the output is byte-identical to a c
 A source that can (``SkipsReusedKeys``: .npy arrays, image folders) leaves the reused samples out
 before it reads or spreads them. A shard a killed build finished writing is reused as it is
 (``finished_shard``): its writer recorded the planned shard, size and CRC32C once the file was
-complete, and the resumed build checks all three.
+complete, and the resumed build checks all three. A shard written in pieces (``beam.shard_pieces``) is
+recorded only once its pieces are joined: its pieces are written again, to the same bytes.
 
 A runner may have run a bundle twice before the kill; two finished runs may then hold the same
 samples. Runs are taken in path order, and a run sharing any key hash with one already taken is

@@ -32,6 +32,7 @@ from beam_tfrecord.beam.runners.table import (
     traits_of_options,
     uses_dask_runner,
 )
+from beam_tfrecord.beam.shard_pieces import describe_pieces
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
@@ -90,6 +91,10 @@ class DatasetOutputOptions(PipelineOptions):
                                  f"process per core ({available_cores()} here, or $BEAM_TFRECORD_LOCAL_WORKERS) unless "
                                  "--direct_num_workers or --direct_running_mode is given (--direct_num_workers=1: one "
                                  "in-memory worker)")
+        parser.add_argument("--shard_writers", type=int, default=None,
+                            help="workers the spill fan-in's shard phase keeps busy: a shard larger than its share "
+                                 "is written in pieces and joined, same bytes (default: the DirectRunner's worker "
+                                 "processes; 1 elsewhere; 1: one writer per shard)")
         parser.add_argument("--fan_in", default="auto", choices=[f.value for f in FanIn],
                             help="how a shard's records come together: spill (sorted runs in the output's temp "
                                  "folder, merged by each shard writer; auto picks it where the runner's shuffle "
@@ -216,7 +221,7 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
         max_rejected_fraction=options.max_rejected_fraction, max_rejected_option=MAX_REJECTED_FLAG,
         spill_run_bytes=options.spill_run_mib << 20,
         fan_in=FanIn.parse(options.fan_in), command=redact_command(command),
-        local_workers=workers.workers,
+        local_workers=workers.workers, shard_writers=options.shard_writers,
         encode_processes=options.encode_processes, **extra)
 
 
@@ -352,9 +357,10 @@ def print_how_it_ran(pipeline: beam.Pipeline, writer: WriteTFRecordDataset, mani
             print(line)
     if runs_on_direct_runner(pipeline):
         print(describe_local_workers(local_workers_of(pipeline.options), workers_reason))
-    encoding = describe_encode_processes(getattr(pipeline, "result", None))
-    if encoding:
-        print(encoding)
+    for line in (describe_encode_processes(getattr(pipeline, "result", None)),
+                 describe_pieces(getattr(pipeline, "result", None))):
+        if line:
+            print(line)
 
 
 def _our_error(err: BaseException) -> BeamTFRecordError | None:

@@ -13,6 +13,7 @@ import apache_beam as beam
 from beam_tfrecord import storage
 from beam_tfrecord.beam.runners.table import traits_of
 from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.pieces import ShardWriters
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
@@ -26,9 +27,11 @@ class FanIn(enum.Enum):
         worker reaches, as it must for the shards); each shard writer merges its slice of every
         run. No payload byte goes through the runner's shuffle, so memory stays bounded by the run
         size on any runner: for runners whose shuffle holds data in memory (the DirectRunner,
-        Prism, the portable runner's embedded job service, Dask).
+        Prism, the portable runner's embedded job service, Dask). A shard larger than its share of
+        the writers is written in pieces and joined (``beam.shard_pieces``; same bytes).
     SHUFFLE: records keyed by shard go through the runner's disk-backed shuffle (Dataflow Shuffle,
-        Flink's and Spark's sort-based shuffles); a shard writer reads one group.
+        Flink's and Spark's sort-based shuffles); a shard writer reads one group (one writer per
+        shard, never pieces: the group is the shard's records).
     AUTO: SPILL on runners whose shuffle is in memory (``RunnerTraits.in_memory_shuffle``),
         SHUFFLE on every other.
     """
@@ -106,6 +109,8 @@ class FanInSettings:
     progress_dir: str | None
     encoding: Encoding | None
     dali_index: bool = False
+    # The spill fan-in cuts shards into pieces to keep this many writers busy (``beam.shard_pieces``).
+    shard_writers: ShardWriters = dataclasses.field(default_factory=ShardWriters)
 
     def encode_options(self) -> dict[str, Any]:
         """Keyword arguments of both sample encoders (``encode_fn.EncodeSamplesFn``)."""

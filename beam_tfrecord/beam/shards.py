@@ -20,6 +20,7 @@ from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
+from beam_tfrecord.core.pieces import PIECES_COUNTER, PieceSpec
 from beam_tfrecord.core.runs import (
     RECORD,
     entry_kind,
@@ -146,8 +147,9 @@ class WriteShardFn(beam.DoFn):
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
                  *, dataset_name: str, shards_dir: str, direct_io: bool,
                  file_format: FileFormat = DEFAULT_FILE_FORMAT, progress_dir: str | None = None,
-                 dali_index: bool = False) -> None:
+                 dali_index: bool = False, pieces_dir: str | None = None) -> None:
         self._schema = schema
+        self._pieces_dir = pieces_dir or storage.join(shards_dir, "pieces")
         self._dali_index = dali_index
         self._progress_dir = progress_dir
         self._compression = compression
@@ -160,10 +162,14 @@ class WriteShardFn(beam.DoFn):
         self._reread = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_reread_from_source")
         self._bytes = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shard_bytes_written")
         self._shards_reused = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "shards_reused")
+        self._pieces = beam.metrics.Metrics.counter(METRICS_NAMESPACE, PIECES_COUNTER)
 
     def setup(self) -> None:
         self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io,
                                        file_format=self._file_format, dali_index=self._dali_index)
+        # Pieces through the page cache: their join reads them back at once (``beam.shard_pieces``).
+        self._piece_writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=False,
+                                             file_format=self._file_format, dali_index=self._dali_index)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
 
     def _target(self, spec: ShardSpec) -> ShardTarget:
@@ -186,11 +192,27 @@ class WriteShardFn(beam.DoFn):
         info, stats = self._writer.write(target, entries)
         with raise_typed_when_full(target.temp_path, 1 << 10):  # a record of the complete file: a resume reuses it
             record_finished_shard(target.temp_path, spec, info)
+        self._count_records(stats)
+        self._count_shard(spec, stats.stored_bytes)
+        return info
+
+    def _write_piece(self, piece: PieceSpec, entries: Iterable[bytes | memoryview]) -> ShardInfo:
+        """Writes one piece of a shard to its fixed name in the pieces folder (``beam.shard_pieces``); the
+        piece file's ``ShardInfo`` (its name, records, bytes, CRC32C). No finished record: the join makes one."""
+        name = piece.filename(self._target(piece.shard).filename)
+        target = ShardTarget(piece.as_shard_spec(), name, storage.join(self._pieces_dir, name))
+        info, stats = self._piece_writer.write(target, entries)
+        self._count_records(stats)
+        self._pieces.inc()
+        return info
+
+    def _count_records(self, stats: ShardStats) -> None:
         self._reread.inc(stats.rebuilt)  # metrics once per shard: each increment costs a lookup in Beam's tracker
         self._records.inc(stats.records)
         self._bytes.inc(stats.stored_bytes)
+
+    def _count_shard(self, spec: ShardSpec, stored_bytes: int) -> None:
         if self._progress is not None:
             filled = spec.count if spec.num_filled is None else spec.num_filled  # empty ones: written at publication
-            self._progress.add(shards=1, num_bytes=stats.stored_bytes, planned=(spec.split, filled))
+            self._progress.add(shards=1, num_bytes=stored_bytes, planned=(spec.split, filled))
             self._progress.flush()
-        return info

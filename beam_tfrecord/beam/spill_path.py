@@ -24,18 +24,20 @@ from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
 from beam_tfrecord.beam.one_group import DEAD, RUN, START, SUMMARY, by_kind, tag
 from beam_tfrecord.beam.plan_dataset import plan_in_one_step
 from beam_tfrecord.beam.runners import traits_of
+from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, plan_pieces
 from beam_tfrecord.beam.shards import WriteShardFn
 from beam_tfrecord.core.hashing import key_digests
 from beam_tfrecord.core.manifest import ShardInfo
+from beam_tfrecord.core.pieces import PieceSpec
 from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, ShardSpec, SplitConfig
+from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
 from beam_tfrecord.spill import RunWriting, read_catalog, read_run_index, shard_entries, write_catalog
-from beam_tfrecord.spill_resume import read_reused_hashes, skipped, write_resume_file
+from beam_tfrecord.spill_resume import finished_shard, read_reused_hashes, skipped, write_resume_file
 
 _KIND_OF_ENCODED = {SpilledRun: RUN, DeadLetter: DEAD, RecordsSummary: SUMMARY}
 
@@ -127,26 +129,43 @@ class EncodeToRunsFn(EncodeSamplesFn):
 
 @dataclasses.dataclass(frozen=True)
 class ShardTask:
-    """One shard to write on the spill path: its planned spec and the catalog listing every run."""
+    """One shard (or one piece of a shard: ``beam.shard_pieces``) to write on the spill path: its planned
+    spec, the catalog listing every run, and the piece (None: the shard whole)."""
 
     spec: ShardSpec
     catalog: str
+    piece: PieceSpec | None = None
 
 
 class WriteShardFromRunsFn(WriteShardFn):
-    """Spill path: ``(shard number, [ShardTask])`` in, its ``ShardInfo`` out; merges the shard's
-    slice of every run (``beam_tfrecord.spill.shard_entries``).
+    """Spill path: ``((shard number, piece number), [ShardTask])`` in, ``(shard number, ShardInfo)`` out, or
+    ``(shard number, WrittenPiece)`` for a piece of a shard (joined by ``shard_pieces.JoinPiecesFn``);
+    merges the shard's (or piece's) slice of every run (``beam_tfrecord.spill.shard_entries``).
 
     The runs come from the task's catalog file (O(runs) per shard, read from storage), so no
     runner has to hand every worker a side input.
     """
 
-    def process(self, group: tuple[int, Iterable[ShardTask]]) -> Iterator[ShardInfo]:
-        number, tasks = group
+    def process(self, group: tuple[tuple[int, int], Iterable[ShardTask]]
+                ) -> Iterator[tuple[int, ShardInfo | WrittenPiece]]:
+        (number, piece_number), tasks = group
         found = list(tasks)
         if len(found) != 1:
-            raise PipelineInvariantError(f"shard {number}", f"expected its one planned task, got {len(found)}")
-        yield self.write_from_runs(found[0].spec, read_catalog(found[0].catalog))
+            raise PipelineInvariantError(f"shard {number} piece {piece_number}",
+                                         f"expected its one planned task, got {len(found)}")
+        task = found[0]
+        if task.piece is None:
+            yield number, self.write_from_runs(task.spec, read_catalog(task.catalog))
+            return
+        # A shard a killed build finished (and joined) is reused: counted once, by its first piece's task.
+        reused = (self._finished(task.spec) if task.piece.index == 0
+                  else finished_shard(self._target(task.spec).temp_path, task.spec))
+        if reused is not None:
+            yield number, reused
+            return
+        with shard_entries(read_catalog(task.catalog), task.piece.hash_lo, task.piece.hash_hi,
+                           direct=self._direct_io) as entries:
+            yield number, WrittenPiece(task.piece, self._write_piece(task.piece, entries))
 
     def write_from_runs(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> ShardInfo:
         """Writes one shard from its slice of every run (any order of ``runs``: the same file), unless an
@@ -178,12 +197,14 @@ class PlannedRuns:
     catalog: str | None
     dead_letters: tuple[DeadLetter, ...]
     summary: RecordsSummary | None = None
+    pieces: Mapping[int, tuple[PieceSpec, ...]] = dataclasses.field(default_factory=dict)  # by shard number
 
 
-def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitConfig, sharding: ShardingConfig,
-                   runs_dir: str, reused: Sequence[SpilledRun] = ()) -> PlannedRuns:
+def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], settings: FanInSettings, runs_dir: str,
+                   reused: Sequence[SpilledRun] = ()) -> PlannedRuns:
     """Plans from every run's index file (read in turn, never all held), those of a killed build it
-    resumes (``reused``) included, and writes the runs' catalog.
+    resumes (``reused``) included, cuts shards into pieces when the shards are fewer than the writers
+    (``shard_pieces.plan_pieces``), and writes the runs' catalog.
 
     One step: on the runners the spill path serves, a pipeline stage per planning round costs more
     than reading the small index files.
@@ -195,15 +216,20 @@ def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], splits: SplitC
     if not runs:
         return PlannedRuns(None, None, tuple(dead), summary)
     runs.sort(key=lambda run: run.path)
-    return PlannedRuns(plan_in_one_step(runs, splits, sharding, index_of=run_index), write_catalog(runs_dir, runs),
-                       tuple(dead), summary)
+    plan = plan_in_one_step(runs, settings.splits, settings.sharding, index_of=run_index)
+    pieces = plan_pieces(plan, runs, settings.shard_writers, compression=settings.compression,
+                         file_format=settings.file_format)
+    return PlannedRuns(plan, write_catalog(runs_dir, runs), tuple(dead), summary, pieces)
 
 
-def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[int, ShardTask]]:
+def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[tuple[int, int], ShardTask]]:
     if planned.plan is None or planned.catalog is None:
         return
     for number, spec in enumerate(planned.plan.shards):
-        yield number, ShardTask(spec, planned.catalog)
+        if number not in planned.pieces:
+            yield (number, 0), ShardTask(spec, planned.catalog)
+        for piece in planned.pieces.get(number, ()):
+            yield (number, piece.index), ShardTask(spec, planned.catalog, piece)
 
 
 def _plan_of(planned: PlannedRuns) -> DatasetPlan | None:
@@ -271,16 +297,20 @@ class SpillPath(beam.PTransform):
             (start | "TagStartPlan" >> tag(START), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
             | "GatherRuns" >> beam.Flatten()
             | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun | DeadLetter)...]): one group, always
-            | "Plan" >> beam.Map(_plan_gathered, settings.splits, settings.sharding, runs_dir,  # PlannedRuns
-                                 self._reused_runs)
+            | "Plan" >> beam.Map(_plan_gathered, settings, runs_dir, self._reused_runs)  # PlannedRuns
         )
         shard_infos = (
             planned
-            | "ShardTasks" >> beam.FlatMap(_shard_tasks)  # (shard number, ShardTask): a spec and the run catalog
-            | "ByShard" >> beam.GroupByKey()  # spreads the shards over workers (one small task each)
+            # ((shard number, piece number), ShardTask): a spec (and piece) and the run catalog
+            | "ShardTasks" >> beam.FlatMap(_shard_tasks)
+            | "ByShard" >> beam.GroupByKey()  # spreads the shards and pieces over workers (one small task each)
             | "WriteShards" >> beam.ParDo(WriteShardFromRunsFn(settings.schema, settings.compression,
                                                                  settings.feature_transforms,
                                                                  **settings.shard_options()))
+            # (shard number, ShardInfo | WrittenPiece)
+            | "ByShardToJoin" >> beam.GroupByKey()
+            | "JoinPieces" >> beam.ParDo(JoinPiecesFn(settings.schema, settings.compression,
+                                                      settings.feature_transforms, **settings.shard_options()))
         )
         plan = planned | "PlanOf" >> beam.Map(_plan_of)
         dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)

@@ -33,6 +33,7 @@ from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_s
 from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
+from beam_tfrecord.core.pieces import DEFAULT_MIN_PIECE_BYTES, ShardWriters
 from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
@@ -123,6 +124,13 @@ class WriteTFRecordDataset(beam.PTransform):
             ``beam_tfrecord.direct_io``) on local Linux filesystems that accept it, buffered I/O
             elsewhere; the bytes are the same.
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
+        shard_writers: the workers the spill fan-in's shard phase keeps busy: when the plan has fewer
+            shards than this (or a shard much larger than the rest), it cuts such shards into pieces by
+            hash sub-range, written in parallel and joined (``beam.shard_pieces``); the bytes are the
+            same. None: the DirectRunner's worker processes (``local_workers``), 1 on other runners
+            (one writer per shard; the shuffle fan-in always writes a shard whole). Uncompressed
+            TFRecord shards only: compressed and ArrayRecord shards are written whole.
+        min_piece_bytes: no shard is cut into pieces smaller than this.
         local_workers: DirectRunner worker processes (its batch engine's ``multi_processing`` mode, not
             Prism; ``runners.use_local_workers``) when the options leave Beam's one in-memory worker:
             None for every core (or ``$BEAM_TFRECORD_LOCAL_WORKERS``), 1 leaves the runner as it is.
@@ -164,6 +172,7 @@ class WriteTFRecordDataset(beam.PTransform):
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  spill_run_bytes: int = DEFAULT_RUN_BYTES, reread_min_bytes: int = 64 * KiB, direct_io: bool = True,
                  fan_in: FanIn = FanIn.AUTO, local_workers: int | None = None, encode_processes: int = 1,
+                 shard_writers: int | None = None, min_piece_bytes: int = DEFAULT_MIN_PIECE_BYTES,
                  temp_dir: str | None = None, shared_filesystem: bool = False, expected_inputs: int | None = None,
                  inputs_identity: str | None = None, resume: bool = False,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
@@ -179,6 +188,9 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"encode_processes must be >= 1, got {encode_processes}")
         if local_workers is not None and local_workers < 1:
             raise WriterOptionError(f"local_workers must be >= 1, got {local_workers}")
+        ShardWriters(1 if shard_writers is None else shard_writers, min_piece_bytes)  # checks both
+        self._shard_writers = shard_writers
+        self._min_piece_bytes = min_piece_bytes
         if expected_inputs is not None and expected_inputs < 0:
             raise WriterOptionError(f"expected_inputs must be >= 0, got {expected_inputs}")
         if dali_index and dali_unsupported_reason(compression, file_format) is not None:
@@ -254,13 +266,17 @@ class WriteTFRecordDataset(beam.PTransform):
                              shared_filesystem=self._shared_filesystem, declare="shared_filesystem=True")
         require_bounded(samples, writer=type(self).__name__)
         samples = in_global_window(samples)  # one dataset of every window (see beam_tfrecord.beam.batch_input)
+        writers = self._shard_writers or 1
         if runs_on_direct_runner(samples.pipeline):
             workers = local_workers_for(samples.pipeline.options, requested=self._local_workers)
             use_local_workers(samples.pipeline, workers)
+            writers = self._shard_writers or workers
         use_fixed_dask_runner(samples.pipeline)
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
+            settings = dataclasses.replace(self._fan_in_settings,
+                                           shard_writers=ShardWriters(writers, self._min_piece_bytes))
             outputs = samples | "Spill" >> SpillPath(
-                self._fan_in_settings, run_bytes=self._spill_run_bytes, encode_processes=self._encode_processes,
+                settings, run_bytes=self._spill_run_bytes, encode_processes=self._encode_processes,
                 resume=self._runs_resume, reused_runs=self._resume_point.runs if self._resume_point else ())
         elif self._resume_point is not None:
             raise WriterOptionError(f"resume needs the spill fan-in; the {type(pipeline.runner).__name__} takes the "

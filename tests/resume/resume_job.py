@@ -3,7 +3,9 @@
 400 samples of 20 KB of seeded random bytes, encoded through a transform that sleeps 10 ms each (so a
 kill lands mid-encoding), spilled in runs of about 200 KB: ~40 runs, in shards of about 1 MB. With
 ``--shards`` the encoding does not sleep and the shards are about 100 KB (~80 of them, written in turn
-by one worker), so a kill lands in the shard phase. Prints the published manifest's ``metadata.resumed``
+by one worker), so a kill lands in the shard phase. With ``--pieces`` the encoding does not sleep and each split
+is one shard; the train shard (~7 MB) is written in two pieces (``shard_writers=2``, in turn by the one worker)
+and joined, so a kill lands while pieces are written or joined. Prints the published manifest's ``metadata.resumed``
 as JSON (``{}`` for a clean build).
 """
 
@@ -44,13 +46,16 @@ def samples() -> list[Sample]:
 
 
 SHARD_PHASE_BYTES = 100_000  # the shard size of the builds killed in their shard phase
+PIECES_SHARD_BYTES = 100_000_000  # one shard per split: the builds killed while writing or joining pieces
 
 
-def build(out: str, *, resume: bool, seconds: float = 0.01, shard_bytes: int = 1_000_000) -> dict:
+def build(out: str, *, resume: bool, seconds: float = 0.01, shard_bytes: int = 1_000_000,
+          shard_writers: int = 1) -> dict:
     writer = WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse("train=0.9,test=0.1"),
                                   sharding=ShardingConfig(target_shard_bytes=shard_bytes), spill_run_bytes=200_000,
                                   feature_transforms={"payload": Slowly(seconds)}, inputs_identity="seed-7",
-                                  resume=resume, local_workers=1)
+                                  resume=resume, local_workers=1, shard_writers=shard_writers,
+                                  min_piece_bytes=1 << 20)
     with beam.Pipeline(runner=LocalBatchRunner()) as pipeline:
         _ = pipeline | beam.Create(samples(), reshuffle=False) | writer
     from beam_tfrecord import load_manifest
@@ -59,6 +64,7 @@ def build(out: str, *, resume: bool, seconds: float = 0.01, shard_bytes: int = 1
 
 
 if __name__ == "__main__":
-    shards = "--shards" in sys.argv[2:]
-    print(json.dumps(build(sys.argv[1], resume="--resume" in sys.argv[2:], seconds=0.0 if shards else 0.01,
-                           shard_bytes=SHARD_PHASE_BYTES if shards else 1_000_000)))
+    shards, pieces = "--shards" in sys.argv[2:], "--pieces" in sys.argv[2:]
+    print(json.dumps(build(sys.argv[1], resume="--resume" in sys.argv[2:], seconds=0.0 if shards or pieces else 0.01,
+                           shard_bytes=SHARD_PHASE_BYTES if shards else PIECES_SHARD_BYTES if pieces else 1_000_000,
+                           shard_writers=2 if pieces else 1)))

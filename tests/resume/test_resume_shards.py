@@ -93,3 +93,22 @@ def test_a_shard_not_exactly_as_recorded_is_written_again(shard: tuple[str, Shar
         Path(path + FINISHED_SHARD_SUFFIX).write_text('{"spec": {}}')
     assert finished_shard(path, spec) is None
     assert not Path(path + REUSED_SHARD_SUFFIX).exists()
+
+
+@pytest.mark.parametrize("moment", [
+    pytest.param("pieces/*.piece-*", id="killed-while-writing-pieces"),
+    pytest.param("*train*-of-00001", id="killed-while-joining-them"),  # the train shard's file: made by its join
+])
+def test_a_build_killed_while_writing_or_joining_pieces_resumes_to_the_one_writer_bytes(tmp_path: Path,
+                                                                                         moment: str) -> None:
+    clean, out = str(tmp_path / "clean"), str(tmp_path / "ds")
+    resume_job.build(clean, resume=False, seconds=0.0, shard_bytes=resume_job.PIECES_SHARD_BYTES)  # one writer
+    kill_when([sys.executable, resume_job.__file__, out, "--pieces"],
+              files_exist(f"{out}/{TEMP_PREFIX}*/shards/{moment}"), seconds=180, poll=0.005, cwd=tmp_path)
+    assert not Path(out, "manifest.json").exists()
+
+    resume_job.build(out, resume=True, seconds=0.0, shard_bytes=resume_job.PIECES_SHARD_BYTES, shard_writers=2)
+    assert _shard_bytes(out) == _shard_bytes(clean)
+    assert [dataclasses.asdict(s) for s in load_manifest(out).shards] == [
+        dataclasses.asdict(s) for s in load_manifest(clean).shards]
+    assert not glob.glob(f"{out}/{TEMP_PREFIX}*")
