@@ -26,11 +26,12 @@ from beam_tfrecord.remote_reads import RemoteReads, fetched_remotely
 from beam_tfrecord.shard_fetch import FetchedShard
 
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
-FilesReader = Callable[[tf.Tensor | str | list[str]], tf.data.Dataset]
+FilesReader = Callable[[tf.Tensor | str | list[str] | tf.data.Dataset], tf.data.Dataset]
 
 
 def files_reader(files: TFDataFiles) -> FilesReader:
-    """A function giving the records of one or more files (paths, or a string tensor) as the format says."""
+    """A function giving the records of one or more files (paths, a string tensor, or a dataset of paths) as the
+    format says."""
     dataset = getattr(tf.data, files.dataset)
     return lambda paths: dataset(paths, compression_type=files.compression_type)
 
@@ -114,9 +115,9 @@ _KEPT_FILES = 2  # fetched files kept after the generator moved past them (a pre
 def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.data.Dataset:
     """The records of a plan over ``gs://`` shards, in stored order, read by tf.data from local files (``read``).
 
-    A generator (``tf_generated.generated``) hands each shard's segment to tf.data as a local file: the shard's cache entry, or a
-    private temporary file the fetcher wrote (parallel ranged reads, read ahead across shards,
-    CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
+    A generator (``tf_generated.generated``) hands each shard's segment to tf.data as a local file: the
+    shard's cache entry, or a private temporary file the fetcher wrote (parallel ranged reads, read ahead
+    across shards, CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
     ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
     generator's last is done). TensorFlow's reader checks every record's CRCs.
     """
@@ -164,7 +165,8 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
 
     paths = generated(files, (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
     if all(segment.skip == 0 and segment.reaches_end for segment in segments):  # no per-record skip/take stages
-        return paths.flat_map(lambda path, skip, take: read(path))
+        # The paths as the reader's own input: one flat_map per record, as from local files, not two.
+        return read(paths.map(lambda path, skip, take: path))
     return paths.flat_map(lambda path, skip, take: read(path).skip(skip).take(take))
 
 
