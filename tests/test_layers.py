@@ -258,7 +258,7 @@ def test_the_checks_find_an_upward_import_a_cycle_a_format_branch_a_repeated_con
 
 # Inside ``reader``: the front ends (one per framework) sit on the shared ``order`` and ``decode`` subpackages.
 READER_SHARED = ("beam_tfrecord.reader.order", "beam_tfrecord.reader.decode")
-READER_FRONT_ENDS = ("tf_data", "tf_records", "tf_spec", "numpy_reader", "torch_dataset")
+READER_FRONT_ENDS = ("tf_data", "tf_records", "tf_generated", "tf_spec", "numpy_reader", "torch_dataset")
 
 
 def reader_shared_code_leaning_on_front_ends(graph: Graph, external: dict[str, set[str]]) -> list[str]:

@@ -20,16 +20,18 @@ import numpy as np
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import TFDataFiles
 from beam_tfrecord.reader.order.read_plan import ReadPlan
+from beam_tfrecord.reader.tf_generated import generated
 from beam_tfrecord.reader.tf_spec import tf  # imports TensorFlow quietly
 from beam_tfrecord.remote_reads import RemoteReads, fetched_remotely
 from beam_tfrecord.shard_fetch import FetchedShard
 
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
-FilesReader = Callable[[tf.Tensor | str | list[str]], tf.data.Dataset]
+FilesReader = Callable[[tf.Tensor | str | list[str] | tf.data.Dataset], tf.data.Dataset]
 
 
 def files_reader(files: TFDataFiles) -> FilesReader:
-    """A function giving the records of one or more files (paths, or a string tensor) as the format says."""
+    """A function giving the records of one or more files (paths, a string tensor, or a dataset of paths) as the
+    format says."""
     dataset = getattr(tf.data, files.dataset)
     return lambda paths: dataset(paths, compression_type=files.compression_type)
 
@@ -83,7 +85,8 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     ``num_parallel_reads`` does not apply there (``reads.connections`` does): in stored order each
     fetched shard is a local file (``fetched_files``); shuffled, and for a format tf.data has no reader
     for (ArrayRecord: ``tf_data_files`` is None) wherever it is, the format's own reader feeds blocks
-    through ``from_generator`` (``block_records``).
+    through ``tf_generated.generated`` (``block_records``; not ``from_generator``, whose op slows every
+    later read of the process: see ``tf_generated``).
 
     Raises:
         ReaderError: the shards are in a format tf.data cannot read here (naming the readers that can).
@@ -112,9 +115,9 @@ _KEPT_FILES = 2  # fetched files kept after the generator moved past them (a pre
 def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.data.Dataset:
     """The records of a plan over ``gs://`` shards, in stored order, read by tf.data from local files (``read``).
 
-    A generator hands each shard's segment to tf.data as a local file: the shard's cache entry, or a
-    private temporary file the fetcher wrote (parallel ranged reads, read ahead across shards,
-    CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
+    A generator (``tf_generated.generated``) hands each shard's segment to tf.data as a local file: the
+    shard's cache entry, or a private temporary file the fetcher wrote (parallel ranged reads, read ahead
+    across shards, CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
     ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
     generator's last is done). TensorFlow's reader checks every record's CRCs.
     """
@@ -160,10 +163,10 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
                 fetched.close()
             fetcher.close()
 
-    paths = tf.data.Dataset.from_generator(files, output_signature=(
-        tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
+    paths = generated(files, (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
     if all(segment.skip == 0 and segment.reaches_end for segment in segments):  # no per-record skip/take stages
-        return paths.flat_map(lambda path, skip, take: read(path))
+        # The paths as the reader's own input: one flat_map per record, as from local files, not two.
+        return read(paths.map(lambda path, skip, take: path))
     return paths.flat_map(lambda path, skip, take: read(path).skip(skip).take(take))
 
 
@@ -191,9 +194,9 @@ def block_records(plan: ReadPlan, *, shuffle: bool, seed: int | None,
             last = int((block.starts + block.lengths).max())
             yield block.buffer[first:last].tobytes(), block.starts - first, block.lengths
 
-    generated = tf.data.Dataset.from_generator(blocks, output_signature=(
-        tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int64), tf.TensorSpec([None], tf.int64)))
-    return generated.map(lambda buffer, starts, lengths: tf.strings.substr(buffer, starts, lengths)).unbatch()
+    buffers = generated(blocks, (tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int64),
+                                 tf.TensorSpec([None], tf.int64)))
+    return buffers.map(lambda buffer, starts, lengths: tf.strings.substr(buffer, starts, lengths)).unbatch()
 
 
 def _read_segments(plan: ReadPlan, read: FilesReader, *, shuffle_files: bool, seed: int | None,

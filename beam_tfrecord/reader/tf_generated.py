@@ -1,0 +1,149 @@
+"""A Python iterator as a ``tf.data.Dataset`` without ``Dataset.from_generator``, whose op slows tf.data down.
+
+The first ``from_generator`` dataset of a process (TensorFlow's ``GeneratorDatasetOp``, built when
+an iterator is made) calls ``mallopt(M_MMAP_THRESHOLD, 128 KiB)``, a TensorFlow workaround for a
+memory leak under Python 3.11 (``ApplyPython311MemoryPatch``, seen with gdb in TF 2.21). It pins
+glibc's mmap threshold for the whole process, for good: every later allocation of 128 KiB or more
+is a fresh ``mmap``, page-faulted and zeroed page by page, and unmapped when freed. Reading 2,000
+records of 150 KB from local files then took 0.72-0.84 CPU seconds an epoch in a process where a
+one-element ``from_generator`` had run once, against 0.31-0.35 in one where none had (the same
+``TFRecordDataset`` pipeline; ``perf``: page faults in ``RecordReader::ReadRecord`` and
+``ParseExample``). A ``map`` calling ``tf.numpy_function`` does not set it, so ``generated`` feeds an
+iterator to tf.data that way:
+
+    from_tensors(0) -> map(begin: a new iteration's token) -> flat_map(token ->
+        repeat(token) -> map(next: (done, values...)) -> take_while(not done))
+
+Each pass over the dataset (an epoch, a repetition, each iterator made) is a new iteration: a new
+Python iterator from ``make``, advanced one element per call. An iteration read to its end is
+closed (the iterator's ``finally`` runs: fetchers stopped, temporary files removed).
+``from_generator`` also closes an iteration whose tf.data iterator is dropped part way; nothing
+tells Python that here, so at most ``MAX_LIVE_ITERATIONS`` of one dataset are kept open: beginning
+another closes the one least recently advanced (reading on from it raises an error saying so),
+and the rest are closed when the dataset is garbage collected or the process exits. Memory stays
+bounded however many iterations are dropped part way (as Keras does with ``steps_per_epoch``).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.reader.tf_spec import tf  # imports TensorFlow quietly
+
+MAX_LIVE_ITERATIONS = 2  # open iterations per dataset (each may hold a fetcher's bytes in flight)
+
+
+class _Iteration:
+    """One pass: the Python iterator, and a lock so that it is never advanced and closed at once."""
+
+    def __init__(self, values: Iterator[tuple[Any, ...]]) -> None:
+        self.values = values
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> None:
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                close = getattr(self.values, "close", None)
+                if close is not None:
+                    close()
+
+
+def _close_all(live: collections.OrderedDict[int, _Iteration]) -> None:
+    for iteration in list(live.values()):
+        iteration.close()
+    live.clear()
+
+
+class _Iterations:
+    """The open iterations of one dataset, by token (the ``numpy_function`` calls of ``generated``)."""
+
+    def __init__(self, make: Callable[[], Iterator[tuple[Any, ...]]], dtypes: tuple[Any, ...],
+                 done_values: tuple[np.ndarray, ...]) -> None:
+        self._make = make
+        self._dtypes = dtypes  # each value's NumPy dtype (object for strings)
+        self._done_values = done_values
+        self._lock = threading.Lock()
+        self._live: collections.OrderedDict[int, _Iteration] = collections.OrderedDict()
+        self._tokens = itertools.count(1)
+        weakref.finalize(self, _close_all, self._live)
+
+    def begin(self) -> np.int64:
+        """Starts an iteration (closing the least recently advanced one beyond ``MAX_LIVE_ITERATIONS``)."""
+        evicted = []
+        with self._lock:
+            token = next(self._tokens)
+            self._live[token] = _Iteration(self._make())
+            while len(self._live) > MAX_LIVE_ITERATIONS:
+                evicted.append(self._live.popitem(last=False)[1])
+        for iteration in evicted:
+            iteration.close()
+        return np.int64(token)
+
+    def next(self, token: np.int64) -> tuple[Any, ...]:
+        """(done, values...) of iteration ``token``: its next element, or done (and closed) at its end."""
+        with self._lock:
+            iteration = self._live.get(int(token))
+            if iteration is not None:
+                self._live.move_to_end(int(token))
+        if iteration is None:
+            raise ReaderError(f"this pass over the dataset was closed: {MAX_LIVE_ITERATIONS} newer passes over the "
+                              "same dataset began while it was not being read (iterate it again)")
+        with iteration.lock:
+            if iteration.closed:
+                raise ReaderError("this pass over the dataset was closed (iterate it again)")
+            values = next(iteration.values, None)
+        if values is None:
+            with self._lock:
+                self._live.pop(int(token), None)
+            iteration.close()
+            return (np.bool_(True), *self._done_values)
+        return (np.bool_(False), *(np.asarray(value, dtype=dtype) for value, dtype in zip(values, self._dtypes)))
+
+
+def _numpy_dtype(spec: tf.TensorSpec) -> Any:
+    return object if spec.dtype == tf.string else spec.dtype.as_numpy_dtype
+
+
+def _done_value(spec: tf.TensorSpec) -> np.ndarray:
+    """A placeholder of ``spec``'s dtype and shape (unknown dimensions empty), given with ``done``."""
+    shape = [0 if size is None else size for size in spec.shape.as_list()]
+    return np.full(shape, b"" if spec.dtype == tf.string else 0, dtype=_numpy_dtype(spec))
+
+
+def generated(make: Callable[[], Iterator[tuple[Any, ...]]],
+              output_signature: Sequence[tf.TensorSpec]) -> tf.data.Dataset:
+    """The elements of a new ``make()`` iterator on each pass, as ``from_generator(make, output_signature=...)``.
+
+    Args:
+        make: gives a new iterator of tuples (one value per spec) for each pass over the dataset.
+        output_signature: each value's ``tf.TensorSpec``.
+    """
+    specs = tuple(output_signature)
+    iterations = _Iterations(make, tuple(_numpy_dtype(spec) for spec in specs),
+                             tuple(_done_value(spec) for spec in specs))
+    types = [tf.bool, *(spec.dtype for spec in specs)]
+
+    def begin(_: tf.Tensor) -> tf.Tensor:
+        token = tf.numpy_function(iterations.begin, [], tf.int64, stateful=True)
+        return tf.ensure_shape(token, [])
+
+    def elements(token: tf.Tensor) -> tf.data.Dataset:
+        def advance(token: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            done, *values = tf.numpy_function(iterations.next, [token], types, stateful=True)
+            return (tf.ensure_shape(done, []),
+                    *(tf.ensure_shape(value, spec.shape) for value, spec in zip(values, specs)))
+
+        steps = tf.data.Dataset.from_tensors(token).repeat().map(advance)
+        return steps.take_while(lambda done, *values: tf.logical_not(done)).map(lambda done, *values: tuple(values))
+
+    return tf.data.Dataset.from_tensors(np.int64(0)).map(begin).flat_map(elements)
