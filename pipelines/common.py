@@ -92,9 +92,9 @@ class DatasetOutputOptions(PipelineOptions):
                                  "--direct_num_workers or --direct_running_mode is given (--direct_num_workers=1: one "
                                  "in-memory worker)")
         parser.add_argument("--shard_writers", type=int, default=None,
-                            help="workers the spill fan-in's shard phase keeps busy: a shard larger than its share "
-                                 "is written in pieces and joined, same bytes (default: the DirectRunner's worker "
-                                 "processes; 1 elsewhere; 1: one writer per shard)")
+                            help="writers the spill fan-in's shard phase keeps busy: a shard larger than its share "
+                                 "is written in pieces and joined, same bytes (default 1: one writer per shard, "
+                                 "faster where the shard phase is bound by the disk)")
         parser.add_argument("--fan_in", default="auto", choices=[f.value for f in FanIn],
                             help="how a shard's records come together: spill (sorted runs in the output's temp "
                                  "folder, merged by each shard writer; auto picks it where the runner's shuffle "

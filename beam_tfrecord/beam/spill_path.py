@@ -299,7 +299,7 @@ class SpillPath(beam.PTransform):
             | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun | DeadLetter)...]): one group, always
             | "Plan" >> beam.Map(_plan_gathered, settings, runs_dir, self._reused_runs)  # PlannedRuns
         )
-        shard_infos = (
+        written = (
             planned
             # ((shard number, piece number), ShardTask): a spec (and piece) and the run catalog
             | "ShardTasks" >> beam.FlatMap(_shard_tasks)
@@ -307,11 +307,15 @@ class SpillPath(beam.PTransform):
             | "WriteShards" >> beam.ParDo(WriteShardFromRunsFn(settings.schema, settings.compression,
                                                                  settings.feature_transforms,
                                                                  **settings.shard_options()))
-            # (shard number, ShardInfo | WrittenPiece)
-            | "ByShardToJoin" >> beam.GroupByKey()
-            | "JoinPieces" >> beam.ParDo(JoinPiecesFn(settings.schema, settings.compression,
-                                                      settings.feature_transforms, **settings.shard_options()))
-        )
+        )  # (shard number, ShardInfo | WrittenPiece)
+        if settings.shard_writers.writers > 1:
+            shard_infos = (written
+                           | "ByShardToJoin" >> beam.GroupByKey()
+                           | "JoinPieces" >> beam.ParDo(JoinPiecesFn(settings.schema, settings.compression,
+                                                                     settings.feature_transforms,
+                                                                     **settings.shard_options())))
+        else:  # one writer per shard: no pieces to join, no stage for them
+            shard_infos = written | "ShardInfos" >> beam.Values()
         plan = planned | "PlanOf" >> beam.Map(_plan_of)
         dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
         summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if settings.encoding is not None else None

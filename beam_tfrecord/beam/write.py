@@ -124,12 +124,13 @@ class WriteTFRecordDataset(beam.PTransform):
             ``beam_tfrecord.direct_io``) on local Linux filesystems that accept it, buffered I/O
             elsewhere; the bytes are the same.
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
-        shard_writers: the workers the spill fan-in's shard phase keeps busy: when the plan has fewer
+        shard_writers: the writers the spill fan-in's shard phase keeps busy: when the plan has fewer
             shards than this (or a shard much larger than the rest), it cuts such shards into pieces by
             hash sub-range, written in parallel and joined (``beam.shard_pieces``); the bytes are the
-            same. None: the DirectRunner's worker processes (``local_workers``), 1 on other runners
-            (one writer per shard; the shuffle fan-in always writes a shard whole). Uncompressed
-            TFRecord shards only: compressed and ArrayRecord shards are written whole.
+            same. None or 1 (the default): one writer per shard, measured faster on a local disk, where
+            the phase is bound by the disk, not a worker's CPU (docs/performance.md). The shuffle fan-in
+            always writes a shard whole. Uncompressed TFRecord shards only: compressed and ArrayRecord
+            shards are written whole.
         min_piece_bytes: no shard is cut into pieces smaller than this.
         local_workers: DirectRunner worker processes (its batch engine's ``multi_processing`` mode, not
             Prism; ``runners.use_local_workers``) when the options leave Beam's one in-memory worker:
@@ -270,7 +271,6 @@ class WriteTFRecordDataset(beam.PTransform):
         if runs_on_direct_runner(samples.pipeline):
             workers = local_workers_for(samples.pipeline.options, requested=self._local_workers)
             use_local_workers(samples.pipeline, workers)
-            writers = self._shard_writers or workers
         use_fixed_dask_runner(samples.pipeline)
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
             settings = dataclasses.replace(self._fan_in_settings,

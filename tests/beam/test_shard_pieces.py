@@ -63,9 +63,9 @@ def _published(out: str) -> tuple[dict[str, bytes], list]:
     pytest.param(SplitConfig.parse("train=0.8,test=0.2"), True, 2, id="two-shards-the-larger-in-pieces-dali-index"),
 ])
 def test_pieces_written_by_two_workers_give_the_one_writer_bytes(blob_files, tmp_path, splits, dali_index, shards):
-    pieces = _build(str(tmp_path / "pieces"), blob_files, local_workers=2, splits=splits, dali_index=dali_index)
-    whole = _build(str(tmp_path / "whole"), blob_files, local_workers=2, shard_writers=1, splits=splits,
-                   dali_index=dali_index)
+    pieces = _build(str(tmp_path / "pieces"), blob_files, local_workers=2, shard_writers=2, splits=splits,
+                    dali_index=dali_index)
+    whole = _build(str(tmp_path / "whole"), blob_files, local_workers=2, splits=splits, dali_index=dali_index)
     alone = _build(str(tmp_path / "alone"), blob_files, local_workers=1, splits=splits, dali_index=dali_index)
     assert pieces["shard_pieces_written"] == 2  # the shard (the larger one) in two pieces, by two workers
     assert pieces["summary"] == ("  shard phase: 2 pieces written in parallel and joined (shards larger than their "
