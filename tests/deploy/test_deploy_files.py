@@ -148,7 +148,8 @@ def test_dockerfile_matches_the_installed_sdk_and_the_job() -> None:
         for path in source.split():
             assert (REPO / path).exists(), f"Dockerfile copies missing {path}"
     py_file = re.search(r'FLEX_TEMPLATE_PYTHON_PY_FILE="\$\{WORKDIR\}/(\S+)"', text).group(1)
-    assert (REPO / py_file).read_text().rstrip().endswith("sys.exit(run_as_command(run, prog=COMMAND.prog))")
+    last = (REPO / py_file).read_text().rstrip().splitlines()[-2:]  # the job runs when the launcher runs the file
+    assert last[0] == 'if __name__ == "__main__":' and "run_as_command(run, prog=COMMAND.prog)" in last[1], last
     assert 'ENTRYPOINT ["/opt/apache/beam/boot"]' in text  # the image is also the workers' SDK container
 
 

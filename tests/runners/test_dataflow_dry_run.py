@@ -104,7 +104,7 @@ def _template_example(parameter: dict, bucket: str) -> str:
                 "resize_method": "bicubic", "reduced_decode": "false", "check_decode": "true", "dataset_name": "images",
                 "splits": "train=0.9,validation=0.1", "target_shard_bytes": "5000", "max_shard_bytes": "20000",
                 "num_shards": "2", "compression": "gzip", "file_format": "tfrecord", "dali_index": "false",
-                "salt": "s1",
+                "salt": "s1", "shard_writers": "1",
                 "max_rejected_fraction": "0.25", "fan_in": "auto", "encode_processes": "1", "spill_run_mib": "16",
                 "keep_versions": "2", "min_version_age": "12h", "incremental": "true",
                 "force": "true", "break_lock": "false", "shared_filesystem": "false"}
