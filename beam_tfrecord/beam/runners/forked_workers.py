@@ -57,8 +57,6 @@ while not answer.endswith(b"\\n"):
 sys.exit(int(answer) if answer.strip() else 1)
 """
 
-_LOGGER = logging.getLogger(__name__)
-
 
 # Native threads that gRPC starts once a channel or server has existed in a process (grpcio 1.8x).
 _GRPC_THREADS = ("grpc", "event_engine", "lifeguard", "default-executo", "resolver-execu", "timer_manager")
