@@ -66,10 +66,11 @@ class InputSize:
     def is_small(self) -> bool:
         """At most ``SMALL_JOB_MAX_SAMPLES`` samples in at most ``SMALL_JOB_MAX_INPUT_BYTES``.
 
-        Two worker processes cost ~2 s before any data (start-up, Beam's imports in each, a gRPC
-        round per stage) and save at most ~40% of the encoding time on 2 cores; the heaviest common
-        sample, a 256-px JPEG decoded, resized and re-encoded, takes ~1 ms in one worker: below
-        ~2,000 of them (or 64 MiB of input at ~0.5 GB/s), one in-memory worker is done first.
+        Two worker processes cost ~1.5 s (forked from the job: start-up, a gRPC round per stage;
+        ~2 s more where they start as fresh interpreters, importing Beam) and save at most ~40% of
+        the encoding time on 2 cores; the heaviest common sample, a 256-px JPEG decoded, resized and
+        re-encoded, takes ~1 ms in one worker: below ~2,000 of them (or 64 MiB of input at ~0.5
+        GB/s), one in-memory worker is done first.
         Measured: ``docs/performance.md#small-jobs``.
         """
         return (self.samples is not None and self.samples <= SMALL_JOB_MAX_SAMPLES
