@@ -145,11 +145,9 @@ class RunSpiller:
         with raise_typed_when_full(run.path, sum(len(e) for e in entries), partial=run.path), \
                 direct_io.open_write(run.path, direct=self._direct) as handle:
             write_run(handle, entries)
-        # The index last: an index exists only beside a complete run.
-        index = RunIndex.of_entries(run.path, entries).to_bytes()
-        with raise_typed_when_full(run.index_path, len(index), partial=run.index_path), \
-                storage.open_write(run.index_path) as handle:
-            handle.write(index)
+        # The index last, and whole (written aside, then renamed): an index exists only complete, and
+        # only beside a complete run, so a job killed at any moment leaves no index a resume must doubt.
+        storage.write_bytes_atomic(run.index_path, RunIndex.of_entries(run.path, entries).to_bytes())
 
     def _wait(self) -> None:
         if self._writing is not None:
