@@ -19,8 +19,9 @@ stay in this process's process group, so killing the group (Ctrl-C, SIGKILL of a
 all, as it ends Beam's own worker processes.
 
 Where this process already runs other threads (a second pipeline in one process once Beam's thread
-pools exist, a notebook, pytest's helpers), or on a system without ``fork``, nothing changes: Beam's
-own command line is used. ``$BEAM_TFRECORD_FORK_WORKERS=0`` turns forking off.
+pools exist, a notebook, pytest's helpers), or on a system without ``fork``, the workers start as
+fresh interpreters (``worker_main``: Beam's harness, ended without the interpreter's teardown).
+``$BEAM_TFRECORD_FORK_WORKERS=0`` turns forking off.
 """
 
 from __future__ import annotations
