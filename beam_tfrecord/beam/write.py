@@ -189,9 +189,7 @@ class WriteTFRecordDataset(beam.PTransform):
             raise WriterOptionError(f"encode_processes must be >= 1, got {encode_processes}")
         if local_workers is not None and local_workers < 1:
             raise WriterOptionError(f"local_workers must be >= 1, got {local_workers}")
-        ShardWriters(1 if shard_writers is None else shard_writers, min_piece_bytes)  # checks both
-        self._shard_writers = shard_writers
-        self._min_piece_bytes = min_piece_bytes
+        shard_phase = ShardWriters(1 if shard_writers is None else shard_writers, min_piece_bytes)  # checks both
         if expected_inputs is not None and expected_inputs < 0:
             raise WriterOptionError(f"expected_inputs must be >= 0, got {expected_inputs}")
         if dali_index and dali_unsupported_reason(compression, file_format) is not None:
@@ -229,7 +227,7 @@ class WriteTFRecordDataset(beam.PTransform):
             schema=schema, splits=self._splits, sharding=self._sharding, dataset_name=dataset_name,
             compression=compression, file_format=file_format, salt=salt, feature_transforms=self._feature_transforms,
             reread_min_bytes=reread_min_bytes, direct_io=direct_io, temp_dir=self._temp_dir,
-            progress_dir=progress_dir, encoding=encoding, dali_index=dali_index)
+            progress_dir=progress_dir, encoding=encoding, dali_index=dali_index, shard_writers=shard_phase)
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
@@ -267,16 +265,13 @@ class WriteTFRecordDataset(beam.PTransform):
                              shared_filesystem=self._shared_filesystem, declare="shared_filesystem=True")
         require_bounded(samples, writer=type(self).__name__)
         samples = in_global_window(samples)  # one dataset of every window (see beam_tfrecord.beam.batch_input)
-        writers = self._shard_writers or 1
         if runs_on_direct_runner(samples.pipeline):
             workers = local_workers_for(samples.pipeline.options, requested=self._local_workers)
             use_local_workers(samples.pipeline, workers)
         use_fixed_dask_runner(samples.pipeline)
         if resolve_fan_in(self._fan_in, samples.pipeline) is FanIn.SPILL:
-            settings = dataclasses.replace(self._fan_in_settings,
-                                           shard_writers=ShardWriters(writers, self._min_piece_bytes))
             outputs = samples | "Spill" >> SpillPath(
-                settings, run_bytes=self._spill_run_bytes, encode_processes=self._encode_processes,
+                self._fan_in_settings, run_bytes=self._spill_run_bytes, encode_processes=self._encode_processes,
                 resume=self._runs_resume, reused_runs=self._resume_point.runs if self._resume_point else ())
         elif self._resume_point is not None:
             raise WriterOptionError(f"resume needs the spill fan-in; the {type(pipeline.runner).__name__} takes the "
