@@ -90,15 +90,16 @@ class JobCommand:
         if "-h" in argv or "--help" in argv:
             self.help_parser(prog).print_help()
             raise SystemExit(0)
+        names = [name for name in map(_option_name, argv) if name]  # the options the command line names
         known = set(PipelineOptions([]).get_all_options())
-        if any(name not in known for name in (_option_name(a) for a in argv) if name):
+        if any(name not in known for name in names):
             _import_runner_options()  # perhaps a Dask runner option (``--dask_client_address``)
             known = set(PipelineOptions([]).get_all_options())
         given = PipelineOptions(argv).get_all_options(retain_unknown_options=True)
-        unknown = [name for name in (_option_name(a) for a in argv) if name and name not in known and name in given]
+        unknown = [name for name in names if name not in known and name in given]
         refused = dict(self.refused)
         problems = [f"{prog}: --{name} is not an option of this job: {refused[name]}"
-                    for name in (_option_name(a) for a in argv) if name in refused]
+                    for name in names if name in refused]
         own = [action.dest for title, cls in self.groups for action in option_actions(cls)
                if action.dest not in refused]
         for name in dict.fromkeys(unknown):
