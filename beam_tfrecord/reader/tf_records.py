@@ -110,6 +110,7 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
 # _FILES_AHEAD + _KEPT_FILES shards); 4 rather than 2 keeps the writer ahead when TensorFlow reads in bursts.
 _FILES_AHEAD = 4
 _KEPT_FILES = 2  # fetched files kept after the generator moved past them (a prefetch of the paths is harmless)
+_OPEN_FILES = _FILES_AHEAD + _KEPT_FILES + 1  # at most, with the one being read
 
 
 def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.data.Dataset:
@@ -119,9 +120,12 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
     shard's cache entry, or a private temporary file the fetcher wrote (parallel ranged reads, read ahead
     across shards, CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
     ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
-    generator's last is done). TensorFlow's reader checks every record's CRCs.
+    generator's last is done). TensorFlow's reader checks every record's CRCs. The private files are
+    in memory (``FetchedShard.local_file(in_memory=True)``) when ``_OPEN_FILES`` of the largest shard
+    fit in ``reads.bytes_in_flight``, on the temporary directory's disk otherwise.
     """
     segments = plan.segments
+    in_memory = _OPEN_FILES * max((s.shard.num_bytes for s in segments), default=0) <= reads.bytes_in_flight
 
     def files() -> Iterator[tuple[str, int, int]]:
         fetcher = plan.fetcher(segments, reads)
@@ -138,7 +142,8 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
             number = next(numbers, None)
             if number is not None:
                 fetched = fetcher.open(number)
-                ahead.append((number, fetched, writer.submit(fetched.local_file) if fetched is not None else None))
+                local = writer.submit(fetched.local_file, in_memory=in_memory) if fetched is not None else None
+                ahead.append((number, fetched, local))
 
         try:
             for _ in range(_FILES_AHEAD):

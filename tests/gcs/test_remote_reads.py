@@ -7,6 +7,7 @@ with ranges small enough that every shard is several of them (``remote_datasets.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -221,6 +222,47 @@ def test_a_read_without_cache_leaves_no_fetched_file_behind(reader: str, dataset
         copies = datasets[variant]
         assert READERS[reader](copies.remote, remote_reads=SMALL_READS[variant]) == READERS[reader](copies.local)
     assert [name for name in os.listdir(tmp_path) if name.startswith("beam-tfrecord-shard-")] == []
+
+
+def _memfd_names() -> list[str]:
+    """The in-memory files of fetched shards this process holds open now."""
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # a descriptor closed since the listing
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("/memfd:beam-tfrecord-shard-"):
+                names.append(target)
+    return names
+
+
+@pytest.mark.parametrize(("bytes_in_flight", "where"), [(1 << 20, "memory"), (4000, "disk")])
+def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight(
+        bytes_in_flight: int, where: str, datasets: dict[str, Copies], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from beam_tfrecord.shard_fetch import FetchedShard
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where private copies on disk go
+    made: list[str] = []  # where each private copy was, when it was handed to tf.data
+    local_file = FetchedShard.local_file
+
+    def observed(self: FetchedShard, **options: bool) -> str:
+        path = local_file(self, **options)
+        made.append(os.readlink(path) if path.startswith("/proc/self/fd/") else os.path.dirname(path))
+        return path
+
+    monkeypatch.setattr(FetchedShard, "local_file", observed)
+    copies = datasets["tfrecord"]
+    shards = load_manifest(copies.local).shards
+    assert 4000 < max(s.num_bytes for s in shards) * 7 <= 1 << 20  # 7 copies at most are open at once
+    reads = RemoteReads(connections=4, range_bytes=1000, bytes_in_flight=bytes_in_flight)
+    assert _tf_keys(copies.remote, remote_reads=reads) == _tf_keys(copies.local)
+    assert len(made) == len(shards)
+    if where == "memory":
+        assert all(name.startswith("/memfd:beam-tfrecord-shard-") for name in made), made
+    else:
+        assert made == [str(tmp_path)] * len(shards)
+    left_on_disk = [name for name in os.listdir(tmp_path) if name.startswith("beam-tfrecord-shard-")]
+    assert _memfd_names() == [] and left_on_disk == []  # all closed at the end of the epoch
 
 
 @pytest.mark.parametrize("variant", ["tfrecord", "tfrecord-gzip"])
