@@ -8,15 +8,16 @@ is a fresh ``mmap``, page-faulted and zeroed page by page, and unmapped when fre
 records of 150 KB from local files then took 0.72-0.84 CPU seconds an epoch in a process where a
 one-element ``from_generator`` had run once, against 0.31-0.35 in one where none had (the same
 ``TFRecordDataset`` pipeline; ``perf``: page faults in ``RecordReader::ReadRecord`` and
-``ParseExample``). A ``map`` calling ``tf.numpy_function`` does not set it, so ``generated`` feeds an
-iterator to tf.data that way:
+``ParseExample``). A ``tf.numpy_function`` in a dataset's function does not set it, so ``generated``
+feeds an iterator to tf.data that way:
 
     from_tensors(0) -> repeat() -> scan(token: 0, step: (token, (done, values...))) -> take_while(not done)
 
 ``scan``'s state, kept per iterator, is the pass's token: 0 until the pass's first ``step`` begins a
-new iteration. One Python function and no nested dataset: a pass starts in ~9 ms here, where
-``map(begin) -> flat_map(token -> repeat -> map(next))`` took ~30 ms (instantiating the nested
-dataset's functions on every pass; 16 shards of a cached epoch of ~0.2 s spent ~45 ms on it).
+new iteration. One Python function and no nested dataset: a pass gives its first element ~10 ms
+after its iterator is asked for here, where ``map(begin) -> flat_map(token -> repeat -> map(next))``
+took 30-45 ms (instantiating the nested dataset's functions on every pass: a cached epoch of 16
+shards, ~0.2 s, was ~45 ms longer than the same files read as a list).
 
 Each pass over the dataset (an epoch, a repetition, each iterator made) is a new iteration: a new
 Python iterator from ``make``, advanced one element per call. An iteration read to its end is
