@@ -238,7 +238,8 @@ def finished_shard(path: str, spec: ShardSpec) -> ShardInfo | None:
 
     A shard writer records a shard (``record_finished_shard``) after its file is complete: a file
     without that record, or whose size or CRC32C differ from it, was cut by a kill and is written
-    again. The record names the planned spec, so a plan that differs (other runs) writes it again.
+    again, as is a record whose shard file is gone. The record names the planned spec, so a plan that
+    differs (other runs) writes it again.
     A reused shard is marked (``REUSED_SHARD_SUFFIX``) for the manifest's count (``with_reused_shards``).
     """
     record_path = path + FINISHED_SHARD_SUFFIX
@@ -249,8 +250,9 @@ def finished_shard(path: str, spec: ShardSpec) -> ShardInfo | None:
         info = ShardInfo(**record["info"])
     except (ValueError, KeyError, TypeError):
         return None  # a record from another version of this file: the shard is written again
-    if record.get("spec") != dataclasses.asdict(spec) or storage.crc32c_and_size(path) != (info.crc32c,
-                                                                                           info.num_bytes):
+    if record.get("spec") != dataclasses.asdict(spec) or not storage.exists(path):
+        return None  # planned otherwise, or the record outlived its shard file
+    if storage.crc32c_and_size(path) != (info.crc32c, info.num_bytes):
         return None
     storage.write_bytes_atomic(path + REUSED_SHARD_SUFFIX, b"")
     return info

@@ -77,7 +77,8 @@ def test_a_finished_shard_is_reused_and_marked(shard: tuple[str, ShardInfo]) -> 
     assert describe_reused_shards({"resumed": {"reused_shards": 0}}) is None
 
 
-@pytest.mark.parametrize("damage", ["cut", "one byte changed", "planned otherwise", "no record", "bad record"])
+@pytest.mark.parametrize("damage", ["cut", "one byte changed", "planned otherwise", "no record", "bad record",
+                                    "no shard file"])
 def test_a_shard_not_exactly_as_recorded_is_written_again(shard: tuple[str, ShardInfo], damage: str) -> None:
     path, _ = shard
     spec = SPEC
@@ -89,6 +90,8 @@ def test_a_shard_not_exactly_as_recorded_is_written_again(shard: tuple[str, Shar
         spec = dataclasses.replace(SPEC, hash_hi=2**62)
     elif damage == "no record":
         Path(path + FINISHED_SHARD_SUFFIX).unlink()
+    elif damage == "no shard file":  # the record outlived its shard (a temp folder cleaned by hand, a lost file)
+        Path(path).unlink()
     else:
         Path(path + FINISHED_SHARD_SUFFIX).write_text('{"spec": {}}')
     assert finished_shard(path, spec) is None
