@@ -14,7 +14,8 @@ from beam_tfrecord.errors import CorruptShardError, ReaderError
 from beam_tfrecord.remote_reads import COUNTERS, RemoteShard
 from beam_tfrecord.shard_cache import ShardCache
 
-_MEMFD_CREATE = getattr(os, "memfd_create", None)  # Linux
+# In-memory files, read by path through /proc/self/fd (Linux); None where either is missing.
+_MEMFD_CREATE = getattr(os, "memfd_create", None) if os.path.isdir("/proc/self/fd") else None
 
 
 class RangeSource(Protocol):
