@@ -132,7 +132,7 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
         if fetcher is None:
             raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
         writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetched-files")
-        ahead: collections.deque[tuple[int, FetchedShard | None, concurrent.futures.Future[str] | None]] = (
+        ahead: collections.deque[tuple[int, FetchedShard | None, concurrent.futures.Future[str] | str | None]] = (
             collections.deque())
         done: collections.deque[FetchedShard] = collections.deque()
 
@@ -142,7 +142,9 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
             number = next(numbers, None)
             if number is not None:
                 fetched = fetcher.open(number)
-                local = writer.submit(fetched.local_file, in_memory=in_memory) if fetched is not None else None
+                local: concurrent.futures.Future[str] | str | None = None
+                if fetched is not None:  # a cache hit is its entry's path already, no thread needed
+                    local = fetched.cached or writer.submit(fetched.local_file, in_memory=in_memory)
                 ahead.append((number, fetched, local))
 
         try:
@@ -156,7 +158,7 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
                     yield plan.path(segment), segment.skip, segment.take
                     continue
                 done.append(fetched)
-                yield local.result(), segment.skip, segment.take
+                yield local if isinstance(local, str) else local.result(), segment.skip, segment.take
                 while len(done) > _KEPT_FILES:
                     done.popleft().close()
         finally:
