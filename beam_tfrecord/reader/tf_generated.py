@@ -128,15 +128,36 @@ def _done_value(spec: tf.TensorSpec) -> np.ndarray:
     return np.full(shape, b"" if spec.dtype == tf.string else 0, dtype=_numpy_dtype(spec))
 
 
-def generated(make: Callable[[], Iterator[tuple[Any, ...]]],
-              output_signature: Sequence[tf.TensorSpec]) -> tf.data.Dataset:
+def _as_tuples(make: Callable[[], Iterator[Any]]) -> Callable[[], Iterator[tuple[Any]]]:
+    """``make``'s values as 1-tuples; closing the new iterator closes ``make``'s."""
+
+    def tuples() -> Iterator[tuple[Any]]:
+        values = make()
+        try:
+            for value in values:
+                yield (value,)
+        finally:
+            close = getattr(values, "close", None)
+            if close is not None:
+                close()
+
+    return tuples
+
+
+def generated(make: Callable[[], Iterator[Any]],
+              output_signature: tf.TensorSpec | Sequence[tf.TensorSpec]) -> tf.data.Dataset:
     """The elements of a new ``make()`` iterator on each pass, as ``from_generator(make, output_signature=...)``.
 
     Args:
-        make: gives a new iterator of tuples (one value per spec) for each pass over the dataset.
-        output_signature: each value's ``tf.TensorSpec``.
+        make: gives a new iterator for each pass over the dataset: of tuples (one value per spec), or
+            of single values when ``output_signature`` is one spec.
+        output_signature: each value's ``tf.TensorSpec``, or one ``tf.TensorSpec``: elements are then
+            single tensors, not 1-tuples.
     """
-    specs = tuple(output_signature)
+    single = isinstance(output_signature, tf.TensorSpec)
+    if single:
+        make = _as_tuples(make)
+    specs = (output_signature,) if single else tuple(output_signature)
     iterations = _Iterations(make, tuple(_numpy_dtype(spec) for spec in specs),
                              tuple(_done_value(spec) for spec in specs))
     types = [tf.int64, tf.bool, *(spec.dtype for spec in specs)]
@@ -149,8 +170,8 @@ def generated(make: Callable[[], Iterator[tuple[Any, ...]]],
     def going_on(done: tf.Tensor, *_: tf.Tensor) -> tf.Tensor:
         return tf.logical_not(done)
 
-    def values_of(_: tf.Tensor, *values: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        return tuple(values)
+    def values_of(_: tf.Tensor, *values: tf.Tensor) -> tf.Tensor | tuple[tf.Tensor, ...]:
+        return values[0] if single else tuple(values)
 
     # scan's state is the pass's token, kept per iterator: 0 until its first step begins the pass.
     steps = tf.data.Dataset.from_tensors(np.int64(0)).repeat().scan(np.int64(0), step)

@@ -126,8 +126,10 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
     """
     segments = plan.segments
     in_memory = _OPEN_FILES * max((s.shard.num_bytes for s in segments), default=0) <= reads.bytes_in_flight
+    whole = all(segment.skip == 0 and segment.reaches_end for segment in segments)  # no per-record skip/take
 
-    def files() -> Iterator[tuple[str, int, int]]:
+    def files() -> Iterator[str | tuple[str, int, int]]:
+        """Each segment's local path, with its skip and take unless ``whole``."""
         fetcher = plan.fetcher(segments, reads)
         if fetcher is None:
             raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
@@ -155,10 +157,11 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
                 segment = segments[number]
                 make_ahead()
                 if fetched is None or local is None:  # a local shard: read where it is
-                    yield plan.path(segment), segment.skip, segment.take
-                    continue
-                done.append(fetched)
-                yield local if isinstance(local, str) else local.result(), segment.skip, segment.take
+                    path = plan.path(segment)
+                else:
+                    done.append(fetched)
+                    path = local if isinstance(local, str) else local.result()
+                yield path if whole else (path, segment.skip, segment.take)
                 while len(done) > _KEPT_FILES:
                     done.popleft().close()
         finally:
@@ -170,11 +173,11 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
                 fetched.close()
             fetcher.close()
 
-    paths = generated(files, (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
-    if all(segment.skip == 0 and segment.reaches_end for segment in segments):  # no per-record skip/take stages
-        # The paths as the reader's own input: one flat_map per record, as from local files, not two.
-        return read(paths.map(lambda path, skip, take: path))
-    return paths.flat_map(lambda path, skip, take: read(path).skip(skip).take(take))
+    if whole:  # the paths as the reader's own input: one flat_map per record, as from local files, not two
+        return read(generated(files, tf.TensorSpec([], tf.string)))
+    segment_paths = generated(files, (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
+                                      tf.TensorSpec([], tf.int64)))
+    return segment_paths.flat_map(lambda path, skip, take: read(path).skip(skip).take(take))
 
 
 def block_records(plan: ReadPlan, *, shuffle: bool, seed: int | None,
