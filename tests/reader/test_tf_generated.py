@@ -79,3 +79,16 @@ def test_no_generator_dataset_op_is_built() -> None:
     graph = generated(Passes(1), SIGNATURE)._as_serialized_graph().numpy()
     assert b"GeneratorDataset" not in graph and b"PyFunc" in graph
     assert tf_generated.__doc__ is not None and "mallopt(M_MMAP_THRESHOLD, 128 KiB)" in tf_generated.__doc__
+
+
+def test_one_spec_gives_single_tensors_and_closes_each_pass() -> None:
+    passes = Passes(3)
+
+    def names() -> Iterator[str]:
+        for name, _ in passes():
+            yield name
+
+    dataset = generated(names, tf.TensorSpec([], tf.string))
+    assert dataset.element_spec == tf.TensorSpec([], tf.string)
+    assert [name.numpy() for name in dataset.repeat(2)] == [b"item-0", b"item-1", b"item-2"] * 2
+    assert (passes.begun, passes.closed) == (2, 2)
