@@ -14,6 +14,7 @@ from apache_beam.runners.runner import PipelineRunner
 
 from beam_tfrecord import errors
 from beam_tfrecord.beam.runners.forked_workers import worker_fork_server
+from beam_tfrecord.beam.runners.worker_handler import local_workers_urn
 
 # What Beam's FnApiRunner runs for each worker process in ``multi_processing`` mode (Beam 2.77), and
 # what LocalBatchRunner runs instead: the same harness, ended without the interpreter's teardown.
@@ -76,11 +77,13 @@ def _engine(fn_api_runner: type, worker_command: str) -> type:
 
 def with_fast_ending_workers(pipeline_proto: Any, worker_command: str = WORKER_COMMAND) -> Any:
     """``pipeline_proto`` (a ``beam_runner_api_pb2.Pipeline``, changed in place and returned) with its
-    environments that run Beam's worker command (``BEAM_WORKER_COMMAND``) running ``worker_command``."""
+    environments that run Beam's worker command (``BEAM_WORKER_COMMAND``) running ``worker_command``,
+    through ``worker_handler``'s handler (Beam's, without its hang when a job fails fast)."""
     from apache_beam.portability import python_urns
 
     for environment in pipeline_proto.components.environments.values():
         if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload == BEAM_WORKER_COMMAND.encode():
+            environment.urn = local_workers_urn()
             environment.payload = worker_command.encode()
     return pipeline_proto
 
