@@ -87,9 +87,9 @@ class FetchedShard:
         ``in_memory``: a private copy (no cache) is an in-memory file rather than one in the temporary
         directory, where the system has them (Linux): no page of it is allocated by the disk's
         filesystem or written back to the disk (an epoch of 313 MB from gs:// took 0.97 CPU seconds
-        with the copies on tmpfs, the memory these files live in, 1.27 s through an ext4 ``/tmp``), and
-        nothing is left behind by a killed process. It
-        holds the shard's bytes in memory until ``close()``: the caller bounds how many are open.
+        with the copies on tmpfs, the memory these files live in, 1.27 s through an ext4 ``/tmp``),
+        and nothing is left behind by a killed process. It holds the shard's bytes in memory until
+        ``close()``: the caller bounds how many are open.
         """
         if self.cached is None:
             self._begin_copy(private=True, in_memory=in_memory)
