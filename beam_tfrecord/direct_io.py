@@ -5,7 +5,9 @@ job. Through the page cache, every byte of them first has to be given a fresh pa
 on the 2-core VMs this project is measured on, that costs ~2.6 s of kernel CPU per GB written
 (``dd bs=4M`` of 3 GB: 8.1 s system time buffered, 0.25 s with ``oflag=direct``), so a job
 that spills 3 GB and writes 3 GB spent more CPU in the kernel than in Python. With ``O_DIRECT``
-the device's DMA moves the bytes and the CPU stays free for encoding.
+the device's DMA moves the bytes and the CPU stays free for encoding. The exception is a shard
+the page cache takes without the kernel starting to write back (``page_cache_takes``): a small
+dataset is written through the page cache, so its job does not wait for the device.
 
 ``O_DIRECT`` needs the buffer address, file offset and length aligned to the device's block
 size. Data is staged in a page-aligned anonymous ``mmap`` and moved in whole blocks; the last
@@ -62,6 +64,44 @@ def open_read(path: str, *, direct: bool = True, buffer_bytes: int = 1 << 20) ->
     if fd is None:
         return storage.open_read(path)
     return io.BufferedReader(DirectReader(fd, buffer_bytes), buffer_size=buffer_bytes)
+
+
+def page_cache_takes(num_bytes: int) -> bool:
+    """True when ``num_bytes`` more of dirty page cache keep this machine under half the level at
+    which the kernel starts writing dirty pages back (``vm.dirty_background_bytes``, else
+    ``vm.dirty_background_ratio`` percent of the available memory).
+
+    Below that level a buffered write only copies into memory: the job does not wait for the
+    device, the device stays free for the job's own reads and writes (the kernel writes the pages
+    back later, after ``vm.dirty_expire_centisecs``), and a shard written so is still cached when it
+    is read next (training, ``verify``). Half the level leaves room for the machine's other writers.
+    Above it, the kernel would write back while the job reads and writes: ``O_DIRECT`` is faster
+    there (measured in docs/performance.md, "Shards through the page cache"). False where ``/proc``
+    does not say.
+    """
+    state = dirty_state()
+    return state is not None and fits_before_writeback(num_bytes, *state)
+
+
+def fits_before_writeback(num_bytes: int, dirty_bytes: int, writeback_level_bytes: int) -> bool:
+    """``page_cache_takes``'s rule: the dirty pages, ``num_bytes`` more, under half the level."""
+    return dirty_bytes + num_bytes <= writeback_level_bytes // 2
+
+
+def dirty_state() -> tuple[int, int] | None:
+    """(dirty and under-writeback bytes, the background writeback level in bytes), from ``/proc``."""
+    try:
+        with open("/proc/meminfo", "rb") as handle:
+            meminfo = {fields[0].rstrip(b":"): int(fields[1]) * 1024
+                       for fields in map(bytes.split, handle) if len(fields) >= 2}
+        with open("/proc/sys/vm/dirty_background_bytes", "rb") as handle:
+            level = int(handle.read())
+        if not level:
+            with open("/proc/sys/vm/dirty_background_ratio", "rb") as handle:
+                level = meminfo[b"MemAvailable"] * int(handle.read()) // 100
+        return meminfo[b"Dirty"] + meminfo[b"Writeback"], level
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 class RangeReader:

@@ -1,6 +1,8 @@
 """Page-cache-bypassing file I/O: the same bytes as ordinary I/O, whatever the sizes and offsets."""
 
 import concurrent.futures
+import ctypes
+import mmap
 import os
 import random
 
@@ -77,3 +79,46 @@ def test_range_reader_reads_any_range_of_many_files_from_several_threads(tmp_pat
         got = list(threads.map(lambda case: bytes(reader.read(*case)), cases))
     for (path, offset, length), read in zip(cases, got):
         assert read == files[path][offset:offset + length]  # short only at the end
+
+
+def resident_fraction(path: str) -> float:
+    """The share of ``path``'s pages in the page cache (``mincore`` of a private mapping of it)."""
+    size = os.path.getsize(path)
+    pages = -(-size // mmap.PAGESIZE)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    with open(path, "rb") as handle, mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY) as mapped:
+        start = ctypes.c_char.from_buffer(mapped)  # the mapping's address (nothing is written through it)
+        vector = (ctypes.c_ubyte * pages)()
+        if libc.mincore(ctypes.addressof(start), size, vector) != 0:
+            raise OSError(ctypes.get_errno(), "mincore failed")
+        del start
+    return sum(byte & 1 for byte in vector) / pages
+
+
+@needs_o_direct
+@pytest.mark.parametrize("direct, resident", [(True, 0.0), (False, 1.0)], ids=["o-direct", "buffered"])
+def test_a_direct_write_leaves_nothing_in_the_page_cache_and_a_buffered_one_all(tmp_path, direct, resident):
+    path = str(tmp_path / "file.bin")
+    with direct_io.open_write(path, direct=direct) as handle:
+        handle.write(random.Random(1).randbytes(3 * BUFFER_BYTES))  # whole blocks: no buffered tail
+    assert resident_fraction(path) == resident
+
+
+@pytest.mark.parametrize("num_bytes, dirty, level, takes", [
+    (100, 0, 1000, True),
+    (500, 0, 1000, True),  # exactly half the level
+    (501, 0, 1000, False),
+    (100, 400, 1000, True),
+    (101, 400, 1000, False),  # what others left dirty counts too
+    (0, 600, 1000, False),
+], ids=["small", "half", "over-half", "with-others", "others-push-over", "already-over"])
+def test_the_page_cache_takes_what_stays_under_half_the_writeback_level(num_bytes, dirty, level, takes):
+    assert direct_io.fits_before_writeback(num_bytes, dirty, level) is takes
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/meminfo"), reason="no /proc")
+def test_the_dirty_state_is_read_from_proc_and_the_memory_is_never_taken_whole():
+    dirty_bytes, level_bytes = direct_io.dirty_state()
+    assert dirty_bytes >= 0 and 0 < level_bytes < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert not direct_io.page_cache_takes(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 import apache_beam as beam
 
-from beam_tfrecord import storage
+from beam_tfrecord import direct_io, storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.framing import framed_size
@@ -97,8 +97,9 @@ class ShardFileWriter:
         stats = ShardStats()
         record_bytes = 0
         with raise_typed_when_full(target.temp_path, target.spec.num_record_bytes, partial=target.temp_path):
-            writer = self._format.open_writer(target.temp_path, compression=self._compression,
-                                              direct_io=self._direct_io)
+            # Through the page cache while the machine takes it without writing back (``page_cache_takes``).
+            direct = self._direct_io and not direct_io.page_cache_takes(target.spec.num_record_bytes)
+            writer = self._format.open_writer(target.temp_path, compression=self._compression, direct_io=direct)
             if self._dali_index:
                 writer = DaliIndexingWriter(writer, dali_index_name(target.temp_path))
             for entry in entries:
@@ -108,10 +109,10 @@ class ShardFileWriter:
                     record_bytes += len(framed)
                     writer.append_framed(framed)
                 else:
-                    record = self._rebuild(entry)
+                    parts, size = self._rebuild(entry)
                     stats.rebuilt += 1
-                    record_bytes += framed_size(len(record))
-                    writer.append(record)
+                    record_bytes += framed_size(size)
+                    writer.append_parts(parts, size)
             crc32c, stored_bytes = writer.close()
         return self._checked(target, stats, record_bytes, crc32c, stored_bytes)
 
@@ -128,17 +129,21 @@ class ShardFileWriter:
                          dali_index=dali_index_name(target.filename) if self._dali_index else None)
         return info, stats
 
-    def _rebuild(self, entry: bytes | memoryview) -> bytes:
-        """The record (unframed) of a REFERENCE entry, built again from its source files."""
+    def _rebuild(self, entry: bytes | memoryview) -> tuple[list[bytes], int]:
+        """The record (unframed) of a REFERENCE entry, built again from its source files, as parts
+        (the files' bytes not copied where ``RecordBuilder.build_parts`` can) and its length."""
         planned_size, sample_pickle = entry_reference(entry)
         sample: Sample = pickle.loads(sample_pickle)
-        record = self._builder.build(sample)
-        if isinstance(record, DeadLetter):
-            raise InputChangedError(sample.key, f"it was valid when planned, now: {record.message}")
-        size = framed_size(len(record))
-        if size != planned_size:
-            raise InputChangedError(sample.key, f"its record is {size} bytes, {planned_size} when planned")
-        return record
+        built = self._builder.build_parts(sample)
+        if built is None:
+            record = self._builder.build(sample)
+            built = record if isinstance(record, DeadLetter) else ([record], len(record))
+        if isinstance(built, DeadLetter):
+            raise InputChangedError(sample.key, f"it was valid when planned, now: {built.message}")
+        parts, size = built
+        if framed_size(size) != planned_size:
+            raise InputChangedError(sample.key, f"its record is {framed_size(size)} bytes, {planned_size} when planned")
+        return parts, size
 
 
 class WriteShardFn(beam.DoFn):

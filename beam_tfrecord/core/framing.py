@@ -45,6 +45,12 @@ def frame_parts(data: bytes, _crc32c=google_crc32c.value,
     return header, _CRC.pack((((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF)
 
 
+def frame_parts_of_parts(parts: Sequence[bytes], length: int) -> tuple[bytes, bytes]:
+    """``frame_parts`` of the record that ``parts`` make joined (``length`` bytes), not joining them."""
+    crc = functools.reduce(google_crc32c.extend, parts, 0)
+    return _header_of_length(length), _CRC.pack((((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF)
+
+
 def frame_parts_of_chunk(records: Sequence[Sequence[Any]], nbytes: Sequence[int]
                          ) -> tuple[list[bytes], list[bytes]]:
     """``frame_parts`` of every record of a chunk: (headers, footers), one of each per record.

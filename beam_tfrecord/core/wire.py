@@ -5,9 +5,14 @@ protobuf message per sample. The layout they write is the one the protobuf libra
 ``SerializeToString(deterministic=True)``: hypothesis tests (``tests/core/test_batch_encode.py``)
 compare both, byte for byte, for every feature type. Limits: only what an ``Example`` needs
 (length-delimited fields, packed int64 and float lists, map entries), not a general encoder.
+``record_bytes_with_values`` and ``record_parts_with_values`` use the same layout to size a record
+from its bytes values' lengths and to build it without copying them (tested against the library's
+records in ``tests/core/test_listed_sizes.py``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -98,6 +103,66 @@ class EntryHeaders(dict[int, bytes]):
         header = delimited_header(TAG_1, len(entry) + payload_bytes) + entry
         self[payload_bytes] = header
         return header
+
+
+def _spliced(record: bytes, value_bytes: Mapping[str, int]) -> tuple[list[bytes | str], int]:
+    """``record`` with each named bytes scalar, empty in it, grown to ``value_bytes[name]`` bytes.
+
+    Returns the new record's parts, in order: wire bytes, and in place of each value its name (the
+    value's bytes go there); and the new record's length. ``record`` is an ``Example`` or
+    ``SequenceExample`` serialized deterministically: its first field is the (context) ``Features``
+    message, which holds each named feature as a bytes list of one empty item. Only that entry and
+    the lengths around it change: the entry is ``EntryHeaders``' layout, the map's order is by name.
+    """
+    if record[:1] != TAG_1:
+        raise ValueError(f"not a record that starts with its features (first byte {record[:1]!r})")
+    features_bytes, start = read_varint(record, 1)
+    end = start + features_bytes
+    wanted = {name.encode("utf-8"): name for name in value_bytes}
+    parts: list[bytes | str] = []
+    copied = position = start
+    grown = features_bytes
+    while position < end:
+        entry_bytes, body = read_varint(record, position + 1)
+        name_bytes, name_start = read_varint(record, body + 1)
+        name = wanted.pop(record[name_start:name_start + name_bytes], None)
+        entry_end = body + entry_bytes
+        if name is not None:
+            headers = EntryHeaders(name, BYTES_LIST, packed=False)
+            if record[position:entry_end] != headers[2] + b"\x0a\x00":
+                raise ValueError(f"feature {name!r} is not one empty bytes value in the record")
+            size = value_bytes[name]
+            item = TAG_1 + length_prefix(size)
+            header = headers[len(item) + size] + item
+            parts += [record[copied:position], header, name]
+            grown += len(header) + size - (entry_end - position)
+            copied = entry_end
+        position = entry_end
+    if wanted:
+        raise ValueError(f"features {sorted(wanted.values())} are not in the record")
+    parts.append(record[copied:])  # the features after the last value, and what follows them
+    head = delimited_header(TAG_1, grown)
+    return [head, *parts], len(head) + grown + len(record) - end
+
+
+def record_bytes_with_values(record: bytes, value_bytes: Mapping[str, int]) -> int:
+    """The length ``record`` would have if each named bytes scalar, empty in it, held that many bytes.
+
+    Plans a file-backed record from its files' listed sizes without reading them: the record is
+    encoded (by the protobuf library) with each file's value empty, then grown here (``_spliced``).
+    """
+    return _spliced(record, value_bytes)[1]
+
+
+def record_parts_with_values(record: bytes, values: Mapping[str, bytes]) -> tuple[list[bytes], int]:
+    """The parts of ``record`` with each named bytes scalar, empty in it, holding ``values[name]``,
+    and the length of the record they make; the values themselves are parts, not copied.
+
+    Rebuilds a file-backed record from its files' bytes: the protobuf library encodes the rest of
+    the sample, and no copy of the files' bytes is made before they are written to their shard.
+    """
+    parts, length = _spliced(record, {name: len(value) for name, value in values.items()})
+    return [values[part] if isinstance(part, str) else part for part in parts], length
 
 
 def packed_varints(values: np.ndarray, counts: np.ndarray) -> list[bytes]:

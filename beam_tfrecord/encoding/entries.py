@@ -54,15 +54,21 @@ class EntryEncoder:
         """The sample's entry, or its dead letter. An ``PrebuiltRecord`` is taken as it is."""
         if isinstance(sample, PrebuiltRecord):  # kept by an incremental refresh: only the cap applies
             return self._checked_entry(sample.key, sample.record)
-        stand_in = self._listed_stand_in(sample)
-        record = self._builder.build(sample if stand_in is None else stand_in)
-        if type(record) is DeadLetter:  # type() is: the hot path's cheapest check, and mypy narrows on it
-            return record
-        size = framed_size(len(record))
+        listed = self._listed_record_bytes(sample)
+        if isinstance(listed, DeadLetter):
+            return listed
+        record: bytes | None = None
+        if listed is None:
+            built = self._builder.build(sample)
+            if type(built) is DeadLetter:  # type() is: the hot path's cheapest check, and mypy narrows on it
+                return built
+            record, size = built, framed_size(len(built))
+        else:
+            size = framed_size(listed)
         if size > self._max_record_bytes:
             return self._over_cap(sample.key, size)
         hashed = key_hash(sample.key, self._salt)
-        if stand_in is not None or (self._reread and size >= self._reread_min_bytes and has_file_refs(sample)):
+        if record is None or (self._reread and size >= self._reread_min_bytes and has_file_refs(sample)):
             # Large and file-backed: spill the reference; the shard writer reads the file (again,
             # unless it was planned from its listed size), so the payload is written once,
             # straight into its shard.
@@ -112,15 +118,15 @@ class EntryEncoder:
                                        "(the hard shard-size cap)", f"{size} bytes")
         return DeadLetter.from_error(key, Stage.ENCODE, error)
 
-    def _listed_stand_in(self, sample: Sample) -> Sample | None:
-        """For a large file-backed sample whose record size follows from listed file sizes: the
-        stand-in to plan it with, so its files are read only once, by its shard writer."""
+    def _listed_record_bytes(self, sample: Sample) -> int | DeadLetter | None:
+        """For a large file-backed sample whose record size follows from listed file sizes: that
+        size (or its dead letter), so its files are read only once, by its shard writer."""
         if not self._reread or not has_file_refs(sample):  # the common case for rows, checked cheaply
             return None
-        stand_in = self._builder.stand_in(sample, min_file_bytes=self._reread_min_bytes)
-        if stand_in is not None:
+        listed = self._builder.listed_record_bytes(sample, min_file_bytes=self._reread_min_bytes)
+        if listed is not None and type(listed) is not DeadLetter:
             self.num_listed += 1
-        return stand_in
+        return listed
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from beam_tfrecord import storage
+from beam_tfrecord.core import wire
 from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import DType, Scalar, Schema
@@ -75,26 +76,58 @@ class RecordBuilder:
                 raise
             return DeadLetter.from_error(sample.key, stage, err)
 
-    def stand_in(self, sample: Sample, *, min_file_bytes: int) -> Sample | None:
-        """The sample with each file's bytes replaced by zeros of its listed size, or None.
+    def listed_record_bytes(self, sample: Sample, *, min_file_bytes: int) -> int | DeadLetter | None:
+        """The length of the sample's record, from its files' listed sizes (none is read), or None.
 
-        Its record has exactly the size of the real one, so the writer can plan a file-backed
-        sample without reading the file. Only when every file feeds a feature that takes any
-        bytes (``Scalar(DType.BYTES)``: content cannot make it invalid), carries its
-        ``size_bytes``, the files hold at least ``min_file_bytes`` together, and no transform
-        applies; otherwise None.
+        Lets the writer plan a file-backed sample without reading its files. Only when its files
+        can be spliced in (``_file_scalars``), each carries its ``size_bytes`` and they hold at least
+        ``min_file_bytes`` together; otherwise None. The sample's other values are validated and
+        encoded as in ``build`` (a DeadLetter names a bad one), with each file's value empty; the
+        files' sizes are then added to the record's lengths (``wire.record_bytes_with_values``).
         """
+        names = self._file_scalars(sample)
+        if names is None:
+            return None
+        sizes = {name: sample.values[name].size_bytes for name in names}
+        if None in sizes.values() or sum(sizes.values()) < min_file_bytes:
+            return None
+        record = self._with_empty_files(sample, names)
+        if type(record) is DeadLetter:
+            return record
+        return wire.record_bytes_with_values(record, sizes)
+
+    def build_parts(self, sample: Sample) -> tuple[list[bytes], int] | DeadLetter | None:
+        """``build``'s record as parts (and its length) with the files' bytes not copied, or None.
+
+        For a sample whose files can be spliced in (``_file_scalars``); otherwise None (``build``
+        it). Large files' records are rebuilt so by their shard writer: the protobuf library encodes
+        the other values, and the files' bytes go from their read to the shard without a copy.
+        """
+        names = self._file_scalars(sample)
+        if names is None:
+            return None
+        try:
+            loaded = load_file_refs(sample)
+        except SampleReadError as err:
+            return DeadLetter.from_error(sample.key, Stage.READ, err)
+        record = self._with_empty_files(sample, names)
+        if type(record) is DeadLetter:
+            return record
+        return wire.record_parts_with_values(record, {name: loaded.values[name] for name in names})
+
+    def _file_scalars(self, sample: Sample) -> list[str] | None:
+        """The names of the sample's files when every file feeds a feature that takes any bytes
+        (``Scalar(DType.BYTES)``: content cannot make it invalid) and no transform applies; else None."""
         if self._transforms:
             return None
-        sizes = {}
-        for name, value in sample.values.items():
-            if value.__class__ is FileRef:
-                if value.size_bytes is None or name not in self._any_bytes:
-                    return None
-                sizes[name] = value.size_bytes
-        if not sizes or sum(sizes.values()) < min_file_bytes:
+        names = [name for name, value in sample.values.items() if value.__class__ is FileRef]
+        if not names or not self._any_bytes.issuperset(names):
             return None
-        return Sample(sample.key, {**sample.values, **{name: bytes(size) for name, size in sizes.items()}})
+        return names
+
+    def _with_empty_files(self, sample: Sample, names: list[str]) -> bytes | DeadLetter:
+        """``build`` of the sample with each named file's value empty."""
+        return self.build(Sample(sample.key, {**sample.values, **dict.fromkeys(names, b"")}))
 
     def _transform(self, sample: Sample) -> Sample:
         values = dict(sample.values)

@@ -65,6 +65,10 @@ class ShardWriter(abc.ABC):
         """Appends one record given in TFRecord framing (as the encoded entries hold it)."""
         self.append(bytes(unframed(framed)))
 
+    def append_parts(self, parts: Sequence[bytes], record_bytes: int) -> None:
+        """Appends the record that ``parts`` make joined (``record_bytes`` long)."""
+        self.append(b"".join(parts))
+
     @abc.abstractmethod
     def close(self) -> tuple[str, int]:
         """Finishes the file; returns the CRC32C (8 hex digits) and size of the bytes stored."""

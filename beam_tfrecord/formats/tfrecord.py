@@ -1,7 +1,8 @@
 """TFRecord shards: the records one after the other, each framed (length, CRCs), read front to back.
 
 Writing joins many small framed records into one big write (fewer calls, ~4 MB each); a large
-record is written as header, data, footer, without a copy. The spill entries already hold
+record, or a large part of one (a file's bytes rebuilt into its record), is written as it is,
+without a copy. The spill entries already hold
 framed records, which are appended as they are. Reading goes through ``storage`` (local or
 ``gs://``, no Beam) and ``core/framing``; a read that reaches the shard's end checks its record
 count against the manifest.
@@ -12,14 +13,20 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 import numpy as np
 
 from beam_tfrecord import direct_io, storage
 from beam_tfrecord.core.blocks import RecordBlock, split_frames
-from beam_tfrecord.core.framing import FOOTER_BYTES, FRAMING_BYTES, HEADER_BYTES, frame_parts, iter_records
+from beam_tfrecord.core.framing import (
+    FOOTER_BYTES,
+    FRAMING_BYTES,
+    HEADER_BYTES,
+    frame_parts_of_parts,
+    iter_records,
+)
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
@@ -46,14 +53,23 @@ class TFRecordShardWriter(ShardWriter):
             self._flush()
 
     def append(self, record: bytes) -> None:
-        header, footer = frame_parts(record)
-        if len(record) < JOIN_MAX_RECORD_BYTES:
-            self._pending += (header, record, footer)
-            self._pending_bytes += len(record) + FRAMING_BYTES
-        else:  # large: written as it is, without a copy
-            self._writer.write(b"".join((*self._pending, header)))
-            self._writer.write(record)
-            self._pending, self._pending_bytes = [footer], len(footer)
+        self.append_parts((record,), len(record))
+
+    def append_parts(self, parts: Sequence[bytes], record_bytes: int) -> None:
+        """Appends the record that ``parts`` make joined, framed, without joining its large parts."""
+        header, footer = frame_parts_of_parts(parts, record_bytes)
+        self._pending.append(header)
+        self._pending_bytes += len(header)
+        for part in parts:
+            if len(part) < JOIN_MAX_RECORD_BYTES:
+                self._pending.append(part)
+                self._pending_bytes += len(part)
+            else:  # large: written as it is, without a copy
+                self._writer.write(b"".join(self._pending))
+                self._writer.write(part)
+                self._pending, self._pending_bytes = [], 0
+        self._pending.append(footer)
+        self._pending_bytes += len(footer)
         if self._pending_bytes >= WRITE_CHUNK_BYTES:
             self._flush()
 

@@ -41,6 +41,10 @@ class DaliIndexingWriter(ShardWriter):
         self._index.add(len(framed))
         self._inner.append_framed(framed)
 
+    def append_parts(self, parts: Sequence[bytes], record_bytes: int) -> None:
+        self._index.add(record_bytes + FRAMING_BYTES)
+        self._inner.append_parts(parts, record_bytes)
+
     def close(self) -> tuple[str, int]:
         crc32c, stored_bytes = self._inner.close()
         storage.write_bytes_atomic(self._index_path, self._index.text())
