@@ -14,6 +14,7 @@ Globs follow Beam's rules: ``*`` and ``?`` stay within a path segment, ``**`` cr
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import os
@@ -32,6 +33,7 @@ from beam_tfrecord.disk_space import raise_typed_when_full
 _ZLIB_WBITS = {Compression.GZIP: 31, Compression.ZLIB: 15}
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 _GLOB_CHARS = re.compile(r"[*?\[]")
+COPY_CHUNK_BYTES = 8 << 20  # a copy across filesystems or schemes moves this much at a time
 
 
 def scheme(path: str) -> str | None:
@@ -175,16 +177,46 @@ def rename(sources: list[str], destinations: list[str]) -> None:
     """Renames files, replacing existing destinations (GCS: copy over, then delete the source).
 
     A GCS copy replaces its destination in one step, so a renamed-over pointer file (``LATEST``)
-    is never missing (``gcs.rename``: preconditioned, retried).
+    is never missing (``gcs.rename``: preconditioned, retried). Across filesystems or schemes (a
+    ``temp_dir`` on another disk than the output, or local with a ``gs://`` output) a file is copied
+    over its destination in one replacement (``_copy_over``), then the source is deleted.
     """
     for source, destination in zip(sources, destinations, strict=True):
-        if not is_remote(source):
+        if not is_remote(source) and not is_remote(destination):
             os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
-            os.replace(source, destination)
-        elif scheme(source) == "gs":
+            try:
+                os.replace(source, destination)
+                continue
+            except OSError as err:
+                if err.errno != errno.EXDEV:  # EXDEV: another filesystem, copied below
+                    raise
+        elif scheme(source) == scheme(destination) == "gs":
             gcs.rename(source, destination)
-        else:
+            continue
+        elif scheme(source) == scheme(destination):
             _beam().rename([source], [destination])
+            continue
+        _copy_over(source, destination)
+        delete_if_exists([source])
+
+
+def _copy_over(source: str, destination: str) -> None:
+    """Copies ``source`` over ``destination`` in one replacement: a local copy is made beside it under
+    a temporary name, then renamed over it; an upload to an object store replaces it when it ends."""
+    if is_remote(destination):
+        with open_read(source) as reader, open_write(destination) as writer:
+            shutil.copyfileobj(reader, writer, COPY_CHUNK_BYTES)
+        return
+    temp = f"{destination}.tmp-{uuid.uuid4().hex[:12]}"
+    os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
+    needed_bytes = 0 if is_remote(source) else os.path.getsize(source)
+    with raise_typed_when_full(destination, needed_bytes, partial=temp):
+        if is_remote(source):
+            with open_read(source) as reader, open(temp, "wb") as writer:
+                shutil.copyfileobj(reader, writer, COPY_CHUNK_BYTES)
+        else:
+            shutil.copyfile(source, temp)  # the kernel copies (copy_file_range / sendfile)
+    os.replace(temp, destination)
 
 
 def delete_if_exists(paths: list[str]) -> None:

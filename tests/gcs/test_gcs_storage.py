@@ -34,3 +34,14 @@ def test_delete_tree_and_delete_if_exists(gcs_bucket: str) -> None:
     storage.delete_if_exists([f"{gcs_bucket}/keep/z", f"{gcs_bucket}/missing"])
     storage.delete_tree(f"{gcs_bucket}/never-existed")
     assert storage.list_files(f"{gcs_bucket}/**") == []
+
+
+def test_rename_from_a_local_file_uploads_it_over_the_object(gcs_bucket: str, tmp_path) -> None:
+    source = tmp_path / "shard"
+    source.write_bytes(b"new shard")
+    destination = f"{gcs_bucket}/out/shard"
+    with storage.open_write(destination) as handle:
+        handle.write(b"old")
+    storage.rename([str(source)], [destination])
+    assert storage.read_bytes(destination) == b"new shard" and not source.exists()
+    assert [p for p, _ in storage.list_files(f"{gcs_bucket}/**")] == [destination]
