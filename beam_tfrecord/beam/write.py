@@ -141,6 +141,8 @@ class WriteTFRecordDataset(beam.PTransform):
             runs (spill path, ``beam.encode_pool``), for a pipeline that must stay in one runner
             process; 1: none. More than 1 needs a runner whose workers run on this machine.
         temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
+            On another filesystem than ``output_dir`` (or local with a ``gs://`` output), the
+            shards are copied into place when published instead of renamed.
         shared_filesystem: the local ``output_dir`` and ``temp_dir`` are on a filesystem every
             worker mounts at the same path (NFS, a mounted bucket). Without it, a runner whose
             workers may run on other machines (``worker_placement.remote_workers_reason``) refuses
