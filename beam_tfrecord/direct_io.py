@@ -76,7 +76,7 @@ def page_cache_takes(num_bytes: int) -> bool:
     back later, after ``vm.dirty_expire_centisecs``), and a shard written so is still cached when it
     is read next (training, ``verify``). Half the level leaves room for the machine's other writers.
     Above it, the kernel would write back while the job reads and writes: ``O_DIRECT`` is faster
-    there (measured in docs/performance.md, "Shards through the page cache"). False where ``/proc``
+    there (measured in docs/performance.md, "Write benchmark, 2026-11-26"). False where ``/proc``
     does not say.
     """
     state = dirty_state()
