@@ -33,7 +33,7 @@ from beam_tfrecord.disk_space import raise_typed_when_full
 _ZLIB_WBITS = {Compression.GZIP: 31, Compression.ZLIB: 15}
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-COPY_CHUNK_BYTES = 8 << 20  # a copy across filesystems or schemes moves this much at a time
+COPY_CHUNK_BYTES = 8 << 20  # moved at a time by a copy between filesystems or schemes
 
 
 def scheme(path: str) -> str | None:

@@ -42,7 +42,6 @@ from beam_tfrecord.shard_fetch import FetchedShard
 WRITER_OPTIONS = "group_size:1"
 READ_BLOCK_RECORDS = 256  # records per read call of a range
 COUNT_BLOCK_RECORDS = 1024  # records per read call when counting a whole shard
-_COPY_CHUNK_BYTES = 8 << 20
 
 
 def _module(error: type[BeamTFRecordError]) -> Any:
@@ -88,7 +87,7 @@ class ArrayRecordShardWriter(ShardWriter):
         if self._remote:
             try:
                 with open(self._local, "rb") as source, storage.open_write(self._path) as target:
-                    shutil.copyfileobj(source, target, _COPY_CHUNK_BYTES)
+                    shutil.copyfileobj(source, target, storage.COPY_CHUNK_BYTES)
             finally:
                 os.remove(self._local)
         return checksum
@@ -107,7 +106,7 @@ def local_copy(path: str, crc32c: str) -> str:
     if not os.path.exists(local):
         partial = f"{local}.partial-{os.getpid()}"
         with storage.open_read(path) as source, open(partial, "wb") as target:
-            shutil.copyfileobj(source, target, _COPY_CHUNK_BYTES)
+            shutil.copyfileobj(source, target, storage.COPY_CHUNK_BYTES)
         found, _ = storage.crc32c_and_size(partial)
         if found != crc32c:
             os.remove(partial)
