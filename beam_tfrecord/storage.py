@@ -33,7 +33,7 @@ from beam_tfrecord.disk_space import raise_typed_when_full
 _ZLIB_WBITS = {Compression.GZIP: 31, Compression.ZLIB: 15}
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-COPY_CHUNK_BYTES = 8 << 20  # moved at a time by a copy between filesystems or schemes
+_COPY_CHUNK_BYTES = 8 << 20  # moved at a time by ``copy_file`` to or from an object store
 
 
 def scheme(path: str) -> str | None:
@@ -204,19 +204,23 @@ def _copy_over(source: str, destination: str) -> None:
     """Copies ``source`` over ``destination`` in one replacement: a local copy is made beside it under
     a temporary name, then renamed over it; an upload to an object store replaces it when it ends."""
     if is_remote(destination):
-        with open_read(source) as reader, open_write(destination) as writer:
-            shutil.copyfileobj(reader, writer, COPY_CHUNK_BYTES)
+        copy_file(source, destination)
         return
     temp = f"{destination}.tmp-{uuid.uuid4().hex[:12]}"
-    os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
     needed_bytes = 0 if is_remote(source) else os.path.getsize(source)
     with raise_typed_when_full(destination, needed_bytes, partial=temp):
-        if is_remote(source):
-            with open_read(source) as reader, open(temp, "wb") as writer:
-                shutil.copyfileobj(reader, writer, COPY_CHUNK_BYTES)
-        else:
-            shutil.copyfile(source, temp)  # the kernel copies (copy_file_range / sendfile)
+        copy_file(source, temp)
     os.replace(temp, destination)
+
+
+def copy_file(source: str, destination: str) -> None:
+    """Copies a file's bytes to ``destination`` (local or remote, either way; parent folders made)."""
+    if not is_remote(source) and not is_remote(destination):
+        os.makedirs(os.path.dirname(os.path.abspath(destination)), exist_ok=True)
+        shutil.copyfile(source, destination)  # the kernel copies (copy_file_range / sendfile)
+        return
+    with open_read(source) as reader, open_write(destination) as writer:
+        shutil.copyfileobj(reader, writer, _COPY_CHUNK_BYTES)
 
 
 def delete_if_exists(paths: list[str]) -> None:

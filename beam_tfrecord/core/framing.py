@@ -28,7 +28,11 @@ MASK_DELTA = 0xA282EAD8  # added to the rotated CRC (TFRecord's mask)
 
 def masked_crc(data: bytes) -> int:
     """The masked CRC32C that TFRecord stores for ``data``."""
-    crc = google_crc32c.value(data)
+    return _mask(google_crc32c.value(data))
+
+
+def _mask(crc: int) -> int:
+    """TFRecord's mask of a CRC32C: rotate right by 15 bits, add ``MASK_DELTA``."""
     return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
 
@@ -47,8 +51,7 @@ def frame_parts(data: bytes, _crc32c=google_crc32c.value,
 
 def frame_parts_of_parts(parts: Sequence[bytes], length: int) -> tuple[bytes, bytes]:
     """``frame_parts`` of the record that ``parts`` make joined (``length`` bytes), not joining them."""
-    crc = functools.reduce(google_crc32c.extend, parts, 0)
-    return _header_of_length(length), _CRC.pack((((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF)
+    return _header_of_length(length), _CRC.pack(_mask(functools.reduce(google_crc32c.extend, parts, 0)))
 
 
 def frame_parts_of_chunk(records: Sequence[Sequence[Any]], nbytes: Sequence[int]

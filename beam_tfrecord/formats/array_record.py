@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -86,8 +85,7 @@ class ArrayRecordShardWriter(ShardWriter):
         checksum = storage.crc32c_and_size(self._local)
         if self._remote:
             try:
-                with open(self._local, "rb") as source, storage.open_write(self._path) as target:
-                    shutil.copyfileobj(source, target, storage.COPY_CHUNK_BYTES)
+                storage.copy_file(self._local, self._path)
             finally:
                 os.remove(self._local)
         return checksum
@@ -105,8 +103,7 @@ def local_copy(path: str, crc32c: str) -> str:
     local = os.path.join(_cache_dir(), f"{crc32c}-{os.path.basename(path)}")
     if not os.path.exists(local):
         partial = f"{local}.partial-{os.getpid()}"
-        with storage.open_read(path) as source, open(partial, "wb") as target:
-            shutil.copyfileobj(source, target, storage.COPY_CHUNK_BYTES)
+        storage.copy_file(path, partial)
         found, _ = storage.crc32c_and_size(partial)
         if found != crc32c:
             os.remove(partial)

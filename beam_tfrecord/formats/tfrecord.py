@@ -2,10 +2,9 @@
 
 Writing joins many small framed records into one big write (fewer calls, ~4 MB each); a large
 record, or a large part of one (a file's bytes rebuilt into its record), is written as it is,
-without a copy. The spill entries already hold
-framed records, which are appended as they are. Reading goes through ``storage`` (local or
-``gs://``, no Beam) and ``core/framing``; a read that reaches the shard's end checks its record
-count against the manifest.
+without a copy. The spill entries already hold framed records, which are appended as they are.
+Reading goes through ``storage`` (local or ``gs://``, no Beam) and ``core/framing``; a read that
+reaches the shard's end checks its record count against the manifest.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, Sha
 from beam_tfrecord.shard_fetch import FetchedShard
 
 WRITE_CHUNK_BYTES = 4 << 20  # framed records joined into one write
-JOIN_MAX_RECORD_BYTES = 64 << 10  # larger records are written without a copy
+JOIN_MAX_RECORD_BYTES = 64 << 10  # larger records, or parts of one, are written without a copy
 READ_BLOCK_BYTES = 4 << 20  # bytes read at once by ``iter_blocks`` (more when one record is larger)
 
 
