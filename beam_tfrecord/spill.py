@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 
 from beam_tfrecord import direct_io, storage
-from beam_tfrecord.core.runs import RunIndex, SpilledRun, merge_slices, write_run
+from beam_tfrecord.core.runs import RunIndex, SpilledRun, entry_sizes_of, merge_slices, write_run
 from beam_tfrecord.disk_space import raise_typed_when_full
 from beam_tfrecord.errors import CorruptShardError, PipelineInvariantError
 
@@ -142,12 +142,13 @@ class RunSpiller:
         self._writing = self._writer.submit(self._write, run, entries)
 
     def _write(self, run: SpilledRun, entries: list[bytes]) -> None:
-        with raise_typed_when_full(run.path, sum(len(e) for e in entries), partial=run.path), \
+        sizes = entry_sizes_of(entries)
+        with raise_typed_when_full(run.path, int(sizes.sum()), partial=run.path), \
                 direct_io.open_write(run.path, direct=self._direct) as handle:
-            write_run(handle, entries)
+            write_run(handle, entries, entry_sizes=sizes)
         # The index last, and whole (written aside, then renamed): an index exists only complete, and
         # only beside a complete run, so a job killed at any moment leaves no index a resume must doubt.
-        storage.write_bytes_atomic(run.index_path, RunIndex.of_entries(run.path, entries).to_bytes())
+        storage.write_bytes_atomic(run.index_path, RunIndex.of_entries(run.path, entries, sizes).to_bytes())
 
     def _wait(self) -> None:
         if self._writing is not None:

@@ -21,7 +21,7 @@ PACKAGES = ("beam_tfrecord", "pipelines")
 
 # Lowest first. A room may import rooms of earlier layers only ("__init__" is the package's facade).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "_version", "gcs", "progress", "shard_cache", "process_exit"),
+    ("errors", "_version", "gcs", "progress", "shard_cache", "process_exit", "buffers"),
     ("core", "disk_space"),  # core is pure: schema, encoding, framing, naming, planning, the manifest
     ("storage",),
     ("direct_io", "dataset", "describe", "lease", "encoding", "remote_reads"),
@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 # Rooms that run without Apache Beam installed (readers, the pure core, the formats...).
 BEAM_FREE = ("errors", "disk_space", "core", "encoding", "formats", "spill", "spill_resume", "reader", "dataset",
-             "verify", "describe", "shard_cache", "remote_reads", "shard_fetch", "interop", "process_exit")
+             "verify", "describe", "shard_cache", "remote_reads", "shard_fetch", "interop", "process_exit", "buffers")
 
 Graph = dict[str, set[str]]
 

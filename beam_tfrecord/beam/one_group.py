@@ -15,6 +15,16 @@ START, RUN, PLAN, SHARD, DEAD = "start", "run", "plan", "shard", "dead"
 SUMMARY = "summary"  # RecordsSummary: what the records say about the schema (an ``Encoding`` that infers it)
 
 
+class TaggedStart(beam.PTransform):
+    """One ``(None, (START, None))`` element, so that the group exists even when every other kind is
+    empty. Made tagged by ``Create`` itself: a ``Create([None])`` and a tag were one ParDo more, and
+    Beam pays for each ParDo when it builds the pipeline and sets up every bundle. (Not ``Impulse``:
+    Beam's Dask runner has no translation for it.)"""
+
+    def expand(self, begin: beam.pvalue.PBegin) -> beam.PCollection:
+        return begin | "Create" >> beam.Create([(None, (START, None))])
+
+
 def tag(kind: str) -> beam.PTransform:
     """value -> ``(None, (kind, value))``."""
     return beam.Map(lambda value: (None, (kind, value)))

@@ -21,7 +21,7 @@ from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
-from beam_tfrecord.beam.one_group import DEAD, RUN, START, SUMMARY, by_kind, tag
+from beam_tfrecord.beam.one_group import DEAD, RUN, START, SUMMARY, TaggedStart, by_kind
 from beam_tfrecord.beam.plan_dataset import plan_in_one_step
 from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, plan_pieces
@@ -292,9 +292,8 @@ class SpillPath(beam.PTransform):
         # SpilledRun | DeadLetter (| RecordsSummary), all gathered in one group. One consumer of what
         # the encoder emits: the Dask runner keeps a finished task's inputs (the samples) referenced
         # until every consumer of its output has run, so a second branch would hold them all.
-        start = samples.pipeline | "StartPlan" >> beam.Create([None])
         planned = (
-            (start | "TagStartPlan" >> tag(START), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
+            (samples.pipeline | "StartPlan" >> TaggedStart(), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
             | "GatherRuns" >> beam.Flatten()
             | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun | DeadLetter)...]): one group, always
             | "Plan" >> beam.Map(_plan_gathered, settings, runs_dir, self._reused_runs)  # PlannedRuns

@@ -19,7 +19,7 @@ from beam_tfrecord.beam.fan_in import (
     describe_fan_in,
     resolve_fan_in,
 )
-from beam_tfrecord.beam.one_group import DEAD, PLAN, SHARD, START, SUMMARY, by_kind, tag
+from beam_tfrecord.beam.one_group import DEAD, PLAN, SHARD, START, SUMMARY, TaggedStart, by_kind, tag
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.runners import (
     local_workers_for,
@@ -287,8 +287,7 @@ class WriteTFRecordDataset(beam.PTransform):
         return describe_fan_in(self._fan_in, pipeline, self._temp_dir)
 
     def _publish(self, pipeline: beam.Pipeline, outputs: FanInOutputs) -> beam.PCollection:
-        start = pipeline | "StartPublish" >> beam.Create([None])
-        tagged = [start | "TagStart" >> tag(START), outputs.plan | "TagPlan" >> tag(PLAN),
+        tagged = [pipeline | "StartPublish" >> TaggedStart(), outputs.plan | "TagPlan" >> tag(PLAN),
                   outputs.shard_infos | "TagShards" >> tag(SHARD), outputs.dead_letters | "TagDeadLetters" >> tag(DEAD)]
         if outputs.summary is not None:
             tagged.append(outputs.summary | "TagSummary" >> tag(SUMMARY))

@@ -8,12 +8,11 @@ per-record work is a few lookups and one join.
 
 It never decides anything the reference would decide differently: a column whose values it does
 not cover (NumPy scalars, tensors given as lists, images checked against a shape, ...) is encoded
-value by value with the reference's own fillers into a one-entry ``Features`` message, whose bytes
-are the record's map entry; and whenever any check fails, or anything raises, ``encode`` returns
-None and the caller encodes that chunk sample by sample with ``SampleEncoder``, which gives the
-exact errors. ``SequenceExample`` schemas are not covered (``supports`` is False). Records are
-byte-identical to ``SampleEncoder.encode``: ``tests/core/test_batch_encode.py`` checks it with
-hypothesis for every feature type and random schemas.
+value by value with the reference's own fillers into a one-entry ``Features`` message (the record's
+map entry); whenever any check fails, or anything raises, ``encode`` returns None and the caller
+encodes that chunk sample by sample with ``SampleEncoder``, which gives the exact errors.
+``SequenceExample`` schemas are not covered (``supports`` is False). Records are byte-identical to
+``SampleEncoder.encode`` (``tests/core/test_batch_encode.py``: hypothesis, every feature type).
 """
 
 from __future__ import annotations
@@ -310,10 +309,7 @@ class BatchEncoder:
         self._record_headers[0] = b""
 
     def encode(self, values: Sequence[Mapping[str, Any]]) -> list[bytes] | None:
-        """The records of a chunk's samples (their value dicts), or None: encode them one by one.
-
-        ``encode_rows``, with each record's parts joined.
-        """
+        """The records of a chunk's samples (their value dicts), or None: one by one (``encode_rows``, joined)."""
         rows = self.encode_rows(values)
         return None if rows is None else list(map(b"".join, rows.parts))
 
@@ -324,6 +320,27 @@ class BatchEncoder:
         (the reference then names it) or when the records are large (``LARGE_RECORD_BYTES``);
         never records that differ from the reference's.
         """
+        encoded = self._encode_columns(values)
+        if encoded is None:
+            return None
+        columns, payload_bytes = encoded
+        headers = self._record_headers
+        header_column = [headers[n] for n in payload_bytes.tolist()]
+        parts: list[Iterable[Any]] = [header_column]
+        for column in columns:
+            parts.extend(column.parts)
+        record_bytes = payload_bytes + np.fromiter(map(len, header_column), np.int64, len(header_column))
+        return RecordRows(list(zip(*parts)), record_bytes.tolist())
+
+    def listed_record_bytes(self, values: Sequence[Mapping[str, Any]], value_bytes: Mapping[str, Sequence[int]]
+                            ) -> list[int] | None:
+        """Each record's length once each named bytes scalar, empty in ``values``, holds ``value_bytes[name][i]``
+        bytes; or None, as ``encode_rows`` (which checks and encodes the other values the same way)."""
+        encoded = self._encode_columns(values)
+        return None if encoded is None else wire.example_bytes_with_values(encoded[1].tolist(), value_bytes)
+
+    def _encode_columns(self, values: Sequence[Mapping[str, Any]]) -> tuple[list[_Encoded], np.ndarray] | None:
+        """Each column of a chunk encoded (in map order) and each record's payload length, or None."""
         if not self.supports or not values:
             return None
         if {*map(type, values)} != {dict} or not all(map(self._known.issuperset, values)):
@@ -346,13 +363,7 @@ class BatchEncoder:
             payload_bytes += columns[-1].nbytes  # an int or one per record
             if payload_bytes.mean() > LARGE_RECORD_BYTES:
                 return None
-        headers = self._record_headers
-        header_column = [headers[n] for n in payload_bytes.tolist()]
-        parts: list[Iterable[Any]] = [header_column]
-        for encoded in columns:
-            parts.extend(encoded.parts)
-        record_bytes = payload_bytes + np.fromiter(map(len, header_column), np.int64, len(header_column))
-        return RecordRows(list(zip(*parts)), record_bytes.tolist())
+        return columns, payload_bytes
 
 
 def _map_order(names: list[str]) -> list[str]:

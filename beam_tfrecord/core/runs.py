@@ -21,7 +21,7 @@ import dataclasses
 import heapq
 import operator
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -73,8 +73,15 @@ def make_record_entries(key_digests: Sequence[bytes], records: Sequence[Sequence
 
 def make_reference_entry(key_hash: int, framed_size: int, sample_pickle: bytes) -> bytes:
     """A REFERENCE entry: the record is rebuilt from the pickled sample when its shard is written."""
-    return b"".join((key_hash.to_bytes(HASH_BYTES, "big"), _REFERENCE_KIND, framed_size.to_bytes(8, "little"),
-                     sample_pickle))
+    return make_reference_entries([key_hash.to_bytes(HASH_BYTES, "big")], [framed_size], [sample_pickle])[0]
+
+
+def make_reference_entries(key_digests: Iterable[bytes], framed_sizes: Iterable[int],
+                           sample_pickles: Iterable[bytes]) -> list[bytes]:
+    """``make_reference_entry`` for a chunk, each key hash given as its 8 big-endian bytes."""
+    kind = _REFERENCE_KIND
+    return [b"".join((digest, kind, size.to_bytes(8, "little"), pickled))
+            for digest, size, pickled in zip(key_digests, framed_sizes, sample_pickles)]
 
 
 def entry_kind(entry: bytes | memoryview) -> int:
@@ -156,10 +163,12 @@ class RunIndex:
     entry_sizes: np.ndarray
 
     @classmethod
-    def of_entries(cls, path: str, entries: Sequence[bytes]) -> "RunIndex":
-        """The index of sorted entries (as written by ``write_run``)."""
+    def of_entries(cls, path: str, entries: Sequence[bytes], entry_sizes: np.ndarray | None = None) -> "RunIndex":
+        """The index of sorted entries (as written by ``write_run``); ``entry_sizes``: their lengths,
+        when the caller has them already (``entry_sizes_of``)."""
         headers = np.frombuffer(b"".join(map(_HEADER, entries)), dtype=_HEADER_ITEM)
-        entry_sizes = np.fromiter(map(len, entries), dtype=np.int64, count=len(entries))
+        if entry_sizes is None:
+            entry_sizes = entry_sizes_of(entries)
         framed_sizes = entry_sizes - ENTRY_HEADER_BYTES  # a RECORD entry holds its framed record after the header
         for i in np.flatnonzero(headers["kind"] != RECORD).tolist():
             framed_sizes[i] = _framed_size(entries[i])
@@ -206,19 +215,24 @@ class RunIndex:
                         self.entry_sizes[a:b])
 
 
-def write_run(handle: BinaryIO, entries: Sequence[bytes | memoryview], *, chunk_bytes: int = 1 << 20) -> None:
+def entry_sizes_of(entries: Sequence[bytes | memoryview]) -> np.ndarray:
+    """The length of each entry, as int64."""
+    return np.fromiter(map(len, entries), dtype=np.int64, count=len(entries))
+
+
+def write_run(handle: BinaryIO, entries: Sequence[bytes | memoryview], *, chunk_bytes: int = 1 << 20,
+              entry_sizes: np.ndarray | None = None) -> None:
     """Writes sorted entries as one run, joined into writes of about ``chunk_bytes`` (few calls, no
-    run-sized copy)."""
-    chunk: list[bytes | memoryview] = []
-    size = 0
-    for entry in entries:
-        chunk.append(entry)
-        size += len(entry)
-        if size >= chunk_bytes:
-            handle.write(b"".join(chunk))
-            chunk, size = [], 0
-    if chunk:
-        handle.write(b"".join(chunk))
+    run-sized copy, no Python step per entry). A write ends with the entry that brings it to
+    ``chunk_bytes``; ``entry_sizes``: the entries' lengths, when the caller has them already."""
+    if entry_sizes is None:
+        entry_sizes = entry_sizes_of(entries)
+    ends = np.cumsum(entry_sizes)  # where each entry ends in the run
+    start, written = 0, 0
+    while start < len(entries):
+        end = min(int(np.searchsorted(ends, written + chunk_bytes, side="left")) + 1, len(entries))
+        handle.write(b"".join(entries[start:end]))
+        start, written = end, int(ends[end - 1])
 
 
 # Reads ``length`` bytes of the run at ``path`` from byte ``offset`` (fewer only at its end).

@@ -12,7 +12,7 @@ records in ``tests/core/test_listed_sizes.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -103,6 +103,34 @@ class EntryHeaders(dict[int, bytes]):
         header = delimited_header(TAG_1, len(entry) + payload_bytes) + entry
         self[payload_bytes] = header
         return header
+
+
+def varint_bytes(number: int) -> int:
+    """The length of ``varint(number)`` for a number >= 0."""
+    return max(1, (number.bit_length() + 6) // 7)
+
+
+def bytes_value_entry_bytes(name_bytes: int, size: int) -> int:
+    """The bytes of a ``Features`` map entry (``EntryHeaders``' layout, header included) holding one
+    bytes value of ``size`` bytes, for a feature name of ``name_bytes`` bytes (UTF-8). Arithmetic
+    only: sizes one by one, nothing kept per size."""
+    items = 1 + varint_bytes(size) + size  # the BytesList: 0a len value
+    feature = 1 + varint_bytes(items) + items  # the Feature: 0a len BytesList
+    entry = 1 + varint_bytes(name_bytes) + name_bytes + 1 + varint_bytes(feature) + feature  # key, then value
+    return 1 + varint_bytes(entry) + entry
+
+
+def example_bytes_with_values(features_bytes: Sequence[int], value_bytes: Mapping[str, Sequence[int]]) -> list[int]:
+    """The length of each ``Example`` whose ``Features`` message is ``features_bytes[i]`` long with each
+    named bytes scalar empty, once that scalar holds ``value_bytes[name][i]`` bytes: a chunk of
+    file-backed samples planned from their files' listed sizes, by arithmetic
+    (``bytes_value_entry_bytes``)."""
+    grown = list(features_bytes)
+    for name, sizes in value_bytes.items():
+        name_bytes = len(name.encode("utf-8"))
+        empty = bytes_value_entry_bytes(name_bytes, 0)
+        grown = [n + bytes_value_entry_bytes(name_bytes, size) - empty for n, size in zip(grown, sizes)]
+    return [1 + varint_bytes(n) + n if n else 0 for n in grown]  # an Example without features is empty
 
 
 def _spliced(record: bytes, value_bytes: Mapping[str, int]) -> tuple[list[bytes | str], int]:

@@ -19,7 +19,13 @@ from beam_tfrecord.core.batch_encoder import BatchEncoder
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import key_digests, key_hash
 from beam_tfrecord.core.prebuilt import PrebuiltRecord
-from beam_tfrecord.core.runs import RunIndex, make_record_entries, make_record_entry, make_reference_entry
+from beam_tfrecord.core.runs import (
+    RunIndex,
+    make_record_entries,
+    make_record_entry,
+    make_reference_entries,
+    make_reference_entry,
+)
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder, has_file_refs
@@ -93,7 +99,8 @@ class EntryEncoder:
         return [item if type(item) is DeadLetter else next(it) for item in items]
 
     def _batch_entries(self, samples: list[Sample]) -> list[bytes] | None:
-        """RECORD entries of in-memory samples, all valid, or None (then: one by one)."""
+        """The entries of a chunk's samples at once, all valid, or None (then: one by one): RECORD
+        entries of in-memory samples, REFERENCE entries of file-backed ones (``_batch_listed_entries``)."""
         if self._batch is None or {*map(type, samples)} != {Sample}:
             return None
         keys = [sample.key for sample in samples]
@@ -101,11 +108,23 @@ class EntryEncoder:
         if {*map(type, keys)} != {str} or {*map(type, values)} != {dict}:
             return None
         if FileRef in {*map(type, itertools.chain.from_iterable(map(dict.values, values)))}:
-            return None  # files to load (and perhaps spill as references): one by one
+            return self._batch_listed_entries(self._batch, samples, keys)
         rows = self._batch.encode_rows(values)
         if rows is None or framed_size(max(rows.nbytes)) > self._max_record_bytes:
             return None
         return make_record_entries(key_digests(keys, self._salt), rows.parts, rows.nbytes)
+
+    def _batch_listed_entries(self, batch: BatchEncoder, samples: list[Sample], keys: list[str]) -> list[bytes] | None:
+        """REFERENCE entries of file-backed samples, all planned from their listed file sizes at once
+        (``RecordBuilder.listed_record_bytes_of_chunk``), or None (then: one by one, the same entries)."""
+        if not self._reread:
+            return None
+        listed = self._builder.listed_record_bytes_of_chunk(samples, batch, min_file_bytes=self._reread_min_bytes)
+        if listed is None or framed_size(max(listed)) > self._max_record_bytes:
+            return None
+        self.num_listed += len(samples)
+        pickles = [pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL) for sample in samples]
+        return make_reference_entries(key_digests(keys, self._salt), map(framed_size, listed), pickles)
 
     def _checked_entry(self, key: str, record: bytes) -> bytes | DeadLetter:
         size = framed_size(len(record))

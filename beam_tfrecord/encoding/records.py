@@ -7,11 +7,12 @@ again instead of being written to a spill run and read back).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from beam_tfrecord import storage
 from beam_tfrecord.core import wire
+from beam_tfrecord.core.batch_encoder import BatchEncoder
 from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import DType, Scalar, Schema
@@ -95,6 +96,21 @@ class RecordBuilder:
         if type(record) is DeadLetter:
             return record
         return wire.record_bytes_with_values(record, sizes)
+
+    def listed_record_bytes_of_chunk(self, samples: Sequence[Sample], batch: BatchEncoder, *,
+                                     min_file_bytes: int) -> list[int] | None:
+        """``listed_record_bytes`` of every sample of a chunk at once (``BatchEncoder.listed_record_bytes``),
+        or None: then sample by sample. Only when every sample qualifies as there, all with the same
+        file features, and the batch encoder covers their other values (a bad value: None, so that
+        ``listed_record_bytes`` names it)."""
+        names = self._file_scalars(samples[0]) if samples else None
+        if names is None or any(self._file_scalars(sample) != names for sample in samples):
+            return None
+        sizes = {name: [sample.values[name].size_bytes for sample in samples] for name in names}
+        if any(None in column for column in sizes.values()) or min(map(sum, zip(*sizes.values()))) < min_file_bytes:
+            return None
+        empty = dict.fromkeys(names, b"")
+        return batch.listed_record_bytes([{**sample.values, **empty} for sample in samples], sizes)
 
     def build_parts(self, sample: Sample) -> tuple[list[bytes], int] | DeadLetter | None:
         """``build``'s record as parts (and its length) with the files' bytes not copied, or None.

@@ -114,3 +114,31 @@ def test_damaged_index_files_name_the_index():
     # Cut at an item boundary, trailer kept (as a torn write could leave it): the count disagrees.
     with pytest.raises(CorruptShardError, match=r"runs/a.run.idx.*expected 2 index items, found 1"):
         RunIndex.from_bytes("runs/a.run", data[24:])
+
+
+class _Writes(io.BytesIO):
+    """A handle that keeps the size of each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def write(self, data) -> int:
+        self.sizes.append(len(data))
+        return super().write(data)
+
+
+@pytest.mark.parametrize("sizes, chunk, writes", [
+    ([], 10, []),
+    ([3], 10, [3]),
+    ([4, 4, 4, 4], 8, [8, 8]),  # a write ends with the entry that brings it to the chunk size
+    ([3, 3, 3, 3, 3], 8, [9, 6]),
+    ([30, 2, 2], 8, [30, 4]),  # an entry larger than a chunk is one write of its own
+    ([2, 30, 2, 25, 1], 8, [32, 27, 1]),
+], ids=["none", "one", "exact", "over", "large-first", "large-inside"])
+def test_a_run_is_its_entries_end_to_end_in_writes_of_about_the_chunk_size(sizes, chunk, writes):
+    entries = [bytes([i]) * size for i, size in enumerate(sizes)]
+    handle = _Writes()
+    write_run(handle, entries, chunk_bytes=chunk)
+    assert handle.getvalue() == b"".join(entries)
+    assert handle.sizes == writes

@@ -39,6 +39,8 @@ import tempfile
 import threading
 from collections.abc import Iterator
 
+from beam_tfrecord.beam.runners.worker_memory import keep_freed_memory
+
 FORK_WORKERS_ENV = "BEAM_TFRECORD_FORK_WORKERS"
 _REQUEST_LIMIT = 16 << 20  # bytes of one launcher's request (its environment): far above any real one
 _REAP_SECONDS = 0.02  # how soon the fork server notices a worker ended (its launcher then exits)
@@ -217,6 +219,7 @@ def _run_worker(connection: socket.socket, request: dict) -> None:
             root.removeHandler(handler)
         from apache_beam.runners.worker import sdk_worker_main
 
+        keep_freed_memory()
         sdk_worker_main.main([])
         code = 0
     except SystemExit as exit_:

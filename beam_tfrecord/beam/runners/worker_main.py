@@ -24,6 +24,10 @@ def main() -> None:
     """Runs Beam's SDK worker harness until the runner closes it."""
     from apache_beam.runners.worker import sdk_worker_main
 
+    from beam_tfrecord.beam.runners.worker_memory import keep_freed_memory
+
+    keep_freed_memory()
+
     sdk_worker_main.main(sys.argv)
 
 

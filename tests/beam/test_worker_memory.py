@@ -1,0 +1,90 @@
+"""The local worker processes reuse the memory they free (``beam/runners/worker_memory.py``) rather
+than give it back and fault fresh pages in again: counted as the minor page faults of a loop that
+allocates and frees big blocks, in a worker process (forked or started with a command line) and in
+a plain process with and without ``keep_freed_memory``."""
+
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV, fork_workers_enabled
+
+# Allocates and frees 8 MiB in four 2 MiB blocks, ROUNDS times, touching every page; prints the
+# minor page faults of the rounds after the first. Freed, 8 MiB at the top of the heap is more than
+# glibc keeps by default, so it is given back each round and faulted in again the next.
+CHURN = textwrap.dedent("""
+    import resource
+
+    ROUNDS = 40
+
+    def churn_faults():
+        blocks = [b"x" * (2 << 20) for _ in range(4)]
+        del blocks
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(ROUNDS):
+            blocks = [b"x" * (2 << 20) for _ in range(4)]
+            del blocks
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+""")
+PAGES_CHURNED = 40 * (8 << 20) // 4096  # ROUNDS x 8 MiB
+
+needs_glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+
+
+def _python(script: str, *args: str, env: dict | None = None) -> str:
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@needs_glibc
+def test_a_process_that_keeps_freed_memory_does_not_fault_it_in_again():
+    script = CHURN + textwrap.dedent("""
+        import sys
+        from beam_tfrecord.beam.runners.worker_memory import keep_freed_memory
+        if sys.argv[1] == "keep":
+            assert keep_freed_memory()
+        print(churn_faults())
+    """)
+    given_back = int(_python(script, "default"))
+    kept = int(_python(script, "keep"))
+    assert given_back > PAGES_CHURNED // 2  # the default gives the memory back, and faults it in again
+    assert kept < PAGES_CHURNED // 50
+
+
+PIPELINE = CHURN + textwrap.dedent("""
+    import sys
+    import apache_beam as beam
+    from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
+    from beam_tfrecord.beam.runners.local_workers import use_local_workers
+
+    def report(_):
+        import os
+        return f"{os.getpid()} {churn_faults()}"
+
+    pipeline = beam.Pipeline(runner=LocalBatchRunner())
+    use_local_workers(pipeline, 2)
+    with pipeline:
+        (pipeline | beam.Create(range(4)) | beam.Reshuffle() | beam.Map(report)
+         | beam.io.WriteToText(sys.argv[1], shard_name_template="", num_shards=1))
+    print(os.getpid())
+""").replace("import sys\n", "import os, sys\n", 1)
+
+
+@needs_glibc
+@pytest.mark.parametrize("fork", [
+    pytest.param("1", marks=pytest.mark.skipif(not fork_workers_enabled(), reason="forking needs Linux")),
+    "0",
+], ids=["forked", "started"])
+def test_the_local_worker_processes_keep_freed_memory(tmp_path, fork):
+    out = tmp_path / "faults.txt"
+    client = int(_python(PIPELINE, str(out), env={**os.environ, FORK_WORKERS_ENV: fork}).split()[-1])
+    reports = [line.split() for line in out.read_text().splitlines()]
+    assert len(reports) == 4
+    assert client not in {int(pid) for pid, _ in reports}  # run by worker processes
+    assert all(int(faults) < PAGES_CHURNED // 50 for _, faults in reports), reports
