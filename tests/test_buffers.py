@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 
-from beam_tfrecord import buffers
 from beam_tfrecord.buffers import BufferPool
 
 SIZE = 200_000  # a 256 KiB buffer
@@ -76,7 +75,6 @@ def test_threads_never_share_a_buffer():
 # handed out again, still holds its bytes. Prints the parent's check.
 FORK_SCRIPT = """
 import os
-from beam_tfrecord import buffers
 view = buffers.view(200_000)
 view[:] = b"P" * len(view)
 address = id(view.obj)
