@@ -75,6 +75,7 @@ def test_threads_never_share_a_buffer():
 # handed out again, still holds its bytes. Prints the parent's check.
 FORK_SCRIPT = """
 import os
+from beam_tfrecord import buffers
 view = buffers.view(200_000)
 view[:] = b"P" * len(view)
 address = id(view.obj)
