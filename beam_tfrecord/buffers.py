@@ -69,6 +69,8 @@ def _unexported(buffer: mmap.mmap) -> bool:
         buffer.resize(len(buffer))
     except BufferError:
         return False
+    except (OSError, SystemError, ValueError):  # a system without mremap (O_DIRECT on BSD): never reused
+        return False
     return True
 
 
