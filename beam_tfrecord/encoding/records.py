@@ -86,13 +86,10 @@ class RecordBuilder:
         encoded as in ``build`` (a DeadLetter names a bad one), with each file's value empty; the
         files' sizes are then added to the record's lengths (``wire.record_bytes_with_values``).
         """
-        names = self._file_scalars(sample)
-        if names is None:
+        sizes = self._listed_file_sizes(sample, min_file_bytes)
+        if sizes is None:
             return None
-        sizes = {name: sample.values[name].size_bytes for name in names}
-        if None in sizes.values() or sum(sizes.values()) < min_file_bytes:
-            return None
-        record = self._with_empty_files(sample, names)
+        record = self._with_empty_files(sample, list(sizes))
         if type(record) is DeadLetter:
             return record
         return wire.record_bytes_with_values(record, sizes)
@@ -103,14 +100,25 @@ class RecordBuilder:
         or None: then sample by sample. Only when every sample qualifies as there, all with the same
         file features, and the batch encoder covers their other values (a bad value: None, so that
         ``listed_record_bytes`` names it)."""
-        names = self._file_scalars(samples[0]) if samples else None
-        if names is None or any(self._file_scalars(sample) != names for sample in samples):
+        listed = [self._listed_file_sizes(sample, min_file_bytes) for sample in samples]
+        first = listed[0] if listed else None
+        if first is None or any(sizes is None or sizes.keys() != first.keys() for sizes in listed):
             return None
-        sizes = {name: [sample.values[name].size_bytes for sample in samples] for name in names}
-        if any(None in column for column in sizes.values()) or min(map(sum, zip(*sizes.values()))) < min_file_bytes:
+        columns = {name: [sizes[name] for sizes in listed if sizes is not None] for name in first}
+        empty = dict.fromkeys(first, b"")
+        return batch.listed_record_bytes([{**sample.values, **empty} for sample in samples], columns)
+
+    def _listed_file_sizes(self, sample: Sample, min_file_bytes: int) -> dict[str, int] | None:
+        """Each file's listed size, by feature, when the sample's record can be sized from the listing:
+        its files can be spliced in (``_file_scalars``), each carries its ``size_bytes``, and they
+        hold at least ``min_file_bytes`` together; otherwise None."""
+        names = self._file_scalars(sample)
+        if names is None:
             return None
-        empty = dict.fromkeys(names, b"")
-        return batch.listed_record_bytes([{**sample.values, **empty} for sample in samples], sizes)
+        sizes = {name: sample.values[name].size_bytes for name in names}
+        if None in sizes.values() or sum(sizes.values()) < min_file_bytes:
+            return None
+        return sizes
 
     def build_parts(self, sample: Sample) -> tuple[list[bytes], int] | DeadLetter | None:
         """``build``'s record as parts (and its length) with the files' bytes not copied, or None.

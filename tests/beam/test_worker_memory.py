@@ -58,13 +58,14 @@ def test_a_process_that_keeps_freed_memory_does_not_fault_it_in_again():
 
 
 PIPELINE = CHURN + textwrap.dedent("""
+    import os
     import sys
     import apache_beam as beam
     from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
     from beam_tfrecord.beam.runners.local_workers import use_local_workers
 
     def report(_):
-        import os
+        import os  # in the worker
         return f"{os.getpid()} {churn_faults()}"
 
     pipeline = beam.Pipeline(runner=LocalBatchRunner())
@@ -73,7 +74,7 @@ PIPELINE = CHURN + textwrap.dedent("""
         (pipeline | beam.Create(range(4)) | beam.Reshuffle() | beam.Map(report)
          | beam.io.WriteToText(sys.argv[1], shard_name_template="", num_shards=1))
     print(os.getpid())
-""").replace("import sys\n", "import os, sys\n", 1)
+""")
 
 
 @needs_glibc
