@@ -5,9 +5,10 @@ job. Through the page cache, every byte of them first has to be given a fresh pa
 on the 2-core VMs this project is measured on, that costs ~2.6 s of kernel CPU per GB written
 (``dd bs=4M`` of 3 GB: 8.1 s system time buffered, 0.25 s with ``oflag=direct``), so a job
 that spills 3 GB and writes 3 GB spent more CPU in the kernel than in Python. With ``O_DIRECT``
-the device's DMA moves the bytes and the CPU stays free for encoding. The exception is a shard
-the page cache takes without the kernel starting to write back (``page_cache_takes``): a small
-dataset is written through the page cache, so its job does not wait for the device.
+the device's DMA moves the bytes and the CPU stays free for encoding. The exceptions are what
+the page cache takes without the kernel starting to write back (``page_cache_takes``): a shard
+of a small dataset, so its job does not wait for the device, and the first spill runs of a job,
+which are read back from memory and deleted before the kernel ever writes them (``spill``).
 
 ``O_DIRECT`` needs the buffer address, file offset and length aligned to the device's block
 size. Data is staged in a page-aligned anonymous ``mmap`` and moved in whole blocks; the last
@@ -66,10 +67,14 @@ def open_read(path: str, *, direct: bool = True, buffer_bytes: int = 1 << 20) ->
     return io.BufferedReader(DirectReader(fd, buffer_bytes), buffer_size=buffer_bytes)
 
 
-def page_cache_takes(num_bytes: int) -> bool:
-    """True when ``num_bytes`` more of dirty page cache keep this machine under half the level at
-    which the kernel starts writing dirty pages back (``vm.dirty_background_bytes``, else
-    ``vm.dirty_background_ratio`` percent of the available memory).
+SHARE_FOR_KEPT_FILES = 0.5  # shards: they reach the device anyway; the rest is room for other writers
+
+
+def page_cache_takes(num_bytes: int, *, share: float = SHARE_FOR_KEPT_FILES) -> bool:
+    """True when ``num_bytes`` more of dirty page cache keep this machine under ``share`` (by
+    default half) of the level at which the kernel starts writing dirty pages back
+    (``vm.dirty_background_bytes``, else ``vm.dirty_background_ratio`` percent of the available
+    memory).
 
     Below that level a buffered write only copies into memory: the job does not wait for the
     device, the device stays free for the job's own reads and writes (the kernel writes the pages
@@ -80,12 +85,13 @@ def page_cache_takes(num_bytes: int) -> bool:
     does not say.
     """
     state = dirty_state()
-    return state is not None and fits_before_writeback(num_bytes, *state)
+    return state is not None and fits_before_writeback(num_bytes, *state, share=share)
 
 
-def fits_before_writeback(num_bytes: int, dirty_bytes: int, writeback_level_bytes: int) -> bool:
-    """``page_cache_takes``'s rule: the dirty pages, ``num_bytes`` more, under half the level."""
-    return dirty_bytes + num_bytes <= writeback_level_bytes // 2
+def fits_before_writeback(num_bytes: int, dirty_bytes: int, writeback_level_bytes: int, *,
+                          share: float = SHARE_FOR_KEPT_FILES) -> bool:
+    """``page_cache_takes``'s rule: the dirty pages, ``num_bytes`` more, under ``share`` of the level."""
+    return dirty_bytes + num_bytes <= int(writeback_level_bytes * share)
 
 
 def dirty_state() -> tuple[int, int] | None:
@@ -109,7 +115,7 @@ class RangeReader:
 
     For a shard writer merging its slice of every spill run: memory does not grow with the number
     of runs (a buffered reader per open run cost ~2 MiB each: 400 MB for 200 runs), and no file
-    stays open between reads. A direct read lands in a page-aligned buffer of its own (O_DIRECT
+    stays open between reads. A local read lands in a page-aligned buffer of its own (O_DIRECT
     needs one; reused once no view of it is left, ``buffers``), and what it returns is a view of
     that buffer: no copy, and several threads may read at once (a device serves concurrent reads
     faster than one at a time: measured here, 340 KiB reads ran at 0.73 GB/s one at a time and
@@ -124,13 +130,15 @@ class RangeReader:
 
     def read(self, path: str, offset: int, length: int) -> bytes | memoryview:
         """``length`` bytes of ``path`` from ``offset`` (fewer only where the file ends)."""
-        fd = _open_direct(path, os.O_RDONLY) if self._direct else None
-        if fd is None:
+        if not _is_local(path):
             with storage.open_read(path) as handle:
                 handle.seek(offset)
                 return handle.read(length)
+        fd = _open_direct(path, os.O_RDONLY) if self._direct else None
+        if fd is None:  # through the page cache, into a reused buffer all the same
+            fd = os.open(path, os.O_RDONLY)
         try:
-            return _read_direct(fd, offset, length)
+            return _read_aligned(fd, offset, length)
         finally:
             os.close(fd)
 
@@ -138,9 +146,10 @@ class RangeReader:
         """Nothing to release (each read's buffer goes with its view); kept for callers' ``finally``."""
 
 
-def _read_direct(fd: int, offset: int, length: int) -> memoryview:
-    """``length`` bytes from ``offset`` of an O_DIRECT descriptor (fewer only at the end of the file),
-    read in aligned blocks into a reused page-aligned buffer (``buffers``), as a view of it."""
+def _read_aligned(fd: int, offset: int, length: int) -> memoryview:
+    """``length`` bytes from ``offset`` of a descriptor (fewer only at the end of the file), read in
+    aligned blocks (as ``O_DIRECT`` needs) into a reused page-aligned buffer (``buffers``), as a
+    view of it."""
     start = offset - offset % ALIGN_BYTES
     end = -(-(offset + length) // ALIGN_BYTES) * ALIGN_BYTES
     if end == start:

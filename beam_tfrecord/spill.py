@@ -4,7 +4,11 @@ Everything the spill fan-in does with a run outside that pure layout lives here,
 the DoFns only adapt it:
 
 - ``RunSpiller`` (one per bundle) buffers entries, sorts each full buffer by hash and writes it as
-  a run and then its index, in a thread while the next run fills. A run is *announced* (returned
+  a run and then its index, in a thread while the next run fills. While the page cache takes a
+  run without the kernel writing back (most of a job of a few GB, on a machine with memory to
+  spare), the run goes through it, under a name saying so (``CACHED_RUN_SUFFIX``): it is read back
+  from memory and deleted before the kernel writes it, so the device never sees it. The other
+  runs bypass the page cache (``direct_io``). A run is *announced* (returned
   by ``add``) when its first entry arrives, under a name unique to this attempt, so nothing has to
   be emitted when the bundle ends: Beam's DaskRunner drops what ``finish_bundle`` emits. A
   re-executed bundle writes new files; only the runs announced by the attempt the runner kept are
@@ -24,14 +28,36 @@ import hashlib
 import itertools
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from beam_tfrecord import direct_io, storage
-from beam_tfrecord.core.runs import RunIndex, SpilledRun, entry_sizes_of, merge_slices, write_run
+from beam_tfrecord.core.runs import (
+    RUN_SUFFIX,
+    RunIndex,
+    SpilledRun,
+    entry_sizes_of,
+    merge_slices,
+    write_run,
+)
 from beam_tfrecord.disk_space import raise_typed_when_full
 from beam_tfrecord.errors import CorruptShardError, PipelineInvariantError
 
 DEFAULT_RUN_BYTES = 64 << 20
+CACHED_RUN_SUFFIX = ".cached.run"  # a run written through the page cache, to be read through it
+# The runs of a job may fill the page cache up to 3/4 of the level at which the kernel starts writing
+# back: the rest is room for the runs other workers have announced and not yet written, and for the
+# machine's other writers. Below that level nothing of theirs is written before they are deleted.
+RUN_PAGE_CACHE_SHARE = 0.75
+
+
+def page_cache_holds_run(run_bytes: int) -> bool:
+    """Whether a new run of ``run_bytes`` goes through the page cache (``direct_io.page_cache_takes``)."""
+    return direct_io.page_cache_takes(run_bytes, share=RUN_PAGE_CACHE_SHARE)
+
+
+def through_page_cache(run: SpilledRun) -> bool:
+    """Whether ``run`` was written through the page cache (and is best read through it)."""
+    return run.path.endswith(CACHED_RUN_SUFFIX)
 
 
 class RunWriting:
@@ -72,15 +98,19 @@ class RunSpiller:
     Args:
         runs_dir: where runs and their indexes go.
         run_bytes: entry bytes buffered before a run is written.
-        direct: write runs with ``O_DIRECT`` where the filesystem allows (``beam_tfrecord.direct_io``).
+        direct: write runs with ``O_DIRECT`` where the filesystem allows (``beam_tfrecord.direct_io``),
+            except those the page cache holds.
         writer: the executor that writes runs (file writes release the GIL, so encoding goes on).
+        page_cache_holds: whether a new run of ``run_bytes`` goes through the page cache (asked as
+            each run starts; ``page_cache_holds_run`` unless a test decides).
     """
 
-    def __init__(self, runs_dir: str, *, run_bytes: int, direct: bool,
-                 writer: concurrent.futures.Executor) -> None:
+    def __init__(self, runs_dir: str, *, run_bytes: int, direct: bool, writer: concurrent.futures.Executor,
+                 page_cache_holds: Callable[[int], bool] = page_cache_holds_run) -> None:
         self._runs_dir = runs_dir
         self._run_bytes = run_bytes
-        self._direct = direct
+        self._direct = direct and not storage.is_remote(runs_dir)
+        self._page_cache_holds = page_cache_holds
         self._writer = writer
         self._attempt = uuid.uuid4().hex  # run names: unique to this attempt at this bundle
         self._number = 0
@@ -92,14 +122,13 @@ class RunSpiller:
     def add(self, entry: bytes) -> SpilledRun | None:
         """Buffers ``entry``; returns the run it starts when it is the first of one (to announce)."""
         started = None
-        if self._current is None:
-            name = f"{self._attempt}-{self._number:05d}.run"
-            started = self._current = SpilledRun(storage.join(self._runs_dir, name))
-            self._number += 1
+        run = self._current
+        if run is None:
+            run = started = self._start_run()
         self._buffer.append(entry)
         self._buffered_bytes += len(entry)
         if self._buffered_bytes >= self._run_bytes:
-            self._flush(self._current)
+            self._flush(run)
         return started
 
     def add_many(self, entries: Sequence[bytes]) -> list[SpilledRun]:
@@ -109,11 +138,10 @@ class RunSpiller:
         ends = list(itertools.accumulate(map(len, entries)))
         position = 0
         while position < len(entries):
-            if self._current is None:
-                name = f"{self._attempt}-{self._number:05d}.run"
-                self._current = SpilledRun(storage.join(self._runs_dir, name))
-                started.append(self._current)
-                self._number += 1
+            run = self._current
+            if run is None:
+                run = self._start_run()
+                started.append(run)
             before = ends[position - 1] if position else 0
             # The run ends with the entry that brings the buffer to run_bytes, as with ``add``.
             end = min(bisect.bisect_left(ends, before + self._run_bytes - self._buffered_bytes, lo=position) + 1,
@@ -122,8 +150,16 @@ class RunSpiller:
             self._buffered_bytes += ends[end - 1] - before
             position = end
             if self._buffered_bytes >= self._run_bytes:
-                self._flush(self._current)
+                self._flush(run)
         return started
+
+    def _start_run(self) -> SpilledRun:
+        """The next run of this attempt, named by how it will be written (``CACHED_RUN_SUFFIX``)."""
+        cached = self._direct and self._page_cache_holds(self._run_bytes)  # without O_DIRECT, all are cached
+        name = f"{self._attempt}-{self._number:05d}{CACHED_RUN_SUFFIX if cached else RUN_SUFFIX}"
+        self._number += 1
+        self._current = SpilledRun(storage.join(self._runs_dir, name))
+        return self._current
 
     def finish(self) -> None:
         """Writes what is buffered and waits until every announced run and index is on storage.
@@ -144,7 +180,7 @@ class RunSpiller:
     def _write(self, run: SpilledRun, entries: list[bytes]) -> None:
         sizes = entry_sizes_of(entries)
         with raise_typed_when_full(run.path, int(sizes.sum()), partial=run.path), \
-                direct_io.open_write(run.path, direct=self._direct) as handle:
+                direct_io.open_write(run.path, direct=self._direct and not through_page_cache(run)) as handle:
             write_run(handle, entries, entry_sizes=sizes)
         # The index last, and whole (written aside, then renamed): an index exists only complete, and
         # only beside a complete run, so a job killed at any moment leaves no index a resume must doubt.
@@ -198,17 +234,25 @@ def shard_entries(runs: Sequence[SpilledRun], hash_lo: int, hash_hi: int, *,
                   direct: bool) -> Iterator[Iterator[bytes | memoryview]]:
     """The entries with hash in ``[hash_lo, hash_hi)`` of every run, in (hash, content) order.
 
-    Each run's index says where its slice lies; the slices are read in ranges through one bounce
-    buffer and merged (``core.runs.merge_slices``): memory is bounded by two read groups, whatever
-    the shard size and however many runs there are.
+    Each run's index says where its slice lies; the slices are read in ranges into reused buffers
+    and merged (``core.runs.merge_slices``): memory is bounded by two read groups, whatever the
+    shard size and however many runs there are. A run written through the page cache is read
+    through it (an ``O_DIRECT`` read would first make the kernel write the run to the device).
     """
     slices = []
     for run in sorted(runs, key=lambda r: r.path):
         piece = read_run_index(run).slice(hash_lo, hash_hi)
         if piece.num_entries:
             slices.append(piece)
-    reader = direct_io.RangeReader(direct=direct)
+    direct_reader = direct_io.RangeReader(direct=direct)
+    cached_reader = direct_io.RangeReader(direct=False)
+
+    def read(path: str, offset: int, length: int) -> bytes | memoryview:
+        reader = cached_reader if through_page_cache(SpilledRun(path)) else direct_reader
+        return reader.read(path, offset, length)
+
     try:
-        yield merge_slices(slices, reader.read)
+        yield merge_slices(slices, read)
     finally:
-        reader.close()
+        direct_reader.close()
+        cached_reader.close()

@@ -45,7 +45,7 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.core.hashing import key_digests
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex, SpilledRun
+from beam_tfrecord.core.runs import INDEX_SUFFIX, RUN_SUFFIX, RunIndex, SpilledRun
 from beam_tfrecord.core.sharding import ShardSpec
 from beam_tfrecord.errors import CorruptShardError, ResumeMismatchError
 
@@ -100,7 +100,7 @@ def _finished_runs(runs_dir: str) -> list[RunIndex]:
     found = dict(storage.list_files(storage.join(runs_dir, "*")))
     indexes = []
     for path in sorted(found):
-        if not path.endswith(".run") or path + INDEX_SUFFIX not in found:
+        if not path.endswith(RUN_SUFFIX) or path + INDEX_SUFFIX not in found:
             continue
         try:
             index = RunIndex.from_bytes(path, storage.read_bytes(path + INDEX_SUFFIX))

@@ -24,6 +24,7 @@ from beam_tfrecord import (
     SplitConfig,
     VarList,
     WriteTFRecordDataset,
+    direct_io,
     load_manifest,
     verify_dataset,
 )
@@ -81,6 +82,11 @@ def outputs(tmp_path_factory, dask_address):
     _build(built["encode-pool"], MODES["direct-in-memory"], encode_processes=2)
     built["buffered-io"] = str(root / "buffered-io")  # page cache instead of O_DIRECT: same bytes
     _build(built["buffered-io"], MODES["direct-in-memory"], direct_io=False)
+    for takes in (True, False):  # every run and shard through the page cache, or none (this process's runner)
+        built[f"page-cache-{takes}"] = str(root / f"page-cache-{takes}")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(direct_io, "page_cache_takes", lambda num_bytes, share=0.5, takes=takes: takes)
+            _build(built[f"page-cache-{takes}"], MODES["direct-in-memory"])
     built["direct-shuffle"] = str(root / "direct-shuffle")
     _build(built["direct-shuffle"], MODES["direct-in-memory"], fan_in=FanIn.SHUFFLE)
     for name, options, fan_in in [("count-spill", MODES["direct-in-memory"], FanIn.SPILL),
@@ -104,6 +110,7 @@ def _manifest_content(out: str) -> dict:
 
 @pytest.mark.parametrize("mode, reference", [
     ("direct-in-memory-again", "direct-in-memory"), ("buffered-io", "direct-in-memory"),
+    ("page-cache-True", "direct-in-memory"), ("page-cache-False", "direct-in-memory"),
     ("encode-pool", "direct-in-memory"),
     ("direct-multi-processing", "direct-in-memory"), ("portable-loopback", "direct-in-memory"),
     ("direct-shuffle", "direct-in-memory"), ("dask", "direct-in-memory"),

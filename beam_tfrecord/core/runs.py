@@ -37,6 +37,7 @@ MERGE_GROUP_BYTES = 16 << 20  # bytes of run data a shard writer holds at a time
 # the device serves such reads 2.2x faster four at a time than one at a time (direct_io.RangeReader).
 MERGE_READ_THREADS = 4
 INDEX_SUFFIX = ".idx"
+RUN_SUFFIX = ".run"  # every run file's name ends so (``spill`` names them)
 # A run's index file: one fixed-size item per entry, in run order, so any range of entries is
 # one contiguous read; then a trailer (the entry count and a magic), so that an index cut short
 # anywhere, even at an item boundary, is an error rather than a run with fewer records.
