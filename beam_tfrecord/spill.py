@@ -7,12 +7,12 @@ the DoFns only adapt it:
   a run and then its index, in a thread while the next run fills. While the page cache takes a
   run without the kernel writing back (most of a job of a few GB, on a machine with memory to
   spare), the run goes through it, under a name saying so (``CACHED_RUN_SUFFIX``): it is read back
-  from memory and deleted before the kernel writes it, so the device never sees it. The other
-  runs bypass the page cache (``direct_io``). A run is *announced* (returned
-  by ``add``) when its first entry arrives, under a name unique to this attempt, so nothing has to
-  be emitted when the bundle ends: Beam's DaskRunner drops what ``finish_bundle`` emits. A
-  re-executed bundle writes new files; only the runs announced by the attempt the runner kept are
-  ever read, and the temp folder is deleted at publication.
+  from memory, and a job that deletes it within ``vm.dirty_expire_centisecs`` (30 s by default)
+  never has it written to the device. The other runs bypass the page cache (``direct_io``). A run
+  is *announced* (returned by ``add``) when its first entry arrives, under a name unique to this
+  attempt, so nothing has to be emitted when the bundle ends: Beam's DaskRunner drops what
+  ``finish_bundle`` emits. A re-executed bundle writes new files; only the runs announced by the
+  attempt the runner kept are ever read, and the temp folder is deleted at publication.
 - ``write_catalog`` / ``read_catalog``: the list of every run, written once by the plan step, so a
   shard task names one file instead of carrying every run, and no runner needs a side input.
 - ``shard_entries``: one shard's slice of every run (found in the runs' indexes), merged in

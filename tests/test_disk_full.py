@@ -273,3 +273,54 @@ def test_publishing_on_a_full_disk_unpublishes_and_removes_the_shards_moved_in(
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["error"] and f"/ds/{full_at}" in result["error"], result
     assert result["left"] == ["filler"] and result["shards"] > 3, result
+
+
+_SPILL_ON_A_FULL_DISK = """
+import concurrent.futures, json, os, random, sys
+from beam_tfrecord import direct_io
+from beam_tfrecord.core.runs import make_record_entry
+from beam_tfrecord.errors import DiskFullError
+from beam_tfrecord.spill import RunSpiller
+
+disk, holds = sys.argv[1], sys.argv[2] == "1"
+with direct_io.open_write(f"{disk}/probe", direct=True) as probe:
+    o_direct = isinstance(probe, direct_io.DirectWriter)
+os.remove(f"{disk}/probe")
+with open(f"{disk}/filler", "wb") as filler:
+    filler.write(bytes(3 << 20))  # 1 MiB left
+rng = random.Random(1)
+entries = [make_record_entry(rng.getrandbits(64), rng.randbytes(20_000)) for _ in range(150)]  # 3 MB
+error = None
+with concurrent.futures.ThreadPoolExecutor(max_workers=1) as writer:
+    spiller = RunSpiller(f"{disk}/runs", run_bytes=2 << 20, direct=True, writer=writer,
+                         page_cache_holds=lambda num_bytes: holds)
+    try:
+        runs = spiller.add_many(entries)
+        spiller.finish()
+    except DiskFullError as err:
+        error = str(err)
+left = sorted(os.path.relpath(os.path.join(d, n), disk) for d, _, names in os.walk(disk) for n in names)
+print(json.dumps({"o_direct": o_direct, "error": error, "left": left}))
+"""
+
+
+@pytest.mark.parametrize("holds", [True, False], ids=["through-the-page-cache", "o-direct"])
+def test_a_spill_run_on_a_full_disk_fails_typed_and_is_removed_however_it_is_written(tmp_path: Path,
+                                                                                      holds: bool) -> None:
+    refusal = _mount_refusal(tmp_path / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    q = shlex.quote
+    script = (f"mount -t tmpfs -o size=4m tmpfs {q(str(disk))} || exit 90; "
+              f"{q(sys.executable)} -c {q(_SPILL_ON_A_FULL_DISK)} {q(str(disk))} {int(holds)}; code=$?; "
+              f"umount {q(str(disk))}; exit $code")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not holds and not result["o_direct"]:
+        pytest.skip("this kernel's tmpfs refuses O_DIRECT")
+    suffix = ".cached.run" if holds else "-00000.run"
+    assert result["error"] and "disk full writing" in result["error"] and suffix in result["error"], result
+    assert result["left"] == ["filler"], result  # the partial run is gone, and no index was written
