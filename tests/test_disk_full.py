@@ -198,6 +198,24 @@ print(json.dumps([kept, exists, deleted, list(list_versions(root).complete)]))
     assert json.loads(done.stdout) == [[], False, [old], [new]]
 
 
+def _python_on_a_small_disk(tmp_path: Path, mib: int, code: str, *args: str) -> dict:
+    """Runs ``code`` (argv: the disk, then ``args``) on a tmpfs of ``mib`` MiB mounted in a private
+    namespace; returns the JSON of its last line. Skips where the mount is not allowed."""
+    refusal = _mount_refusal(tmp_path / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    q = shlex.quote
+    script = (f"mount -t tmpfs -o size={mib}m tmpfs {q(str(disk))} || exit 90; "
+              f"{q(sys.executable)} -c {q(code)} {q(str(disk))} {' '.join(map(q, args))}; code=$?; "
+              f"umount {q(str(disk))}; exit $code")
+    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 _PUBLISH_ON_A_FULL_DISK = """
 import json, os, sys
 import numpy as np
@@ -258,19 +276,7 @@ def test_publishing_on_a_full_disk_unpublishes_and_removes_the_shards_moved_in(
     """The shards are written, then the disk fills: the first file publication writes (the dead-letter
     file, or croissant.json, the first view written before the manifest) fails, and the shards already
     renamed into the dataset directory go."""
-    refusal = _mount_refusal(tmp_path / "probe")
-    if refusal:
-        pytest.skip(refusal)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    q = shlex.quote
-    script = (f"mount -t tmpfs -o size=2m tmpfs {q(str(disk))} || exit 90; "
-              f"{q(sys.executable)} -c {q(_PUBLISH_ON_A_FULL_DISK)} {q(str(disk))} {int(with_bad_row)}; code=$?; "
-              f"umount {q(str(disk))}; exit $code")
-    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _python_on_a_small_disk(tmp_path, 2, _PUBLISH_ON_A_FULL_DISK, str(int(with_bad_row)))
     assert result["error"] and f"/ds/{full_at}" in result["error"], result
     assert result["left"] == ["filler"] and result["shards"] > 3, result
 
@@ -307,18 +313,7 @@ print(json.dumps({"o_direct": o_direct, "error": error, "left": left}))
 @pytest.mark.parametrize("holds", [True, False], ids=["through-the-page-cache", "o-direct"])
 def test_a_spill_run_on_a_full_disk_fails_typed_and_is_removed_however_it_is_written(tmp_path: Path,
                                                                                       holds: bool) -> None:
-    refusal = _mount_refusal(tmp_path / "probe")
-    if refusal:
-        pytest.skip(refusal)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    q = shlex.quote
-    script = (f"mount -t tmpfs -o size=4m tmpfs {q(str(disk))} || exit 90; "
-              f"{q(sys.executable)} -c {q(_SPILL_ON_A_FULL_DISK)} {q(str(disk))} {int(holds)}; code=$?; "
-              f"umount {q(str(disk))}; exit $code")
-    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _python_on_a_small_disk(tmp_path, 4, _SPILL_ON_A_FULL_DISK, str(int(holds)))
     if not holds and not result["o_direct"]:
         pytest.skip("this kernel's tmpfs refuses O_DIRECT")
     suffix = ".cached.run" if holds else "-00000.run"
