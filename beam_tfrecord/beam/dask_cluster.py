@@ -124,6 +124,19 @@ class DaskRunReport:
     memory_limit_bytes: int | None
 
 
+def _raise_task_error(futures: Any) -> None:
+    """Raises what a failed task of the job raised, once every task is done (``distributed.wait``).
+
+    Only an error is fetched (it travels with the future's state). Beam's ``wait_until_finish``
+    gathers every task's result to the client instead, for errors alone; that gather once waited
+    forever here, every process of the cluster idle, after every task had finished
+    (``tests/dask/test_no_shared_disk.py``, 2026-11-26).
+    """
+    for future in futures:
+        if future.status in ("error", "cancelled"):
+            future.result()  # raises the task's exception (CancelledError for a cancelled one)
+
+
 def wait_for_dask(result: Any, *, stall_timeout_seconds: float = DEFAULT_STALL_TIMEOUT_SECONDS,
                   poll_seconds: float = _POLL_SECONDS) -> DaskRunReport:
     """Waits for a DaskRunner job (the ``PipelineResult`` of ``pipeline.run()``), failing instead of hanging.
@@ -151,7 +164,7 @@ def wait_for_dask(result: Any, *, stall_timeout_seconds: float = DEFAULT_STALL_T
                 result.cancel()
                 raise ClusterStalledError(watch.describe(workers, seconds), watch.memory_limit_bytes) from None
     try:
-        result.wait_until_finish()
+        _raise_task_error(futures)
     except KilledWorker as err:
         with contextlib.suppress(Exception):  # the limit, if the scheduler still answers
             watch.stalled_for(result.client.scheduler_info(n_workers=-1).get("workers", {}), time.monotonic())
