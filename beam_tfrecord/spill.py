@@ -246,10 +246,11 @@ def shard_entries(runs: Sequence[SpilledRun], hash_lo: int, hash_hi: int, *,
             slices.append(piece)
     direct_reader = direct_io.RangeReader(direct=direct)
     cached_reader = direct_io.RangeReader(direct=False)
+    reader_of = {piece.path: cached_reader if through_page_cache(SpilledRun(piece.path)) else direct_reader
+                 for piece in slices}
 
     def read(path: str, offset: int, length: int) -> bytes | memoryview:
-        reader = cached_reader if through_page_cache(SpilledRun(path)) else direct_reader
-        return reader.read(path, offset, length)
+        return reader_of[path].read(path, offset, length)
 
     try:
         yield merge_slices(slices, read)
