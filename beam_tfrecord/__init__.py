@@ -35,7 +35,7 @@ from beam_tfrecord.errors import IncompatibleSchemasError, MissingShardError, Re
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
 from beam_tfrecord.reader.order.mixing import num_examples
-from beam_tfrecord.remote_reads import RemoteReads
+from beam_tfrecord.remote_reads.options import RemoteReads
 from beam_tfrecord.verify import verify_dataset
 
 # Names whose modules need Apache Beam, TensorFlow or PyTorch: imported on first use, so that

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest
 from beam_tfrecord.errors import BeamTFRecordError
-from beam_tfrecord.process_exit import run_and_exit
+from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.verify import verify_dataset
 
 # Subcommands that run a Beam job: their arguments are the job's pipeline options.

@@ -104,7 +104,7 @@ def point_at(work: Path, url: str) -> None:
     """Points this process's Google Cloud clients at ``url`` (the emulator or the proxy)."""
     from fixtures_gcs import emulator_env
 
-    from beam_tfrecord import gcs
+    from beam_tfrecord.storage import gcs
 
     os.environ.update(emulator_env(work, url))
     gcs.client.cache_clear()
@@ -164,7 +164,7 @@ class Ranges:
 
 def parallel_ranges(paths: list[tuple[str, int]], *, connections: int = 16, range_bytes: int = 8 * MiB) -> int:
     """Reads every object in ``range_bytes`` ranges on ``connections`` threads, keeping nothing; the bytes read."""
-    from beam_tfrecord import gcs
+    from beam_tfrecord.storage import gcs
 
     client = gcs.pooled_client(connections)
     ranges = [(path, start, min(start + range_bytes, size))
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     from read_benchmark import build as build_small
 
     from beam_tfrecord.dataset import load_manifest
-    from beam_tfrecord.remote_reads import COUNTERS
+    from beam_tfrecord.remote_reads.options import COUNTERS
 
     workloads = {"small": os.path.join(args.dir, f"small-{args.records}"),
                  "images": os.path.join(args.dir, f"images-{args.images}x{args.image_kb}k")}

@@ -33,7 +33,7 @@ import numpy as np
 
 from beam_tfrecord import load_manifest
 from beam_tfrecord.core.runs import INDEX_SUFFIX
-from beam_tfrecord.spill_resume import TEMP_PREFIX, finished_runs
+from beam_tfrecord.spill.resume import TEMP_PREFIX, finished_runs
 
 
 def _command(workload: str, inputs: str, out: str, *extra: str) -> list[str]:

@@ -20,7 +20,7 @@ from beam_tfrecord.beam.runners.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.core.infer import infer_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.process_exit import run_and_exit
+from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.sources.chunks import list_inputs
 from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows, parquet_num_rows
 from beam_tfrecord.sources.rows import RowOptions

@@ -14,7 +14,7 @@ from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat, Schema
 from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
-from beam_tfrecord.process_exit import run_and_exit
+from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.sources.image_folder import (
     FolderListing,
     ListingCheck,

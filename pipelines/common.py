@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord import lease, storage
+from beam_tfrecord import storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_for, wait_for_dask
 from beam_tfrecord.beam.encode_pool import describe_encode_processes
 from beam_tfrecord.beam.runners.local_engine import local_batch_runner_for
@@ -43,10 +43,11 @@ from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
 from beam_tfrecord.errors import MAX_REJECTED_FLAG, BeamTFRecordError, DiskFullError
-from beam_tfrecord.progress import ProgressDisplay, progress_folder
-from beam_tfrecord.refresh import fingerprint_inputs
-from beam_tfrecord.spill import DEFAULT_RUN_BYTES
-from beam_tfrecord.spill_resume import SkipsReusedKeys, describe_reused_shards
+from beam_tfrecord.job import lease
+from beam_tfrecord.job.progress import ProgressDisplay, progress_folder
+from beam_tfrecord.spill.resume import SkipsReusedKeys, describe_reused_shards
+from beam_tfrecord.spill.run_files import DEFAULT_RUN_BYTES
+from beam_tfrecord.versions.refresh import fingerprint_inputs
 from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.job_options import JobCommand
 from pipelines.source_options import parse_bool

@@ -6,7 +6,7 @@ otherwise the job builds ``ROOT/versions/<new id>/``, moves ``ROOT/LATEST`` to i
 pipeline's last step and deletes versions beyond ``--keep_versions`` that stopped being LATEST
 at least ``--min_version_age`` ago (readers that opened them finish their epoch). A refresh killed
 while it built (SIGKILL, a lost machine) is resumed by the next run of the same inputs and options: it
-builds the killed version in place, reusing its finished spill runs and shards (``beam_tfrecord.spill_resume``).
+builds the killed version in place, reusing its finished spill runs and shards (``beam_tfrecord.spill.resume``).
 The same job runs on the DirectRunner, the portable runner, Dataflow (Flex Template, ``deploy/dataflow``) and Flink
 (``deploy/flink``): only pipeline options change.
 """
@@ -23,22 +23,25 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord import lease, storage
+from beam_tfrecord import storage
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.durations import format_duration, parse_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import DurationError, InputIndexError
-from beam_tfrecord.incremental import REFRESH_KEY, IncrementalPlan, ReadKeptRecords, killed_refresh, plan_from_root
-from beam_tfrecord.input_index import (
+from beam_tfrecord.job import lease
+from beam_tfrecord.job.process_exit import run_and_exit
+from beam_tfrecord.sources.image_folder import image_sample
+from beam_tfrecord.sources.kept_records import ReadKeptRecords
+from beam_tfrecord.versions.incremental import REFRESH_KEY, IncrementalPlan, killed_refresh, plan_from_root
+from beam_tfrecord.versions.input_index import (
     InputIndex,
     content_tokens,
     encoding_digest,
     index_inputs,
     write_input_index,
 )
-from beam_tfrecord.process_exit import run_and_exit
-from beam_tfrecord.refresh import (
+from beam_tfrecord.versions.refresh import (
     DEFAULT_KEEP_VERSIONS,
     DEFAULT_MIN_VERSION_AGE,
     FINGERPRINT_KEY,
@@ -50,7 +53,6 @@ from beam_tfrecord.refresh import (
     plan_refresh,
     publish_version,
 )
-from beam_tfrecord.sources.image_folder import image_sample
 from pipelines.build_image_dataset import ImageFolderBuild, ImageFolderOptions
 from pipelines.common import (
     DatasetOutputOptions,

@@ -1,4 +1,4 @@
-"""Reused page-aligned buffers (``beam_tfrecord.buffers``): a buffer comes back only once no view of
+"""Reused page-aligned buffers (``beam_tfrecord.storage.buffers``): a buffer comes back only once no view of
 it is left, so bytes a caller holds never change; a forked child never writes into its parent's."""
 
 import concurrent.futures
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from beam_tfrecord.buffers import BufferPool
+from beam_tfrecord.storage.buffers import BufferPool
 
 SIZE = 200_000  # a 256 KiB buffer
 
@@ -75,7 +75,7 @@ def test_threads_never_share_a_buffer():
 # handed out again, still holds its bytes. Prints the parent's check.
 FORK_SCRIPT = """
 import os
-from beam_tfrecord import buffers
+from beam_tfrecord.storage import buffers
 view = buffers.view(200_000)
 view[:] = b"P" * len(view)
 address = id(view.obj)

@@ -24,13 +24,13 @@ from beam_tfrecord import (
     SplitConfig,
     VarList,
     WriteTFRecordDataset,
-    direct_io,
     load_manifest,
     verify_dataset,
 )
 from beam_tfrecord.beam.write import FanIn
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.storage import direct_io
 from pipelines.common import job_pipeline
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "embedding": FixedList(DType.FLOAT32, 16),

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from beam_tfrecord import direct_io
-from beam_tfrecord.direct_io import ALIGN_BYTES, BUFFER_BYTES, DirectWriter
+from beam_tfrecord.storage import direct_io
+from beam_tfrecord.storage.direct_io import ALIGN_BYTES, BUFFER_BYTES, DirectWriter
 
 SIZES = [0, 1, ALIGN_BYTES - 1, ALIGN_BYTES, ALIGN_BYTES + 1, BUFFER_BYTES - 1, BUFFER_BYTES, 2 * BUFFER_BYTES + 7]
 needs_o_direct = pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="this system has no O_DIRECT")

@@ -105,8 +105,8 @@ def test_out_of_space_oserror_becomes_disk_full_error_and_survives_the_worker_re
     """``/dev/full`` answers every write with ENOSPC: the typed error names the path and the bytes,
     and a worker's relayed text of it is restored as the same class with the same message."""
     from beam_tfrecord.beam.runners.local_engine import error_from_worker
-    from beam_tfrecord.disk_space import raise_typed_when_full
     from beam_tfrecord.errors import DiskFullError
+    from beam_tfrecord.storage.disk_space import raise_typed_when_full
 
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full")
@@ -172,7 +172,7 @@ def test_retention_on_a_full_disk_keeps_a_version_it_cannot_record(tmp_path: Pat
     old, new = "20260101T000000.000Z-aaaaaa", "20260102T000000.000Z-bbbbbb"
     program = f"""
 import datetime, json, os, sys
-from beam_tfrecord.refresh import apply_retention, list_versions
+from beam_tfrecord.versions.refresh import apply_retention, list_versions
 root = {str(disk / "root")!r}
 for version in ({old!r}, {new!r}):
     os.makedirs(f"{{root}}/versions/{{version}}")
@@ -283,10 +283,10 @@ def test_publishing_on_a_full_disk_unpublishes_and_removes_the_shards_moved_in(
 
 _SPILL_ON_A_FULL_DISK = """
 import concurrent.futures, json, os, random, sys
-from beam_tfrecord import direct_io
+from beam_tfrecord.storage import direct_io
 from beam_tfrecord.core.runs import make_record_entry
 from beam_tfrecord.errors import DiskFullError
-from beam_tfrecord.spill import RunSpiller
+from beam_tfrecord.spill.run_files import RunSpiller
 
 disk, holds = sys.argv[1], sys.argv[2] == "1"
 with direct_io.open_write(f"{disk}/probe", direct=True) as probe:

@@ -21,21 +21,20 @@ PACKAGES = ("beam_tfrecord", "pipelines")
 
 # Lowest first. A room may import rooms of earlier layers only ("__init__" is the package's facade).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "_version", "gcs", "progress", "shard_cache", "process_exit", "buffers"),
-    ("core", "disk_space"),  # core is pure: schema, encoding, framing, naming, planning, the manifest
-    ("storage",),
-    ("direct_io", "dataset", "describe", "lease", "encoding", "remote_reads"),
-    ("shard_fetch",),  # gs:// shards in parallel ranges for the formats' readers
-    ("formats", "spill", "spill_resume", "refresh", "input_index"),
-    ("reader", "verify", "interop"),
+    ("errors", "_version"),
+    ("core",),  # pure: schema, encoding, framing, naming, planning, the manifest
+    ("storage",),  # one backend per scheme; the disk's own tools (direct I/O, buffers, disk space)
+    ("dataset", "describe", "encoding", "job", "remote_reads", "spill"),
+    ("formats",),
+    ("versions", "reader", "verify", "interop"),
     ("beam",),
-    ("sources", "report", "incremental"),
+    ("sources", "report"),
     ("pipelines",),
     ("cli", "__init__"),
 )
 # Rooms that run without Apache Beam installed (readers, the pure core, the formats...).
-BEAM_FREE = ("errors", "disk_space", "core", "encoding", "formats", "spill", "spill_resume", "reader", "dataset",
-             "verify", "describe", "shard_cache", "remote_reads", "shard_fetch", "interop", "process_exit", "buffers")
+BEAM_FREE = ("errors", "core", "encoding", "formats", "spill", "reader", "dataset", "verify", "describe",
+             "remote_reads", "interop", "job")
 
 Graph = dict[str, set[str]]
 

@@ -10,7 +10,7 @@ import pytest
 
 _SCRIPT = """
 import atexit, sys, tempfile, threading, time
-from beam_tfrecord.process_exit import run_and_exit
+from beam_tfrecord.job.process_exit import run_and_exit
 
 def command():
     atexit.register(lambda: open(sys.argv[1] + "/atexit", "w").write("ran"))

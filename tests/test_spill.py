@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_tfrecord.core.runs import make_record_entry
-from beam_tfrecord.spill import RunSpiller
+from beam_tfrecord.spill.run_files import RunSpiller
 
 entries = st.builds(make_record_entry, st.integers(0, 2**64 - 1), st.binary(max_size=30))
 

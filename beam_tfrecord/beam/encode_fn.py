@@ -17,7 +17,7 @@ from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.encoding.entries import EntryEncoder
 from beam_tfrecord.encoding.records import FeatureTransform
-from beam_tfrecord.progress import ProgressSink
+from beam_tfrecord.job.progress import ProgressSink
 
 
 class EncodeSamplesFn(beam.DoFn):

@@ -41,7 +41,7 @@ from beam_tfrecord.core.sample_encoder import describe_value
 from beam_tfrecord.core.samples import DeadLetter, Stage
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import SampleError, WriterOptionError
-from beam_tfrecord.spill import RunWriting
+from beam_tfrecord.spill.run_files import RunWriting
 
 # The element -> its key (a stable id), for records whose content is not the right key.
 KeyFn = Callable[[Any], str]
@@ -179,7 +179,7 @@ class _EncodeRecordsFn(beam.DoFn):
 
 
 class EncodeRecordsToRunsFn(_EncodeRecordsFn):
-    """Spill path: records into hash-sorted runs (``beam_tfrecord.spill``), as ``EncodeToRunsFn`` does
+    """Spill path: records into hash-sorted runs (``beam_tfrecord.spill.run_files``), as ``EncodeToRunsFn`` does
     with samples. Output: ``SpilledRun`` (announced when it starts), ``DeadLetter``, ``RecordsSummary``."""
 
     def __init__(self, *, runs_dir: str, run_bytes: int, direct_io: bool, payload: Payload, salt: str,

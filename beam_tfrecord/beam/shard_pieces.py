@@ -29,7 +29,7 @@ import apache_beam as beam
 import google_crc32c
 import numpy as np
 
-from beam_tfrecord import direct_io, storage
+from beam_tfrecord import storage
 from beam_tfrecord.beam.shards import ShardTarget, WriteShardFn
 from beam_tfrecord.core.dali_index import DaliIndexBuilder, dali_index_name
 from beam_tfrecord.core.manifest import ShardInfo
@@ -44,10 +44,11 @@ from beam_tfrecord.core.pieces import (
 )
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.sharding import DatasetPlan
-from beam_tfrecord.disk_space import raise_typed_when_full
 from beam_tfrecord.errors import CorruptShardError, PipelineInvariantError
-from beam_tfrecord.spill import read_run_index
-from beam_tfrecord.spill_resume import record_finished_shard
+from beam_tfrecord.spill.resume import record_finished_shard
+from beam_tfrecord.spill.run_files import read_run_index
+from beam_tfrecord.storage import direct_io
+from beam_tfrecord.storage.disk_space import raise_typed_when_full
 
 JOIN_CHUNK_BYTES = 8 << 20
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 import apache_beam as beam
 
-from beam_tfrecord import direct_io, storage
+from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.framing import framed_size
@@ -30,13 +30,14 @@ from beam_tfrecord.core.runs import (
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardSpec
-from beam_tfrecord.disk_space import raise_typed_when_full
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.interop.dali import DaliIndexingWriter
-from beam_tfrecord.progress import ProgressSink
-from beam_tfrecord.spill_resume import finished_shard, record_finished_shard
+from beam_tfrecord.job.progress import ProgressSink
+from beam_tfrecord.spill.resume import finished_shard, record_finished_shard
+from beam_tfrecord.storage import direct_io
+from beam_tfrecord.storage.disk_space import raise_typed_when_full
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The spill fan-in (``FanIn.SPILL``), whole: samples -> spilled runs -> one plan -> shards merged from the runs.
 
-Workers spill hash-sorted runs (``beam_tfrecord.spill``) into the temp folder; one step plans from
+Workers spill hash-sorted runs (``beam_tfrecord.spill.run_files``) into the temp folder; one step plans from
 every run's index and writes the runs' catalog; each shard writer merges its slice of every run.
 No payload byte goes through the runner's shuffle. ``EncodeToRunsFn`` has one output (the Dask
 runner sends every output of a multi-output ParDo down every branch): ``SpilledRun``,
@@ -36,15 +36,15 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
-from beam_tfrecord.spill import RunWriting, read_catalog, read_run_index, shard_entries, write_catalog
-from beam_tfrecord.spill_resume import finished_shard, read_reused_hashes, skipped, write_resume_file
+from beam_tfrecord.spill.resume import finished_shard, read_reused_hashes, skipped, write_resume_file
+from beam_tfrecord.spill.run_files import RunWriting, read_catalog, read_run_index, shard_entries, write_catalog
 
 _KIND_OF_ENCODED = {SpilledRun: RUN, DeadLetter: DEAD, RecordsSummary: SUMMARY}
 
 
 @dataclasses.dataclass(frozen=True)
 class RunsResume:
-    """What makes a spill build resumable, and what it resumes (``beam_tfrecord.spill_resume``).
+    """What makes a spill build resumable, and what it resumes (``beam_tfrecord.spill.resume``).
 
     Attributes:
         temp_dir: the build's temp folder, where ``resume.json`` goes before any run.
@@ -58,7 +58,7 @@ class RunsResume:
 
 
 class EncodeToRunsFn(EncodeSamplesFn):
-    """Spill path: spills entries into hash-sorted runs of bounded size (``beam_tfrecord.spill``).
+    """Spill path: spills entries into hash-sorted runs of bounded size (``beam_tfrecord.spill.run_files``).
 
     Input: a ``Sample`` or a list of them (chunks keep per-element overhead low for small rows).
     Output: one ``SpilledRun`` per run, emitted when the run starts (its files are on storage once
@@ -140,7 +140,7 @@ class ShardTask:
 class WriteShardFromRunsFn(WriteShardFn):
     """Spill path: ``((shard number, piece number), [ShardTask])`` in, ``(shard number, ShardInfo)`` out, or
     ``(shard number, WrittenPiece)`` for a piece of a shard (joined by ``shard_pieces.JoinPiecesFn``);
-    merges the shard's (or piece's) slice of every run (``beam_tfrecord.spill.shard_entries``).
+    merges the shard's (or piece's) slice of every run (``beam_tfrecord.spill.run_files.shard_entries``).
 
     The runs come from the task's catalog file (O(runs) per shard, read from storage), so no
     runner has to hand every worker a side input.

@@ -40,9 +40,7 @@ from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.core.units import KiB
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
-from beam_tfrecord.input_index import encoding_digest
-from beam_tfrecord.spill import DEFAULT_RUN_BYTES
-from beam_tfrecord.spill_resume import (
+from beam_tfrecord.spill.resume import (
     TEMP_PREFIX,
     ResumePoint,
     ReusedKeys,
@@ -51,7 +49,9 @@ from beam_tfrecord.spill_resume import (
     reused_keys_of,
     with_reused_shards,
 )
-from beam_tfrecord.spill_resume import describe as describe_resume
+from beam_tfrecord.spill.resume import describe as describe_resume
+from beam_tfrecord.spill.run_files import DEFAULT_RUN_BYTES
+from beam_tfrecord.versions.input_index import encoding_digest
 
 DEFAULT_SALT = "beam-tfrecord"
 
@@ -121,7 +121,7 @@ class WriteTFRecordDataset(beam.PTransform):
             size), so the payload is written once. 0 spills everything. Not used with
             ``feature_transforms``.
         direct_io: write spill runs and shards and read runs with ``O_DIRECT`` (no page cache;
-            ``beam_tfrecord.direct_io``) on local Linux filesystems that accept it, buffered I/O
+            ``beam_tfrecord.storage.direct_io``) on local Linux filesystems that accept it, buffered I/O
             elsewhere; the bytes are the same.
         fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
         shard_writers: the writers the spill fan-in's shard phase keeps busy: when the plan has fewer
@@ -151,15 +151,15 @@ class WriteTFRecordDataset(beam.PTransform):
             workers read another number (records written plus rejected) fails with
             ``InputsMismatchError`` and publishes nothing.
         inputs_identity: text that identifies the inputs as they are now (their sizes and update
-            times: ``beam_tfrecord.refresh.fingerprint_inputs``). With it a spill build writes
+            times: ``beam_tfrecord.versions.refresh.fingerprint_inputs``). With it a spill build writes
             ``resume.json`` into its temp folder before any run, so that a killed build can be resumed.
         resume: take over the temp folder of a killed build with the same options and
             ``inputs_identity`` (found in ``output_dir``), keep its finished spill runs and encode only
-            the samples they do not hold (``beam_tfrecord.spill_resume``); byte-identical to a clean
+            the samples they do not hold (``beam_tfrecord.spill.resume``); byte-identical to a clean
             build. No such build: a clean one. One made from other inputs or options:
             ``ResumeMismatchError`` (raised here, before any work). Spill path and ``Sample`` inputs only.
         progress_dir: a local folder where the DoFns keep their counts for a live progress display
-            (``beam_tfrecord.progress``); only for runners whose workers share this machine.
+            (``beam_tfrecord.job.progress``); only for runners whose workers share this machine.
         command: the command line to record in the manifest.
         metadata: extra facts to record in the manifest.
         encoding: the encode stage for inputs that are not ``Sample``s (see ``Encoding``); its

@@ -28,7 +28,7 @@ from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.errors import ShardingError, WriterOptionError
-from beam_tfrecord.spill import DEFAULT_RUN_BYTES
+from beam_tfrecord.spill.run_files import DEFAULT_RUN_BYTES
 
 # The schema of raw payloads, and of a dataset of no record (what an empty one is published with).
 RAW_SCHEMA = Schema({RAW_FEATURE: Scalar(DType.BYTES)})

@@ -137,7 +137,7 @@ class SpilledRun:
     Its index (hash and sizes of every entry, and their count) is in a file beside it,
     ``path + INDEX_SUFFIX``, so no per-record data travels through the runner's shuffle. A run is
     announced when its first entry is buffered; its files are complete once the bundle that
-    announced it has finished (see ``beam_tfrecord.spill``).
+    announced it has finished (see ``beam_tfrecord.spill.run_files``).
     """
 
     path: str

@@ -60,7 +60,7 @@ class InputsMismatchError(BeamTFRecordError):
 
 class ResumeMismatchError(BeamTFRecordError):
     """A build asked to resume found only killed builds made with other inputs or options: their records
-    would not be this build's (``beam_tfrecord.spill_resume``). Nothing is reused or published."""
+    would not be this build's (``beam_tfrecord.spill.resume``). Nothing is reused or published."""
 
     def __init__(self, temp_dir: str, output_dir: str) -> None:
         self.temp_dir = temp_dir

@@ -36,7 +36,7 @@ from beam_tfrecord.errors import (
     WriterOptionError,
 )
 from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter
-from beam_tfrecord.shard_fetch import FetchedShard
+from beam_tfrecord.remote_reads.fetched import FetchedShard
 
 WRITER_OPTIONS = "group_size:1"
 READ_BLOCK_RECORDS = 256  # records per read call of a range

@@ -25,7 +25,7 @@ from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import ReaderError
 
 if TYPE_CHECKING:
-    from beam_tfrecord.shard_fetch import FetchedShard
+    from beam_tfrecord.remote_reads.fetched import FetchedShard
 
 
 @dataclasses.dataclass(frozen=True)

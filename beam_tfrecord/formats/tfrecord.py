@@ -17,7 +17,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from beam_tfrecord import direct_io, storage
+from beam_tfrecord import storage
 from beam_tfrecord.core.blocks import RecordBlock, split_frames
 from beam_tfrecord.core.framing import (
     FOOTER_BYTES,
@@ -30,7 +30,8 @@ from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter, TFDataFiles
-from beam_tfrecord.shard_fetch import FetchedShard
+from beam_tfrecord.remote_reads.fetched import FetchedShard
+from beam_tfrecord.storage import direct_io
 
 WRITE_CHUNK_BYTES = 4 << 20  # framed records joined into one write
 JOIN_MAX_RECORD_BYTES = 64 << 10  # larger records, or parts of one, are written without a copy

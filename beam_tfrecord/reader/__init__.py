@@ -14,7 +14,7 @@ from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
 from beam_tfrecord.reader.order.mixing import num_examples
 from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.order.slicing import parse_split
-from beam_tfrecord.remote_reads import RemoteReads
+from beam_tfrecord.remote_reads.options import RemoteReads
 
 __all__ = ["ImageDecoding", "PixelType", "ReadPlan", "RemoteReads", "TFRecordIterableDataset", "VarLen", "collate",
            "num_examples", "parse_split", "plan_read", "read_dataset", "read_numpy"]

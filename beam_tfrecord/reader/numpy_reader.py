@@ -20,7 +20,7 @@ from beam_tfrecord.reader.order.mixing import DatasetPaths, EpochOrder, open_sou
 from beam_tfrecord.reader.order.orders import StoredOrder
 from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.order.resume import length, rank_share, take
-from beam_tfrecord.remote_reads import RemoteReads, reads_with_cache
+from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
 
 
 def iter_examples(plan: ReadPlan, *, image_decoding: ImageDecoding | None = None,

@@ -13,7 +13,7 @@ from beam_tfrecord.reader.order.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.tf_records import default_parallel_reads, read_records
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
-from beam_tfrecord.remote_reads import RemoteReads, reads_with_cache
+from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
 
 _PREFETCH_BATCHES = 2
 # Records per parse_example call at least: small batches are parsed in groups of this size, then

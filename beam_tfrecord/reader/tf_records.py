@@ -22,8 +22,8 @@ from beam_tfrecord.formats import TFDataFiles
 from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.tf_generated import generated
 from beam_tfrecord.reader.tf_spec import tf  # imports TensorFlow quietly
-from beam_tfrecord.remote_reads import RemoteReads, fetched_remotely
-from beam_tfrecord.shard_fetch import FetchedShard
+from beam_tfrecord.remote_reads.fetched import FetchedShard
+from beam_tfrecord.remote_reads.options import RemoteReads, fetched_remotely
 
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
 FilesReader = Callable[[tf.Tensor | str | list[str] | tf.data.Dataset], tf.data.Dataset]

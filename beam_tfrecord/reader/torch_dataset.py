@@ -43,7 +43,7 @@ from beam_tfrecord.reader.order.resume import (
     take,
     worker_states,
 )
-from beam_tfrecord.remote_reads import RemoteReads, reads_with_cache
+from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:

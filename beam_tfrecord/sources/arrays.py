@@ -27,7 +27,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.errors import SourceError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, check_chunk_size, chunked, list_inputs
-from beam_tfrecord.spill_resume import ReusedKeys
+from beam_tfrecord.spill.resume import ReusedKeys
 
 ArrayMap = Mapping[str, np.ndarray]
 

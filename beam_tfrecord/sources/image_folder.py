@@ -29,7 +29,7 @@ from beam_tfrecord.core.image_ops import ResizeImage
 from beam_tfrecord.core.samples import FileRef, Sample
 from beam_tfrecord.core.schema import IMAGE_EXTENSIONS, ClassLabel, Image, ImageFormat, Schema
 from beam_tfrecord.errors import InputsMismatchError, SchemaError
-from beam_tfrecord.spill_resume import ReusedKeys
+from beam_tfrecord.spill.resume import ReusedKeys
 
 
 def _root(root: str) -> str:

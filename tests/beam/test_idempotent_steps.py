@@ -21,7 +21,7 @@ from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.sharding import DatasetPlan
 from beam_tfrecord.errors import CorruptShardError
-from beam_tfrecord.spill_resume import FINISHED_SHARD_SUFFIX, REUSED_SHARD_SUFFIX
+from beam_tfrecord.spill.resume import FINISHED_SHARD_SUFFIX, REUSED_SHARD_SUFFIX
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING)})
 SPLITS = SplitConfig.parse("train=0.7,test=0.3")

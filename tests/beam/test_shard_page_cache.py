@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from beam_tfrecord import direct_io
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
 from beam_tfrecord.core.framing import framed_size, iter_records
 from beam_tfrecord.core.naming import Compression
@@ -16,6 +15,7 @@ from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import ShardSpec
+from beam_tfrecord.storage import direct_io
 from tests.test_direct_io import needs_o_direct, resident_fraction
 
 SCHEMA = Schema({"blob": Scalar(DType.BYTES)})

@@ -82,7 +82,7 @@ def _pieces_on_disk(tmp_path, blob_files) -> tuple[ShardTarget, list[WrittenPiec
     """A one-shard plan cut into two pieces, each written by the spill writer; the shard written whole too."""
     from beam_tfrecord.beam.spill_path import EncodeToRunsFn
     from beam_tfrecord.core.hashing import HASH_SPACE
-    from beam_tfrecord.spill import read_run_index, write_catalog
+    from beam_tfrecord.spill.run_files import read_run_index, write_catalog
 
     runs_dir, shards_dir = str(tmp_path / "runs"), str(tmp_path / "shards")
     encode = EncodeToRunsFn(SCHEMA, runs_dir=runs_dir, salt="s", max_record_bytes=1 << 30, run_bytes=1 << 20,

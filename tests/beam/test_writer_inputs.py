@@ -256,7 +256,7 @@ def test_array_record_shards_planned_empty_are_read_as_no_record(tmp_path):
 
 
 def test_the_progress_display_waits_only_for_the_shards_that_hold_records(tmp_path):
-    from beam_tfrecord.progress import read_progress
+    from beam_tfrecord.job.progress import read_progress
 
     progress = tmp_path / "progress"
     progress.mkdir()

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from beam_tfrecord.progress import ProgressCounts, ProgressDisplay, ProgressSink, describe_progress, read_progress
+from beam_tfrecord.job.progress import ProgressCounts, ProgressDisplay, ProgressSink, describe_progress, read_progress
 
 
 def test_sinks_of_several_dofns_are_summed_and_a_half_written_file_is_not_read(tmp_path):

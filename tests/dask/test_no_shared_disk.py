@@ -20,7 +20,7 @@ from private_cluster import PrivateCluster, private_cluster, private_cluster_ski
 
 from beam_tfrecord import load_manifest, storage
 from beam_tfrecord.errors import InputsMismatchError, LocalPathError
-from beam_tfrecord.incremental import REFRESH_KEY
+from beam_tfrecord.versions.incremental import REFRESH_KEY
 from pipelines import build_image_dataset, refresh_image_dataset
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"

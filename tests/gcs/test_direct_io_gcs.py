@@ -1,7 +1,8 @@
 """gs:// paths are not local: direct_io hands them to Beam's GCS filesystem, with the same bytes."""
 
-from beam_tfrecord import direct_io, storage
-from beam_tfrecord.direct_io import DirectWriter
+from beam_tfrecord import storage
+from beam_tfrecord.storage import direct_io
+from beam_tfrecord.storage.direct_io import DirectWriter
 
 
 def test_remote_paths_use_the_storage_handles(gcs_bucket):

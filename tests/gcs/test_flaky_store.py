@@ -20,11 +20,13 @@ from fixtures_gcs import EMULATOR_ENV_KEYS, emulator_env, free_port, launch_fake
 from flaky_proxy import FAULT_KINDS, FlakyProxy
 from remote_datasets import SMALL_READS, VARIANTS, write_local
 
-from beam_tfrecord import gcs, lease, storage
+from beam_tfrecord import storage
 from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.interop import INTEROP_FILENAMES
+from beam_tfrecord.job import lease
 from beam_tfrecord.reader.numpy_reader import read_numpy
+from beam_tfrecord.storage import gcs
 from beam_tfrecord.verify import verify_dataset
 from pipelines import build_image_dataset
 

@@ -24,8 +24,8 @@ from beam_tfrecord import storage
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy
-from beam_tfrecord.remote_reads import COUNTERS, RemoteReads
-from beam_tfrecord.shard_cache import LOCK_NAME, PARTIAL_PREFIX, CacheKey, ShardCache
+from beam_tfrecord.remote_reads.cache import LOCK_NAME, PARTIAL_PREFIX, CacheKey, ShardCache
+from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads
 
 SPLIT = "train+test"
 
@@ -239,7 +239,7 @@ def _memfd_names() -> list[str]:
 def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight(
         bytes_in_flight: int, where: str, datasets: dict[str, Copies], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from beam_tfrecord.shard_fetch import FetchedShard
+    from beam_tfrecord.remote_reads.fetched import FetchedShard
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where private copies on disk go
     made: list[str] = []  # where each private copy was, when it was handed to tf.data

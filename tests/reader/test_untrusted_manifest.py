@@ -16,8 +16,8 @@ from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import ManifestError
 from beam_tfrecord.reader.numpy_reader import read_numpy
-from beam_tfrecord.refresh import InputFingerprint, plan_refresh
 from beam_tfrecord.verify import verify_dataset
+from beam_tfrecord.versions.refresh import InputFingerprint, plan_refresh
 
 
 def _tamper(data: dict, change) -> dict:

@@ -24,10 +24,10 @@ from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.dataset import load_manifest, read_latest, resolve_dataset_dir, version_dir
 from beam_tfrecord.errors import InputIndexError
 from beam_tfrecord.formats import shard_format
-from beam_tfrecord.incremental import REFRESH_KEY, plan_incremental
-from beam_tfrecord.input_index import INPUT_INDEX_FILENAME, InputIndex, encoding_digest
-from beam_tfrecord.refresh import RefreshAction, list_versions
 from beam_tfrecord.verify import verify_dataset
+from beam_tfrecord.versions.incremental import REFRESH_KEY, plan_incremental
+from beam_tfrecord.versions.input_index import INPUT_INDEX_FILENAME, InputIndex, encoding_digest
+from beam_tfrecord.versions.refresh import RefreshAction, list_versions
 from pipelines import build_image_dataset, refresh_image_dataset
 
 LAYOUT = ["--splits=train=0.7,validation=0.3", "--target_shard_bytes=3000", "--resize=12x12",

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from beam_tfrecord.dataset import load_manifest, read_latest, resolve_dataset_dir
-from beam_tfrecord.refresh import RefreshAction, list_versions
 from beam_tfrecord.verify import verify_dataset
+from beam_tfrecord.versions.refresh import RefreshAction, list_versions
 from pipelines import refresh_image_dataset
 
 

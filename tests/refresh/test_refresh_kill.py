@@ -24,8 +24,8 @@ import pytest
 
 from beam_tfrecord import storage
 from beam_tfrecord.dataset import LATEST_FILENAME, load_manifest, read_latest, resolve_dataset_dir, version_dir
-from beam_tfrecord.refresh import fingerprint_inputs, list_versions, stored_fingerprint
 from beam_tfrecord.verify import verify_dataset
+from beam_tfrecord.versions.refresh import fingerprint_inputs, list_versions, stored_fingerprint
 
 NUM_KILLS = 5
 MAX_RUN_SECONDS = 120.0

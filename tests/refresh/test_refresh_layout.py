@@ -12,7 +12,7 @@ import pytest
 from beam_tfrecord.core.durations import format_duration, parse_duration
 from beam_tfrecord.dataset import load_manifest, open_dataset, read_latest, resolve_dataset_dir, shard_paths
 from beam_tfrecord.errors import DatasetNotFoundError, DurationError, LatestPointerError, RefreshError
-from beam_tfrecord.refresh import (
+from beam_tfrecord.versions.refresh import (
     InputFile,
     InputFingerprint,
     RefreshAction,

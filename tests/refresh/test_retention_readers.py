@@ -14,7 +14,7 @@ from beam_tfrecord import RemoteReads, storage
 from beam_tfrecord.dataset import read_latest, version_dir
 from beam_tfrecord.errors import MissingShardError
 from beam_tfrecord.reader.numpy_reader import read_numpy
-from beam_tfrecord.refresh import SUPERSEDED_FILENAME, list_versions
+from beam_tfrecord.versions.refresh import SUPERSEDED_FILENAME, list_versions
 from pipelines import refresh_image_dataset
 
 SMALL_SHARDS = "--target_shard_bytes=2000"  # ~20 train shards of the 30 tiny images: the reader is mid-way

@@ -18,7 +18,7 @@ from kills import files_exist, kill_when
 from beam_tfrecord import load_manifest
 from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex, make_record_entry, write_run
 from beam_tfrecord.errors import ResumeMismatchError, WriterOptionError
-from beam_tfrecord.spill_resume import (
+from beam_tfrecord.spill.resume import (
     RESUME_FILENAME,
     TEMP_PREFIX,
     find_resume_point,

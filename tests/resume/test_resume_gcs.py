@@ -10,7 +10,7 @@ from fixtures_gcs import FakeGcs, fake_gcs  # noqa: F401  (pytest fixture)
 from kills import kill_when
 
 from beam_tfrecord import load_manifest, storage
-from beam_tfrecord.spill_resume import TEMP_PREFIX, finished_runs
+from beam_tfrecord.spill.resume import TEMP_PREFIX, finished_runs
 
 
 def _shard_bytes(out: str) -> dict[str, bytes]:

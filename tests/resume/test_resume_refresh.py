@@ -14,8 +14,8 @@ from kills import files_exist, kill_when
 from beam_tfrecord import load_manifest
 from beam_tfrecord.core.runs import INDEX_SUFFIX
 from beam_tfrecord.dataset import read_latest, resolve_dataset_dir
-from beam_tfrecord.incremental import REFRESH_KEY
-from beam_tfrecord.spill_resume import TEMP_PREFIX, finished_runs
+from beam_tfrecord.spill.resume import TEMP_PREFIX, finished_runs
+from beam_tfrecord.versions.incremental import REFRESH_KEY
 from pipelines.make_sample_images import write_sample_images
 
 

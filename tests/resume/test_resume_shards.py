@@ -16,7 +16,7 @@ from kills import files_exist, kill_when
 from beam_tfrecord import load_manifest, storage
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.sharding import ShardSpec
-from beam_tfrecord.spill_resume import (
+from beam_tfrecord.spill.resume import (
     FINISHED_SHARD_SUFFIX,
     REUSED_SHARD_SUFFIX,
     TEMP_PREFIX,

@@ -17,7 +17,7 @@ from beam_tfrecord import load_manifest
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.runs import INDEX_SUFFIX
 from beam_tfrecord.sources.arrays import _npy_row_chunks, read_numpy_file
-from beam_tfrecord.spill_resume import TEMP_PREFIX, ReusedKeys, finished_runs
+from beam_tfrecord.spill.resume import TEMP_PREFIX, ReusedKeys, finished_runs
 
 SALT = "beam-tfrecord"
 

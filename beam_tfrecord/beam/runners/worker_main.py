@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from beam_tfrecord.process_exit import run_and_exit
+from beam_tfrecord.job.process_exit import run_and_exit
 
 
 def main() -> None:

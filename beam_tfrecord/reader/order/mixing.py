@@ -53,7 +53,7 @@ from beam_tfrecord.reader.order.orders import GATHERED_RECORDS, Record, RecordOr
 from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.order.resume import Ranges, rank_share
 from beam_tfrecord.reader.order.slicing import sub_range
-from beam_tfrecord.remote_reads import RemoteReads
+from beam_tfrecord.remote_reads.options import RemoteReads
 
 MAX_DATASETS = 255  # one byte per choice
 _CHOICES = -1  # the seed part that makes the interleaving's generator differ from the datasets' ones

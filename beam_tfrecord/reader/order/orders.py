@@ -40,8 +40,9 @@ from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.reader.order.random_access import RandomAccessRecords
 from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.order.slicing import ReadSegment, sub_range
-from beam_tfrecord.remote_reads import RemoteReads
-from beam_tfrecord.shard_fetch import FetchedShard, ShardFetcher
+from beam_tfrecord.remote_reads.fetched import FetchedShard
+from beam_tfrecord.remote_reads.fetcher import ShardFetcher
+from beam_tfrecord.remote_reads.options import RemoteReads
 
 GATHERED_RECORDS = 1024  # records gathered into one block when an order is not a stored run
 CYCLE_SHARDS = 16  # shards read side by side in a windowed shuffle (tf.data's interleave cycle)

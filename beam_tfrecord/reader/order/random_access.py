@@ -20,8 +20,8 @@ import numpy as np
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import ShardReader
 from beam_tfrecord.reader.order.read_plan import ReadPlan
-from beam_tfrecord.remote_reads import RemoteReads
-from beam_tfrecord.shard_fetch import ShardFetcher
+from beam_tfrecord.remote_reads.fetcher import ShardFetcher
+from beam_tfrecord.remote_reads.options import RemoteReads
 
 BLOCK_RECORDS = 256
 

@@ -10,8 +10,9 @@ from beam_tfrecord.dataset import LoadedDataset, open_dataset, resolve_dataset_d
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import ShardFormat, ShardReader, shard_format
 from beam_tfrecord.reader.order.slicing import ReadSegment, partition, resolve_split
-from beam_tfrecord.remote_reads import RemoteReads, RemoteShard
-from beam_tfrecord.shard_fetch import FetchedShard, ShardFetcher, shard_fetcher
+from beam_tfrecord.remote_reads.fetched import FetchedShard
+from beam_tfrecord.remote_reads.fetcher import ShardFetcher, shard_fetcher
+from beam_tfrecord.remote_reads.options import RemoteReads, RemoteShard
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,8 @@ import mmap
 import os
 from typing import BinaryIO, cast
 
-from beam_tfrecord import buffers, storage
+from beam_tfrecord import storage
+from beam_tfrecord.storage import buffers
 
 ALIGN_BYTES = 4096  # a multiple of every common logical block size (512, 4096)
 BUFFER_BYTES = 4 << 20

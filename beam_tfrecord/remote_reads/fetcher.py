@@ -8,11 +8,11 @@ import os
 import threading
 from collections.abc import Sequence
 
-from beam_tfrecord import gcs
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
-from beam_tfrecord.remote_reads import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
-from beam_tfrecord.shard_cache import ShardCache
-from beam_tfrecord.shard_fetch.fetched import FetchedShard
+from beam_tfrecord.remote_reads.cache import ShardCache
+from beam_tfrecord.remote_reads.fetched import FetchedShard
+from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
+from beam_tfrecord.storage import gcs
 
 
 class ShardFetcher:

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 import google_crc32c
 
 from beam_tfrecord.errors import CorruptShardError, ReaderError
-from beam_tfrecord.remote_reads import COUNTERS, RemoteShard
-from beam_tfrecord.shard_cache import ShardCache
+from beam_tfrecord.remote_reads.cache import ShardCache
+from beam_tfrecord.remote_reads.options import COUNTERS, RemoteShard
 
 # In-memory files, read by path through /proc/self/fd (Linux); None where either is missing.
 _MEMFD_CREATE = getattr(os, "memfd_create", None) if os.path.isdir("/proc/self/fd") else None

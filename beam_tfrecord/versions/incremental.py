@@ -8,7 +8,7 @@ record keeps its split, and plans and balances the shards as in a full build. Ev
 therefore rewritten (boundaries move when records are added), so no shard is copied whole: the
 saving is the decoding and encoding of unchanged inputs, which dominates an image build.
 
-Which record belongs to which input: the base version's input index (``beam_tfrecord.input_index``)
+Which record belongs to which input: the base version's input index (``beam_tfrecord.versions.input_index``)
 lists its inputs; those not in its dead-letter file were written. A version's records are in key
 hash order (splits are hash ranges in manifest order, shards hash ranges in index order, records
 sorted by hash within a shard), so the written keys sorted by hash line up with the records read
@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
-
-import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.hashing import key_hash
@@ -34,9 +32,9 @@ from beam_tfrecord.core.prebuilt import PrebuiltRecord
 from beam_tfrecord.dataset import load_manifest, version_dir
 from beam_tfrecord.errors import InputIndexError
 from beam_tfrecord.formats import shard_format
-from beam_tfrecord.input_index import IndexedInput, InputIndex, read_input_index
-from beam_tfrecord.refresh import list_versions
-from beam_tfrecord.spill_resume import killed_inputs
+from beam_tfrecord.spill.resume import killed_inputs
+from beam_tfrecord.versions.input_index import IndexedInput, InputIndex, read_input_index
+from beam_tfrecord.versions.refresh import list_versions
 
 REFRESH_KEY = "refresh"  # the manifest metadata key of what an incremental refresh did
 DEFAULT_CHUNK_RECORDS = 256  # kept records per Beam element: per-element overhead stays small
@@ -185,26 +183,10 @@ def plan_from_root(root: str, base_version: str, current: InputIndex) -> Increme
                             base_index=read_input_index(base_dir), current=current)
 
 
-class ReadKeptRecords(beam.PTransform):
-    """PBegin -> lists of ``PrebuiltRecord``: the kept records of the base shards, a shard per task."""
-
-    def __init__(self, shards: Sequence[ShardReuse]) -> None:
-        super().__init__()
-        self._shards = tuple(shards)
-
-    def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
-        return (
-            pipeline
-            | "BaseShards" >> beam.Create(self._shards)  # ShardReuse: a base shard and the keys of its records
-            | "Spread" >> beam.Reshuffle()
-            | "ReadKept" >> beam.FlatMap(read_kept_records)  # [PrebuiltRecord, ...] per chunk
-        )
-
-
 def killed_refresh(root: str, latest: str | None, inputs_identity: str) -> str | None:
     """The newest unfinished version, newer than ``latest``, that a killed refresh of these inputs left
     (its writer's ``resume.json`` names ``inputs_identity``): a refresh builds it again in place,
-    resuming (``beam_tfrecord.spill_resume``); None when there is none."""
+    resuming (``beam_tfrecord.spill.resume``); None when there is none."""
     for version_id in reversed(list_versions(root).incomplete):
         if latest is not None and version_id <= latest:
             break  # retention deletes these: no refresh builds a version older than LATEST

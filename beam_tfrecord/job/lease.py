@@ -11,7 +11,7 @@ ran on this host and its process no longer exists, or when it is older than ``st
 takes it over regardless. Taking over replaces the lease only if it is still the one that was
 read (local: compared before the rename; gs://: ``ifGenerationMatch`` of the stale object).
 
-On gs:// every request is retried (``beam_tfrecord.gcs``). A create whose first try succeeded but
+On gs:// every request is retried (``beam_tfrecord.storage.gcs``). A create whose first try succeeded but
 whose answer was lost fails its retry with 412, against our own lease: a 412 is therefore followed
 by a read, and a lease holding exactly the bytes this job wrote (its run id, host, pid and start
 time) is this job's. A delete retried after its first try removed the lease finds nothing: done.
@@ -28,9 +28,10 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from beam_tfrecord import gcs, storage
-from beam_tfrecord.disk_space import raise_typed_when_full
+from beam_tfrecord import storage
 from beam_tfrecord.errors import OutputLockedError  # defined in errors; still importable from here
+from beam_tfrecord.storage import gcs
+from beam_tfrecord.storage.disk_space import raise_typed_when_full
 
 LEASE_FILENAME = ".beam-tfrecord.lock"
 DEFAULT_STALE_AFTER = datetime.timedelta(hours=24)

@@ -3,7 +3,7 @@
 Three backends, chosen by the path's scheme:
 
 - local paths: the ``os`` module;
-- ``gs://``: google-cloud-storage directly (``beam_tfrecord.gcs``: one client per process, explicit
+- ``gs://``: google-cloud-storage directly (``beam_tfrecord.storage.gcs``: one client per process, explicit
   retries, preconditioned writes), so the readers work where Beam is not installed. Copies and
   deletes are one request per object: local emulators (fake-gcs-server) answer JSON-API batch
   requests with an empty body;
@@ -26,9 +26,9 @@ from typing import Any, BinaryIO, cast
 
 import google_crc32c
 
-from beam_tfrecord import gcs
 from beam_tfrecord.core.naming import Compression
-from beam_tfrecord.disk_space import raise_typed_when_full
+from beam_tfrecord.storage import gcs
+from beam_tfrecord.storage.disk_space import raise_typed_when_full
 
 _ZLIB_WBITS = {Compression.GZIP: 31, Compression.ZLIB: 15}
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")

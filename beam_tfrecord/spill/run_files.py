@@ -30,7 +30,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
-from beam_tfrecord import direct_io, storage
+from beam_tfrecord import storage
 from beam_tfrecord.core.runs import (
     RUN_SUFFIX,
     RunIndex,
@@ -39,8 +39,9 @@ from beam_tfrecord.core.runs import (
     merge_slices,
     write_run,
 )
-from beam_tfrecord.disk_space import raise_typed_when_full
 from beam_tfrecord.errors import CorruptShardError, PipelineInvariantError
+from beam_tfrecord.storage import direct_io
+from beam_tfrecord.storage.disk_space import raise_typed_when_full
 
 DEFAULT_RUN_BYTES = 64 << 20
 CACHED_RUN_SUFFIX = ".cached.run"  # a run written through the page cache, to be read through it
@@ -98,7 +99,7 @@ class RunSpiller:
     Args:
         runs_dir: where runs and their indexes go.
         run_bytes: entry bytes buffered before a run is written.
-        direct: write runs with ``O_DIRECT`` where the filesystem allows (``beam_tfrecord.direct_io``),
+        direct: write runs with ``O_DIRECT`` where the filesystem allows (``beam_tfrecord.storage.direct_io``),
             except those the page cache holds.
         writer: the executor that writes runs (file writes release the GIL, so encoding goes on).
         page_cache_holds: whether a new run of ``run_bytes`` goes through the page cache (asked as

@@ -1,6 +1,6 @@
 """A version's input index: every input it was built from, with a content token, and how it was encoded.
 
-An incremental refresh (``beam_tfrecord.incremental``) compares the inputs now with the index of
+An incremental refresh (``beam_tfrecord.versions.incremental``) compares the inputs now with the index of
 the version it starts from: an input whose key and token are unchanged keeps its record. The
 index is written into the version's folder before the writer runs (``input_index.json``; the
 manifest, written last, still decides whether the version is complete).
@@ -23,8 +23,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from beam_tfrecord import gcs, storage
+from beam_tfrecord import storage
 from beam_tfrecord.errors import InputIndexError
+from beam_tfrecord.storage import gcs
 
 INPUT_INDEX_FILENAME = "input_index.json"
 INPUT_INDEX_FORMAT = "beam-tfrecord-input-index"

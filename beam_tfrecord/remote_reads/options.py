@@ -13,7 +13,7 @@ import threading
 from beam_tfrecord import storage
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.shard_cache import CacheKey
+from beam_tfrecord.remote_reads.cache import CacheKey
 
 
 @dataclasses.dataclass(frozen=True)
