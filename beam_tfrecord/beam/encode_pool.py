@@ -1,26 +1,7 @@
-"""An explicit pool of encoding processes inside one DoFn (``encode_processes=N``).
+"""A pool of encoding processes inside one DoFn (``encode_processes=N``), for a runner kept in one process.
 
-Every core by default comes from the DirectRunner's own worker processes
-(``beam.runners.local_workers.use_local_workers``): each runs whole fused stages, the source
-included, so small rows never cross a process. This pool is for a pipeline that must stay in one
-runner process (an in-memory runner the user chose, or one that runs its Python workers in the
-launching process, as Prism's loopback does) and whose encoding costs far more than sending its
-input (images decoded and resized: a path goes in). A process of the pool encodes a sample *and
-spills its entry into a run file* (``EncodeToRunsFn`` runs whole inside it): what comes back is a
-run's name or a dead letter.
-
-Output is byte-identical to encoding in one process: runs are sorted by hash and merged by the
-shard writers, whatever process wrote them (see ``core/runs.py``).
-
-Lifecycle: the pool's processes (fresh interpreters, see ``_Process``) start with the DoFn's
-first bundle; ``finish_bundle`` has each process finish its runs (their files are on storage
-before the bundle counts, as in one process). While every pool process has work queued, the
-DoFn's own process encodes the next element itself rather than wait.
-
-Limits: only on runners whose workers run on this machine (the pool's processes write the same
-temp folder); an element that cannot be pickled is encoded in the DoFn's own process. A pool
-process that dies (killed, out of memory) fails the bundle with ``EncodePoolError``; a killed
-runner process takes its pool with it (each process exits when its pipe closes).
+Each pool process encodes a sample and spills it into a run file, so the shards are byte-identical to encoding in
+one process. Limits and lifecycle: docs/command-line.md (``--encode_processes``).
 """
 
 from __future__ import annotations

@@ -1,30 +1,7 @@
 """The schema of records that arrive already serialized, inferred from every one of them.
 
-A pipeline that ends in ``beam.io.WriteToTFRecord`` makes serialized ``tf.train.Example`` (or
-``SequenceExample``) protos and has no ``Schema``; ``WriteBalancedTFRecord`` infers one so that
-readers need no hand-written spec. ``core/infer.py`` guesses types from Python values (CSV cells,
-arrays); here a record states each feature's kind (``int64_list``, ``float_list``,
-``bytes_list``), so what is inferred is lengths and presence, over ALL records:
-
-- a context feature present in every record with always 1 value -> ``Scalar``; always L > 1 values
-  -> ``FixedList(L)``; anything else (absent from some records, lengths that differ) -> ``VarList``;
-- kinds: int64 -> ``INT64``, float -> ``FLOAT32`` (``allow_non_finite``: the writer did not check
-  the values), bytes -> ``BYTES`` (never ``STRING``: text stays bytes, as ``tf.io.parse_example``
-  gives it); a feature only ever seen empty -> ``VarList(BYTES)``;
-- the feature lists of a ``SequenceExample`` -> sequence features, typed per step the same way
-  (the number of steps always varies; an absent list has none);
-- a record that is no Example (it does not parse as one, carries fields neither message has, or
-  has no feature at all) is a raw payload: it is stored inside an Example with one bytes feature,
-  ``RAW_FEATURE``, so every reader (and TFDS) sees ``{"record": payload}``.
-
-A feature whose kind differs between records has no schema (no parse spec reads it):
-``RecordSchemaError`` names it. A record whose own feature names no schema can hold (an empty
-name; one name for a context feature and a feature list) is rejected alone, a dead letter
-(``unnameable_feature``). Memory: a summary holds one small entry per feature name.
-
-Summaries are values of a join-semilattice (``RecordsSummary.merge`` is associative, commutative
-and idempotent), so workers summarize their bundles and a combine merges them in any order, and
-a record whose shape a worker saw already changes nothing (``SummaryTracker``).
+Summaries merge in any order to the same schema (a join-semilattice). Inference rules:
+docs/inputs.md, "From a pipeline that ends in beam.io.WriteToTFRecord".
 """
 
 from __future__ import annotations

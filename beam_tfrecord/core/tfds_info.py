@@ -1,31 +1,7 @@
 """TensorFlow Datasets metadata for a dataset: ``dataset_info.json``, ``features.json``, label files.
 
-Written beside the manifest on every publish, so that the real ``tensorflow-datasets`` package
-loads a dataset built here with ``tfds.builder_from_directory(DIR)``. The manifest stays the
-contract; these files are a view of it in TFDS's format (the JSON form of its ``DatasetInfo``
-and ``Feature`` protos, field names in camelCase, 64-bit integers as strings).
-
-Shard names already follow TFDS's default template
-``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}``, and every feature is stored the way TFDS's
-matching feature reads it:
-
-=============================  ===========================================================
-this schema                    TFDS feature
-=============================  ===========================================================
-``Image``                      ``Image`` (uint8; any size and channels, decoded by sniffing
-                               the bytes, unless the schema fixes a shape: then that shape
-                               and ``encodingFormat`` JPEG or PNG)
-``ClassLabel``                 ``ClassLabel`` (names in ``<feature>.labels.txt``)
-``Scalar``                     ``Tensor`` of shape ``()``
-``FixedList``                  ``Tensor`` of shape ``(length,)``
-``VarList``                    ``Tensor`` of shape ``(None,)``
-``Tensor``                     ``Tensor`` with ``encoding: bytes`` (raw little-endian bytes)
-=============================  ===========================================================
-
-Not expressible, so no TFDS files are written (``unsupported_reason`` says why): sequence
-features (records are ``tf.train.SequenceExample``; TFDS parses ``tf.train.Example`` only and its
-own ``Sequence`` feature stores steps flattened inside an Example), and compressed TFRecord
-shards (TFDS's reader opens shards uncompressed).
+A view of the manifest alone, in TFDS's JSON form; a dataset TFDS cannot read gets none
+(``unsupported_reason``). The feature mapping: docs/manifest.md, "TensorFlow Datasets metadata".
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """``schema.pbtxt``: the dataset's schema as TensorFlow Metadata's ``Schema`` proto, in text format.
 
-TFX's ExampleValidator and TensorFlow Data Validation (``tfdv.load_schema_text``,
-``tfdv.validate_statistics``) check a dataset's statistics against this proto; TFX's
-``ImportSchemaGen`` imports the file as it is. It says what the writer already enforces, feature
-by feature, as it is stored in each ``tf.train.Example``:
-
-=============================  =======================================================================
-this schema                    TFMD ``Feature``
-=============================  =======================================================================
-``Scalar``                     INT / FLOAT / BYTES, ``shape {dim {size: 1}}``, present in every record
-``FixedList``                  the same, ``shape {dim {size: length}}``
-``VarList``                    INT / FLOAT / BYTES, no shape, ``presence {min_fraction: 0}`` (absent = empty)
-``Tensor``                     BYTES, one value (the raw little-endian array)
-``Image``                      BYTES, one value, ``image_domain {}``
-``ClassLabel``                 INT, one value, ``int_domain {min: 0 max: classes - 1 is_categorical: true}``
-=============================  =======================================================================
-
-Float features that refuse NaN and infinities (the default) get ``float_domain {disallow_nan: true
-disallow_inf: true}``. Records that are ``tf.train.SequenceExample`` get no file
-(``unsupported_reason``): TFMD describes them only through TFX's internal ``##SEQUENCE##`` struct.
+It states what the writer already enforces, feature by feature. The mapping: docs/manifest.md, "Files for
+other tools"; reading it with TFX and TFDV: docs/reading.md.
 """
 
 from __future__ import annotations

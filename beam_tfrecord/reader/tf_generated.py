@@ -1,32 +1,7 @@
 """A Python iterator as a ``tf.data.Dataset`` without ``Dataset.from_generator``, whose op slows tf.data down.
 
-The first ``from_generator`` dataset of a process (TensorFlow's ``GeneratorDatasetOp``, built when
-an iterator is made) calls ``mallopt(M_MMAP_THRESHOLD, 128 KiB)``, a TensorFlow workaround for a
-memory leak under Python 3.11 (``ApplyPython311MemoryPatch``, seen with gdb in TF 2.21). It pins
-glibc's mmap threshold for the whole process, for good: every later allocation of 128 KiB or more
-is a fresh ``mmap``, page-faulted and zeroed page by page, and unmapped when freed. Reading 2,000
-records of 150 KB from local files then took 0.72-0.84 CPU seconds an epoch in a process where a
-one-element ``from_generator`` had run once, against 0.31-0.35 in one where none had (the same
-``TFRecordDataset`` pipeline; ``perf``: page faults in ``RecordReader::ReadRecord`` and
-``ParseExample``). A ``tf.numpy_function`` in a dataset's function does not set it, so ``generated``
-feeds an iterator to tf.data that way:
-
-    from_tensors(0) -> repeat() -> scan(token: 0, step: (token, (done, values...))) -> take_while(not done)
-
-``scan``'s state, kept per iterator, is the pass's token: 0 until the pass's first ``step`` begins a
-new iteration. One Python function and no nested dataset: a pass gives its first element ~10 ms
-after its iterator is asked for here, where ``map(begin) -> flat_map(token -> repeat -> map(next))``
-took 30-45 ms (instantiating the nested dataset's functions on every pass: a cached epoch of 16
-shards, ~0.2 s, was ~45 ms longer than the same files read as a list).
-
-Each pass over the dataset (an epoch, a repetition, each iterator made) is a new iteration: a new
-Python iterator from ``make``, advanced one element per call. An iteration read to its end is
-closed (the iterator's ``finally`` runs: fetchers stopped, temporary files removed).
-``from_generator`` also closes an iteration whose tf.data iterator is dropped part way; nothing
-tells Python that here, so at most ``MAX_LIVE_ITERATIONS`` of one dataset are kept open: beginning
-another closes the one least recently advanced (reading on from it raises an error saying so),
-and the rest are closed when the dataset is garbage collected or the process exits. Memory stays
-bounded however many iterations are dropped part way (as Keras does with ``steps_per_epoch``).
+Each pass over the dataset is a new iteration, closed when read to its end or when too many are open.
+Why not ``from_generator``: docs/performance.md, "Reading from a bucket".
 """
 
 from __future__ import annotations

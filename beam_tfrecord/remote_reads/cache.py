@@ -1,23 +1,7 @@
 """A local cache of remote shards with a byte limit, shared by the processes of one machine.
 
-The readers' second epoch over a bucket reads its shards from here (``shard_fetch``). A shard is
-keyed by its path and by the CRC32C and size the manifest lists, so a shard rewritten under the
-same name (a new dataset version) is another entry, and an entry is never stale.
-
-Safe with several processes (DataLoader workers, ranks on one machine) on one directory:
-
-- an entry is written under a temporary name in the directory, then renamed into place (one
-  atomic step: a reader sees a whole shard or none; two processes that fetch the same shard both
-  rename the same bytes);
-- making room and renaming in happen under an exclusive ``fcntl.flock`` of one lock file, so the
-  entries' total stays within the limit whatever the number of writers;
-- least recently used entries go first: a hit sets the entry's modification time to now. A
-  process may still read an entry another one removed: on POSIX an open (or mapped) file stays
-  readable after it is unlinked.
-
-Limits: shards being written (``.partial-*`` files) are not counted against the limit until they
-are renamed in (at most one per reading thread); a shard larger than the limit is not cached;
-partial files left by a killed process are removed after ``STALE_PARTIAL_SECONDS``.
+An entry is keyed by path, CRC32C and size, so it is never stale; entries are renamed in whole.
+Limits: docs/reading.md, "Reading from a bucket: parallel ranged reads and a local cache".
 """
 
 from __future__ import annotations

@@ -1,33 +1,7 @@
-"""Resuming a killed build from the spill runs it finished.
+"""Resuming a killed build from the spill runs and shards it finished.
 
-Every build writes ``resume.json`` into its temp folder (``OUTPUT/.tmp-beam-tfrecord-<run>/``) before
-any work: a fingerprint of what decides its records (schema, salt, splits, sharding, format, feature
-transforms, and the inputs' identity the caller gives: sizes and update times). A build killed at any
-moment (SIGKILL, OOM, a lost machine) leaves that folder; the shard writers' output is never
-published without a manifest, so nothing of it looks finished.
-
-Re-run with ``resume=True`` (``--resume``), the writer takes over the folder whose fingerprint
-matches, and keeps every *finished* run in it: a run whose index exists (written after its data)
-and whose data file has the size the index says. Each entry of a run is one sample's record,
-tagged with its key hash, so the resumed build skips exactly the samples whose key hashes those
-runs hold, encodes the rest into new runs beside them, and plans and writes every shard from old
-and new runs together. Shards are a merge of the runs' entries in (hash, content) order, which
-does not depend on which run holds an entry: the output is byte-identical to a clean build.
-A source that can (``SkipsReusedKeys``: .npy arrays, image folders) leaves the reused samples out
-before it reads or spreads them. A shard a killed build finished writing is reused as it is
-(``finished_shard``): its writer recorded the planned shard, size and CRC32C once the file was
-complete, and the resumed build checks all three. A shard written in pieces (``beam.shard_pieces``) is
-recorded only once its pieces are joined: its pieces are written again, to the same bytes.
-
-A runner may have run a bundle twice before the kill; two finished runs may then hold the same
-samples. Runs are taken in path order, and a run sharing any key hash with one already taken is
-left out whole (its samples are in the taken one, or encoded again). A folder whose fingerprint
-differs is refused (``ResumeMismatchError``): its records were made from other inputs or options.
-
-Limits: the spill path only (``FanIn.SHUFFLE`` keeps its records in the runner's shuffle, which a
-killed job loses); inputs of ``Sample``s (``WriteBalancedTFRecord`` infers its schema from summaries
-the killed run held in memory); dead letters are found again (rejected samples are in no run); the
-reused key hashes are held by each encoding worker as one sorted array (8 bytes a record).
+The resumed build writes the same bytes as a clean one; a temp folder whose fingerprint differs is refused
+(``ResumeMismatchError``). What is kept and the limits: docs/command-line.md, "A killed build resumes".
 """
 
 from __future__ import annotations

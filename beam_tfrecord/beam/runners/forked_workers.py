@@ -1,27 +1,7 @@
 """Local worker processes forked from this one instead of started as fresh interpreters.
 
-The DirectRunner's ``multi_processing`` mode starts each worker as ``python -m
-apache_beam.runners.worker.sdk_worker_main``: a new interpreter that imports Beam and beam-tfrecord
-again before its first element, ~1.7-2 s of CPU each on this project's 2-core machines (two workers:
-~2 s of wall time before any data, on every job). This process has already imported all of it.
-
-``WorkerForkServer`` forks this process once per run, while it runs a single Python thread and gRPC has not
-started (a moment a fork is safe: no other thread can hold a lock the child would inherit held).
-That copy (the "fork server") waits on a Unix socket. Beam still starts each worker with a command
-line, as it always does; ``launch_command`` is a tiny stdlib-only launcher (``python -S``, ~20 ms)
-that sends its environment (Beam's control and logging addresses, the pipeline options) and working
-folder to the fork server, which forks a worker from its already-imported state; the worker runs
-Beam's own harness (``sdk_worker_main.main``) and the launcher exits with the worker's exit code.
-
-Lifetimes: the worker exits when its launcher dies (Beam kills the launcher to stop a worker); the
-fork server exits when this process closes it or dies (its end of a pipe reads EOF). All of them
-stay in this process's process group, so killing the group (Ctrl-C, SIGKILL of a job) ends them
-all, as it ends Beam's own worker processes.
-
-Where this process already runs other threads (a second pipeline in one process once Beam's thread
-pools exist, a notebook, pytest's helpers), or on a system without ``fork``, the workers start as
-fresh interpreters (``worker_main``: Beam's harness, ended without the interpreter's teardown).
-``$BEAM_TFRECORD_FORK_WORKERS=0`` turns forking off.
+A worker runs Beam's own harness either way; where forking is unsafe (other threads) it starts fresh.
+Why and how: docs/performance.md, "Every core by default".
 """
 
 from __future__ import annotations

@@ -1,34 +1,7 @@
 """Weighted mixing of datasets, and the global order of an epoch (one dataset is a mixture of one).
 
-Every reader accepts a path or a mapping ``{path: weight, ...}``. The epoch's order is a pure
-function of the datasets (their manifests and the split expression), the weights, the seed, the
-epoch and the shuffle options: ranks and DataLoader workers only decide who reads which part of it
-(``resume``), so an epoch can be resumed exactly with other counts of either.
-
-**The epoch's length: it ends when the first dataset is exhausted at its weight.** With weights
-normalized to sum to 1, an epoch holds ``T = min_d(N_d / w_d)`` examples (``N_d``: the records of
-dataset ``d``'s split expression), of which ``floor(w_d * T)`` come from dataset ``d``: the
-proportions are exact, and no record is read twice in an epoch. This is the rule of Grain's
-``MapDataset.mix`` and of tf.data's ``sample_from_datasets(..., stop_on_empty_dataset=True)``;
-MosaicML Streaming's ``Stream(proportion=...)`` instead repeats a small dataset to fill a fixed
-epoch size, which makes some examples count twice in an epoch. The larger datasets are not cut
-the same way each epoch: epoch ``e`` reads dataset ``d``'s records from position ``e * take_d``
-of its own order on (wrapping around), so consecutive epochs walk through all of them. To
-upsample a small dataset instead, give the larger ones less weight, or read it in several epochs.
-
-**The interleaving** is a seeded permutation of the epoch's choices (``take_d`` times dataset
-``d``), from ``(seed, epoch)``, with or without ``shuffle``: each dataset's records keep their own
-order (``orders``), and any run of the order holds each dataset in proportion (over 100,000
-examples, within a fraction of a percent). It costs one byte per example of the epoch (up to 255
-datasets).
-
-**Decoding.** Records are decoded a block at a time (``block_decode``): ``iter_columns`` reads each
-dataset's run of the order in blocks (``orders``: a stored run straight from the shard), decodes
-them, and lays the rows of a stretch of ``GATHERED_RECORDS`` positions out in the interleaving's order.
-One dataset is its decoded blocks as they are.
-
-Datasets are mixed only when their schemas have the same features, each of the same type, so
-that their examples batch together (``IncompatibleSchemasError`` names the first that differs).
+The order is a pure function of datasets, weights, split, seed, epoch and shuffle options, never of the
+ranks or workers reading it. Rules and limits: docs/reading.md, "Mixing datasets, and resuming an epoch exactly".
 """
 
 from __future__ import annotations

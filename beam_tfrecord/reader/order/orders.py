@@ -1,30 +1,7 @@
 """The order one dataset's records take in an epoch: a pure function of (plan, seed, epoch), read by range.
 
-Exact resume needs every position of an epoch's order to name one record whatever the number
-of readers, so the order is computed, never the side effect of a buffer filled as records
-arrive. Three orders, each readable from any position ``[lo, hi)``:
-
-* ``StoredOrder`` (no shuffle): the records as the split expression lists them, streamed.
-* ``PermutedOrder`` (shuffle, random-access format such as ArrayRecord): one seeded permutation
-  of all the records (8 bytes per record), read by index in blocks.
-* ``WindowedOrder`` (shuffle, sequential format such as TFRecord): what tf.data's
-  ``interleave`` + ``shuffle`` do, made a function of the position. Shards (the plan's
-  segments) are permuted and taken ``CYCLE_SHARDS`` at a time; window ``t`` of such a cycle
-  holds chunk ``t`` (``shuffle_buffer // CYCLE_SHARDS`` records) of each of its shards, and its
-  records are permuted by a seed of their own. A reader streams the cycle's shards side by
-  side, so each shard is read once, front to back; memory is one window (about
-  ``shuffle_buffer`` records). Examples next to each other come from up to ``CYCLE_SHARDS``
-  shards, not from the whole split: a weaker shuffle than a global permutation, as tf.data's is.
-  Starting in the middle of a cycle (a resume, or a rank's first window) reads its shards from
-  their start up to the window (TFRecord has no index).
-
-On ``gs://``, each read of a range ``[lo, hi)`` hands the shards it will read, in its order, to a
-``shard_fetch.ShardFetcher`` (parallel ranged reads ahead of the reader, and the local cache); a
-windowed shuffle's cycle is fetched side by side, as it is read.
-
-Each order also reads ``[lo, hi)`` in blocks (``iter_blocks``, ``core.blocks.RecordBlock``), for the
-block decoder (``block_decode``): a stored run straight from the format's block reader, a
-permutation's records a read block at a time, a window's records gathered into blocks.
+Every position names one record whatever the number of readers (exact resume). The three orders: docs/reading.md,
+"Mixing datasets, and resuming an epoch exactly".
 """
 
 from __future__ import annotations

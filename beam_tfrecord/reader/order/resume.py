@@ -1,27 +1,7 @@
 """Who reads which positions of an epoch's order, and where a stopped epoch resumes (pure arithmetic).
 
-Every reader first fixes the epoch's *global order*: a sequence of ``total`` positions that depends
-only on the datasets, their weights, the split expression, the seed, the epoch and the shuffle
-options (``mixing.EpochOrder``), never on how many ranks or DataLoader workers read it. Work is then
-dealt out of what remains of that order:
-
-* ``rank_share``: rank ``r`` of ``world_size`` takes the ``r``-th of ``world_size`` equal,
-  contiguous runs of the remaining positions (``remaining % world_size`` are left out at the end,
-  so every rank has the same count). Contiguous runs keep TFRecord reading sequential: a rank
-  never reads past records that belong to another rank.
-* ``worker_share``: DataLoader worker ``j`` of ``num_workers`` takes the ``j``-th near-equal
-  contiguous run of its rank's share (nothing left out), in whole batches when the workers make
-  ready batches (``unit``).
-
-What was consumed is a set of positions, kept as sorted ``[lo, hi)`` ranges (``Ranges``). It is
-computed from how many examples each DataLoader worker handed out (``consumed_after``), so it is
-exact however the DataLoader interleaved its workers' batches. A new reader, with any number of
-ranks and workers, deals out the complement: no example of the epoch is read twice or skipped,
-except that the last ``remaining % world_size`` positions of the order are left out (as an
-uninterrupted epoch leaves out its last ``total % world_size``).
-
-Ranks are assumed to advance together (as DDP steps them: every rank has the same count and
-consumes one batch per step), so the state saved by any one rank describes all of them.
+No position is read twice or skipped with any change of ranks or workers, except the last
+``remaining % world_size``. Guarantees: docs/reading.md, "Mixing datasets, and resuming an epoch exactly".
 """
 
 from __future__ import annotations
