@@ -1,19 +1,7 @@
 """``--dry_run=True``: build the Dataflow job, submit nothing, and say so.
 
-Beam's DataflowRunner honours ``--dry_run=True`` (a ``TestOptions`` flag): it builds the job
-(pipeline proto, options, container environment) and returns before staging or submitting.
-Two things stood between that and an offline check of a job:
-
-- A job then went on as if a dataset had been written (and failed to load its manifest). A dry
-  run now ends right after the runner returns, with ``DryRunFinished``: exit status 0, a line
-  naming the job, and Beam's ``Job`` (``proto_pipeline``, ``options``) for whoever called ``run()``.
-- A ``--temp_location`` / ``--staging_location`` that is not a valid ``gs://`` path (``gs://b/tmp``:
-  bucket names have 3 to 63 characters) makes Beam fall back to looking up, and creating, a default
-  bucket in the project: 120 s of retries against Cloud Storage before failing offline. A dry run
-  refuses such locations at once instead.
-
-Every other runner ignores ``--dry_run`` and would run the job for real, so a dry run on one of
-them is refused before anything runs.
+Ends with ``DryRunFinished`` (exit 0); on any other runner, which would run the job for real, it is refused.
+See docs/operations.md, "Dataflow".
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """Train a small Keras image classifier on a dataset built by this project.
 
-The "Train on it" step of docs/reading.md::
-
-    python -m pipelines.make_sample_images --output /tmp/images
-    python -m pipelines.build_image_dataset --input /tmp/images --output /tmp/ds --splits train=0.8,test=0.2
-    python -m pipelines.train_example --dataset /tmp/ds --epochs 3
-
-Everything the model needs comes from the manifest: the image feature, the class names (so the
-output layer's size), the number of steps per epoch. Images are decoded and resized by
-``read_dataset``; training is distributed with whatever ``tf.distribute`` strategy is in scope
-(``--strategy mirrored`` uses every local device), each replica's input pipeline reading the
-same number of examples.
+Everything the model needs comes from the manifest. The "Train on it" step of docs/reading.md.
 """
 
 from __future__ import annotations

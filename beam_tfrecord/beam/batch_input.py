@@ -1,17 +1,7 @@
 """What the writers take as input: a bounded PCollection, in any windows.
 
-``WriteTFRecordDataset`` (and ``WriteBalancedTFRecord`` on top of it) is a batch writer: it
-writes ONE dataset of its whole input, planned over every record and published once, and its
-stages meet in GroupByKeys on a single key (runs for the plan, shard infos for publication).
-
-- Windows do not split the dataset. A bounded input in non-global windows (``FixedWindows``...)
-  is put back into the global window, with the default trigger, at the writer's input: the
-  internal GroupByKeys then see one window, as they are built for (Beam 2.77 otherwise fails at
-  run time, decoding a windowed element with the global window's coder: ``Invalid PaneInfoEncoding``).
-  A non-default trigger on the global window is reset the same way (it would fire the plan early).
-  ``beam.io.WriteToTFRecord`` likewise writes all windows of a bounded input into one set of files.
-- An unbounded input (a streaming source) is refused when the pipeline is built, with
-  ``UnboundedInputError``: the dataset would never be complete, so never published.
+A batch writer writes one dataset of its whole input: windows are merged, an unbounded input is refused
+(``UnboundedInputError``). See docs/inputs.md, "Windows and streams".
 """
 
 from __future__ import annotations
@@ -36,7 +26,12 @@ def require_bounded(pcoll: beam.PCollection, *, writer: str) -> None:
 
 
 def in_global_window(pcoll: beam.PCollection) -> beam.PCollection:
-    """``pcoll`` in the global window with the default trigger (as it is when already so)."""
+    """``pcoll`` in the global window with the default trigger (as it is when already so).
+
+    The writer's GroupByKeys are built for one window: Beam 2.77 otherwise fails at run time decoding a
+    windowed element with the global window's coder (``Invalid PaneInfoEncoding``), and a non-default
+    trigger would fire the plan early. ``WriteToTFRecord`` likewise writes every window of a bounded input.
+    """
     if pcoll.windowing.is_default():
         return pcoll
     return pcoll | "IntoGlobalWindow" >> beam.WindowInto(GlobalWindows())

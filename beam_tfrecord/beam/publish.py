@@ -1,20 +1,7 @@
 """Publication: move finished shards into place and write the manifest last.
 
-Order matters for crash safety. The old manifest (if any) is removed first, so from then on the
-directory does not look like a finished dataset; shards (with their DALI indexes, when asked) are
-renamed into place; stale files of the old dataset are removed; the dead-letter file, the views for
-other tools (``croissant.json``, ``schema.pbtxt``: ``beam_tfrecord.interop``), the manifest, then
-TFDS's metadata (``dataset_info.json`` last) are written, each to a temporary name and renamed. A
-crash at any step leaves no manifest, or the old one untouched, never a manifest that lists missing
-or foreign shards. ``dataset_info.json`` is TFDS's mark of a finished dataset, and the interop views
-describe the shards, so they are removed with the manifest; the views are written before it (a
-tool that finds them finds every shard in place), TFDS's files after it. A disk that fills while the
-dead-letter file, the views, the manifest or TFDS's metadata is written fails publication
-(``DiskFullError``): the manifest goes first, then the shards just moved in, so nothing is published.
-
-Publication may run again (a runner retrying the step after a lost worker): a manifest already
-carrying this run's id means it finished, and it is returned as it is (its TFDS files written
-again); a shard already moved into place (checked by size and CRC32C) is not moved again.
+A crash at any step leaves no manifest, or the old one untouched, never one that lists missing or foreign
+shards; running it again is harmless. See docs/performance.md, "How a dataset is written" (atomic output).
 """
 
 from __future__ import annotations
@@ -111,8 +98,12 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
             dead_letters: Sequence[DeadLetter]) -> Manifest:
     """Checks the rejection threshold, then publishes the dataset. Returns the manifest written.
 
-    ``plan`` is None when no record was encoded (the plan of nothing is made here). The steps run
-    in the crash-safe order of the module docstring.
+    ``plan`` is None when no record was encoded (the plan of nothing is made here). The crash-safe order:
+    the old manifest is removed (the directory no longer looks finished); shards (and DALI indexes) are
+    renamed in; stale files of the old dataset go; then the dead letters, the interop views, the manifest
+    and TFDS's metadata (``dataset_info.json`` last), each to a temporary name and renamed. A full disk
+    meanwhile (``DiskFullError``) removes the manifest, then the shards just moved in. Run again, a manifest
+    carrying this run's id is returned as it is, and a shard already in place (same size and CRC32C) stays.
     """
     manifest_path = storage.join(settings.output_dir, MANIFEST_FILENAME)
     old = _read_old_manifest(manifest_path)

@@ -1,16 +1,7 @@
 """The encode stage for records that arrive serialized: record -> spill entry, shape and dead letters.
 
-``WriteBalancedTFRecord`` hands these DoFns to ``WriteTFRecordDataset`` (its ``encoding`` hook):
-the rest of the writer (plan, shards, publish) is the same. A record needs no schema check or
-encoding; it is only placed (its key hash: a content hash, or the hash of a user key) and
-looked at, so that the plan step can merge what every worker saw into the published schema
-(``beam_tfrecord.core.record_schema``). No TensorFlow is imported: records are read with the
-project's own protobuf classes.
-
-Each DoFn has one output (see ``encode_fn``'s docstring for why): on the spill path
-``SpilledRun``, ``DeadLetter`` and ``RecordsSummary`` elements, told apart by type; on the
-shuffle path one ``SummarizedBatch`` per record. A bundle reports a summary only when a record
-changes it (``SummaryTracker``), so a few per bundle.
+Records are placed and summarized, never re-encoded, and no TensorFlow is imported. Each DoFn has one output,
+its kinds told apart by type (see ``encode_fn``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """A shard written in pieces by several workers, then joined (spill fan-in; the pure part is ``core/pieces.py``).
 
-When the plan has fewer shards than writers (or a shard much larger than the rest), the plan step
-cuts such shards into pieces by hash sub-range (``plan_pieces``). Each piece is a task of its own
-(``spill_path.WriteShardFromRunsFn``), written to a fixed name in ``<temp>/shards/pieces/`` (a re-run
-writes the same bytes), through the page cache (the join reads it back at once); ``JoinPiecesFn`` then
-concatenates a shard's pieces into the shard's temp file, checking each piece's record and byte counts
-against the plan and its CRC32C against what its writer recorded, and computing the shard's CRC32C as
-it copies. The order of a crash-safe join:
-
-1. every piece is written (an earlier attempt's piece is written again, to the same bytes);
-2. the shard file is written from the pieces (a kill here leaves a file with no finished record);
-3. its DALI index, when asked, from the pieces' indexes (offsets shifted);
-4. the shard's finished record (``spill_resume.record_finished_shard``): only now does it look finished;
-5. the pieces are deleted (a kill before leaves them for the temp folder's deletion at publication).
-
-The shard is byte for byte what one writer makes: the pieces are the shard's records in the same
-(hash, content) order, cut at hash boundaries. Memory: the join copies through one buffer
-(``JOIN_CHUNK_BYTES``); planning the cuts holds 16 bytes per record of each shard cut.
+The joined shard is byte for byte what one writer makes, and looks finished only once joined.
+See docs/performance.md, "The shard phase with fewer shards than workers".
 """
 
 from __future__ import annotations
@@ -108,6 +93,10 @@ def plan_pieces(plan: DatasetPlan, runs: Sequence[SpilledRun], writers: ShardWri
 def join_pieces(target: ShardTarget, written: Sequence[WrittenPiece], *, pieces_dir: str, direct: bool,
                 dali_index: bool) -> ShardInfo:
     """Concatenates a shard's pieces (any order of ``written``) into ``target.temp_path``; its ``ShardInfo``.
+
+    Part of a crash-safe order: every piece written (again, to the same bytes, after a retry); the shard file
+    (a kill leaves it with no finished record); its DALI index from the pieces' (offsets shifted); the shard's
+    finished record (only now does it look finished); then the pieces are deleted (``JoinPiecesFn``).
 
     Raises:
         CorruptShardError: a piece is missing, or its records, bytes or CRC32C are not what the plan

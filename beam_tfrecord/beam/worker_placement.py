@@ -1,16 +1,7 @@
 """Where a runner's workers run, and so which paths they can see.
 
-On the DirectRunner, Prism, the portable runner in LOOPBACK mode and a Dask cluster the job starts
-itself, every worker runs on this machine and sees its files. On Dataflow, Flink, Spark, a Dask
-scheduler given by address, and the portable runner with SDK workers started elsewhere (a worker
-pool, containers), a worker sees only shared storage: a local path names another disk, or
-nothing. Measured before this check (issue 35): a local input folder with a gs:// output on a Dask
-cluster of two hosts published an empty dataset with exit 0 (the client listed 600 images, the
-workers found none); a local output failed at the end with a missing spill run.
-
-So a job on such a runner refuses every local path a worker would touch (inputs, output, temp and
-spill folders) before any work starts, unless the user declares that every worker mounts the same
-filesystem at the same path (``--shared_filesystem``: NFS, a bucket mounted with gcsfuse).
+On a runner whose workers may run elsewhere, every local path a worker would touch is refused before any work,
+unless ``--shared_filesystem``. See docs/command-line.md, "Workers on other machines see only shared storage".
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
 """Chunk of samples -> serialized ``tf.train.Example`` records, column by column.
 
-``SampleEncoder`` (``core/sample_encoder.py``) fills one protobuf message per sample: a chain of Python
-calls per value, ~10 us per small record. ``BatchEncoder`` takes a chunk's values feature by
-feature, checks each column at once (the value's class, NumPy conversions, vectorized range and
-finiteness checks) and writes each record's wire bytes with the pieces of ``core/wire.py``, so the
-per-record work is a few lookups and one join.
-
-It never decides anything the reference would decide differently: a column whose values it does
-not cover (NumPy scalars, tensors given as lists, images checked against a shape, ...) is encoded
-value by value with the reference's own fillers into a one-entry ``Features`` message (the record's
-map entry); whenever any check fails, or anything raises, ``encode`` returns None and the caller
-encodes that chunk sample by sample with ``SampleEncoder``, which gives the exact errors.
-``SequenceExample`` schemas are not covered (``supports`` is False). Records are byte-identical to
-``SampleEncoder.encode`` (``tests/core/test_batch_encode.py``: hypothesis, every feature type).
+Records are byte-identical to ``SampleEncoder``'s; a chunk it does not cover, or any failed check, returns None
+and is encoded sample by sample. Coverage and figures: docs/performance.md, "Writing" (encoding a chunk at a time).
 """
 
 from __future__ import annotations

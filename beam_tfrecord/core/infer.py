@@ -1,16 +1,7 @@
 """Schema inference from sample rows and arrays, for users who have no schema yet.
 
-Inference looks at a sample of the input, so it is a starting point, not a contract: jobs print
-the inferred schema as JSON so that the user can check it and pin it (``--schema FILE``). Rules:
-
-- integers -> ``Scalar(INT64)``; numbers with a fraction (or mixed with integers) -> ``Scalar(FLOAT32)``;
-  text -> ``Scalar(STRING)``; bytes -> ``Scalar(BYTES)``;
-- flat lists of numbers -> ``VarList``; nested lists of one shape -> ``Tensor``;
-- file columns -> ``Image`` when every path has the same image extension, else ``Scalar(BYTES)``;
-  a text column whose every value is a path with one image extension is an ``Image`` (file) column;
-- a scalar column with missing values gets a zero default (0, 0.0, "" or b"").
-
-Class labels cannot be inferred from a sample (the full list of names is needed): pin them.
+A starting point, not a contract: jobs print the inferred schema to be pinned (``--schema FILE``); class labels
+are never inferred. Rules: docs/inputs.md, "CSV manifests".
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""Shard pieces: a large shard written by several workers, then joined (pure: no Beam, no storage).
+"""Shard pieces: a large shard cut by hash sub-range for several writers, then joined (pure: no Beam, no storage).
 
-A shard is its records in (hash, content) order, so the records of a hash sub-range of the
-shard's range are a contiguous part of its bytes. When a plan has fewer shards than writers (or a
-shard much larger than the rest), ``pieces_per_shard`` says how many pieces each shard is cut into
-so that every writer gets about ``1 / writers`` of the bytes, and ``cut_pieces`` places the cuts
-at hash boundaries from the shard's records' hashes and framed sizes. Each piece is written by its
-own task; a join concatenates them into the shard, which is byte for byte the shard one writer
-would have written (``beam_tfrecord.beam.shard_pieces``).
-
-Only files that are exactly their records' TFRecord framing (uncompressed TFRecord) can be joined
-by concatenation (``concatenable``): a compressed stream or an ArrayRecord file (chunks and an
-index) stays one piece.
+The pieces concatenate to the shard one writer would write; only uncompressed TFRecord can be joined
+(``concatenable``). See docs/performance.md, "The shard phase with fewer shards than workers".
 """
 
 from __future__ import annotations

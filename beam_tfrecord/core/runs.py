@@ -1,17 +1,7 @@
 """Spill runs: temporary files of entries sorted by key hash.
 
-The encoding stage writes each worker's entries into runs of bounded size, sorted by hash. A
-shard is a hash range, so its entries form one contiguous byte range in every run, and the shard
-writer merges those ranges in hash order: each run is read sequentially, memory stays bounded,
-and the output order does not depend on how the runner bundled the input.
-
-Entry layout: the key hash as 8 big-endian bytes (so a plain bytes sort of entries orders them by
-hash, then by content), one kind byte, then
-  RECORD:    the record exactly as it will appear in a TFRecord file (framing included), so shard
-             writers copy bytes without re-framing;
-  REFERENCE: the record's framed size (uint64 LE), then a pickled file-backed Sample. Large
-             records whose payload comes from files are not spilled: the shard writer reads the
-             file again and rebuilds the identical record, so the payload is written once.
+A shard is a hash range, so its entries are one contiguous range of every run, merged in (hash, content) order
+whatever the runner's bundling. See docs/performance.md, "How a dataset is written".
 """
 
 from __future__ import annotations
@@ -44,6 +34,10 @@ RUN_SUFFIX = ".run"  # every run file's name ends so (``spill`` names them)
 _INDEX_ITEM = np.dtype([("hash", "<u8"), ("framed_size", "<i8"), ("entry_size", "<i8")])
 _INDEX_TRAILER = struct.Struct("<Q8s")
 _INDEX_MAGIC = b"BTFRIDX1"
+# An entry: the key hash as 8 big-endian bytes (a bytes sort orders entries by hash, then content), one
+# kind byte, then for RECORD the record framed as in a TFRecord file (shard writers copy it as it is), for
+# REFERENCE the record's framed size (uint64 LE) and a pickled file-backed Sample (its shard writer reads
+# the file again and rebuilds the identical record, so a large payload is written once).
 RECORD = 0
 REFERENCE = 1
 _HEADER = operator.itemgetter(slice(0, ENTRY_HEADER_BYTES))

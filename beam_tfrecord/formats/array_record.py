@@ -1,16 +1,7 @@
 """ArrayRecord shards: written and read with the ``array-record`` package, with random access by index.
 
-ArrayRecord (Riegeli chunks plus an index) gives random access by record index, which is what
-a true global shuffle needs and why TFDS and Grain moved to it. Shards are written with
-``group_size:1`` (one record per chunk: reading record *i* decodes only that record), the
-package's own default and the layout its authors recommend for random access.
-
-The package's reader and writer take local paths only. A ``gs://`` shard is written to a local
-temporary file and uploaded when closed; read, it is first copied to a local file: by the readers'
-``shard_fetch.ShardFetcher`` (parallel ranged reads, checked against the manifest's CRC32C; a
-private temporary file removed when the reader closes, or an entry of the readers' cache), or,
-opened without one, to a local cache directory once per process and shard. The package is an optional
-extra: ``pip install "beam-tfrecord[array_record]"``.
+One record per chunk (``group_size:1``), so reading record *i* decodes only it. The package takes local paths
+only: a ``gs://`` shard goes through a local file. See docs/reading.md, "ArrayRecord".
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""``croissant.json``: the dataset described in MLCommons Croissant 1.1 (JSON-LD), as TFDS and Hugging
-Face publish theirs, so dataset catalogs, search engines and ``mlcroissant`` find and describe it.
+"""``croissant.json``: the dataset described in MLCommons Croissant 1.1 (JSON-LD), built from the manifest alone.
 
-What it holds:
-
-- ``distribution``: ``manifest.json`` (a ``cr:FileObject`` with its SHA-256) and the shards (one
-  ``cr:FileSet`` whose ``includes`` match each split's shard names exactly; DALI indexes and
-  temporary files do not match).
-- ``recordSet``: ``splits`` (``cr:Split``, the split names, inline); one ``sc:Enumeration`` of class
-  names per ``ClassLabel`` (inline); ``shards`` (each shard's file, split, record count and CRC32C,
-  read from ``manifest.json`` by JSON path); and ``examples``: one field per feature, read from the
-  shards' records by column, with the split taken from the shard's file name.
-
-``mlcroissant`` validates it and reads ``splits``, the class names and ``shards``. It does not read
-``examples``: mlcroissant 1.1.1 reads CSV, TSV, JSON, JSON Lines, Parquet, text, ARFF, DICOM, audio
-and images, not TFRecord or ArrayRecord (its ``Read`` operation raises ``ValueError``); the record
-set still tells a reader each feature's type and shape. Sequence features have no place in it.
+What it holds: docs/manifest.md, "Files for other tools"; what ``mlcroissant`` reads of it: docs/reading.md.
 """
 
 from __future__ import annotations

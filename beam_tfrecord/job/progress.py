@@ -1,16 +1,7 @@
 """Live progress of a local build: samples encoded and rejected, shards written of planned, MB/s, ETA.
 
-A Beam pipeline on the DirectRunner runs to its end inside one call and offers no metrics until
-then, and in multi-processing mode the counting happens in other processes. So the writer's
-DoFns each keep a small JSON file of their own counts in a progress folder (rewritten at most
-every ``FLUSH_SECONDS``, and at the end of every bundle, by an atomic rename), and the launching
-process sums the files while the pipeline runs:
-
-- on a terminal, a live line on stderr (tqdm), cleared before the final summary is printed;
-- otherwise, a plain line on stderr every ``interval_seconds`` (logs of scheduled jobs).
-
-Remote runners (Dataflow, Flink, Dask) report the writer's Beam counters in their own UIs; no
-progress folder is given to them.
+DoFns keep their counts in small files the launching process sums; remote runners get no progress folder.
+See docs/command-line.md, ``--progress``.
 """
 
 from __future__ import annotations

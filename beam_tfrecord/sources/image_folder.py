@@ -1,16 +1,7 @@
 """Image folders: ``root/<label>/<file>`` -> samples ``{"image": <bytes>, "label": <class>}``.
 
-Class names are the sub-folder names, sorted; they are listed when the pipeline is built (so
-they can go into the schema and manifest), and files are listed again by the pipeline itself.
-Image bytes are passed through unchanged by default: each sample carries a FileRef that the encoder
-reads. To decode, resize and re-encode instead, give the writer ``feature_transforms={"image":
-ResizeImage(...)}`` and build the schema with ``image_folder_schema(..., resize=...)``.
-
-Every file under the root is accounted for. A file in a class folder with an image extension is a
-sample, even a dangling symbolic link or an unreadable file: reading it fails and it becomes a
-dead letter with the reason. Anything else is skipped and reported (``FolderListing.skipped``,
-recorded in the manifest's metadata and printed in the summary): files whose extension is not an
-image's, hidden files, files directly in the root and files nested deeper than ``<label>/<file>``.
+Every file under the root is a sample or a reported skip. See docs/inputs.md, "Image folders", and
+docs/command-line.md for what is skipped.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """Spill runs on storage: naming, writing and reading them back (their byte layout is ``core/runs.py``).
 
-Everything the spill fan-in does with a run outside that pure layout lives here, free of Beam, so
-the DoFns only adapt it:
-
-- ``RunSpiller`` (one per bundle) buffers entries, sorts each full buffer by hash and writes it as
-  a run and then its index, in a thread while the next run fills. While the page cache takes a
-  run without the kernel writing back (most of a job of a few GB, on a machine with memory to
-  spare), the run goes through it, under a name saying so (``CACHED_RUN_SUFFIX``): it is read back
-  from memory, and a job that deletes it within ``vm.dirty_expire_centisecs`` (30 s by default)
-  never has it written to the device. The other runs bypass the page cache (``direct_io``). A run
-  is *announced* (returned by ``add``) when its first entry arrives, under a name unique to this
-  attempt, so nothing has to be emitted when the bundle ends: Beam's DaskRunner drops what
-  ``finish_bundle`` emits. A re-executed bundle writes new files; only the runs announced by the
-  attempt the runner kept are ever read, and the temp folder is deleted at publication.
-- ``write_catalog`` / ``read_catalog``: the list of every run, written once by the plan step, so a
-  shard task names one file instead of carrying every run, and no runner needs a side input.
-- ``shard_entries``: one shard's slice of every run (found in the runs' indexes), merged in
-  (hash, content) order.
+Free of Beam: the DoFns only adapt it. Only the runs announced by the attempt a runner kept are read.
+See docs/performance.md, "How a dataset is written".
 """
 
 from __future__ import annotations
@@ -94,7 +79,9 @@ class RunSpiller:
     """Buffers one bundle's entries into hash-sorted runs of about ``run_bytes`` and writes them.
 
     Memory: up to two runs (one filling, one being written by ``writer``, a one-thread executor
-    the caller owns so that it outlives bundles).
+    the caller owns so that it outlives bundles). A run is announced (returned by ``add``) when its first
+    entry arrives, under a name unique to this attempt, so nothing is emitted when the bundle ends (Beam's
+    DaskRunner drops what ``finish_bundle`` emits); a re-executed bundle writes new files.
 
     Args:
         runs_dir: where runs and their indexes go.
@@ -208,7 +195,10 @@ def read_run_index(run: SpilledRun) -> RunIndex:
 
 
 def write_catalog(runs_dir: str, runs: Sequence[SpilledRun]) -> str:
-    """Writes the list of ``runs`` once; returns its path (named by its content: the same runs, the same file)."""
+    """Writes the list of ``runs`` once; returns its path (named by its content: the same runs, the same file).
+
+    A shard task then names one file instead of carrying every run, and no runner needs a side input.
+    """
     data = json.dumps(sorted(run.path for run in runs)).encode()
     path = storage.join(runs_dir, f"catalog-{hashlib.blake2b(data, digest_size=12).hexdigest()}.json")
     storage.write_bytes_atomic(path, data)

@@ -1,20 +1,7 @@
 """Incremental refresh: keep the records of unchanged inputs, encode only what is new or changed.
 
-Policy (simple and exactly a full build's result): the new version is planned and written by the
-same writer as a full build. Records of unchanged inputs are read from the base version's shards
-(no file read, no decode, no transform) and handed to the writer as ``PrebuiltRecord``s beside the
-samples of new and changed inputs; the writer hashes their keys as it hashes a sample's, so every
-record keeps its split, and plans and balances the shards as in a full build. Every shard is
-therefore rewritten (boundaries move when records are added), so no shard is copied whole: the
-saving is the decoding and encoding of unchanged inputs, which dominates an image build.
-
-Which record belongs to which input: the base version's input index (``beam_tfrecord.versions.input_index``)
-lists its inputs; those not in its dead-letter file were written. A version's records are in key
-hash order (splits are hash ranges in manifest order, shards hash ranges in index order, records
-sorted by hash within a shard), so the written keys sorted by hash line up with the records read
-split by split, shard by shard. Records whose key hashes collide are not told apart: they are
-dropped and encoded again. The line-up is checked against the manifest's counts; any mismatch
-(``InputIndexError``) means a full build.
+The result is exactly a full build's shards; any doubt (``InputIndexError``) means a full build.
+See docs/operations.md, "Scheduled refresh: versioned dataset roots".
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""Beam runners as the writer sees them.
+"""Beam runners as the writer sees them: each runner's traits, and the local batch engine with its worker processes.
 
-- ``table``: what the writer must know of each runner (``RunnerTraits``), one row per runner.
-- ``local_engine``: ``LocalBatchRunner``, the DirectRunner's batch engine the jobs run on, which
-  raises a worker process's beam-tfrecord error as that error.
-- ``local_workers``: how many local worker processes a build gets (every core by default, one
-  in-memory worker for a small job) and setting a pipeline up to run in them.
-- ``worker_main``: the local worker processes' entry point (Beam's harness, ended without the
-  interpreter's teardown); imported by nothing, run with ``-m`` (``local_engine.WORKER_COMMAND``).
-- ``forked_workers``: those worker processes forked from the launching process (its imports done)
-  instead of started as fresh interpreters (``worker_main``), where that is safe.
-
-The Dask runner and cluster stay beside this package (``beam/dask_runner.py``, ``dask_cluster.py``,
-``dask_sizeof.py``): ``beam_tfrecord.beam.dask_runner.DaskRunner`` is a dotted runner path users
-pass to ``--runner`` and deploy configurations name. The names below are importable from here too.
+The Dask runner stays in ``beam/dask_runner.py``, the dotted path users pass to ``--runner``.
 """
 
 from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner, error_from_worker, local_batch_runner_for

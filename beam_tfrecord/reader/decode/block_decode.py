@@ -1,22 +1,7 @@
 """A block of serialized Examples -> column arrays, without TensorFlow: vectorized for fixed layouts.
 
-The NumPy and PyTorch readers decode a block of records of one shard at once (``core.blocks``).
-For a schema whose features all have a fixed number of values (``Scalar``, ``FixedList``,
-``ClassLabel``, ``Tensor``, ``Image``; no ``VarList``, no sequences), ``FixedLayout`` walks the
-Example wire format of every record of the block together, one NumPy step per field of the
-layout instead of one Python step per record: the tags, lengths and map keys the protobuf library
-writes (``SerializeToString(deterministic=True)``: features in key order, packed numbers) are
-checked in every record, and the values are gathered into one array per feature.
-
-The fast path accepts a block only when every byte of every record is accounted for by that
-layout; anything else (a missing feature, another field order, unknown fields, an unusual
-encoding) sends the whole block through the protobuf library (``numpy_decode.RecordDecoder``),
-which stays the reference and the source of every decoding error (typed, naming the shard and
-offset). ``tests/reader/test_block_decode.py`` checks with hypothesis that both give the same values.
-
-A column is an array whose first dimension is the block's records (numbers, ``Tensor``, fixed
-lists of bytes as object arrays, decoded images) or a list (bytes scalars, encoded images,
-variable-length and sequence features).
+The fast path takes a block only when its layout accounts for every byte; anything else goes through the
+protobuf library (``numpy_decode``), the reference and the source of every decoding error.
 """
 
 from __future__ import annotations
@@ -31,6 +16,8 @@ from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Ima
 from beam_tfrecord.reader.decode.numpy_decode import Example, RecordDecoder, decode_image
 from beam_tfrecord.reader.options import ImageDecoding
 
+# One block's columns: an array whose first dimension is the records (numbers, tensors, fixed lists of bytes as
+# object arrays, decoded images), or a list (bytes scalars, encoded images, variable-length and sequence features).
 Columns = dict[str, Any]
 _VARINT_BYTES = np.arange(10)
 _SHIFTS = (7 * np.arange(10)).astype(np.uint64)

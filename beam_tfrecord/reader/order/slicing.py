@@ -1,16 +1,7 @@
 """Split slicing and work partitioning: which records of which shards a reader reads.
 
-Pure arithmetic on the manifest's per-shard record counts (no TensorFlow, no I/O), shared by
-the tf.data, NumPy and PyTorch readers so that all three read exactly the same records.
-
-* A *split expression* is what users know from TensorFlow Datasets: ``"train"``,
-  ``"train[:10%]"``, ``"train[1000:2000]"``, ``"train[-500:]"``, ``"train+validation[:50%]"``.
-  Percent boundaries are rounded to the closest record (TFDS's default rounding).
-* The selected records form one ordered sequence of ``ReadSegment`` (shard, skip, take).
-* ``partition`` gives worker ``i`` of ``n`` the contiguous range ``[i * k, (i + 1) * k)`` of that
-  sequence, with ``k = total // n``: every worker reads **the same number of records**, at
-  record level (``skip``/``take`` inside shards), even with fewer shards than workers. The last
-  ``total % n`` records are left out, so no worker waits for another at the end of an epoch.
+Pure arithmetic on the manifest's record counts, shared by every reader, so that all read the same records.
+See docs/reading.md, "Read it back".
 """
 
 from __future__ import annotations
