@@ -1,14 +1,6 @@
-"""Finding and loading a published dataset's manifest.
+"""Finding and loading a published dataset's manifest: a dataset directory, or a versioned root's LATEST version.
 
-A path given to a reader is either a dataset directory (it holds ``manifest.json``) or a
-versioned dataset *root* written by scheduled refreshes::
-
-    ROOT/LATEST                    one line: the id of the newest complete version
-    ROOT/versions/<id>/manifest.json, shards...
-
-A root resolves to ``ROOT/versions/<LATEST>``. A version becomes visible only through LATEST,
-and LATEST is replaced in one step after the version's manifest is written, so a reader given
-the root never sees a half-written version.
+A reader given a root never sees a half-written version. See docs/operations.md, "Scheduled refresh".
 """
 
 from __future__ import annotations

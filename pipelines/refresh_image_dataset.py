@@ -1,14 +1,7 @@
 """Scheduled refresh of an image-folder dataset into a versioned root. ``python -m pipelines.refresh_image_dataset``.
 
-Each run fingerprints ``--input`` at launch and compares it with the fingerprint in the manifest
-of ``--dataset_root``'s LATEST version: unchanged inputs end the run at once ("nothing to do");
-otherwise the job builds ``ROOT/versions/<new id>/``, moves ``ROOT/LATEST`` to it as the
-pipeline's last step and deletes versions beyond ``--keep_versions`` that stopped being LATEST
-at least ``--min_version_age`` ago (readers that opened them finish their epoch). A refresh killed
-while it built (SIGKILL, a lost machine) is resumed by the next run of the same inputs and options: it
-builds the killed version in place, reusing its finished spill runs and shards (``beam_tfrecord.spill.resume``).
-The same job runs on the DirectRunner, the portable runner, Dataflow (Flex Template, ``deploy/dataflow``) and Flink
-(``deploy/flink``): only pipeline options change.
+Unchanged inputs end the run at once; a killed refresh is resumed by the next run. See docs/operations.md,
+"Scheduled refresh: versioned dataset roots".
 """
 
 from __future__ import annotations

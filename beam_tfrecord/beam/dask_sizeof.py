@@ -1,15 +1,6 @@
-"""Dask's ``sizeof`` for what Beam's DaskRunner and this writer keep in worker memory.
+"""Dask's ``sizeof`` for what Beam's DaskRunner and this writer keep in worker memory, so Dask can spill it.
 
-Dask decides what to spill to disk, and when a worker is full, from the measured size of the task
-results it holds. For a type it does not know, ``sizeof`` falls back to ``sys.getsizeof``, which
-counts an object's own header but nothing it refers to: every element the DaskRunner stores is a
-Beam ``WindowedValue``, measured at ~80 bytes whatever it wraps, so partitions of hundreds of
-megabytes looked like a few kilobytes and stayed in memory as "unmanaged memory" that Dask never
-spills. These registrations measure what is wrapped.
-
-Loaded through the ``dask.sizeof`` entry point (``setup.py``), so every process that imports Dask
-with this package installed has them, workers included; each registers lazily, when its
-library is first imported.
+Loaded through the ``dask.sizeof`` entry point (``setup.py``); each registers when its library is first imported.
 """
 
 from __future__ import annotations

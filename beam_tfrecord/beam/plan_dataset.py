@@ -1,10 +1,6 @@
 """PlanDataset: the plan from merged summaries, on any runner, without one worker seeing every record.
 
-Element shapes, in order: index sources (what the caller's ``index_of`` turns into its records'
-hashes and sizes: an ``EncodedBatch`` on the shuffle path) -> one ``HashHistogram``, merged by a
-``CombineFn`` across workers -> ``SplitRound`` -> ``(bucket, (hashes, sizes))`` of the few buckets
-where a boundary falls, grouped by bucket -> ``Cut``s -> ``ShardRound`` -> the same for shard
-boundaries -> one ``DatasetPlan``. Empty input gives no plan (publication plans it then).
+Empty input gives no plan (publication plans it then). See docs/performance.md, "How a dataset is written".
 """
 
 from __future__ import annotations

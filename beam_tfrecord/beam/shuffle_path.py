@@ -1,10 +1,6 @@
 """The shuffle fan-in (``FanIn.SHUFFLE``), whole: samples -> encoded batches -> a plan -> shards from the shuffle.
 
-Records keyed by shard go through the runner's disk-backed shuffle; a shard writer sorts the one
-group it gets (bytes order is (hash, content) order, as the spill path's merge gives, so the files
-are equal). ``EncodeToBatchesFn`` has one output, one ``EncodedBatch`` per input element. On
-runners whose side inputs are recomputed per task (``RunnerTraits.recomputes_side_inputs``), the
-plan meets the entries in a GroupByKey by hash bucket instead of as a side input.
+Its shards are byte-identical to the spill path's. See docs/performance.md, "How a dataset is written".
 """
 
 from __future__ import annotations
@@ -158,6 +154,7 @@ class ShufflePath(beam.PTransform):
         batches = samples | "Encode" >> beam.ParDo(self._encode_to_batches_fn())
         # EncodedBatch: the entries and dead letters of one input element.
         dead_letters = batches | "DeadLetters" >> beam.FlatMap(_dead_letters_of)
+        # where side inputs are recomputed per task, the plan meets the entries in a GroupByKey by hash bucket
         side_inputs = not traits_of(samples.pipeline).recomputes_side_inputs
         plan = batches | "Plan" >> PlanDataset(settings.splits, settings.sharding, index_of=batch_index,
                                                side_inputs=side_inputs)

@@ -1,10 +1,6 @@
 """The spill fan-in (``FanIn.SPILL``), whole: samples -> spilled runs -> one plan -> shards merged from the runs.
 
-Workers spill hash-sorted runs (``beam_tfrecord.spill.run_files``) into the temp folder; one step plans from
-every run's index and writes the runs' catalog; each shard writer merges its slice of every run.
-No payload byte goes through the runner's shuffle. ``EncodeToRunsFn`` has one output (the Dask
-runner sends every output of a multi-output ParDo down every branch): ``SpilledRun``,
-``DeadLetter`` (and an ``Encoding``'s ``RecordsSummary``) elements, told apart by type.
+No payload byte goes through the runner's shuffle. See docs/performance.md, "How a dataset is written".
 """
 
 from __future__ import annotations

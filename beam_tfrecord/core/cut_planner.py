@@ -1,15 +1,7 @@
 """The planner: a ``DatasetPlan`` from mergeable summaries alone, in two refinement rounds.
 
-Plan, then write, without ever holding every record on one worker. The planner starts from a
-``HashHistogram`` (records and framed bytes per hash bucket, merged across workers) and asks
-for the few buckets where a boundary falls to be looked at exactly (``refine_bucket``), in two
-rounds: split boundaries (only count splits need them: ratio splits are unions of buckets), then
-shard boundaries, whose byte targets depend on the splits' exact sizes. Memory: the histogram
-(~1 MB) plus one small item per boundary, whatever the number of records.
-
-Each split is cut into S shards by the midpoint rule: a record goes to shard ``floor(midpoint *
-S / split bytes)``, so every shard holds ``split bytes / S`` to within one record, exactly as if
-all records were sorted in one place (``plan_dataset`` does that, through the same rounds).
+The plan equals the one made with every record sorted in one place. See docs/performance.md, "How a dataset
+is written" (plan, then write; balance).
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""NVIDIA DALI's index of a TFRecord shard: where each record starts and how long it is.
+"""NVIDIA DALI's index of a TFRecord shard, built while the shard is written: one ``"<offset> <size>"`` line per record.
 
-DALI's ``fn.readers.tfrecord`` needs, beside each TFRecord file, an index it would otherwise make
-with its ``tfrecord2idx`` script (a pre-pass reading every shard once). The format is text, one
-line per record: ``"<offset> <size>\\n"``, the byte offset of the record's 8-byte length and the
-record's framed size (8 + 4 + data + 4 bytes). The shard writer knows every record's framed size
-as it appends it, so it writes the index with the shard (``DaliIndexBuilder``), without reading it
-again.
-
-Only an uncompressed file of framed records can be indexed: the offsets are positions in the file
-as stored (``unsupported_reason`` says why not otherwise; DALI itself reads no compressed TFRecord).
+Only an uncompressed TFRecord file can be indexed (``unsupported_reason``). See docs/manifest.md, "Files for
+other tools".
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """A manifest read from storage is untrusted input: every field is checked before anything is opened.
 
-A manifest names the files a reader opens. One copied from an untrusted bucket could name
-``../other/secret`` or ``gs://elsewhere/object``; so a shard or dead-letter file must be a plain
-file name in the dataset directory, and a shard's name must be the one the naming template
-gives its dataset, split, index, count, file format and compression; a shard's DALI index, when
-listed, is named after its shard, and listed for every shard of an uncompressed TFRecord dataset or
-for none. Counts and sizes must be non-negative integers that add up. A violation is a
-``ManifestError`` naming the field (as a JSON path) and the value.
+A violation is a ``ManifestError`` naming the field (as a JSON path) and the value. See docs/manifest.md.
 """
 
 from __future__ import annotations

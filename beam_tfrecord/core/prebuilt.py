@@ -1,11 +1,6 @@
-"""PrebuiltRecord: a record already serialized, given to the writer in place of a sample.
+"""PrebuiltRecord: a record already serialized, given to the writer in place of a sample (incremental refresh).
 
-An incremental refresh keeps the records of unchanged inputs from the version it starts from
-(``beam_tfrecord.versions.incremental``): it hands them to ``WriteTFRecordDataset`` as ``PrebuiltRecord``s
-beside the ``Sample``s of new and changed inputs. The writer hashes the key (so the record keeps
-its split and its place in the hash order) and writes the bytes as they are: no file is read, no
-transform runs, the schema is not checked again. The caller vouches that the bytes were written
-for this schema; only the hard shard-size cap is checked.
+The writer hashes its key and writes its bytes as they are; the caller vouches they fit the schema.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """``tf.train.Example`` and ``SequenceExample`` message classes without importing TensorFlow.
 
-Writers and the NumPy/PyTorch readers need only the protobuf messages, not TensorFlow's
-runtime (importing TensorFlow costs ~1.6 s and ~600 MB of RSS per worker process). The messages
-are declared here with the protobuf library, field for field as in TensorFlow's
-``tensorflow/core/example/feature.proto`` and ``example.proto``, under a package of our own so
-they never clash with TensorFlow's classes in the same process. The wire format is identical;
-``tests/core/test_proto.py`` checks that TensorFlow's classes produce the same bytes.
+Field for field as TensorFlow's ``example.proto``, under a package of our own: the same bytes
+(``tests/core/test_proto.py``), no clash with TensorFlow's classes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The schema (feature spec): the one contract between the writer and the reader.
 
-A schema maps feature names to feature types. The writer validates and encodes
-samples against it; the manifest stores it as JSON; the reader builds its parse
-spec from it, so nobody writes a ``feature_description`` by hand.
-
-Each feature type documents how it is stored inside a ``tf.train.Example``.
+The manifest stores it, so no reader needs a hand-written ``feature_description``. See docs/schema.md.
 """
 
 from __future__ import annotations

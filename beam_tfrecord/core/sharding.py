@@ -1,13 +1,6 @@
 """Shard planning values: split and sharding configuration, and the plan they lead to.
 
-A plan is a value you can print and test: splits as hash ranges, each cut into shards (hash
-ranges too) with their expected records and framed bytes. How it is made from mergeable
-summaries, without one worker holding every record, is ``beam_tfrecord.core.cut_planner``.
-
-Records are ordered by hash (a deterministic pseudo-random order, so sorted input never gives
-class-pure shards); a split is a hash range (ratio splits) or a rank range (exact counts). A
-shard is a hash range, so a writer can pull exactly its records from hash-sorted spill runs,
-or a runner's shuffle can bring them together by key.
+A plan is a value you can print and test: splits and shards as hash ranges (``cut_planner`` makes it).
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Mergeable summaries of records for planning: a fixed hash-bucket histogram and exact cuts in a bucket.
 
-The planner never holds every record's hash. Workers summarise what they encoded as a histogram
-of record counts and framed bytes over a fixed grid of hash buckets (``BUCKET_BITS``: 65,536
-buckets, ~1 MB dense, sparse when pickled); histograms add up, so a ``CombineFn`` merges them
-across any number of workers. A split or shard boundary that falls inside a bucket is then
-found exactly by ``refine_bucket`` from that one bucket's records (their hashes and sizes only),
-which a runner gathers by bucket: only buckets where a boundary falls are ever looked at, and
-each holds ~records / 65,536 of them.
-
-Bucket edges are the uniform grid (the top 16 bits of the hash) plus the hash boundaries of
-ratio splits, so a ratio split is an exact union of buckets and needs no refinement.
+Histograms add up in any order; only buckets where a boundary falls are looked at record by record.
+See docs/performance.md, "How a dataset is written".
 """
 
 from __future__ import annotations
@@ -24,6 +16,8 @@ import numpy as np
 from beam_tfrecord.core.hashing import HASH_SPACE
 from beam_tfrecord.errors import ShardingError
 
+# 65,536 buckets (~1 MB dense, sparse when pickled): a bucket where a boundary falls holds ~records / 65,536.
+# Bucket edges are this grid plus ratio splits' hash boundaries, so a ratio split is a union of buckets.
 BUCKET_BITS = 16
 
 

@@ -1,13 +1,7 @@
 """Protobuf wire-format pieces of ``tf.train.Example``: varints and the bytes around a feature's values.
 
-The batch encoder (``core/batch_encoder.py``) assembles records from these instead of filling one
-protobuf message per sample. The layout they write is the one the protobuf library writes for
-``SerializeToString(deterministic=True)``: hypothesis tests (``tests/core/test_batch_encode.py``)
-compare both, byte for byte, for every feature type. Limits: only what an ``Example`` needs
-(length-delimited fields, packed int64 and float lists, map entries), not a general encoder.
-``record_bytes_with_values`` and ``record_parts_with_values`` use the same layout to size a record
-from its bytes values' lengths and to build it without copying them (tested against the library's
-records in ``tests/core/test_listed_sizes.py``).
+The bytes equal the protobuf library's ``SerializeToString(deterministic=True)`` (hypothesis-tested); only what
+an ``Example`` needs, not a general encoder.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Typed errors raised by beam-tfrecord, importable from here (``from beam_tfrecord.errors import X``).
 
-Every error names what was wrong, where, and what was expected, so that a message read in a Dataflow
-log is enough to find the bad input. Defined by family: ``base``, ``inputs`` (samples and sources),
-``dataset`` (schema, manifest, shards, reading), ``job`` (options, paths, resume, refresh, cluster,
-disk). Each class reports this package as its module, so that its pickled name and the text a
-worker's error carries (``beam_tfrecord.errors.SampleError: ...``, which ``runners.error_from_worker``
-reads back) stay as they were.
+Each names what was wrong, where and what was expected, and reports this package as its module, so that
+pickled names and a worker's error text stay stable.
 """
 
 from beam_tfrecord.errors.base import (

@@ -1,11 +1,6 @@
 """What every shard format provides: a writer, a reader, and the facts the readers ask about it.
 
-A format is one module in this package with a ``ShardFormat`` subclass, registered in
-``formats/__init__.py`` under its ``FileFormat`` (the manifest's ``file_format``). The writer, the
-verifier and every reader open shards through it and never branch on the format themselves.
-
-Records are counted and sized in TFRecord framing whatever the format (``num_record_bytes`` in
-the manifest, the plan's shard sizes), so both formats hold the same records in the same shards.
+Records are counted and sized in TFRecord framing whatever the format. To add a format: ``formats/__init__.py``.
 """
 
 from __future__ import annotations

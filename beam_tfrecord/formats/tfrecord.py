@@ -1,10 +1,6 @@
 """TFRecord shards: the records one after the other, each framed (length, CRCs), read front to back.
 
-Writing joins many small framed records into one big write (fewer calls, ~4 MB each); a large
-record, or a large part of one (a file's bytes rebuilt into its record), is written as it is,
-without a copy. The spill entries already hold framed records, which are appended as they are.
-Reading goes through ``storage`` (local or ``gs://``, no Beam) and ``core/framing``; a read that
-reaches the shard's end checks its record count against the manifest.
+A read that reaches the shard's end checks its record count against the manifest.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Views of a dataset for other tools, written with every dataset and read by their own libraries.
+"""Views of a dataset for other tools (``croissant.json``, ``schema.pbtxt``, DALI indexes), built from the manifest.
 
-- ``croissant.json``: MLCommons Croissant (``interop.croissant``), for catalogs and ``mlcroissant``.
-- ``schema.pbtxt``: TensorFlow Metadata's ``Schema`` (``interop.tfmd_schema``), for TFX and TFDV.
-- DALI index files, one per shard, written with the shards when asked (``interop.dali``).
-
-TFDS's files are the fourth view (``core.tfds_info``). Like them, these are built from the manifest
-alone; publication (``beam.publish``) removes them with the old manifest and writes them just before
-the new one.
+See docs/manifest.md, "Files for other tools".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """NVIDIA DALI: a shard's index written with the shard, and the reader's arguments from the manifest.
 
-``DaliIndexingWriter`` wraps the shard format's writer: every record appended passes through it
-with its framed size, and closing the shard writes the index beside it (the format:
-``beam_tfrecord.core.dali_index``). Nothing is read again. ``dali_reader_args`` gives
-``nvidia.dali.fn.readers.tfrecord`` the shards, their indexes and a ``features`` spec made from the
-schema, so a DALI pipeline needs neither ``tfrecord2idx`` nor a hand-written spec.
+A DALI pipeline then needs neither ``tfrecord2idx`` nor a hand-written spec. See docs/reading.md, "NVIDIA DALI".
 """
 
 from __future__ import annotations

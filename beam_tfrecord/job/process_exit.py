@@ -1,15 +1,7 @@
 """Ending a command's process without Python's interpreter teardown, once its work is done.
 
-A process that has imported Apache Beam (gRPC, pandas, pyarrow, protobuf with it) took 1-2 s after
-its last line to end, most of it in C with no Python frame running: the interpreter clearing
-thousands of modules and their objects (a build of 300 images, load average 14: 1.2 s with one
-in-memory worker, 1.9 s with two worker processes; each Beam worker process the same, which the
-runner waits for). The user waits for that teardown, and it does nothing a finished job needs.
-
-``run_and_exit`` runs the command, then exits as ``sys.exit`` does: non-daemon threads are joined
-and every ``atexit`` handler runs (temporary folders removed, logging flushed), and only then the
-process ends with ``os._exit``, skipping the teardown that follows. A command that raises leaves the
-normal way (traceback, exit code 1). Measured: ``docs/performance.md#the-fixed-cost-of-a-job``.
+Threads are joined and ``atexit`` handlers run first; a command that raises ends the normal way.
+Why: docs/performance.md, "The fixed cost of a job".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Reading a dataset as dicts of NumPy arrays, without TensorFlow's runtime.
 
-Shards are read through ``storage`` (local or ``gs://``, no Beam), every record's CRCs are
-checked, and each shard read to its end is checked against the manifest's record count. Work is
-split between workers exactly as the tf.data reader splits it (same records, same counts).
-Which records come in which order (mixtures, shuffles, resume) is decided in ``mixing``,
-``orders`` and ``resume``.
+Every record's CRCs and each shard's record count are checked; workers get the same records as with tf.data.
 """
 
 from __future__ import annotations

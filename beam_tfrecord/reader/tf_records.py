@@ -1,10 +1,6 @@
 """The serialized records of a read plan as a ``tf.data.Dataset``: what ``read_dataset`` batches and parses.
 
-tf.data reads a format's files with its own dataset where the format names one
-(``ShardFormat.tf_data_files``: ``TFRecordDataset`` for TFRecord), chained or interleaved
-(``files_read``); ``gs://`` shards are first made local files by ``shard_fetch``
-(``fetched_files``); a format tf.data has no reader for (ArrayRecord), and a shuffled read from
-``gs://``, is fed the blocks of the format's own reader (``block_records``).
+tf.data's own file dataset where the format has one; otherwise, and shuffled from ``gs://``, the format's blocks.
 """
 
 from __future__ import annotations

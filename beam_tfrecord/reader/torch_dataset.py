@@ -1,11 +1,7 @@
 """A ``torch.utils.data.IterableDataset`` over a published dataset or a mixture (PyTorch is an optional extra).
 
-Each epoch has one global order, fixed by the datasets, weights, split, seed, epoch and shuffle
-options (``mixing``). It is dealt out twice, from what remains of it (``resume``): to DDP ranks
-in equal contiguous runs (so no rank waits for another at the end of an epoch), then to the
-DataLoader workers of a rank in near-equal runs. What was consumed is kept as ranges of that
-order, so a read resumes exactly with other numbers of workers or ranks. Examples are dicts of
-NumPy values (see ``numpy_decode``); ``collate`` turns a list of them into a batch of tensors.
+A read resumes exactly with other numbers of workers or ranks. See docs/reading.md, "Mixing datasets, and
+resuming an epoch exactly".
 """
 
 from __future__ import annotations

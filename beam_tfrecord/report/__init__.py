@@ -1,10 +1,6 @@
 """``beam-tfrecord report``: a dataset as one self-contained HTML page, plus TFDV statistics.
 
-``write_report(dataset, output_dir)`` streams the dataset once (``stats.collect``), draws the
-plots (``plots``, PNG, embedded in the page as data URIs so it opens offline and can be mailed
-as one file), and writes ``OUTPUT/report.html`` and ``OUTPUT/statistics.pb`` (a TFDV
-``DatasetFeatureStatisticsList``, see ``tfdv``). It needs the ``[report]`` extra (matplotlib,
-tensorflow-metadata); neither Beam nor TensorFlow.
+Needs the ``[report]`` extra; neither Beam nor TensorFlow. See docs/report.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Dataset statistics in one streaming pass, in bounded memory, the same on every run.
 
-Every record of every split is read once, shard after shard in index order. Counts, sums,
-minima and maxima are exact. Distributions (histograms) come from a reservoir of at most
-``RESERVOIR`` values per feature and split, drawn with a generator seeded from the feature and
-split names: the same dataset always gives the same report, whatever its size. Sample images are
-the first ``SAMPLES_PER_CLASS`` of each class (or of the split when it has no class label).
+Counts and extremes are exact; histograms come from a seeded reservoir per feature and split. See docs/report.md.
 """
 
 from __future__ import annotations

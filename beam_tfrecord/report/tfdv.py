@@ -1,10 +1,6 @@
 """The statistics as TFDV's ``DatasetFeatureStatisticsList`` (one dataset per split).
 
-TensorFlow Data Validation, Facets and TFDS's ``dataset_info`` read this proto, from the light
-``tensorflow-metadata`` package (protobuf only). Numeric features get ``num_stats`` (count, mean,
-standard deviation, min, max, a standard histogram over the sampled values); class labels get
-``string_stats`` with their class names as top values; images and variable-length lists
-contribute their sizes and lengths under ``<feature>/width``, ``<feature>/length``...
+Built with the light ``tensorflow-metadata`` package (protobuf only), read by TFDV, Facets and TFDS.
 """
 
 from __future__ import annotations

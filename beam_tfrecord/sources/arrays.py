@@ -1,14 +1,6 @@
 """NumPy inputs: ``.npy``/``.npz`` files, in-memory arrays, and Python iterables or generators.
 
-Every array's first axis indexes samples (``x: [N, 28, 28]``, ``y: [N]``). Samples leave in
-chunks (lists of ``Sample``), so a million small vectors cost a few thousand Beam elements.
-Keys are ``<file name>:<index>`` for files and ``<key_prefix><index>`` (zero-padded) in memory,
-stable as long as the input and its order are.
-
-``.npy`` files are read in ranges of rows (about 64 MiB each, spread over the workers), each streamed in
-row chunks (memory stays at one chunk) and encoded by the worker that read it. ``.npz`` members are
-loaded whole (NumPy cannot stream a zip member) and a ``.npz`` file is read and encoded by one worker,
-so keep ``.npz`` files to a few hundred MB.
+Axis 0 indexes samples; keys are stable as long as the input and its order are. See docs/inputs.md, "NumPy".
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Audio files (WAV) -> samples: float samples and sample rate, or the file's bytes passed through.
 
-Decoded samples are ``{"audio": float32 [frames * channels] (interleaved), "sample_rate": int,
-"num_channels": int}`` (plus ``"label"`` from the parent folder when asked). Values are scaled
-to [-1, 1): int16 is divided by 32768, as ``tf.audio.decode_wav`` does. The reader restores
-``[frames, channels]`` with ``reshape(audio, [-1, num_channels])``.
-
-The WAV parser reads PCM (8, 16, 24, 32-bit), IEEE float (32, 64-bit) and their
-WAVE_FORMAT_EXTENSIBLE forms; compressed WAV is rejected with its format code.
+Values match ``tf.audio.decode_wav``'s; compressed WAV is rejected with its format code. See docs/inputs.md.
 """
 
 from __future__ import annotations

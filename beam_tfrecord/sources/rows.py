@@ -1,13 +1,6 @@
 """Manifest rows (CSV, JSONL, Parquet) -> samples, typed by the schema. Pure: no Beam, no I/O.
 
-A row is a mapping of column name to cell. CSV cells are text and are parsed by the feature's
-type; JSONL and Parquet cells are already typed. Parsing is lenient on purpose: a cell that does
-not parse is passed on unchanged so that the encoder rejects it with its exact reason
-("feature 'count': expected int64 scalar, got str 'abc'"), instead of the source guessing.
-
-Columns that hold file paths or URIs become ``FileRef`` values (loaded when the sample is
-encoded): relative paths are resolved against the manifest's folder, absolute paths and
-``gs://`` URIs are taken as they are. Columns the schema does not name are ignored.
+A cell that does not parse is passed on unchanged, so the encoder rejects it with its exact reason.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """CSV and JSONL manifests: one row per sample, columns typed by the schema.
 
-Each manifest file is read by one worker, streaming, and its rows leave in chunks (lists of
-``Sample``), so Beam's per-element overhead is paid per chunk, not per row. A row that cannot
-become a sample (too few columns, invalid JSON, a path outside the allowed root) leaves as a
-``DeadLetter`` in the same stream and is counted by the writer with every other outcome.
-
-CSV follows RFC 4180 as Python's ``csv`` module reads it: quoted fields may hold commas and
-newlines; the first row is the header unless ``column_names`` are given; completely empty lines
-are skipped. Text is UTF-8 (a BOM is ignored); invalid UTF-8 is kept byte for byte so that the
-encoder can name the feature and the offending byte.
+A row that cannot become a sample leaves as a ``DeadLetter`` in the same stream. See docs/inputs.md, "CSV manifests".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Serialized Example / SequenceExample -> dict of NumPy values, without TensorFlow.
 
-Values match what tf.data returns for one example (``.numpy()``): numbers as NumPy arrays of
-the schema's dtype and shape (0-d for scalars), byte strings as ``bytes`` (scalars) or object
-arrays of ``bytes`` (lists), ``Tensor`` features restored to dtype and N-d shape, ``ClassLabel``
-as int64. Sequence features: scalars ``(steps,)``, fixed lists ``(steps, length)``, variable
-lists a list of 1-d arrays (one per step).
+Values match what tf.data returns for one example (``.numpy()``); this decoder is the reference for every
+decoding error. See docs/reading.md, "Without TensorFlow's runtime".
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Random access to an ArrayRecord dataset, and the true global shuffle it allows.
 
-A TFRecord shard can only be read front to back, so its readers shuffle shard order and records
-through a buffer. An ArrayRecord shard is read by record index, so every epoch can visit the
-records of a split expression in a seeded permutation of all of them (``orders.PermutedOrder``,
-which costs 8 bytes per record of the split expression: 80 MB for 10 million; ranks and
-DataLoader workers take their shares of it in ``resume``).
-
-``RandomAccessRecords`` reads positions of the split expression in blocks: positions are grouped
-by shard, each shard is asked for its indices in one call, and the records come back in the order
-asked.
+Positions are read in blocks, one call per shard, and come back in the order asked.
+See docs/reading.md, "ArrayRecord".
 """
 
 from __future__ import annotations
