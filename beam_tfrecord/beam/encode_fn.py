@@ -1,9 +1,7 @@
-"""What the sample encoders of both fan-in paths share: samples -> entries (see core/runs.py) and dead letters.
+"""What the sample encoders of both fan-in paths share: samples -> entries and dead letters.
 
-The encoders themselves live with their path (``spill_path.EncodeToRunsFn``,
-``shuffle_path.EncodeToBatchesFn``). Each has one output (the Dask runner sends every output of a
-multi-output ParDo down every branch), and neither emits from ``finish_bundle`` (the Dask runner
-drops what is emitted there).
+Each encoder has one output and emits nothing from ``finish_bundle``: the Dask runner sends every output of a
+multi-output ParDo down every branch, and drops what ``finish_bundle`` emits.
 """
 
 from __future__ import annotations

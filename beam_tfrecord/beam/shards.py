@@ -1,9 +1,6 @@
-"""Shard writing for both fan-in paths: entries in (hash, content) order -> one shard file.
+"""Shard writing for both fan-in paths: entries in (hash, content) order -> one shard file, checked against the plan.
 
-``ShardFileWriter`` (a plain class) writes a shard from its entries and checks it against the
-plan; ``WriteShardFn`` is the DoFn base of both paths' writers: ``spill_path.WriteShardFromRunsFn``
-merges the shard's slice of every run, ``shuffle_path.WriteShardFromGroupFn`` sorts the entries the
-runner's shuffle brought together. Entries sort the same way in both, so the files are equal.
+Entries sort the same way on both paths, so the files are equal.
 """
 
 from __future__ import annotations

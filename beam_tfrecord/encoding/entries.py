@@ -1,9 +1,6 @@
-"""EntryEncoder: one sample to one spill entry (see core/runs.py), or to a dead letter; a chunk
-of samples at a time, column by column, where the batch encoder covers it (core/batch_encoder.py).
+"""EntryEncoder: samples to spill entries (one at a time, or a chunk column by column), or to dead letters.
 
-Both fan-in paths encode through this class, so a record is the same entry whether it is
-spilled into a run (DirectRunner) or sent through the runner's shuffle (distributed runners),
-and both give byte-identical shards.
+Both fan-in paths encode through it, so a record is the same entry on either and the shards are byte-identical.
 """
 
 from __future__ import annotations

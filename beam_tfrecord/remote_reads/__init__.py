@@ -1,8 +1,6 @@
 """Reading remote shards fast: parallel ranged reads, read-ahead across shards, an optional local cache.
 
-``options`` holds what a reader is told (``RemoteReads``), ``fetcher`` the ranges and their bound,
-``fetched`` one shard as a reader takes it, ``cache`` the machine's shard cache. How and why:
-docs/reading.md#reading-from-a-bucket-parallel-ranged-reads-and-a-local-cache.
+Every byte is checked as from a local disk. How and why: docs/reading.md, "Reading from a bucket".
 """
 
 from __future__ import annotations
