@@ -93,7 +93,7 @@ def open_dataset(path: str) -> LoadedDataset:
 def load_manifest(dataset_dir: str) -> Manifest:
     """Loads the manifest of the dataset at ``dataset_dir``; only a manifest makes a dataset.
 
-    ``dataset_dir`` may be a versioned root (see the module docstring): its latest version is
+    ``dataset_dir`` may be a versioned root (``ROOT/LATEST`` names ``ROOT/versions/<id>``): its latest version is
     loaded. ``open_dataset`` gives the directory it was read from too.
     """
     return open_dataset(dataset_dir).manifest

@@ -192,7 +192,7 @@ def _finish(shard_round: ShardRound, cuts: list[Cut]) -> DatasetPlan:
 
 
 class PlanDataset(beam.PTransform):
-    """Index sources -> one ``DatasetPlan`` (none for empty input). See the module docstring.
+    """Index sources -> one ``DatasetPlan`` (none for empty input), from merged histograms and refined buckets.
 
     Args:
         splits: how records are divided into splits.

@@ -180,7 +180,7 @@ def run_index(run: SpilledRun) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _tag_encoded(element: SpilledRun | DeadLetter | RecordsSummary) -> tuple[None, tuple[str, Any]]:
-    """Tags what the spill encoder emits by its type (one output: see the module docstring)."""
+    """Tags what the spill encoder emits by its type (one output: see ``encode_fn``)."""
     return None, (_KIND_OF_ENCODED[element.__class__], element)
 
 

@@ -147,7 +147,7 @@ class RecordsSummary:
     Attributes:
         context: the features of the Examples (the context of the SequenceExamples).
         steps: the per-step features of the SequenceExamples' feature lists.
-        raw: whether some record was a raw payload (stored wrapped; see the module docstring).
+        raw: whether some record was a raw payload (stored in an Example with one bytes feature, ``RAW_FEATURE``).
     """
 
     context: Mapping[str, FeatureSummary]

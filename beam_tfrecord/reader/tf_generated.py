@@ -1,7 +1,7 @@
 """A Python iterator as a ``tf.data.Dataset`` without ``Dataset.from_generator``, whose op slows tf.data down.
 
-Each pass over the dataset is a new iteration, closed when read to its end or when too many are open.
-Why not ``from_generator``: docs/performance.md, "Reading from a bucket".
+That op calls ``mallopt(M_MMAP_THRESHOLD, 128 KiB)`` for the whole process (docs/performance.md, "Reading from
+a bucket"). Each pass is a new iteration, closed when read to its end or when too many are open.
 """
 
 from __future__ import annotations

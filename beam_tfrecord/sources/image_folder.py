@@ -168,9 +168,10 @@ class ReadImageFolder(beam.PTransform):
     """Lists ``root/<label>/<file>`` at run time and emits one Sample per image file.
 
     The key is the path relative to root ('cats/001.jpg'): stable across machines and buckets.
-    Files that are not samples are skipped (see the module docstring); ``list_folder(root)``
-    reports them. Given ``check`` (``ListingCheck.of`` the listing the schema was planned from),
-    the job fails with ``InputsMismatchError`` when the workers list other images. Given ``skip``
+    Files that are not samples (hidden, not an image's extension, not in ``<label>/<file>``) are
+    skipped; ``list_folder(root)`` reports them. Given ``check`` (``ListingCheck.of`` the listing the
+    schema was planned from), the job fails with ``InputsMismatchError`` when the workers list other
+    images. Given ``skip``
     (a resumed build's reused samples, ``skipping``), those are left out before the samples are
     spread over the workers, so the images left to encode are spread evenly.
     """

@@ -103,7 +103,7 @@ def open_sources(datasets: DatasetPaths, *, split: str) -> tuple[Source, ...]:
 
 
 def epoch_takes(sources: tuple[Source, ...]) -> list[int]:
-    """Examples each dataset gives per epoch: ``floor(w_d * min(N_e / w_e))`` (see the module docstring)."""
+    """Examples each dataset gives per epoch: ``floor(w_d * min(N_e / w_e))`` (the first to run out ends it)."""
     length = min(Fraction(s.plan.num_records) / s.weight for s in sources)
     return [math.floor(s.weight * length) for s in sources]
 
@@ -111,7 +111,7 @@ def epoch_takes(sources: tuple[Source, ...]) -> list[int]:
 def num_examples(path: str | Mapping[str, float], *, split: str = "train", num_workers: int = 1) -> int:
     """Examples each of ``num_workers`` workers reads per epoch (for ``steps_per_epoch``), without TensorFlow.
 
-    ``path`` may be a mapping ``{path: weight}``: a mixture's epoch (see the module docstring).
+    ``path`` may be a mapping ``{path: weight}``: a mixture's epoch (docs/reading.md, "Mixing datasets").
     """
     if isinstance(path, str):
         return plan_read(path, split=split, num_workers=num_workers).num_records

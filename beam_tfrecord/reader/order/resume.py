@@ -171,7 +171,7 @@ def consumed_after(states: Sequence[ReadState], total: int, *, read: Mapping[str
     """Every position consumed once the readers of ``states`` stopped, on all ranks.
 
     ``states`` are all the DataLoader workers of one rank (or the one state of a rank read without
-    workers). Other ranks are taken to have consumed as much (see the module docstring).
+    workers). Other ranks are taken to have consumed as much (ranks advance together, as DDP steps them).
 
     Raises:
         ReaderError: when the states are of another read or epoch, or do not make up one rank.
