@@ -171,9 +171,8 @@ class ReadImageFolder(beam.PTransform):
     Files that are not samples (hidden, not an image's extension, not in ``<label>/<file>``) are
     skipped; ``list_folder(root)`` reports them. Given ``check`` (``ListingCheck.of`` the listing the
     schema was planned from), the job fails with ``InputsMismatchError`` when the workers list other
-    images. Given ``skip``
-    (a resumed build's reused samples, ``skipping``), those are left out before the samples are
-    spread over the workers, so the images left to encode are spread evenly.
+    images. Given ``skip`` (a resumed build's reused samples, ``skipping``), those are left out before
+    the samples are spread over the workers, so the images left to encode are spread evenly.
     """
 
     def __init__(self, root: str, *, check: ListingCheck | None = None, skip: ReusedKeys | None = None) -> None:
