@@ -46,16 +46,16 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
     """Reads a split expression of one dataset, or a weighted mixture of several, as dicts of NumPy values.
 
     The epoch's order depends only on the datasets, the split expression, ``seed``, ``epoch`` and
-    the shuffle options (``mixing``); each worker reads an equal, contiguous share of it (the
+    the shuffle options; each worker reads an equal, contiguous share of it (the
     manifests' per-shard counts decide the record-level split, as for ``read_dataset``; the last
     ``total % num_workers`` examples are left out). With ``shuffle``, an ArrayRecord dataset is
     read in a seeded permutation of all its records, a TFRecord dataset in shuffled shard order
-    with records permuted in windows of ``shuffle_buffer`` (``orders``).
+    with records permuted in windows of ``shuffle_buffer`` (docs/reading.md, "Mixing datasets").
 
     Args:
         path: dataset directory (the one holding manifest.json), local or ``gs://``; or a mapping
-            ``{path: weight}`` to mix datasets in proportion to their weights (see ``mixing``: the
-            epoch ends when the first dataset is exhausted at its weight).
+            ``{path: weight}`` to mix datasets in proportion to their weights (the epoch ends when the
+            first dataset is exhausted at its weight).
         split: split expression: ``"train"``, ``"train[:10%]"``, ``"train[1000:2000]"``, ``"train+validation"``.
         num_workers: workers sharing the epoch.
         worker_index: this worker, in ``[0, num_workers)``.
@@ -69,8 +69,8 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
         cache_dir: a local directory to keep ``gs://`` shards in once read (a later epoch reads them
             from there; shared safely by the processes of one machine). None: no cache.
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
-        remote_reads: how ``gs://`` shards are fetched: parallel ranged reads, bytes in flight
-            (``remote_reads.RemoteReads``; ``cache_dir`` and ``cache_limit`` override its own).
+        remote_reads: how ``gs://`` shards are fetched (``RemoteReads``: connections, range size, bytes
+            in flight); ``cache_dir`` and ``cache_limit`` given here take precedence over its own.
 
     Raises:
         ReaderError: on bad options (worker index, start, weights).

@@ -87,11 +87,10 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     """Reads a split expression of a published dataset as batches of feature dicts.
 
     The parse spec, dtypes and shapes come from the manifest's schema. Records are batched
-    *before* parsing (one ``parse_example`` per 1024 records or more, several times faster than the
-    common ``map(parse_single_example).batch()``; smaller batches are cut from those with
-    ``rebatch``), parsing is parallel (one call per CPU) and prefetched, and tf.data's per-record
-    autotuning instrumentation is off. Every worker reads the same number of
-    records (record-level skip/take from the manifest's per-shard counts; ``total % num_workers``
+    *before* parsing (one ``parse_example`` per 1024 records or more; smaller batches are cut from
+    those; rates in docs/performance.md, "Reading"), parsing is parallel (one call per CPU) and
+    prefetched, and tf.data's per-record autotuning instrumentation is off. Every worker reads the
+    same number of records (record-level skip/take from the manifest's per-shard counts; ``total % num_workers``
     records are left out), and the dataset's cardinality is exact, so ``len(dataset)`` gives
     ``steps_per_epoch`` (unless ``repeat``).
     Iterators can be saved and restored mid-epoch with ``tf.train.Checkpoint(iterator=...)``.
@@ -99,8 +98,8 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     Args:
         path: dataset directory (the one holding manifest.json) or versioned root, local or ``gs://``;
             or a mapping ``{path: weight}`` to mix datasets in proportion to their weights, in the
-            order ``read_numpy`` reads its epoch 0 (``mixing``: the epoch ends when the first dataset
-            is exhausted at its weight; each dataset's part is read as one dataset is, and with
+            order ``read_numpy`` reads its epoch 0 (the epoch ends when the first dataset is exhausted
+            at its weight; each dataset's part is read as one dataset is, and with
             ``shuffle`` the mixed records pass through the shuffle buffer). Every iteration
             (and every repetition) reads the same examples of each dataset.
         split: split expression: ``"train"``, ``"train[:10%]"``, ``"train[1000:2000]"``, ``"train+validation"``.
@@ -129,8 +128,8 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
             them locally (unlike ``cache``, which keeps records in memory); shared safely by the
             processes of one machine.
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
-        remote_reads: how ``gs://`` shards are fetched: parallel ranged reads, read ahead across
-            shards, bytes in flight (``remote_reads.RemoteReads``; ``cache_dir``/``cache_limit`` override its own).
+        remote_reads: how ``gs://`` shards are fetched (``RemoteReads``: connections, range size, bytes
+            in flight); ``cache_dir`` and ``cache_limit`` given here take precedence over its own.
 
     Raises:
         DatasetNotFoundError, UnknownSplitError: no such dataset or split.

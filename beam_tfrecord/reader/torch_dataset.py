@@ -59,7 +59,7 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
     Call ``set_epoch(epoch)`` before each epoch (as with ``DistributedSampler``) to reshuffle.
 
     **Resume.** The epoch's order is fixed by the datasets, the split, ``seed``, the epoch and the
-    shuffle options, whatever the number of ranks and workers (``mixing``, ``resume``).
+    shuffle options, whatever the number of ranks and workers (docs/reading.md, "Mixing datasets").
     ``state_dict()`` / ``load_state_dict()`` follow torchdata's ``Stateful`` protocol, so a
     ``StatefulDataLoader`` saves and restores the read with the loader (same worker count: each
     worker continues its own part). To resume with another number of DataLoader workers or of
@@ -74,8 +74,8 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
 
     Args:
         path: dataset directory (the one holding manifest.json), local or ``gs://``; or a mapping
-            ``{path: weight}`` to mix datasets in proportion to their weights (``mixing``: the epoch
-            ends when the first dataset is exhausted at its weight).
+            ``{path: weight}`` to mix datasets in proportion to their weights (the epoch ends when
+            the first dataset is exhausted at its weight).
         split: split expression: ``"train"``, ``"train[:10%]"``, ``"train+validation"``.
         rank: this process's rank; default from ``torch.distributed`` if initialized, else 0.
         world_size: number of ranks; default from ``torch.distributed`` if initialized, else 1.
@@ -90,14 +90,14 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
             ``load_state_dict`` is exact with any).
         batch_size: yield ready batches of this many examples (the last of each epoch's read may be
             smaller) instead of single examples: use ``DataLoader(dataset, batch_size=None)``.
-            Batches are then cut from whole decoded blocks inside the DataLoader workers, several
-            times faster than collating examples; variable-length and bytes features are lists.
+            Batches are then cut from whole decoded blocks inside the DataLoader workers, faster than
+            collating examples (docs/performance.md, "Reading"); variable-length and bytes features are lists.
             The workers split the rank's share in whole batches; a state still counts examples.
         cache_dir: a local directory to keep ``gs://`` shards in once read, so a later epoch reads
             them locally; shared safely by the DataLoader workers and the ranks of one machine.
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
-        remote_reads: how ``gs://`` shards are fetched, per DataLoader worker: parallel ranged reads
-            and bytes in flight (``remote_reads.RemoteReads``; ``cache_dir``/``cache_limit`` override its own).
+        remote_reads: how each DataLoader worker fetches ``gs://`` shards (``RemoteReads``: connections, range
+            size, bytes in flight); ``cache_dir`` and ``cache_limit`` given here take precedence over its own.
     """
 
     def __init__(self, path: DatasetPaths, *, split: str = "train", rank: int | None = None,
