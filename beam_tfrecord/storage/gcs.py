@@ -283,13 +283,49 @@ def delete(path: str) -> None:
         pass
 
 
-def list_objects(bucket: str, prefix: str) -> list[tuple[str, int]]:
-    """(name, size) of every object under ``prefix``; each page request is retried."""
-    return [(found.name, int(found.size or 0))
-            for found in client().list_blobs(bucket, prefix=prefix, retry=retry_policy())]
+def list_blobs(bucket: str, prefix: str) -> list[Any]:
+    """Every ``Blob`` under ``prefix`` (name, size, generation, update time); each page request is retried."""
+    return list(client().list_blobs(bucket, prefix=prefix, retry=retry_policy()))
 
 
-def list_generations(bucket: str, prefix: str) -> list[tuple[str, int, int]]:
-    """(name, size, generation) of every object under ``prefix``: a new generation is new content."""
-    return [(found.name, int(found.size or 0), int(found.generation))
-            for found in client().list_blobs(bucket, prefix=prefix, retry=retry_policy())]
+def get_blob(path: str) -> Any | None:
+    """The ``Blob`` at ``path`` with its metadata; None if there is none."""
+    bucket, name = split(path)
+    return client().bucket(bucket).get_blob(name, retry=retry_policy())
+
+
+def create_if_absent(path: str, data: bytes) -> bool:
+    """Creates ``path`` holding ``data`` if no object is there (``ifGenerationMatch=0``); whether this call did.
+
+    A 412 is followed by a read: exactly ``data`` there is this call's own first try (its answer lost).
+    """
+    try:
+        blob(path).upload_from_string(data, if_generation_match=0, retry=retry_policy())
+    except Exception as err:
+        if not _precondition_failed(err):
+            raise
+        found = read_with_generation(path)
+        return found is not None and found[0] == data
+    return True
+
+
+def read_with_generation(path: str) -> tuple[bytes, int | None] | None:
+    """(bytes, generation) of the object at ``path``; None if there is none."""
+    from google.api_core.exceptions import NotFound
+
+    target = blob(path)
+    try:
+        data = target.download_as_bytes(retry=retry_policy())
+    except NotFound:
+        return None
+    return data, (int(target.generation) if target.generation is not None else None)
+
+
+def delete_if_generation(path: str, generation: int | None) -> None:
+    """Deletes ``path`` only if it is still that generation; replaced (412) or gone (404): left alone."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    try:
+        blob(path).delete(if_generation_match=generation, retry=retry_policy())
+    except (NotFound, PreconditionFailed):
+        pass

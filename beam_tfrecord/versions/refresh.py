@@ -40,8 +40,6 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_tfrecord import storage
 from beam_tfrecord.core.durations import format_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
@@ -114,10 +112,8 @@ class InputFingerprint:
 
 def list_input_files(patterns: Sequence[str]) -> list[InputFile]:
     """Every file matching the glob patterns (local or ``gs://``), with size and update time."""
-    files = {}
-    for result in FileSystems.match(list(patterns)):
-        for meta in result.metadata_list:
-            files[meta.path] = InputFile(meta.path, int(meta.size_in_bytes), float(meta.last_updated_in_seconds))
+    files = {found.path: InputFile(found.path, found.size_bytes, found.updated_seconds)
+             for pattern in patterns for found in storage.list_details(pattern)}
     return sorted(files.values(), key=lambda f: f.path)
 
 
