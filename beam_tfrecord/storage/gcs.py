@@ -1,25 +1,9 @@
-"""``gs://`` through google-cloud-storage: every call with an explicit retry policy and, for writes,
-a precondition that makes the retry safe.
+"""``gs://`` through google-cloud-storage: every call retried, every write with a precondition that makes
+its retry safe.
 
-An object store fails now and then: 429 and 503 answers, dropped connections. Every request here
-is retried by ``google.cloud.storage.retry.DEFAULT_RETRY`` (429, 408, 5xx and connection errors;
-exponential back-off from 1 s, at most 120 s per call), passed explicitly because the library's
-defaults differ between versions and by call: before 3.0 an upload without a precondition was not
-retried at all, and a copy without one still is not. Retrying a write is safe only when doing it
-twice cannot differ from doing it once, so writes carry a precondition:
-
-- an upload (single request or resumable, every chunk) says which generation it replaces:
-  ``ifGenerationMatch=0`` ("must not exist") for a fresh temporary name, else the generation read
-  just before (``open_write``);
-- a copy (a rename's first half) is pinned to the source generation read before it and to the
-  destination generation it replaces; the delete of the source to that same source generation.
-
-The catch: a write can succeed on the server while its answer is lost; the retry then fails its
-precondition (412), because of our own first try. So a failed precondition is checked: when the
-object now holds exactly the bytes this call wrote (same CRC32C and size), the write is done;
-otherwise the 412 is raised. A delete that finds nothing (404) is done too. Reads need no
-precondition: ``download_as_bytes`` and ``BlobReader`` retry each range, resuming a cut download
-where it stopped.
+A retry that fails its precondition (412) may have met its own first try, whose answer was lost: it
+is done when the object holds exactly the bytes this call wrote. A delete that finds nothing is done.
+Why, and the table of calls and preconditions: docs/operations.md#retries-and-preconditions.
 """
 
 from __future__ import annotations
