@@ -23,7 +23,7 @@ from beam_tfrecord.storage.compression import HashingWriter, decompressed
 from beam_tfrecord.storage.disk_space import raise_typed_when_full
 from beam_tfrecord.storage.gcs_backend import GcsBackend
 from beam_tfrecord.storage.local import LocalBackend
-from beam_tfrecord.storage.paths import glob_regex, is_remote, join, literal_prefix, scheme
+from beam_tfrecord.storage.paths import glob_escape, glob_regex, is_remote, join, literal_prefix, scheme
 
 _BACKENDS: dict[str | None, StorageBackend] = {None: LocalBackend(), "gs": GcsBackend()}
 _FALLBACK = BeamFileSystemsBackend()  # any scheme without its own backend
@@ -172,7 +172,7 @@ def crc32c_and_size(path: str, chunk_bytes: int = 8 << 20) -> tuple[str, int]:
 __all__ = [
     "HashingWriter", "StorageBackend", "StoredFile", "VersionedBytes", "backend_for", "copy_file",
     "crc32c_and_size", "create_if_absent", "decompressed", "delete_if_exists", "delete_if_unchanged",
-    "delete_tree", "exists", "glob_regex", "is_remote", "join", "list_details", "list_files", "literal_prefix",
-    "make_dirs", "open_read", "open_write", "read_bytes", "read_versioned", "rename", "scheme",
+    "delete_tree", "exists", "glob_escape", "glob_regex", "is_remote", "join", "list_details", "list_files",
+    "literal_prefix", "make_dirs", "open_read", "open_write", "read_bytes", "read_versioned", "rename", "scheme",
     "write_bytes_atomic",
 ]

@@ -48,11 +48,17 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
         elif char == "[" and "]" in pattern[i + 1:]:
             end = pattern.index("]", i + 1)
             body = pattern[i:end]
-            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            body = ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\").replace("[", "\\[")
+            out.append("[" + body + "]")
             i = end + 1
         else:
             out.append(re.escape(char))
     return re.compile("".join(out))
+
+
+def glob_escape(path: str) -> str:
+    """``path`` as a glob that matches only itself (each wildcard character in a one-character class)."""
+    return re.sub(r"[*?\[]", lambda found: f"[{found.group(0)}]", path)
 
 
 def literal_prefix(pattern: str) -> str:

@@ -95,7 +95,8 @@ def content_tokens(root: str) -> dict[str, str]:
     base = root.rstrip("/") + "/"
     if not storage.backend_for(base).lists_tokens:
         raise InputIndexError(base, "incremental refresh lists local folders and gs:// only")
-    return {found.path: found.token for found in storage.list_details(base + "**") if found.token is not None}
+    listed = storage.list_details(storage.glob_escape(base) + "**")  # escaped: a folder named "a[1]" is itself
+    return {found.path: found.token for found in listed if found.token is not None}
 
 
 def index_inputs(inputs: Sequence[tuple[str, str]], tokens: Mapping[str, str], encoding: str) -> InputIndex:

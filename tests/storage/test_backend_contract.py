@@ -160,3 +160,11 @@ def test_gcs_counts_its_own_bytes_found_after_a_412_as_created(gcs_bucket: str) 
     assert storage.create_if_absent(path, b"mine")
     assert storage.create_if_absent(path, b"mine")
     assert not storage.create_if_absent(path, b"theirs")
+
+
+def test_content_tokens_of_a_folder_named_with_glob_characters(root: str) -> None:
+    folder = storage.join(root, "in[1]*?")
+    for name in ("x", "sub/y"):
+        _put(storage.join(folder, name), b"1")
+    _put(storage.join(root, "in1ab", "z"), b"1")  # what the name would match as a glob
+    assert sorted(content_tokens(folder)) == [storage.join(folder, "sub/y"), storage.join(folder, "x")]
