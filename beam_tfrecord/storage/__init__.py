@@ -3,8 +3,8 @@
 ``backend_for(path)`` gives the path's ``backend.StorageBackend``, chosen by its scheme from ``_BACKENDS``
 (local paths: ``local``; ``gs://``: ``gcs_backend``; any other: Beam's ``FileSystems``). The functions
 here ask it once per path and do what crosses stores. Adding a store: one module with its
-``StorageBackend`` subclass, one line in ``_BACKENDS``, and its name in ``tests/storage/test_backends.py``
-(the contract every backend passes). See docs/operations.md#storage.
+``StorageBackend`` subclass, one line in ``_BACKENDS``, and a fixture for it in
+``tests/storage/test_backend_contract.py`` (the contract every backend passes). See docs/operations.md#storage.
 """
 
 from __future__ import annotations

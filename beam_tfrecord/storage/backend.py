@@ -43,7 +43,8 @@ class VersionedBytes:
 
 
 class StorageBackend(abc.ABC):
-    """One store. Paths are full paths of this store; a missing file raises ``FileNotFoundError`` on reads.
+    """One store. Paths are full paths of this store. A missing file: ``FileNotFoundError`` from ``read_range``
+    and ``ranged_reader``; the store's own not-found error (as before) from the other reads.
 
     Attributes:
         is_local: paths are this machine's files (no scheme).
