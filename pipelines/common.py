@@ -210,10 +210,15 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
                 workers: LocalWorkersChoice | None = None, progress_dir: str | None = None,
                 shared_filesystem: bool = False, **extra) -> WriteTFRecordDataset:
     """The writer transform configured from the shared options (``workers``: the DirectRunner's worker
-    processes, ``choose_local_workers`` from the options when not given)."""
+    processes, ``choose_local_workers`` from the options when not given); its ``WriterTuning`` from the
+    flags (``--spill_run_mib``, ``--fan_in``, ``--encode_processes``, ``--shard_writers``)."""
     require_output(options)
     if workers is None:
         workers = choose_local_workers(options, requested=None, flags=command)
+    tuning = WriterTuning(
+        spill_run_bytes=options.spill_run_mib * MiB, fan_in=FanIn.parse(options.fan_in), local_workers=workers.workers,
+        encode_processes=options.encode_processes, shared_filesystem=shared_filesystem, progress_dir=progress_dir,
+        shard_writers=1 if options.shard_writers is None else options.shard_writers)
     return WriteTFRecordDataset(
         options.output, schema=schema, dataset_name=options.dataset_name,
         splits=SplitConfig.parse(options.splits),
@@ -222,20 +227,7 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
         compression=Compression.parse(options.compression), file_format=FileFormat.parse(options.file_format),
         dali_index=bool(options.dali_index), salt=options.salt,
         max_rejected_fraction=options.max_rejected_fraction, max_rejected_option=MAX_REJECTED_FLAG,
-        command=redact_command(command), **extra,
-        tuning=tuning_of(options, local_workers=workers.workers, progress_dir=progress_dir,
-                         shared_filesystem=shared_filesystem))
-
-
-def tuning_of(options: DatasetOutputOptions, *, local_workers: int | None, progress_dir: str | None = None,
-              shared_filesystem: bool = False) -> WriterTuning:
-    """The writer's ``WriterTuning`` from the job's flags (``--spill_run_mib``, ``--fan_in``,
-    ``--encode_processes``, ``--shard_writers``) and what the job chose (workers, progress folder)."""
-    return WriterTuning(
-        spill_run_bytes=options.spill_run_mib * MiB, fan_in=FanIn.parse(options.fan_in),
-        local_workers=local_workers, encode_processes=options.encode_processes,
-        shard_writers=1 if options.shard_writers is None else options.shard_writers,
-        shared_filesystem=shared_filesystem, progress_dir=progress_dir)
+        command=redact_command(command), tuning=tuning, **extra)
 
 
 @contextlib.contextmanager

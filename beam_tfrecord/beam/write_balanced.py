@@ -1,16 +1,10 @@
-"""WriteBalancedTFRecord: the drop-in for ``beam.io.WriteToTFRecord``, with size-balanced shards.
+"""WriteBalancedTFRecord: the drop-in for ``beam.io.WriteToTFRecord``, with size-balanced shards and a manifest.
 
-``WriteToTFRecord(prefix, num_shards=N)`` (how TFX ExampleGen, Transform and the tutorials end) has
-no size control (``FileBasedSink.max_bytes_per_shard`` is not passed on), and its fixed shard count
-puts every record through a GroupByKey. ``WriteBalancedTFRecord(output_dir, num_shards=N)`` writes
-the same records through ``WriteTFRecordDataset`` (byte-balanced shards, a manifest, TFDS's
-metadata): only the encode stage differs (``beam_tfrecord.beam.serialized_records``), and the
-published schema is the one every record fits (``beam_tfrecord.core.record_schema``), so the
-readers and TFDS need no hand-written spec.
-
-Limits: the output is a dataset directory, not a file prefix (shards are named
-``NAME-SPLIT.tfrecord-SSSSS-of-NNNNN``); compression is none or GZIP (TFDS reads uncompressed
-shards only); records of a SequenceExample are read back by this project's readers, not TFDS.
+``WriteToTFRecord(prefix, num_shards=N)`` has no size control and puts every record through a GroupByKey; this
+writes the same records through ``WriteTFRecordDataset`` (only the encode stage differs: ``serialized_records``)
+and publishes the schema every record fits (``beam_tfrecord.core.record_schema``). Limits: the output is a dataset
+directory, not a file prefix; compression is none or GZIP (TFDS reads uncompressed shards only); SequenceExample
+records are read back by this project's readers, not TFDS.
 """
 
 from __future__ import annotations
