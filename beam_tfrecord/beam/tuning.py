@@ -27,12 +27,12 @@ class FanIn(enum.Enum):
         run. No payload byte goes through the runner's shuffle, so memory stays bounded by the run
         size on any runner: for runners whose shuffle holds data in memory (the DirectRunner,
         Prism, the portable runner's embedded job service, Dask). A shard larger than its share of
-        the writers is written in pieces and joined (``beam.shard_pieces``; same bytes).
+        the writers is written in pieces and joined (``shard_writers``; same bytes).
     SHUFFLE: records keyed by shard go through the runner's disk-backed shuffle (Dataflow Shuffle,
         Flink's and Spark's sort-based shuffles); a shard writer reads one group (one writer per
         shard, never pieces: the group is the shard's records).
-    AUTO: SPILL on runners whose shuffle is in memory (``RunnerTraits.in_memory_shuffle``),
-        SHUFFLE on every other.
+    AUTO: SPILL on runners whose shuffle is in memory, SHUFFLE on every other (the job summary
+        says which ran, and why).
     """
 
     AUTO = "auto"
@@ -66,7 +66,8 @@ class WriterTuning:
         reread_min_bytes: file-backed records at least this large are read from their files again
             by the shard writer (and checked against the planned size) instead of spilled; 0 spills
             everything. Not used with ``feature_transforms``.
-        direct_io: local temp files and shards bypass the page cache where the filesystem allows it.
+        direct_io: spill runs and shards on a local disk may bypass the page cache (``O_DIRECT``) where
+            the filesystem allows it; False: every file through the page cache.
         fan_in: how a shard's records come together (``FanIn``; AUTO chooses from the runner).
         local_workers: DirectRunner worker processes when the pipeline's options leave Beam's one
             in-memory worker: None for one per core (or ``$BEAM_TFRECORD_LOCAL_WORKERS``), 1 leaves
@@ -83,7 +84,7 @@ class WriterTuning:
             same path (NFS, a mounted bucket). Without it, a runner whose workers may run on other
             machines refuses local paths with ``LocalPathError`` when the pipeline is built.
         progress_dir: a local folder where the workers keep their counts for a live progress
-            display (``beam_tfrecord.job.progress``); only for workers on this machine.
+            display (what the jobs' ``--progress`` shows); only for workers on this machine.
 
     Raises:
         WriterOptionError: at construction, naming the field and the bad value.
