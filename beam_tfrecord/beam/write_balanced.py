@@ -1,16 +1,10 @@
-"""WriteBalancedTFRecord: the drop-in for ``beam.io.WriteToTFRecord``, with size-balanced shards.
+"""WriteBalancedTFRecord: the drop-in for ``beam.io.WriteToTFRecord``, with size-balanced shards and a manifest.
 
-``WriteToTFRecord(prefix, num_shards=N)`` (how TFX ExampleGen, Transform and the tutorials end) has
-no size control (``FileBasedSink.max_bytes_per_shard`` is not passed on), and its fixed shard count
-puts every record through a GroupByKey. ``WriteBalancedTFRecord(output_dir, num_shards=N)`` writes
-the same records through ``WriteTFRecordDataset`` (byte-balanced shards, a manifest, TFDS's
-metadata): only the encode stage differs (``beam_tfrecord.beam.serialized_records``), and the
-published schema is the one every record fits (``beam_tfrecord.core.record_schema``), so the
-readers and TFDS need no hand-written spec.
-
-Limits: the output is a dataset directory, not a file prefix (shards are named
-``NAME-SPLIT.tfrecord-SSSSS-of-NNNNN``); compression is none or GZIP (TFDS reads uncompressed
-shards only); records of a SequenceExample are read back by this project's readers, not TFDS.
+``WriteToTFRecord(prefix, num_shards=N)`` has no size control and puts every record through a GroupByKey; this
+writes the same records through ``WriteTFRecordDataset`` (only the encode stage differs: ``serialized_records``)
+and publishes the schema every record fits (``beam_tfrecord.core.record_schema``). Limits: the output is a dataset
+directory, not a file prefix; compression is none or GZIP (TFDS reads uncompressed shards only); SequenceExample
+records are read back by this project's readers, not TFDS.
 """
 
 from __future__ import annotations
@@ -22,13 +16,13 @@ import apache_beam as beam
 
 from beam_tfrecord.beam.batch_input import require_bounded
 from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncoding, check_key_fn
-from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
+from beam_tfrecord.beam.tuning import WriterTuning
+from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.errors import ShardingError, WriterOptionError
-from beam_tfrecord.spill.run_files import DEFAULT_RUN_BYTES
 
 # The schema of raw payloads, and of a dataset of no record (what an empty one is published with).
 RAW_SCHEMA = Schema({RAW_FEATURE: Scalar(DType.BYTES)})
@@ -95,15 +89,11 @@ class WriteBalancedTFRecord(beam.PTransform):
         dataset_name: the name in shard file names (and TFDS's dataset name).
         max_rejected_fraction: fail (and do not publish) when more than this fraction of records is
             rejected (another element type, a record over the cap, a failing ``key_fn``).
-        fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
-        spill_run_bytes: records buffered per worker before a sorted run is written (spill path).
-        temp_dir: where runs and unpublished shards go; default a hidden folder in ``output_dir``.
-        shared_filesystem: local ``output_dir`` and ``temp_dir`` are mounted by every worker (see
-            ``WriteTFRecordDataset``); without it, a runner whose workers may run on other machines
-            refuses local paths with ``LocalPathError``.
         metadata: extra facts to record in the manifest.
         dali_index: also write each shard's NVIDIA DALI index (``<shard>.idx``, listed in the
             manifest), as ``WriteTFRecordDataset``'s; uncompressed shards only (``WriterOptionError``).
+        tuning: how the write runs (memory, processes, I/O, temp folder, shared filesystem;
+            ``WriterTuning``), as ``WriteTFRecordDataset``'s. It never changes the bytes written.
 
     Raises:
         WriterOptionError, ShardingError: at construction, for options out of range.
@@ -115,9 +105,8 @@ class WriteBalancedTFRecord(beam.PTransform):
                  target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES, max_shard_bytes: int | None = None,
                  key_fn: KeyFn | None = None, splits: SplitConfig | str | None = None, salt: str = DEFAULT_SALT,
                  payload: Payload = Payload.AUTO, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
-                 fan_in: FanIn = FanIn.AUTO, spill_run_bytes: int = DEFAULT_RUN_BYTES, temp_dir: str | None = None,
-                 shared_filesystem: bool = False, metadata: Mapping[str, Any] | None = None,
-                 dali_index: bool = False) -> None:
+                 metadata: Mapping[str, Any] | None = None, dali_index: bool = False,
+                 tuning: WriterTuning | None = None) -> None:
         super().__init__()
         if not isinstance(payload, Payload):
             raise WriterOptionError(f"payload must be a Payload ({[p.name for p in Payload]}), got {payload!r}")
@@ -129,10 +118,9 @@ class WriteBalancedTFRecord(beam.PTransform):
             sharding=sharding_of(num_shards=num_shards, target_shard_bytes=target_shard_bytes,
                                  max_shard_bytes=max_shard_bytes),
             compression=parse_compression(compression_type), salt=salt,
-            max_rejected_fraction=max_rejected_fraction, spill_run_bytes=spill_run_bytes, fan_in=fan_in,
-            temp_dir=temp_dir, shared_filesystem=shared_filesystem, metadata=metadata, dali_index=dali_index,
-            command=("WriteBalancedTFRecord",),
-            encoding=RecordsEncoding(payload, check_key_fn(key_fn)))
+            max_rejected_fraction=max_rejected_fraction, metadata=metadata, dali_index=dali_index,
+            command=("WriteBalancedTFRecord",), encoding=RecordsEncoding(payload, check_key_fn(key_fn)),
+            tuning=tuning)
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         require_bounded(records, writer=type(self).__name__)
