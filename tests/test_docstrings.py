@@ -18,8 +18,6 @@ PENDING = {
     "beam_tfrecord/beam/dask_cluster.py",
     "beam_tfrecord/beam/dask_runner.py",
     "beam_tfrecord/beam/runners/worker_memory.py",
-    "beam_tfrecord/beam/write_balanced.py",
-    "pipelines/job_options.py",
 }
 
 
