@@ -108,6 +108,8 @@ def _child(args: argparse.Namespace) -> None:
         from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
         from beam_tfrecord.errors import ClusterStalledError
 
+        if args.no_give_back:  # the runner as it was before workers gave freed memory back (the issue's hang)
+            _skip_give_back()
         runner = ("apache_beam.runners.dask.dask_runner.DaskRunner" if args.runner == "beam-dask"
                   else "beam_tfrecord.beam.dask_runner.DaskRunner")
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=args.memory_limit,
@@ -138,6 +140,19 @@ def _child(args: argparse.Namespace) -> None:
         with beam.Pipeline(argv=["--runner=DirectRunner", *args.direct_options.split()]) as pipeline:
             build(pipeline)
     print(json.dumps({"seconds": time.perf_counter() - start, **report}))
+
+
+def _skip_give_back() -> None:
+    from distributed import Client
+
+    from beam_tfrecord.beam.dask_runner import GiveMemoryBack
+
+    register = Client.register_plugin
+
+    def register_but_give_back(self, plugin, *args, **kwargs):
+        return None if isinstance(plugin, GiveMemoryBack) else register(self, plugin, *args, **kwargs)
+
+    Client.register_plugin = register_but_give_back
 
 
 class _Watch:
@@ -229,7 +244,7 @@ def _measure(args: argparse.Namespace, *, workload: str, records: int, runner: s
                "--runner", runner, "--out", out, "--blob_dir", args.blob_dir, "--memory_limit", args.memory_limit,
                "--dask_partition_size", str(args.dask_partition_size), "--direct_options", direct_options,
                "--fan_in", fan_in, "--stall_timeout_seconds", str(args.stall_timeout_seconds),
-               "--hang_seconds", str(args.hang_seconds)]
+               "--hang_seconds", str(args.hang_seconds), *(["--no_give_back"] if args.no_give_back else [])]
     names = {"dask": "dask (the jobs' wait_for_dask)", "beam-dask": "dask (Beam's DaskRunner)",
              "dask-library": "dask (user's pipeline, library path)"}
     row = {"workload": workload, "records": records,
@@ -302,6 +317,8 @@ def main() -> None:
     parser.add_argument("--stall_timeout_seconds", type=float, default=120.0)
     parser.add_argument("--blob_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_dask_blobs"))
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_dask_volume"))
+    parser.add_argument("--no_give_back", action="store_true",
+                        help="Dask workers keep what they free, as before GiveMemoryBack (to see the hang it fixes)")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--workload", choices=["small", "blobs"])
     parser.add_argument("--records", type=int)

@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import apache_beam as beam
 from apache_beam.runners.common import DoFnInvoker
 from apache_beam.runners.dask import dask_runner as beam_dask_runner
 from apache_beam.runners.dask import transform_evaluator
@@ -109,22 +108,18 @@ class GiveMemoryBack(WorkerPlugin):
             give_back_freed_memory()
 
 
-def _writers_temp_dirs(pipeline: beam.Pipeline) -> tuple[str, ...]:
-    """The temporary folders of this package's writers in ``pipeline`` (each writer's public ``temp_dir``)."""
+def _writer_temp_dir(transform: Any) -> str | None:
+    """The temporary folder of one of this package's writers (its public ``temp_dir``), None for other transforms."""
+    temp_dir = getattr(transform, "temp_dir", None) if type(transform).__module__.startswith("beam_tfrecord.") else None
+    return temp_dir if isinstance(temp_dir, str) else None
 
-    class _Collect(beam.pipeline.PipelineVisitor):
-        def __init__(self) -> None:
-            self.found: list[str] = []
 
-        def enter_composite_transform(self, node: Any) -> None:
-            transform = node.transform
-            if type(transform).__module__.startswith("beam_tfrecord.") and isinstance(
-                    getattr(transform, "temp_dir", None), str):
-                self.found.append(transform.temp_dir)
-
-    collect = _Collect()
-    pipeline.visit(collect)
-    return tuple(dict.fromkeys(collect.found))
+def _pipeline_of(pvalueish: Any) -> Any:
+    if isinstance(pvalueish, dict):
+        pvalueish = list(pvalueish.values())
+    if isinstance(pvalueish, (list, tuple)):
+        return next((p for p in map(_pipeline_of, pvalueish) if p is not None), None)
+    return getattr(pvalueish, "pipeline", None)
 
 
 @dataclasses.dataclass
@@ -180,8 +175,26 @@ class DaskRunner(beam_dask_runner.DaskRunner):
     """Beam's DaskRunner: a ParDo's outputs released with its result, ``finish_bundle``'s kept, workers
     giving freed memory back (``GiveMemoryBack``) and a result that cannot wait forever (``DaskJobResult``)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._temp_dirs: dict[str, None] = {}  # the writers' temporary folders, in the order they were applied
+
+    def apply(self, transform: Any, pvalueish: Any, options: Any) -> Any:
+        """Notes the temporary folder of a writer being expanded (deleted if the cluster stalls), then applies.
+
+        Beam's ``Pipeline.run`` turns the pipeline into protos and back before ``run_pipeline``, which
+        loses composite transforms; so they are seen here, as the pipeline is built: the writer itself
+        when this runner was chosen, or (the writers put it in place of Beam's while expanding) its parts.
+        """
+        pipeline = _pipeline_of(pvalueish)
+        for applied in [*(pipeline.transforms_stack if pipeline is not None else ()), transform]:
+            temp_dir = _writer_temp_dir(getattr(applied, "transform", applied))
+            if temp_dir is not None:
+                self._temp_dirs[temp_dir] = None
+        return super().apply(transform, pvalueish, options)
+
     def run_pipeline(self, pipeline: Any, options: Any) -> Any:
-        temp_dirs = _writers_temp_dirs(pipeline)
+        temp_dirs = tuple(self._temp_dirs)
         with _fixed_translation():
             result = super().run_pipeline(pipeline, options)
         result.client.register_plugin(GiveMemoryBack())  # idempotent by name; reaches restarted workers too
