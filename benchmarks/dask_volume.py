@@ -2,6 +2,9 @@
 
     python benchmarks/dask_volume.py                       # the issue's sizes: 4 GiB small, 5 GiB blobs, 600k
     python benchmarks/dask_volume.py --small_gib 0.5 --blob_gib 0.5 --throughput_records 100000   # quicker
+    python benchmarks/dask_volume.py --small_gib 4 --blob_gib 0 --throughput_records 0 --paths library \
+        --repeats 10 --dask_partition_size 0      # issue 45: a user's own pipeline, 10 times (add --no_give_back
+                                                  # to see the hang it fixed, --memory_limit 768MiB to go lower)
 
 Rows, each its own child process, measured the same way: the pipeline's wall time (imports
 excluded) and the peak RSS of the whole process tree (client, scheduler, nannies and workers, or
@@ -19,9 +22,15 @@ the DirectRunner's worker processes), sampled every 100 ms.
   ``--direct_running_mode=multi_processing --direct_num_workers=2`` and on Dask, interleaved
   ``--repeats`` times (median); the ratio is the issue's point 3.
 
-Restarts (worker processes replaced by their nanny) and the longest stall (no worker able to run)
-come from ``wait_for_dask``, which polls the scheduler; "identical" compares every shard's
-CRC32C and size with the DirectRunner build of the same data.
+- paths: ``jobs`` waits with ``wait_for_dask`` as the jobs do; ``library`` is a user's own
+  ``with beam.Pipeline(argv) as p: ... | WriteTFRecordDataset(..., shared_filesystem=True)`` with
+  ``--runner beam_tfrecord.beam.dask_runner.DaskRunner --dask_client_address``, ``--repeats`` times each.
+
+Restarts and the longest stall come from ``wait_for_dask`` (jobs path); pauses, the longest pause and
+the peak worker RSS from polling the scheduler every 0.5 s (a pause shorter than that can be missed);
+a run still going after ``--hang_seconds`` is killed and counted as hung, one that fails with
+``ClusterStalledError`` as stalled. "identical" compares every shard's CRC32C and size with the
+DirectRunner build of the same data.
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ from beam_tfrecord.errors import ClusterStalledError
 DEFAULT_LOCAL_WORKERS = 2
 DEFAULT_STALL_TIMEOUT_SECONDS = 300.0
 _POLL_SECONDS = 1.0
-# A worker's task states (its heartbeat's ``task_counts``) that mean it is running or about to run one.
-_WORKING_STATES = ("executing", "long-running", "ready", "constrained", "flight")
+# A worker's task states (its heartbeat's ``task_counts``): running one (a paused worker finishes the task it
+# is running), or, on a running worker, about to.
+_RUNNING_STATES = ("executing", "long-running")
+_STARTING_STATES = ("ready", "constrained", "flight")
 
 
 class DaskClusterOptions(PipelineOptions):
@@ -42,7 +44,8 @@ class DaskClusterOptions(PipelineOptions):
 
 def _working(info: dict[str, Any]) -> bool:
     counts = info.get("metrics", {}).get("task_counts", {})
-    return info.get("status") == "running" and any(counts.get(state, 0) for state in _WORKING_STATES)
+    states = _RUNNING_STATES + (_STARTING_STATES if info.get("status") == "running" else ())
+    return any(counts.get(state, 0) for state in states)
 
 
 def _describe_worker(address: str, info: dict[str, Any]) -> str:
