@@ -108,6 +108,14 @@ class GiveMemoryBack(WorkerPlugin):
             give_back_freed_memory()
 
 
+def _register_give_memory_back(client: Any) -> None:
+    """Registers ``GiveMemoryBack`` on the cluster (idempotent by name; restarted workers get it too)."""
+    try:
+        client.register_plugin(GiveMemoryBack())
+    except OSError as err:  # a worker lost meanwhile (CommClosedError): the scheduler keeps the plugin for the rest
+        logging.getLogger(__name__).warning("could not register %s on every worker: %s", GiveMemoryBack.name, err)
+
+
 def _writer_temp_dir(transform: Any) -> str | None:
     """The temporary folder of one of this package's writers (its public ``temp_dir``), None for other transforms."""
     temp_dir = getattr(transform, "temp_dir", None) if type(transform).__module__.startswith("beam_tfrecord.") else None
@@ -195,8 +203,15 @@ class DaskRunner(beam_dask_runner.DaskRunner):
 
     def run_pipeline(self, pipeline: Any, options: Any) -> Any:
         temp_dirs = tuple(self._temp_dirs)
+        dask_options = options.view_as(beam_dask_runner.DaskOptions)
+        if dask_options.address or dask_options.scheduler_file:  # before any task runs: none is lost meanwhile
+            from distributed import Client
+
+            with Client(address=dask_options.address, scheduler_file=dask_options.scheduler_file) as client:
+                _register_give_memory_back(client)
         with _fixed_translation():
             result = super().run_pipeline(pipeline, options)
-        result.client.register_plugin(GiveMemoryBack())  # idempotent by name; reaches restarted workers too
+        if not (dask_options.address or dask_options.scheduler_file):  # the cluster Beam's runner just started
+            _register_give_memory_back(result.client)
         stall = options.get_all_options().get("dask_stall_timeout_seconds") or DEFAULT_STALL_TIMEOUT_SECONDS
         return DaskJobResult(result.client, result.futures, stall_timeout_seconds=stall, temp_dirs=temp_dirs)
