@@ -15,7 +15,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions, local_cluster_for, wait_for_dask
+from beam_tfrecord.beam.dask_cluster import local_cluster_for
 from beam_tfrecord.beam.encode_pool import describe_encode_processes
 from beam_tfrecord.beam.runners.local_engine import local_batch_runner_for
 from beam_tfrecord.beam.runners.local_workers import (
@@ -252,7 +252,7 @@ def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
         yield pipeline  # the job is built in the with-block; an error there runs nothing
         result = pipeline.run()
         try:
-            wait_for_dask(result, stall_timeout_seconds=options.view_as(DaskClusterOptions).dask_stall_timeout_seconds)
+            result.wait_until_finish()  # wait_for_dask; a stall also deletes the writer's temporary files
         finally:
             client = getattr(result, "client", None)
             if client is not None:

@@ -17,6 +17,8 @@ from beam_tfrecord.core.samples import Sample
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 RECORD_BYTES = 256 * 1024
 PER_ELEMENT = 8
+SMALL_RECORD_BYTES = 3_000  # a 32x32x3 image's worth, as benchmarks/dask_volume.py writes
+SMALL_PER_ELEMENT = 1_000
 
 
 def incompressible_records(element: int) -> list[Sample]:
@@ -28,6 +30,14 @@ def incompressible_records(element: int) -> list[Sample]:
     return [Sample(f"r/{i:07d}", {"payload": rng.bytes(RECORD_BYTES), "index": i})
             for i in range(start, start + PER_ELEMENT)]
 
+
+def small_records(element: int) -> list[Sample]:
+    """``SMALL_PER_ELEMENT`` records of ``SMALL_RECORD_BYTES`` random bytes, made on the worker: many blocks
+    ``malloc`` serves from its arenas, freed in a different order than made (what a writer's bundle does)."""
+    rng = np.random.default_rng(element)
+    start = element * SMALL_PER_ELEMENT
+    return [Sample(f"s/{i:08d}", {"payload": rng.bytes(SMALL_RECORD_BYTES), "index": i})
+            for i in range(start, start + SMALL_PER_ELEMENT)]
 
 
 def kill_a_worker_mid_job(client: Any, job: Callable[[], None], *, settle_s: float) -> int:

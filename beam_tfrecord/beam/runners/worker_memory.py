@@ -1,16 +1,9 @@
-"""The local worker processes keep the memory they free, instead of giving it back and faulting it in again.
+"""glibc's ``malloc`` in worker processes: what a worker does with the memory it frees.
 
-glibc's ``malloc`` serves a large block (above ~128 KiB, a limit it raises up to 32 MiB as it
-sees such blocks freed) with a fresh ``mmap`` and unmaps it when freed, and it gives the top of its
-heap back to the system once more than twice that limit is free there. A worker's blocks are big
-and short-lived (a chunk of 1,000 samples, a spill run's joins, a file's bytes read for its shard),
-so it kept unmapping memory and faulting fresh pages in again: each costs a trap and a zeroed page,
-~0.2 ms per 200 KB file on these VMs (2,500 files read with ``readall``: 0.14-0.21 s, 38,000 page
-faults; with the limits below: 0.086 s and none). ``keep_freed_memory`` raises both limits in a
-worker process, so freed memory is reused: the process's peak stays what its work needs, but what
-it freed is not returned until the worker ends (at most ``TRIM_THRESHOLD_BYTES`` free at the top of
-a heap). Only the runner's own worker processes call it, never a user's process.
-Measured: ``docs/performance.md`` ("Write benchmark, 2026-11-26, later: memory touched once").
+The runner's local workers keep it, to reuse without faulting pages in again (``keep_freed_memory``);
+a Dask worker near its memory limit gives it back (``give_back_freed_memory``), or Dask's pause at
+80% never lifts. Only worker processes call these, never a user's process. Measured:
+``docs/performance.md`` ("memory touched once") and ``docs/operations.md`` ("Dask workers' memory").
 """
 
 from __future__ import annotations
@@ -24,7 +17,16 @@ _M_MMAP_THRESHOLD = -3
 
 
 def keep_freed_memory() -> bool:
-    """Raises this process's ``malloc`` limits (above); False where its C library has no ``mallopt``."""
+    """Raises this process's ``malloc`` limits (above); False where its C library has no ``mallopt``.
+
+    glibc serves a large block (above ~128 KiB, a limit it raises up to 32 MiB as it sees such blocks
+    freed) with a fresh ``mmap``, unmaps it when freed, and gives a heap's top back once more than
+    twice that limit is free there. A local worker's blocks are big and short-lived (a chunk of 1,000
+    samples, a spill run's joins, a file's bytes), so it kept faulting fresh pages in: ~0.2 ms per
+    200 KB file here (2,500 files read: 0.14-0.21 s and 38,000 page faults; with these limits
+    0.086 s and none). The peak stays what the work needs; what was freed is kept until the worker
+    ends (at most ``TRIM_THRESHOLD_BYTES`` free at a heap's top).
+    """
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (AttributeError, OSError):  # not glibc (macOS, or another allocator preloaded without it)
@@ -33,3 +35,20 @@ def keep_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(_M_TRIM_THRESHOLD,
                                                                                       TRIM_THRESHOLD_BYTES))
+
+
+def give_back_freed_memory() -> bool:
+    """Returns the free pages of every ``malloc`` arena to the system (``malloc_trim(0)``); False without glibc.
+
+    Freed memory inside an arena stays in the process's RSS (only a heap's free top is ever given
+    back on its own): a Dask worker paused at 825 MiB held 514 MiB free in its arenas, 50 MiB in
+    use, and dropped to 313 MiB with this call (``docs/operations.md``, "Dask workers' memory").
+    """
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):  # not glibc
+        return False
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim.restype = ctypes.c_int
+    malloc_trim(0)
+    return True
