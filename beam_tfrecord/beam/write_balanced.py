@@ -26,6 +26,7 @@ from beam_tfrecord.beam.beam_names import (
 )
 from beam_tfrecord.beam.prefix_publish import publish_under_prefix
 from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncoding, check_key_fn
+from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.record_schema import RAW_FEATURE
@@ -144,6 +145,7 @@ class WriteBalancedTFRecord(beam.PTransform):
                                     f"{triggering_frequency!r}")
         split_config = (SplitConfig.parse(splits) if isinstance(splits, str) else splits) or SplitConfig.single()
         self._encode = encoder_of(coder)
+        self._shared_filesystem = shared_filesystem
         # Under a prefix: the dataset is written into its staging folder, then takes Beam's names beside it.
         self._layout = None
         target_dir = output_dir or ""
@@ -177,6 +179,11 @@ class WriteBalancedTFRecord(beam.PTransform):
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         require_bounded(records, writer=type(self).__name__)
+        if self._layout is not None:  # named as the caller gave it, before the writer names its staging folder
+            pipeline = records.pipeline
+            remote = remote_workers_reason(type(pipeline.runner).__name__, pipeline.options)
+            require_shared_paths({"file_path_prefix": self._layout.file_path_prefix}, remote_reason=remote,
+                                 shared_filesystem=self._shared_filesystem, declare="shared_filesystem=True")
         if self._window_error is not None:
             raise self._window_error
         if self._encode is not None:

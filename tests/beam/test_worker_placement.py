@@ -75,9 +75,10 @@ SCHEMA = Schema({"id": Scalar(DType.INT64)})
 
 @pytest.mark.parametrize("make_writer, role", [
     (lambda out, **kw: WriteTFRecordDataset(out, schema=SCHEMA, **kw), "output_dir"),
-    (lambda out, **kw: WriteBalancedTFRecord(out, **kw), "output_dir"),
+    (lambda out, **kw: WriteBalancedTFRecord(output_dir=out, **kw), "output_dir"),
+    (lambda out, **kw: WriteBalancedTFRecord(out, **kw), "file_path_prefix"),
     (lambda out, **kw: WriteTFRecordDataset("gs://b/out", schema=SCHEMA, temp_dir=out, **kw), "temp_dir"),
-], ids=["WriteTFRecordDataset", "WriteBalancedTFRecord", "temp_dir"])
+], ids=["WriteTFRecordDataset", "WriteBalancedTFRecord", "WriteBalancedTFRecord-prefix", "temp_dir"])
 def test_library_transforms_refuse_local_paths_when_the_pipeline_is_built(tmp_path, make_writer, role):
     out = str(tmp_path / "ds")
     pipeline = beam.Pipeline(runner="FlinkRunner", options=PipelineOptions(["--flink_master=[local]"]))

@@ -20,7 +20,8 @@ def _example(i: int) -> bytes:
 def test_empty_shards_are_published_on_gcs_and_read_as_no_record(gcs_bucket: str) -> None:
     output = f"{gcs_bucket}/datasets/few"
     with beam.Pipeline() as pipeline:
-        _ = pipeline | beam.Create([_example(i) for i in range(2)]) | WriteBalancedTFRecord(output, num_shards=4)
+        _ = (pipeline | beam.Create([_example(i) for i in range(2)])
+             | WriteBalancedTFRecord(output_dir=output, num_shards=4))
     manifest = load_manifest(output)
     assert sorted(s.num_records for s in manifest.shards) == [0, 0, 1, 1]
     listed = {p for p, _ in storage.list_files(f"{output}/**")}
