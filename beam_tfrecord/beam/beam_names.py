@@ -164,7 +164,8 @@ def check_output_free(layout: PrefixLayout) -> None:
                                       "file, where shards cannot go; name a prefix in a folder")
     ours = _published_shards(layout)
     foreign = []
-    for path, _ in storage.list_files(layout.shard_path(layout.names.prefix) + "*"):
+    prefix = layout.names.prefix  # its last letter as a class: a glob's literal part that is a file lists only it
+    for path, _ in storage.list_files(layout.shard_path(f"{prefix[:-1]}[{prefix[-1]}]*")):
         name = split_path(path)[1]
         if split_path(path)[0] == folder and name not in ours and _is_shard_name(layout.names, name):
             foreign.append(path)
