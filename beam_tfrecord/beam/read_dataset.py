@@ -19,12 +19,10 @@ from apache_beam.transforms.core import RestrictionProvider
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.runners import use_fixed_dask_runner, uses_dask_runner
-from beam_tfrecord.beam.serialized_records import Payload
-from beam_tfrecord.beam.write_balanced import PAYLOAD_METADATA_KEY
 from beam_tfrecord.core.framing import HEADER_BYTES, iter_records
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression
-from beam_tfrecord.core.record_schema import RAW_FEATURE
+from beam_tfrecord.core.record_schema import RAW_FEATURE, holds_verbatim_payloads
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import open_dataset, split_path
 from beam_tfrecord.errors import CorruptShardError, ReaderError
@@ -43,7 +41,7 @@ class RecordOutput(enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardTask:
+class RecordRangeTask:
     """One shard to read (records ``start`` to ``stop``; the splittable path starts from the whole shard),
     and about how many bytes a range of it holds."""
 
@@ -89,7 +87,7 @@ def record_offsets(path: str, shard: ShardInfo) -> tuple[int, ...]:
     return offsets
 
 
-def read_records(task: ShardTask, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
+def read_records(task: RecordRangeTask, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
     """``(index, data)`` of records ``start`` to ``stop`` of a shard, both CRCs checked.
 
     Raises:
@@ -117,19 +115,19 @@ class RecordRanges(RestrictionProvider):
     A compressed shard is one range (its records are found by reading from its start).
     """
 
-    def initial_restriction(self, task: ShardTask) -> OffsetRange:
+    def initial_restriction(self, task: RecordRangeTask) -> OffsetRange:
         return OffsetRange(task.start, task.shard.num_records if task.stop is None else task.stop)
 
     def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
         return OffsetRestrictionTracker(restriction)
 
-    def split(self, task: ShardTask, restriction: OffsetRange) -> Iterator[OffsetRange]:
+    def split(self, task: RecordRangeTask, restriction: OffsetRange) -> Iterator[OffsetRange]:
         if task.compression is not Compression.NONE:
             yield restriction
             return
         yield from restriction.split(max(1, int(task.split_bytes / task.record_bytes)))
 
-    def restriction_size(self, task: ShardTask, restriction: OffsetRange) -> float:
+    def restriction_size(self, task: RecordRangeTask, restriction: OffsetRange) -> float:
         return restriction.size() * task.record_bytes
 
 
@@ -138,11 +136,10 @@ class _Decode:
 
     def __init__(self, manifest: Manifest, output: RecordOutput) -> None:
         self._output = output
-        self._verbatim_raw = (manifest.metadata.get(PAYLOAD_METADATA_KEY) == Payload.VERBATIM.value
-                              and manifest.metadata.get("schema_inferred", {}).get("raw_payloads") is True)
+        self._verbatim_raw = holds_verbatim_payloads(manifest.metadata)
         self._decoder = RecordDecoder(manifest.schema)
 
-    def __call__(self, data: bytes, task: ShardTask, index: int) -> Any:
+    def __call__(self, data: bytes, task: RecordRangeTask, index: int) -> Any:
         if self._output is RecordOutput.SERIALIZED:
             return data
         if self._verbatim_raw:
@@ -160,7 +157,7 @@ class ReadRecordRangesFn(beam.DoFn):
         self._decode = decode
         self._ranges = beam.metrics.Metrics.counter(METRICS_NAMESPACE, RANGES_COUNTER)
 
-    def process(self, task: ShardTask,
+    def process(self, task: RecordRangeTask,
                 tracker: OffsetRestrictionTracker = _RECORD_RANGES) -> Iterator[Any]:  # type: ignore[assignment]
         restriction = tracker.current_restriction()
         self._ranges.inc()
@@ -176,7 +173,7 @@ class ReadRangeFn(beam.DoFn):
     def __init__(self, decode: _Decode) -> None:
         self._decode = decode
 
-    def process(self, task: ShardTask) -> Iterator[Any]:
+    def process(self, task: RecordRangeTask) -> Iterator[Any]:
         stop = task.shard.num_records if task.stop is None else task.stop
         for index, data in read_records(task, task.start, stop):
             yield self._decode(data, task, index)
@@ -216,11 +213,11 @@ class ReadTFRecordDataset(beam.PTransform):
             raise ReaderError(f"{path!r} holds {dataset.manifest.file_format.value} shards; ReadTFRecordDataset "
                               "reads TFRecord")
         shards = dataset.manifest.split(split).shards
-        self._tasks = [ShardTask(full, shard, dataset.manifest.compression, split_bytes)
+        self._tasks = [RecordRangeTask(full, shard, dataset.manifest.compression, split_bytes)
                        for shard, full in zip(shards, dataset.shard_paths(split), strict=True)]
         self._decode = _Decode(dataset.manifest, output)
 
-    def planned_ranges(self) -> list[ShardTask]:
+    def planned_ranges(self) -> list[RecordRangeTask]:
         """The ranges read on a runner without splittable DoFns: each shard cut as ``RecordRanges`` cuts it."""
         provider = RecordRanges()
         return [dataclasses.replace(task, start=piece.start, stop=piece.stop) for task in self._tasks

@@ -29,15 +29,12 @@ from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncodin
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
 from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
-from beam_tfrecord.core.record_schema import RAW_FEATURE
+from beam_tfrecord.core.record_schema import PAYLOAD_METADATA_KEY, RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.errors import ShardingError, WriterOptionError
 from beam_tfrecord.spill.run_files import DEFAULT_RUN_BYTES
 
-# The manifest's metadata key saying what the records are (a ``Payload`` value: readers return verbatim raw
-# payloads whole).
-PAYLOAD_METADATA_KEY = "payload"
 # The schema of raw payloads, and of a dataset of no record (what an empty one is published with).
 RAW_SCHEMA = Schema({RAW_FEATURE: Scalar(DType.BYTES)})
 # With num_shards and no max_shard_bytes, a shard may be as large as the data needs (WriteToTFRecord's

@@ -3,6 +3,7 @@ split into record ranges (checked on small shards with a small split size; the 1
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import apache_beam as beam
@@ -90,7 +91,7 @@ def test_a_shard_splits_into_contiguous_ranges_and_a_dynamic_split_reads_each_re
     whole = provider.initial_restriction(task)
     pieces = list(provider.split(task, whole))
     assert len(pieces) > 2 and pieces[0].start == 0 and pieces[-1].stop == task.shard.num_records
-    assert all(a.stop == b.start for a, b in zip(pieces, pieces[1:]))
+    assert all(a.stop == b.start for a, b in itertools.pairwise(pieces))
     assert provider.restriction_size(task, whole) == pytest.approx(task.shard.num_record_bytes)
     tracker = OffsetRestrictionTracker(OffsetRange(0, task.shard.num_records))
     records = []

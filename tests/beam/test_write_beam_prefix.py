@@ -10,9 +10,9 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 import tensorflow as tf
-from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing import test_stream
 
-from beam_tfrecord import WriteBalancedTFRecord, load_manifest, read_numpy, verify_dataset
+from beam_tfrecord import WriteBalancedTFRecord, load_manifest, read_dataset, read_numpy, verify_dataset
 from beam_tfrecord.cli import main as cli_main
 from beam_tfrecord.core import proto
 from beam_tfrecord.errors import OutputPathError, ShardingError, UnboundedInputError, WriterOptionError
@@ -100,6 +100,11 @@ def test_raw_payloads_are_written_byte_for_byte_and_splits_go_into_names(tmp_pat
     assert names == [f"raw-{split}-0000{i}-of-00002" for split in ("test", "train") for i in range(2)]
     written = [r.numpy() for r in tf.data.TFRecordDataset(glob.glob(prefix + "-*"), compression_type="GZIP")]
     assert sorted(written) == sorted(payloads)
+    read = [e["record"] for split in ("train", "test") for e in read_numpy(prefix, split=split)]
+    assert sorted(read) == sorted(payloads)  # whole: verbatim payloads are not parsed as Examples
+    batches = read_dataset(prefix, split="test", batch_size=64)
+    assert sorted(r for batch in batches for r in batch["record"].numpy().tolist()) == sorted(
+        e["record"] for e in read_numpy(prefix, split="test"))
 
 
 @pytest.mark.parametrize("args, options, error, message", [
@@ -130,6 +135,6 @@ def test_a_window_template_is_refused_for_a_bounded_input_and_streams_are_unboun
     writer = WriteBalancedTFRecord(str(tmp_path / "r"), shard_name_template="-W-SSSSS-of-NNNNN")
     with pytest.raises(WriterOptionError, match="W and V name the windows of a streaming write"):
         _ = beam.Pipeline() | beam.Create([b"x"]) | writer
-    stream = beam.Pipeline() | TestStream().add_elements([b"a"])
+    stream = beam.Pipeline() | test_stream.TestStream().add_elements([b"a"])
     with pytest.raises(UnboundedInputError):
         _ = stream | WriteBalancedTFRecord(str(tmp_path / "r"), shard_name_template="-W-SSSSS-of-NNNNN")
