@@ -11,6 +11,7 @@ import importlib
 from typing import Any
 
 from beam_tfrecord._version import __version__
+from beam_tfrecord.beam.tuning import FanIn, WriterTuning
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.infer import infer_array_schema, infer_schema
 from beam_tfrecord.core.manifest import MANIFEST_VERSION, Manifest, ShardInfo, SplitInfo
@@ -71,6 +72,7 @@ __all__ = [
     "Compression",
     "DType",
     "DeadLetter",
+    "FanIn",
     "FileFormat",
     "FileRef",
     "FixedList",
@@ -114,6 +116,7 @@ __all__ = [
     "VarList",
     "WriteBalancedTFRecord",
     "WriteTFRecordDataset",
+    "WriterTuning",
     "__version__",
     "audio_class_names",
     "audio_schema",

@@ -77,6 +77,7 @@ def _child(args: argparse.Namespace) -> None:
         SplitConfig,
         Tensor,
         TensorDType,
+        WriterTuning,
         WriteTFRecordDataset,
     )
     from beam_tfrecord.beam.dask_cluster import wait_for_dask
@@ -94,7 +95,7 @@ def _child(args: argparse.Namespace) -> None:
                        | beam.Map(_blob_chunk, args.blob_dir, args.records))
         _ = samples | WriteTFRecordDataset(args.out, schema=schema, splits=SplitConfig.parse("train=0.9,test=0.1"),
                                            sharding=ShardingConfig(target_shard_bytes=64 << 20),
-                                           fan_in=FanIn.parse(args.fan_in))
+                                           tuning=WriterTuning(fan_in=FanIn.parse(args.fan_in)))
 
     import apache_beam.runners.dask.dask_runner
 

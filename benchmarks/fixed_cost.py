@@ -29,7 +29,7 @@ import time
 
 import apache_beam as beam
 
-from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset
+from beam_tfrecord import DType, Sample, Scalar, Schema, WriterTuning, WriteTFRecordDataset
 from beam_tfrecord.beam.runners.local_workers import LOCAL_WORKERS_ENV, available_cores
 
 SCHEMA = Schema({"id": Scalar(DType.INT64)})
@@ -41,7 +41,7 @@ def build_seconds(out: str, samples: int, local_workers: int | None) -> float:
     start = time.perf_counter()
     with beam.Pipeline() as pipeline:  # Beam's default options, as a user's own pipeline
         _ = (pipeline | beam.Create([[Sample(f"k{i}", {"id": i}) for i in range(samples)]])
-             | WriteTFRecordDataset(out, schema=SCHEMA, local_workers=local_workers))
+             | WriteTFRecordDataset(out, schema=SCHEMA, tuning=WriterTuning(local_workers=local_workers)))
     return time.perf_counter() - start
 
 

@@ -8,7 +8,7 @@ the shard writer reads each file again and builds its record, as an image folder
 ``small``: the rows of one ``.npy`` of random bytes (``ReadNumpyFiles``), spilled whole: the shard
 writer merges them from the runs, a Python loop per record (where the shard phase costs CPU). Each round
 builds the dataset twice on the DirectRunner's worker processes, interleaved: ``whole`` (``shard_writers=1``:
-one writer for the shard, as before pieces) and ``pieces`` (the default: as many writers as workers,
+one writer for the shard, the default) and ``pieces`` (``shard_writers`` = the workers: one piece each,
 then a join). The shard phase is timed from the outside: from the moment the plan step writes the runs'
 catalog (``<temp>/runs/catalog-*.json``: the shard tasks start) to the moment the shard is complete (its
 finished record, ``<temp>/shards/*.finished.json``, written once the shard is whole), both seen by a thread
@@ -82,11 +82,11 @@ def _write_rows(path: str, *, total_mb: int, record_kb: int) -> str:
     return path
 
 
-def _build(out: str, inputs: list[str] | str, *, workers: int, shard_writers: int | None) -> tuple[float, float, list]:
+def _build(out: str, inputs: list[str] | str, *, workers: int, shard_writers: int) -> tuple[float, float, list]:
     """(shard phase s, wall s, [(shard, crc32c, bytes)]) of one build (``inputs``: blob files, or one .npy)."""
     import apache_beam as beam
 
-    from beam_tfrecord import DType, FileRef, Sample, Scalar, Schema, ShardingConfig, WriteTFRecordDataset
+    from beam_tfrecord import DType, FileRef, Sample, Scalar, Schema, ShardingConfig, WriterTuning, WriteTFRecordDataset
     from beam_tfrecord import load_manifest as read_manifest
     from beam_tfrecord.core.infer import infer_array_schema
     from beam_tfrecord.sources.arrays import ReadNumpyFiles, peek_arrays
@@ -104,7 +104,7 @@ def _build(out: str, inputs: list[str] | str, *, workers: int, shard_writers: in
                                                for i, p in enumerate(inputs)][j::64] for j in range(64)])
         _ = (samples
              | WriteTFRecordDataset(out, schema=schema, sharding=ShardingConfig(target_shard_bytes=1 << 40),
-                                    local_workers=workers, shard_writers=shard_writers))
+                                    tuning=WriterTuning(local_workers=workers, shard_writers=shard_writers)))
     wall = time.perf_counter() - began
     watch.stop()
     if watch.start is None or watch.end is None:
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         reference = None
         for variant in ("whole", "pieces") if round_number % 2 == 0 else ("pieces", "whole"):
             phase, wall, shards = _build(os.path.join(args.dir, f"out-{variant}"), inputs, workers=args.workers,
-                                         shard_writers=1 if variant == "whole" else None)
+                                         shard_writers=1 if variant == "whole" else args.workers)
             if reference is not None and shards != reference:
                 raise RuntimeError(f"the {variant} build's shards differ: {shards} != {reference}")
             reference = shards

@@ -70,14 +70,14 @@ def _small(args: argparse.Namespace, out: str) -> int:
     import workloads
     from write_benchmark import _small_samples
 
-    from beam_tfrecord import ClassLabel, Schema, Tensor, TensorDType, WriteTFRecordDataset
+    from beam_tfrecord import ClassLabel, Schema, Tensor, TensorDType, WriterTuning, WriteTFRecordDataset
 
     schema = Schema({"image": Tensor(TensorDType.UINT8, workloads.IMAGE_SHAPE),
                      "label": ClassLabel(tuple(str(i) for i in range(10)))})
     with beam.Pipeline() as pipeline:
         _ = (pipeline | beam.Create(range(workloads.num_chunks(args.records)))
              | beam.Map(_small_samples, args.records)
-             | WriteTFRecordDataset(out, schema=schema, local_workers=1))
+             | WriteTFRecordDataset(out, schema=schema, tuning=WriterTuning(local_workers=1)))
     return args.records
 
 

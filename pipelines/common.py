@@ -33,8 +33,9 @@ from beam_tfrecord.beam.runners.table import (
     uses_dask_runner,
 )
 from beam_tfrecord.beam.shard_pieces import describe_pieces
+from beam_tfrecord.beam.tuning import FanIn, WriterTuning
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
-from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
+from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
@@ -206,12 +207,18 @@ def require_worker_paths(options: PipelineOptions, inputs: Mapping[str, str | No
 
 
 def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], *,
-                workers: LocalWorkersChoice | None = None, **extra) -> WriteTFRecordDataset:
+                workers: LocalWorkersChoice | None = None, progress_dir: str | None = None,
+                shared_filesystem: bool = False, **extra) -> WriteTFRecordDataset:
     """The writer transform configured from the shared options (``workers``: the DirectRunner's worker
-    processes, ``choose_local_workers`` from the options when not given)."""
+    processes, ``choose_local_workers`` from the options when not given); its ``WriterTuning`` from the
+    flags (``--spill_run_mib``, ``--fan_in``, ``--encode_processes``, ``--shard_writers``)."""
     require_output(options)
     if workers is None:
         workers = choose_local_workers(options, requested=None, flags=command)
+    tuning = WriterTuning(
+        spill_run_bytes=options.spill_run_mib * MiB, fan_in=FanIn.parse(options.fan_in), local_workers=workers.workers,
+        encode_processes=options.encode_processes, shared_filesystem=shared_filesystem, progress_dir=progress_dir,
+        shard_writers=1 if options.shard_writers is None else options.shard_writers)
     return WriteTFRecordDataset(
         options.output, schema=schema, dataset_name=options.dataset_name,
         splits=SplitConfig.parse(options.splits),
@@ -220,10 +227,7 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
         compression=Compression.parse(options.compression), file_format=FileFormat.parse(options.file_format),
         dali_index=bool(options.dali_index), salt=options.salt,
         max_rejected_fraction=options.max_rejected_fraction, max_rejected_option=MAX_REJECTED_FLAG,
-        spill_run_bytes=options.spill_run_mib << 20,
-        fan_in=FanIn.parse(options.fan_in), command=redact_command(command),
-        local_workers=workers.workers, shard_writers=options.shard_writers,
-        encode_processes=options.encode_processes, **extra)
+        command=redact_command(command), tuning=tuning, **extra)
 
 
 @contextlib.contextmanager

@@ -1,11 +1,8 @@
 """A job's command line: ``--help`` listing its options by group, and unknown options refused.
 
-Each job declares its options once, as ``PipelineOptions`` subclasses (Beam's way: the same
-classes give Dataflow templates and ``options.view_as`` their fields). ``JobCommand`` puts them
-in named groups for ``--help`` and checks a command line before Beam parses it: Beam keeps any
-option it does not know and carries on, so a typo such as ``--taget_shard_bytes`` used to build
-with the default. An option neither the job nor Beam (runner, Dataflow, Flink, Spark, Dask
-options) defines is now an error naming the option and the closest known one.
+Each job declares its options once, as ``PipelineOptions`` subclasses. ``JobCommand`` groups them for
+``--help`` and, because Beam keeps any option it does not know, refuses one that neither the job nor Beam
+defines, naming the closest known option (docs/command-line.md).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from beam_tfrecord import (
     ShardingConfig,
     SplitConfig,
     VarList,
+    WriterTuning,
     WriteTFRecordDataset,
     load_manifest,
     verify_dataset,
@@ -63,9 +64,9 @@ def _build(out: str, options: list[str], *, direct_io: bool = True, fan_in: FanI
              | beam.Create(range(30))
              | beam.Map(_chunk)
              | WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse(splits),
-                                    sharding=ShardingConfig(target_shard_bytes=60_000), spill_run_bytes=40_000,
-                                    direct_io=direct_io, fan_in=fan_in, max_rejected_fraction=0.05,
-                                    encode_processes=encode_processes))
+                                    sharding=ShardingConfig(target_shard_bytes=60_000), max_rejected_fraction=0.05,
+                                    tuning=WriterTuning(spill_run_bytes=40_000, direct_io=direct_io, fan_in=fan_in,
+                                                        encode_processes=encode_processes)))
 
 
 @pytest.fixture(scope="module")

@@ -18,15 +18,6 @@ PENDING = {
     "beam_tfrecord/beam/dask_cluster.py",
     "beam_tfrecord/beam/dask_runner.py",
     "beam_tfrecord/beam/runners/worker_memory.py",
-    "beam_tfrecord/beam/write_balanced.py",
-    "beam_tfrecord/job/lease.py",
-    "beam_tfrecord/storage/__init__.py",
-    "beam_tfrecord/storage/buffers.py",
-    "beam_tfrecord/storage/direct_io.py",
-    "beam_tfrecord/storage/gcs.py",
-    "beam_tfrecord/versions/input_index.py",
-    "beam_tfrecord/versions/refresh.py",
-    "pipelines/job_options.py",
 }
 
 

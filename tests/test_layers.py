@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import collections
 import pathlib
+import re
 
 import pytest
 
@@ -34,7 +35,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 # Rooms that run without Apache Beam installed (readers, the pure core, the formats...).
 BEAM_FREE = ("errors", "core", "encoding", "formats", "spill", "reader", "dataset", "verify", "describe",
-             "remote_reads", "interop", "job")
+             "remote_reads", "interop", "job", "versions", "storage")
+# The one module of a Beam-free room that imports Beam: storage's fallback for schemes without a backend.
+BEAM_FREE_EXCEPT = ("beam_tfrecord.storage.beam_filesystems",)
 
 Graph = dict[str, set[str]]
 
@@ -179,7 +182,7 @@ def test_no_import_cycles(graph):
 @pytest.mark.parametrize("name", BEAM_FREE)
 def test_beam_free_rooms_never_import_beam(graph, name):
     importers = sorted(module for module, packages in graph[1].items()
-                       if room(module) == name and "apache_beam" in packages)
+                       if room(module) == name and "apache_beam" in packages and module not in BEAM_FREE_EXCEPT)
     assert importers == []
 
 
@@ -199,6 +202,68 @@ def format_members_named(root: pathlib.Path) -> list[str]:
 
 def test_only_formats_name_a_file_format():
     assert format_members_named(REPO) == []
+
+
+CLOUD_CLIENTS = ("google.cloud", "google.api_core", "beam_tfrecord.storage.gcs", "beam_tfrecord.storage.scheme",
+                 "beam_tfrecord.storage.paths.scheme")
+_NAMED_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")  # "://" alone names no store (a remote-path test)
+SCHEME_NAMES = frozenset({"gs", "gcs", "s3", "s3a", "s3n", "az", "abfs", "abfss", "azure", "hdfs", "file", "http",
+                          "https"})
+
+
+def _scheme_literal(node: ast.expr) -> bool:
+    """A string naming a scheme (``"gs"``, ``"s3://"``, ``"gs://bucket"``), or a tuple/list/set of them."""
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_scheme_literal(item) for item in node.elts)
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and (node.value.lower() in SCHEME_NAMES or _NAMED_SCHEME.match(node.value) is not None))
+
+
+def _scheme_branches(tree: ast.AST, module: str, is_package: bool) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found += [f"imports {name}" for name in _imported(node, module, is_package)
+                      if name.startswith(CLOUD_CLIENTS)]
+        elif isinstance(node, ast.Compare) and any(_scheme_literal(side) for side in [node.left, *node.comparators]):
+            found.append(f"compares with a scheme (line {node.lineno})")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "scheme" and isinstance(node.func.value, ast.Name) and node.func.value.id == "storage":
+                found.append(f"calls storage.scheme (line {node.lineno})")
+            elif node.func.attr in ("startswith", "removeprefix") and any(_scheme_literal(arg) for arg in node.args):
+                found.append(f"tests a scheme prefix (line {node.lineno})")
+    return found
+
+
+def scheme_branches_outside_storage(root: pathlib.Path) -> list[str]:
+    """Each cloud-client import, ``storage.scheme`` call or scheme literal test outside ``storage/``, as
+    'module: what': code that branches on the store instead of asking ``storage.backend_for``."""
+    return sorted(f"{name}: {what}" for name, path in _modules(root).items() if room(name) != "storage"
+                  for what in _scheme_branches(ast.parse(path.read_text()), name, path.name == "__init__.py"))
+
+
+def test_only_storage_knows_the_stores():
+    assert scheme_branches_outside_storage(REPO) == []
+
+
+def test_the_store_check_finds_client_imports_scheme_calls_and_scheme_literals(tmp_path):
+    _write(tmp_path, {
+        "beam_tfrecord/storage/__init__.py": "from google.cloud import storage\nok = scheme(p) == 'gs'\n",
+        "beam_tfrecord/job/__init__.py": "",
+        "beam_tfrecord/job/lease.py": ("from google.api_core.exceptions import NotFound\n"
+                                       "from beam_tfrecord.storage import gcs\n"
+                                       "def f(p):\n    return storage.scheme(p) == 'gs'\n"),
+        "beam_tfrecord/job/other.py": ("a = p.startswith('s3://')\nb = kind in ('gs', 'az')\n"
+                                       "c = name == 'train'\nd = p.startswith('/tmp')\ne = '://' in p\n"),
+    })
+    assert scheme_branches_outside_storage(tmp_path) == [
+        "beam_tfrecord.job.lease: calls storage.scheme (line 4)",
+        "beam_tfrecord.job.lease: compares with a scheme (line 4)",
+        "beam_tfrecord.job.lease: imports beam_tfrecord.storage.gcs",
+        "beam_tfrecord.job.lease: imports google.api_core.exceptions.NotFound",
+        "beam_tfrecord.job.other: compares with a scheme (line 2)",
+        "beam_tfrecord.job.other: tests a scheme prefix (line 1)",
+    ]
 
 
 def test_each_constant_is_defined_once():

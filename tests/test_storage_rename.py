@@ -12,7 +12,7 @@ import tempfile
 import apache_beam as beam
 import pytest
 
-from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset, read_numpy, storage
+from beam_tfrecord import DType, Sample, Scalar, Schema, WriterTuning, WriteTFRecordDataset, read_numpy, storage
 
 OTHER_FILESYSTEM = "/dev/shm"
 
@@ -45,6 +45,7 @@ def test_a_dataset_whose_temp_dir_is_on_another_filesystem_is_published(tmp_path
         temp_dir = os.path.join(other, "temp")
         with beam.Pipeline(argv=["--runner=DirectRunner"]) as pipeline:
             _ = (pipeline | beam.Create([Sample(f"k{i}", {"x": i}) for i in range(50)])
-                 | WriteTFRecordDataset(out, schema=Schema({"x": Scalar(DType.INT64)}), temp_dir=temp_dir))
+                 | WriteTFRecordDataset(out, schema=Schema({"x": Scalar(DType.INT64)}),
+                                        tuning=WriterTuning(temp_dir=temp_dir)))
         assert not os.path.exists(temp_dir)  # deleted once published
     assert sorted(int(example["x"]) for example in read_numpy(out)) == list(range(50))

@@ -1,10 +1,9 @@
-"""How a shard's records come together (``FanIn``): the choice by runner, the summary's line on it,
-and what both paths (``spill_path``, ``shuffle_path``) take and give."""
+"""How a shard's records come together: the ``FanIn`` (``beam.tuning``) chosen by runner, the summary's
+line on it, and what both paths (``spill_path``, ``shuffle_path``) take and give."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -12,40 +11,12 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.runners.table import traits_of
+from beam_tfrecord.beam.tuning import FanIn
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.pieces import ShardWriters
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
-from beam_tfrecord.errors import WriterOptionError
-
-
-class FanIn(enum.Enum):
-    """How a shard's records come together.
-
-    SPILL: workers spill hash-sorted runs to storage (the dataset's temp folder, which every
-        worker reaches, as it must for the shards); each shard writer merges its slice of every
-        run. No payload byte goes through the runner's shuffle, so memory stays bounded by the run
-        size on any runner: for runners whose shuffle holds data in memory (the DirectRunner,
-        Prism, the portable runner's embedded job service, Dask). A shard larger than its share of
-        the writers is written in pieces and joined (``beam.shard_pieces``; same bytes).
-    SHUFFLE: records keyed by shard go through the runner's disk-backed shuffle (Dataflow Shuffle,
-        Flink's and Spark's sort-based shuffles); a shard writer reads one group (one writer per
-        shard, never pieces: the group is the shard's records).
-    AUTO: SPILL on runners whose shuffle is in memory (``RunnerTraits.in_memory_shuffle``),
-        SHUFFLE on every other.
-    """
-
-    AUTO = "auto"
-    SPILL = "spill"
-    SHUFFLE = "shuffle"
-
-    @classmethod
-    def parse(cls, text: str) -> "FanIn":
-        try:
-            return cls(text.strip().lower())
-        except ValueError as err:
-            raise WriterOptionError(f"fan_in must be one of {[m.value for m in cls]}, got {text!r}") from err
 
 
 def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:

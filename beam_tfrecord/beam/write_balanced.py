@@ -26,14 +26,14 @@ from beam_tfrecord.beam.beam_names import (
 )
 from beam_tfrecord.beam.prefix_publish import publish_under_prefix
 from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncoding, check_key_fn
+from beam_tfrecord.beam.tuning import WriterTuning
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
-from beam_tfrecord.beam.write import DEFAULT_SALT, FanIn, WriteTFRecordDataset
+from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.record_schema import PAYLOAD_METADATA_KEY, RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.errors import ShardingError, WriterOptionError
-from beam_tfrecord.spill.run_files import DEFAULT_RUN_BYTES
 
 # The schema of raw payloads, and of a dataset of no record (what an empty one is published with).
 RAW_SCHEMA = Schema({RAW_FEATURE: Scalar(DType.BYTES)})
@@ -99,16 +99,13 @@ class WriteBalancedTFRecord(beam.PTransform):
         dataset_name: the name in the manifest (and in ``output_dir``'s shard names and TFDS's metadata).
         max_rejected_fraction: fail (and do not publish) when more than this fraction of records is
             rejected (another element type, a record over the cap, a failing ``key_fn``).
-        fan_in: how a shard's records come together (AUTO: from the runner; see ``FanIn``).
-        spill_run_bytes: records buffered per worker before a sorted run is written (spill path).
-        temp_dir: where runs and unpublished shards go; default a hidden folder beside the output.
-        shared_filesystem: local paths are mounted by every worker (see ``WriteTFRecordDataset``);
-            without it, a runner whose workers may run on other machines refuses local paths
-            with ``LocalPathError``.
         metadata: extra facts to record in the manifest.
         dali_index: also write each shard's NVIDIA DALI index (``<shard>.idx``, listed in the
             manifest); ``output_dir`` and uncompressed shards only (``WriterOptionError``: beside a
             prefix, ``PREFIX-*`` would match the index files).
+        tuning: how the write runs (memory, processes, I/O, temp folder, shared filesystem;
+            ``WriterTuning``), as ``WriteTFRecordDataset``'s. It never changes the bytes written; its
+            ``temp_dir`` defaults to a hidden folder beside the output.
 
     Raises:
         WriterOptionError, ShardingError: at construction, naming the argument out of range.
@@ -124,9 +121,8 @@ class WriteBalancedTFRecord(beam.PTransform):
                  target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES, max_shard_bytes: int | None = None,
                  key_fn: KeyFn | None = None, splits: SplitConfig | str | None = None, salt: str = DEFAULT_SALT,
                  payload: Payload | None = None, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
-                 fan_in: FanIn = FanIn.AUTO, spill_run_bytes: int = DEFAULT_RUN_BYTES, temp_dir: str | None = None,
-                 shared_filesystem: bool = False, metadata: Mapping[str, Any] | None = None,
-                 dali_index: bool = False) -> None:
+                 metadata: Mapping[str, Any] | None = None, dali_index: bool = False,
+                 tuning: WriterTuning | None = None) -> None:
         super().__init__()
         if (file_path_prefix is None) == (output_dir is None):
             raise WriterOptionError(f"give file_path_prefix (files named as WriteToTFRecord names them) or "
@@ -142,7 +138,7 @@ class WriteBalancedTFRecord(beam.PTransform):
                                     f"{triggering_frequency!r}")
         split_config = (SplitConfig.parse(splits) if isinstance(splits, str) else splits) or SplitConfig.single()
         self._encode = encoder_of(coder)
-        self._shared_filesystem = shared_filesystem
+        self._shared_filesystem = tuning is not None and tuning.shared_filesystem
         # Under a prefix: the dataset is written into its staging folder, then takes Beam's names beside it.
         self._layout = None
         target_dir = output_dir or ""
@@ -168,11 +164,10 @@ class WriteBalancedTFRecord(beam.PTransform):
             sharding=sharding_of(num_shards=num_shards, target_shard_bytes=target_shard_bytes,
                                  max_shard_bytes=max_shard_bytes),
             compression=compression_of(compression_type, self._layout), salt=salt,
-            max_rejected_fraction=max_rejected_fraction, spill_run_bytes=spill_run_bytes, fan_in=fan_in,
-            temp_dir=temp_dir, shared_filesystem=shared_filesystem, dali_index=dali_index,
+            max_rejected_fraction=max_rejected_fraction, dali_index=dali_index,
             metadata={**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value},
-            command=("WriteBalancedTFRecord",),
-            encoding=RecordsEncoding(payload, check_key_fn(key_fn)))
+            command=("WriteBalancedTFRecord",), encoding=RecordsEncoding(payload, check_key_fn(key_fn)),
+            tuning=tuning)
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         require_bounded(records, writer=type(self).__name__)
@@ -180,7 +175,8 @@ class WriteBalancedTFRecord(beam.PTransform):
             pipeline = records.pipeline
             remote = remote_workers_reason(type(pipeline.runner).__name__, pipeline.options)
             require_shared_paths({"file_path_prefix": self._layout.file_path_prefix}, remote_reason=remote,
-                                 shared_filesystem=self._shared_filesystem, declare="shared_filesystem=True")
+                                 shared_filesystem=self._shared_filesystem,
+                                 declare="tuning=WriterTuning(shared_filesystem=True)")
         if self._window_error is not None:
             raise self._window_error
         if self._encode is not None:

@@ -1,20 +1,9 @@
 """One writer per output: a build or refresh holds a lease on its output while it runs.
 
-The lease is a small JSON object, ``OUTPUT/.beam-tfrecord.lock`` (for a refresh: on the dataset
-root), created atomically: ``O_CREAT | O_EXCL`` on local filesystems, an upload with the
-precondition ``ifGenerationMatch=0`` ("only if no object exists") on gs://. A second job on the
-same output fails at once with ``OutputLockedError`` naming the holder and when it started.
-
-Staleness rule (a crashed job leaves its lease behind): a lease is taken over when its holder
-ran on this host and its process no longer exists, or when it is older than ``stale_after``
-(default 24 hours: longer than any build should run). ``break_lock=True`` (``--break_lock``)
-takes it over regardless. Taking over replaces the lease only if it is still the one that was
-read (local: compared before the rename; gs://: ``ifGenerationMatch`` of the stale object).
-
-On gs:// every request is retried (``beam_tfrecord.storage.gcs``). A create whose first try succeeded but
-whose answer was lost fails its retry with 412, against our own lease: a 412 is therefore followed
-by a read, and a lease holding exactly the bytes this job wrote (its run id, host, pid and start
-time) is this job's. A delete retried after its first try removed the lease finds nothing: done.
+The lease is ``OUTPUT/.beam-tfrecord.lock`` (a refresh: on the dataset root), a small JSON object made
+with the store's conditional create, so of two jobs exactly one gets it; the other fails at once with
+``OutputLockedError`` naming the holder. A stale lease (dead holder on this host, or older than
+``stale_after``; any with ``break_lock``) is replaced only if unchanged. See docs/operations.md#storage.
 """
 
 from __future__ import annotations
@@ -24,14 +13,11 @@ import datetime
 import json
 import os
 import socket
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from beam_tfrecord import storage
 from beam_tfrecord.errors import OutputLockedError  # defined in errors; still importable from here
-from beam_tfrecord.storage import gcs
-from beam_tfrecord.storage.disk_space import raise_typed_when_full
 
 LEASE_FILENAME = ".beam-tfrecord.lock"
 DEFAULT_STALE_AFTER = datetime.timedelta(hours=24)
@@ -83,70 +69,6 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
-def _create_exclusive(path: str, data: bytes) -> bool:
-    """Creates ``path`` holding ``data`` if it does not exist, atomically; False if it exists."""
-    if storage.scheme(path) == "gs":
-        from google.api_core.exceptions import PreconditionFailed
-
-        try:
-            storage.gcs_blob(path).upload_from_string(data, if_generation_match=0, retry=gcs.retry_policy())
-        except PreconditionFailed:
-            found = _read(path)  # a retry may have met our own first try's lease
-            return found is not None and found[0] == data
-        return True
-    storage.make_dirs(os.path.dirname(path))
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        return False
-    # A disk too full for the lease leaves no empty lease behind (it would look held by nobody readable).
-    with raise_typed_when_full(path, len(data), partial=path), os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    return True
-
-
-def _read(path: str) -> tuple[bytes, int | None] | None:
-    """(content, generation on gs://) of the lease, or None if there is none."""
-    if storage.scheme(path) == "gs":
-        from google.api_core.exceptions import NotFound
-
-        blob = storage.gcs_blob(path)
-        try:
-            data = blob.download_as_bytes(retry=gcs.retry_policy())
-        except NotFound:
-            return None
-        return data, blob.generation
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(), None
-    except FileNotFoundError:
-        return None
-
-
-def _delete_if_same(path: str, content: bytes, generation: int | None) -> None:
-    """Deletes the lease if it is still the one read (``content`` / ``generation``)."""
-    if storage.scheme(path) == "gs":
-        from google.api_core.exceptions import NotFound, PreconditionFailed
-
-        try:
-            storage.gcs_blob(path).delete(if_generation_match=generation, retry=gcs.retry_policy())
-        except (NotFound, PreconditionFailed):
-            pass  # someone else replaced or removed it: the next create decides
-        return
-    # Local: move it aside first, so two jobs taking over the same stale lease cannot both delete a new one.
-    aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"
-    try:
-        os.rename(path, aside)
-    except FileNotFoundError:
-        return
-    with open(aside, "rb") as handle:
-        moved = handle.read()
-    if moved != content and not os.path.exists(path):
-        os.replace(aside, path)  # not the lease we judged stale: put it back
-        return
-    os.remove(aside)
-
-
 @dataclasses.dataclass(frozen=True)
 class Lease:
     """A held lease: its path and holder."""
@@ -156,9 +78,9 @@ class Lease:
 
     def release(self) -> None:
         """Removes the lease if it is still this job's (never another job's that took it over)."""
-        found = _read(self.path)
-        if found is not None and LeaseHolder.from_bytes(found[0]).run_id == self.holder.run_id:
-            _delete_if_same(self.path, found[0], found[1])
+        found = storage.read_versioned(self.path)
+        if found is not None and LeaseHolder.from_bytes(found.data).run_id == self.holder.run_id:
+            storage.delete_if_unchanged(self.path, found)
 
 
 def lease_path(output: str) -> str:
@@ -171,17 +93,17 @@ def acquire(output: str, *, run_id: str, break_lock: bool = False,
     path = lease_path(output)
     me = LeaseHolder.me(run_id)
     for _ in range(3):  # a lease that vanishes or is replaced between our steps: look again
-        if _create_exclusive(path, me.to_bytes()):
+        if storage.create_if_absent(path, me.to_bytes()):
             return Lease(path, me)
-        found = _read(path)
+        found = storage.read_versioned(path)
         if found is None:
             continue
-        holder = LeaseHolder.from_bytes(found[0])
+        holder = LeaseHolder.from_bytes(found.data)
         if not (break_lock or holder.is_stale(stale_after)):
             raise OutputLockedError(output, holder)
-        _delete_if_same(path, found[0], found[1])
-    found = _read(path)
-    raise OutputLockedError(output, LeaseHolder.from_bytes(found[0]) if found else LeaseHolder.me("unknown"))
+        storage.delete_if_unchanged(path, found)
+    found = storage.read_versioned(path)
+    raise OutputLockedError(output, LeaseHolder.from_bytes(found.data) if found else LeaseHolder.me("unknown"))
 
 
 @contextmanager

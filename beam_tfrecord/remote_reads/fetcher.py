@@ -8,11 +8,12 @@ import os
 import threading
 from collections.abc import Sequence
 
+from beam_tfrecord import storage
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.remote_reads.cache import ShardCache
 from beam_tfrecord.remote_reads.fetched import FetchedShard
 from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
-from beam_tfrecord.storage import gcs
+from beam_tfrecord.storage.backend import RangedRead, StorageBackend
 
 
 class ShardFetcher:
@@ -33,7 +34,11 @@ class ShardFetcher:
         self._shards = list(shards)
         self._reads = reads
         self._cache = ShardCache(reads.cache_dir, limit_bytes=reads.cache_limit) if reads.cache_dir else None
-        self._client = gcs.pooled_client(reads.connections)
+        # One ranged reader per store, made once: it keeps ``connections`` connections open per process.
+        self._ranged: dict[StorageBackend, RangedRead] = {}
+        for backend in {storage.backend_for(shard.path) for shard in self._shards}:
+            if backend.fetched_in_ranges:
+                self._ranged[backend] = backend.ranged_reader(reads.connections)
         self._lock = threading.Lock()
         self._pending: dict[tuple[int, int], concurrent.futures.Future[bytes]] = {}
         self._settled: set[tuple[int, int]] = set()  # ranges taken or given up: never requested again
@@ -130,11 +135,9 @@ class ShardFetcher:
         return future
 
     def _download(self, shard: RemoteShard, start: int, size: int) -> bytes:
-        from google.api_core.exceptions import NotFound
-
         try:
-            data = gcs.read_range(shard.path, start, start + size, through=self._client)
-        except NotFound as err:
+            data = self._ranged[storage.backend_for(shard.path)](shard.path, start, start + size)
+        except FileNotFoundError as err:
             raise MissingShardError(shard.path) from err
         if len(data) != size:
             raise CorruptShardError(shard.path, f"bytes {start}..{start + size} of the {shard.num_bytes} the "

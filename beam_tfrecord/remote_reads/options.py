@@ -66,8 +66,8 @@ def reads_with_cache(remote: RemoteReads | None, *, cache_dir: str | None, cache
 
 
 def fetched_remotely(path: str) -> bool:
-    """Whether ``ShardFetcher`` reads this path (``gs://``; other schemes go through ``storage``)."""
-    return storage.scheme(path) == "gs"
+    """Whether ``ShardFetcher`` reads this path (its store serves parallel ranged reads; others: ``storage``)."""
+    return storage.backend_for(path).fetched_in_ranges
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,12 +1,8 @@
-"""Reused page-aligned buffers: memory that is touched once per process, not once per read.
+"""Reused page-aligned buffers: memory touched once per process, not once per read.
 
-A fresh buffer's pages cost their first touch and their unmapping, and on the VMs this project is
-measured on that is the larger part of a direct read: reading 1 GB in 512 KiB ``O_DIRECT`` reads
-from 4 threads took 0.69-0.73 s of kernel CPU into fresh buffers and 0.08 s into reused ones (the
-shard writers merging 3 GB of spill runs paid ~2 s of CPU for it, in ~775,000 page faults). The
-direct reads (``direct_io.RangeReader``) and the ``O_DIRECT`` writers' staging buffers take their
-memory here. ``view`` hands out buffers from a pool, and a buffer is handed out again only once no
-view of it is left, so a caller never sees bytes it holds change, whatever it keeps (``_unexported``).
+The direct reads and the ``O_DIRECT`` writers' staging take their memory here. A buffer is handed out
+again only once no view of it is left, so a caller never sees bytes it holds change. Why (page faults
+measured): docs/performance.md, "Write benchmark, 2026-11-26, later: memory touched once".
 """
 
 from __future__ import annotations

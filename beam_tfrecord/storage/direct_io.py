@@ -1,20 +1,9 @@
 """Page-cache-bypassing (``O_DIRECT``) reads and writes for the writer's big sequential files.
 
-Spill runs are written once and read once; shards are written once and not read again by the
-job. Through the page cache, every byte of them first has to be given a fresh page of memory:
-on the 2-core VMs this project is measured on, that costs ~2.6 s of kernel CPU per GB written
-(``dd bs=4M`` of 3 GB: 8.1 s system time buffered, 0.25 s with ``oflag=direct``), so a job
-that spills 3 GB and writes 3 GB spent more CPU in the kernel than in Python. With ``O_DIRECT``
-the device's DMA moves the bytes and the CPU stays free for encoding. The exceptions are what
-the page cache takes without the kernel starting to write back (``page_cache_takes``): a shard
-of a small dataset, so its job does not wait for the device, and the first spill runs of a job,
-which are read back from memory and deleted before the kernel ever writes them (``spill``).
-
-``O_DIRECT`` needs the buffer address, file offset and length aligned to the device's block
-size. Data is staged in a page-aligned anonymous ``mmap`` and moved in whole blocks; the last
-partial block of a file is written after switching the descriptor back to buffered mode.
-Anything this cannot serve (``gs://``, non-Linux systems, filesystems that refuse ``O_DIRECT``
-such as some tmpfs versions) falls back to the ordinary ``storage`` handles, with the same bytes.
+Data is staged in page-aligned memory and moved in whole blocks; the last partial block is written
+buffered. Anything this cannot serve (remote paths, non-Linux, filesystems refusing ``O_DIRECT``) falls
+back to the ordinary ``storage`` handles with the same bytes. Why and when: docs/performance.md,
+"How a dataset is written" (the page cache is bypassed).
 """
 
 from __future__ import annotations

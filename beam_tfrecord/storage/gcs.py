@@ -1,25 +1,9 @@
-"""``gs://`` through google-cloud-storage: every call with an explicit retry policy and, for writes,
-a precondition that makes the retry safe.
+"""``gs://`` through google-cloud-storage: every call retried, every write with a precondition that makes
+its retry safe.
 
-An object store fails now and then: 429 and 503 answers, dropped connections. Every request here
-is retried by ``google.cloud.storage.retry.DEFAULT_RETRY`` (429, 408, 5xx and connection errors;
-exponential back-off from 1 s, at most 120 s per call), passed explicitly because the library's
-defaults differ between versions and by call: before 3.0 an upload without a precondition was not
-retried at all, and a copy without one still is not. Retrying a write is safe only when doing it
-twice cannot differ from doing it once, so writes carry a precondition:
-
-- an upload (single request or resumable, every chunk) says which generation it replaces:
-  ``ifGenerationMatch=0`` ("must not exist") for a fresh temporary name, else the generation read
-  just before (``open_write``);
-- a copy (a rename's first half) is pinned to the source generation read before it and to the
-  destination generation it replaces; the delete of the source to that same source generation.
-
-The catch: a write can succeed on the server while its answer is lost; the retry then fails its
-precondition (412), because of our own first try. So a failed precondition is checked: when the
-object now holds exactly the bytes this call wrote (same CRC32C and size), the write is done;
-otherwise the 412 is raised. A delete that finds nothing (404) is done too. Reads need no
-precondition: ``download_as_bytes`` and ``BlobReader`` retry each range, resuming a cut download
-where it stopped.
+A retry that fails its precondition (412) may have met its own first try, whose answer was lost: it
+is done when the object holds exactly the bytes this call wrote. A delete that finds nothing is done.
+Why, and the table of calls and preconditions: docs/operations.md#retries-and-preconditions.
 """
 
 from __future__ import annotations
@@ -283,13 +267,49 @@ def delete(path: str) -> None:
         pass
 
 
-def list_objects(bucket: str, prefix: str) -> list[tuple[str, int]]:
-    """(name, size) of every object under ``prefix``; each page request is retried."""
-    return [(found.name, int(found.size or 0))
-            for found in client().list_blobs(bucket, prefix=prefix, retry=retry_policy())]
+def list_blobs(bucket: str, prefix: str) -> list[Any]:
+    """Every ``Blob`` under ``prefix`` (name, size, generation, update time); each page request is retried."""
+    return list(client().list_blobs(bucket, prefix=prefix, retry=retry_policy()))
 
 
-def list_generations(bucket: str, prefix: str) -> list[tuple[str, int, int]]:
-    """(name, size, generation) of every object under ``prefix``: a new generation is new content."""
-    return [(found.name, int(found.size or 0), int(found.generation))
-            for found in client().list_blobs(bucket, prefix=prefix, retry=retry_policy())]
+def get_blob(path: str) -> Any | None:
+    """The ``Blob`` at ``path`` with its metadata; None if there is none."""
+    bucket, name = split(path)
+    return client().bucket(bucket).get_blob(name, retry=retry_policy())
+
+
+def create_if_absent(path: str, data: bytes) -> bool:
+    """Creates ``path`` holding ``data`` if no object is there (``ifGenerationMatch=0``); whether this call did.
+
+    A 412 is followed by a read: exactly ``data`` there is this call's own first try (its answer lost).
+    """
+    try:
+        blob(path).upload_from_string(data, if_generation_match=0, retry=retry_policy())
+    except Exception as err:
+        if not _precondition_failed(err):
+            raise
+        found = read_with_generation(path)
+        return found is not None and found[0] == data
+    return True
+
+
+def read_with_generation(path: str) -> tuple[bytes, int | None] | None:
+    """(bytes, generation) of the object at ``path``; None if there is none."""
+    from google.api_core.exceptions import NotFound
+
+    target = blob(path)
+    try:
+        data = target.download_as_bytes(retry=retry_policy())
+    except NotFound:
+        return None
+    return data, (int(target.generation) if target.generation is not None else None)
+
+
+def delete_if_generation(path: str, generation: int | None) -> None:
+    """Deletes ``path`` only if it is still that generation; replaced (412) or gone (404): left alone."""
+    from google.api_core.exceptions import NotFound, PreconditionFailed
+
+    try:
+        blob(path).delete(if_generation_match=generation, retry=retry_policy())
+    except (NotFound, PreconditionFailed):
+        pass

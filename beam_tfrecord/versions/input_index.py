@@ -1,17 +1,9 @@
 """A version's input index: every input it was built from, with a content token, and how it was encoded.
 
-An incremental refresh (``beam_tfrecord.versions.incremental``) compares the inputs now with the index of
-the version it starts from: an input whose key and token are unchanged keeps its record. The
-index is written into the version's folder before the writer runs (``input_index.json``; the
-manifest, written last, still decides whether the version is complete).
-
-Content tokens come from the listing, never from reading the files: ``"<size>:<mtime ns>"`` for a
-local file, ``"<size>:g<generation>"`` for a ``gs://`` object (every upload makes a new
-generation). A file rewritten with the same size inside the filesystem's mtime resolution looks
-unchanged: the limit of a listing-based fingerprint (use ``--force`` after such an edit).
-
-The index is read back as untrusted input: ``InputIndexError`` for anything malformed, and the
-caller then builds in full.
+An incremental refresh (``versions.incremental``) keeps the record of an input whose key and token are
+unchanged. Tokens come from the store's listing, never from reading files (a same-size rewrite within the
+mtime resolution looks unchanged: use ``--force``). The index is read back as untrusted input:
+``InputIndexError`` for anything malformed. See docs/operations.md#storage.
 """
 
 from __future__ import annotations
@@ -19,13 +11,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beam_tfrecord import storage
 from beam_tfrecord.errors import InputIndexError
-from beam_tfrecord.storage import gcs
 
 INPUT_INDEX_FILENAME = "input_index.json"
 INPUT_INDEX_FORMAT = "beam-tfrecord-input-index"
@@ -101,24 +91,12 @@ def encoding_digest(*, schema_json: Mapping[str, Any], transforms: Mapping[str, 
 
 
 def content_tokens(root: str) -> dict[str, str]:
-    """{full path: content token} of every file under ``root`` (local or ``gs://``), from one listing."""
+    """{full path: content token} of every file under ``root``, from one listing (``storage.list_details``)."""
     base = root.rstrip("/") + "/"
-    if storage.scheme(base) == "gs":
-        bucket, prefix = gcs.split(base)
-        return {f"gs://{bucket}/{name}": f"{size}:g{generation}"
-                for name, size, generation in gcs.list_generations(bucket, prefix)}
-    if storage.is_remote(base):
+    if not storage.backend_for(base).lists_tokens:
         raise InputIndexError(base, "incremental refresh lists local folders and gs:// only")
-    tokens = {}
-    for folder, _, names in os.walk(base):
-        for name in names:
-            path = os.path.join(folder, name)
-            try:
-                stat = os.stat(path)
-            except OSError:  # a dangling link: no token, so it is always read (and rejected) again
-                continue
-            tokens[path] = f"{stat.st_size}:{stat.st_mtime_ns}"
-    return tokens
+    listed = storage.list_details(storage.glob_escape(base) + "**")  # escaped: a folder named "a[1]" is itself
+    return {found.path: found.token for found in listed if found.token is not None}
 
 
 def index_inputs(inputs: Sequence[tuple[str, str]], tokens: Mapping[str, str], encoding: str) -> InputIndex:

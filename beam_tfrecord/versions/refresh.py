@@ -1,31 +1,10 @@
 """Scheduled refresh: versioned dataset roots, input fingerprints, the LATEST pointer, retention.
 
-Layout (see ``beam_tfrecord.dataset``)::
-
-    ROOT/LATEST                        the id of the newest complete version
-    ROOT/versions/<id>/manifest.json   written last by the writer: the version is complete
-    ROOT/versions/<id>/...             shards (and, while building, the writer's temp folder)
-    ROOT/versions/<id>/superseded.json when it stopped being LATEST (written when LATEST moves on)
-
-One refresh: fingerprint the inputs at launch (path, size, update time of every file) ->
-compare with the fingerprint stored in the LATEST version's manifest -> nothing to do, or build
-into a new ``versions/<id>/`` -> replace LATEST in one step, and record in the old LATEST when it
-stopped being LATEST -> delete versions beyond the newest ``keep_versions`` that stopped being
-LATEST at least ``min_version_age`` ago. A crash at any point leaves LATEST naming a complete
-version (or no LATEST at all), because LATEST is written only after the version's manifest, to
-a temporary name that is then renamed over the old pointer.
-
-Runs of one root must not overlap (a scheduler runs one at a time); retention deletes
-unfinished versions older than LATEST, which only an abandoned run leaves.
-
-Why a minimum age: a reader resolves the root to a version once (``open_dataset``) and reads
-that version's shards for its whole epoch. Deleting a version as soon as it falls out of the
-newest ``keep_versions`` would pull the shards from under a training job that opened it before
-one or two refreshes (Delta Lake's VACUUM and Iceberg's snapshot expiry keep files for a
-retention period for the same reason). The clock starts when the version stopped being LATEST,
-not when it was built: a version LATEST for a month is as likely to be in use as a new one. A
-version found old without that record (a run killed between moving LATEST and writing it, or a
-root written before this rule) gets the record then, so its clock starts late, never early.
+One refresh: fingerprint the inputs (path, size, update time of every file, as storage lists them) ->
+skip if LATEST was built from the same -> else build ``ROOT/versions/<id>/`` -> replace LATEST in one
+step -> delete old versions that stopped being LATEST at least ``min_version_age`` ago. Invariant:
+LATEST always names a complete version (or there is none). Runs of one root must not overlap.
+Layout, and why a minimum age: docs/operations.md#storage.
 """
 
 from __future__ import annotations
@@ -39,8 +18,6 @@ import logging
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
-
-from apache_beam.io.filesystems import FileSystems
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.durations import format_duration
@@ -114,10 +91,8 @@ class InputFingerprint:
 
 def list_input_files(patterns: Sequence[str]) -> list[InputFile]:
     """Every file matching the glob patterns (local or ``gs://``), with size and update time."""
-    files = {}
-    for result in FileSystems.match(list(patterns)):
-        for meta in result.metadata_list:
-            files[meta.path] = InputFile(meta.path, int(meta.size_in_bytes), float(meta.last_updated_in_seconds))
+    files = {found.path: InputFile(found.path, found.size_bytes, found.updated_seconds)
+             for pattern in patterns for found in storage.list_details(pattern)}
     return sorted(files.values(), key=lambda f: f.path)
 
 

@@ -11,7 +11,7 @@ import socket
 import apache_beam as beam
 import pytest
 
-from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset
+from beam_tfrecord import DType, Sample, Scalar, Schema, WriterTuning, WriteTFRecordDataset
 from beam_tfrecord.errors import EncodePoolError, WriterOptionError
 
 SCHEMA = Schema({"id": Scalar(DType.INT64)})
@@ -20,7 +20,7 @@ SCHEMA = Schema({"id": Scalar(DType.INT64)})
 @pytest.mark.parametrize("processes", [0, -2])
 def test_encode_processes_below_one_is_an_option_error(processes, tmp_path):
     with pytest.raises(WriterOptionError, match="encode_processes must be >= 1"):
-        WriteTFRecordDataset(str(tmp_path), schema=SCHEMA, encode_processes=processes)
+        WriterTuning(encode_processes=processes)
 
 
 def test_a_pool_process_that_dies_fails_the_build_and_publishes_nothing(tmp_path):
@@ -36,7 +36,7 @@ def test_a_pool_process_that_dies_fails_the_build_and_publishes_nothing(tmp_path
     with pytest.raises(Exception) as raised:
         with beam.Pipeline(argv=["--runner=DirectRunner"]) as pipeline:
             _ = (pipeline | beam.Create(samples)
-                 | WriteTFRecordDataset(out, schema=SCHEMA, encode_processes=2,
+                 | WriteTFRecordDataset(out, schema=SCHEMA, tuning=WriterTuning(encode_processes=2),
                                         feature_transforms={"id": die_in_the_pool}))
     assert "EncodePoolError" in repr(raised.value) or isinstance(raised.value, EncodePoolError)
     assert "exited (code -9)" in str(raised.value)
@@ -45,7 +45,8 @@ def test_a_pool_process_that_dies_fails_the_build_and_publishes_nothing(tmp_path
 
 def _build(out: str, samples: list[list[Sample]], processes: int) -> dict[str, bytes]:
     with beam.Pipeline(argv=["--runner=DirectRunner"]) as pipeline:
-        _ = pipeline | beam.Create(samples) | WriteTFRecordDataset(out, schema=SCHEMA, encode_processes=processes)
+        _ = (pipeline | beam.Create(samples)
+             | WriteTFRecordDataset(out, schema=SCHEMA, tuning=WriterTuning(encode_processes=processes)))
     return {name: open(os.path.join(out, name), "rb").read() for name in sorted(os.listdir(out))
             if name.startswith("data-")}
 

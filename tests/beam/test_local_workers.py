@@ -12,7 +12,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
-from beam_tfrecord import DType, Sample, Scalar, Schema, WriteTFRecordDataset, read_numpy
+from beam_tfrecord import DType, Sample, Scalar, Schema, WriterTuning, WriteTFRecordDataset, read_numpy
 from beam_tfrecord.beam.runners.local_engine import (
     LocalBatchRunner,
     error_from_worker,
@@ -78,7 +78,7 @@ def test_a_bad_environment_value_is_an_option_error(text, message, monkeypatch):
 
 def test_local_workers_below_one_is_an_option_error(tmp_path):
     with pytest.raises(WriterOptionError, match="local_workers must be >= 1, got 0"):
-        WriteTFRecordDataset(str(tmp_path), schema=SCHEMA, local_workers=0)
+        WriterTuning(local_workers=0)
 
 
 def _build(out: str, pids: str, *, local_workers: int | None) -> tuple[beam.Pipeline, dict[str, bytes]]:
@@ -91,7 +91,7 @@ def _build(out: str, pids: str, *, local_workers: int | None) -> tuple[beam.Pipe
     pipeline = beam.Pipeline()  # a user's pipeline with Beam's default options
     with pipeline:
         _ = (pipeline | beam.Create(samples)
-             | WriteTFRecordDataset(out, schema=SCHEMA, local_workers=local_workers,
+             | WriteTFRecordDataset(out, schema=SCHEMA, tuning=WriterTuning(local_workers=local_workers),
                                     feature_transforms={"id": note_pid}))
     return pipeline, {name: open(os.path.join(out, name), "rb").read() for name in sorted(os.listdir(out))
                       if name.startswith("data-")}

@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
-from beam_tfrecord import DType, FileRef, Sample, Scalar, Schema, WriteTFRecordDataset, load_manifest, storage
+from beam_tfrecord import (
+    DType,
+    FileRef,
+    Sample,
+    Scalar,
+    Schema,
+    WriterTuning,
+    WriteTFRecordDataset,
+    load_manifest,
+    storage,
+)
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, describe_pieces, join_pieces
 from beam_tfrecord.beam.shards import ShardTarget
@@ -36,14 +46,15 @@ def blob_files(tmp_path_factory) -> list[str]:
     return paths
 
 
-def _build(out: str, paths: list[str], *, local_workers: int, shard_writers: int | None = None,
+def _build(out: str, paths: list[str], *, local_workers: int, shard_writers: int = 1,
            splits: SplitConfig | None = None, dali_index: bool = False) -> dict[str, object]:
     """Builds the dataset; its counters, and the job summary's line on pieces (``summary``)."""
     pipeline = beam.Pipeline(argv=["--runner=DirectRunner"])
     _ = (pipeline
          | beam.Create([Sample(os.path.basename(p), {"blob": FileRef(p), "index": i}) for i, p in enumerate(paths)])
          | WriteTFRecordDataset(out, schema=SCHEMA, sharding=ONE_SHARD, splits=splits, dali_index=dali_index,
-                                local_workers=local_workers, shard_writers=shard_writers, min_piece_bytes=256 << 10))
+                                tuning=WriterTuning(local_workers=local_workers, shard_writers=shard_writers,
+                                                    min_piece_bytes=256 << 10)))
     result = pipeline.run()
     result.wait_until_finish()
     counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
@@ -165,6 +176,6 @@ def test_pieces_per_shard_gives_each_writer_a_share(shard_bytes, writers, expect
 
 def test_shard_writers_are_checked():
     with pytest.raises(WriterOptionError, match="shard_writers must be >= 1, got 0"):
-        WriteTFRecordDataset("/tmp/never-written", schema=SCHEMA, shard_writers=0)
+        WriterTuning(shard_writers=0)
     with pytest.raises(WriterOptionError, match="min_piece_bytes must be >= 1, got 0"):
         ShardWriters(2, 0)

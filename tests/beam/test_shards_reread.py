@@ -18,6 +18,7 @@ from beam_tfrecord import (
     Scalar,
     Schema,
     ShardingConfig,
+    WriterTuning,
     WriteTFRecordDataset,
     load_manifest,
     verify_dataset,
@@ -55,7 +56,7 @@ def _build(out: str, paths: list[str], reread_min_bytes: int, *, sizes: dict[str
          | beam.Create([Sample(os.path.basename(p), {"blob": FileRef(p, sizes.get(p)), "index": i})
                         for i, p in enumerate(paths)])
          | WriteTFRecordDataset(out, schema=schema, sharding=ShardingConfig(target_shard_bytes=1_000_000),
-                                reread_min_bytes=reread_min_bytes))
+                                tuning=WriterTuning(reread_min_bytes=reread_min_bytes)))
     result = pipeline.run()
     result.wait_until_finish()
     counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]

@@ -13,7 +13,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord import DType, Scalar, Schema, WriteBalancedTFRecord, WriteTFRecordDataset
+from beam_tfrecord import DType, Scalar, Schema, WriteBalancedTFRecord, WriterTuning, WriteTFRecordDataset
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
 from beam_tfrecord.errors import LocalPathError
 from pipelines import build_from_arrays, build_from_manifest, build_image_dataset, refresh_image_dataset
@@ -74,16 +74,18 @@ SCHEMA = Schema({"id": Scalar(DType.INT64)})
 
 
 @pytest.mark.parametrize("make_writer, role", [
-    (lambda out, **kw: WriteTFRecordDataset(out, schema=SCHEMA, **kw), "output_dir"),
-    (lambda out, **kw: WriteBalancedTFRecord(output_dir=out, **kw), "output_dir"),
-    (lambda out, **kw: WriteBalancedTFRecord(out, **kw), "file_path_prefix"),
-    (lambda out, **kw: WriteTFRecordDataset("gs://b/out", schema=SCHEMA, temp_dir=out, **kw), "temp_dir"),
+    (lambda out, **kw: WriteTFRecordDataset(out, schema=SCHEMA, tuning=WriterTuning(**kw)), "output_dir"),
+    (lambda out, **kw: WriteBalancedTFRecord(output_dir=out, tuning=WriterTuning(**kw)), "output_dir"),
+    (lambda out, **kw: WriteBalancedTFRecord(out, tuning=WriterTuning(**kw)), "file_path_prefix"),
+    (lambda out, **kw: WriteTFRecordDataset("gs://b/out", schema=SCHEMA, tuning=WriterTuning(temp_dir=out, **kw)),
+     "temp_dir"),
 ], ids=["WriteTFRecordDataset", "WriteBalancedTFRecord", "WriteBalancedTFRecord-prefix", "temp_dir"])
 def test_library_transforms_refuse_local_paths_when_the_pipeline_is_built(tmp_path, make_writer, role):
     out = str(tmp_path / "ds")
     pipeline = beam.Pipeline(runner="FlinkRunner", options=PipelineOptions(["--flink_master=[local]"]))
     with pytest.raises(LocalPathError, match=rf"^{role} '{out}' is a local path, but the FlinkRunner's workers run on "
-                                             r"other machines: .* say so with shared_filesystem=True$"):
+                                             r"other machines: .* say so with "
+                                             r"tuning=WriterTuning\(shared_filesystem=True\)$"):
         _ = pipeline | beam.Create([1]) | make_writer(out)
     _ = pipeline | "Declared" >> beam.Create([1]) | "Shared" >> make_writer(out, shared_filesystem=True)  # built
     assert not Path(out).exists()

@@ -25,6 +25,7 @@ from beam_tfrecord import (
     Schema,
     VarList,
     WriteBalancedTFRecord,
+    WriterTuning,
     load_manifest,
     read_numpy,
     verify_dataset,
@@ -78,10 +79,10 @@ def builds(tmp_path_factory, dask_address) -> dict[str, str]:
     root = tmp_path_factory.mktemp("balanced")
     dask = ["--runner=beam_tfrecord.beam.dask_runner.DaskRunner", f"--dask_client_address={dask_address}"]
     plans = {
-        "direct-spill": dict(records=RECORDS, fan_in=FanIn.SPILL, spill_run_bytes=20_000),
-        "direct-shuffle": dict(records=RECORDS, fan_in=FanIn.SHUFFLE),
+        "direct-spill": dict(records=RECORDS, tuning=WriterTuning(fan_in=FanIn.SPILL, spill_run_bytes=20_000)),
+        "direct-shuffle": dict(records=RECORDS, tuning=WriterTuning(fan_in=FanIn.SHUFFLE)),
         "tf-protos": dict(records=[tf.train.Example.FromString(r) for r in RECORDS]),
-        "dask-spill": dict(records=RECORDS, options=dask, spill_run_bytes=20_000),
+        "dask-spill": dict(records=RECORDS, options=dask, tuning=WriterTuning(spill_run_bytes=20_000)),
         # (Dask with fan_in=SHUFFLE gives the same shards too, but its joins cost ~40 s of fixed overhead
         # here, for samples as for records: tests/runners/test_runner_parity.py covers that path.)
     }

@@ -22,6 +22,7 @@ from beam_tfrecord import (
     ShardingConfig,
     TFRecordIterableDataset,
     WriteBalancedTFRecord,
+    WriterTuning,
     WriteTFRecordDataset,
     load_manifest,
     read_dataset,
@@ -62,7 +63,7 @@ def test_write_balanced_takes_a_windowed_input_as_one_dataset(tmp_path, fan_in):
     out = str(tmp_path / "ds")
     with beam.Pipeline() as pipeline:
         _ = (_in_windows(pipeline, [_example(i) for i in range(30)])
-             | WriteBalancedTFRecord(output_dir=out, fan_in=fan_in))
+             | WriteBalancedTFRecord(output_dir=out, tuning=WriterTuning(fan_in=fan_in)))
     assert _ids(out) == list(range(30))
     assert load_manifest(out).num_written == 30
 
@@ -72,7 +73,7 @@ def test_write_dataset_takes_a_windowed_input_as_one_dataset(tmp_path, fan_in):
     out = str(tmp_path / "ds")
     with beam.Pipeline() as pipeline:
         _ = (_in_windows(pipeline, [Sample(f"k{i}", {"id": i}) for i in range(30)])
-             | WriteTFRecordDataset(out, schema=SCHEMA, fan_in=fan_in))
+             | WriteTFRecordDataset(out, schema=SCHEMA, tuning=WriterTuning(fan_in=fan_in)))
     assert _ids(out) == list(range(30))
 
 
@@ -230,7 +231,8 @@ def test_a_record_larger_than_a_shards_share_leaves_num_shards_files_the_others_
     big.features.feature["blob"].bytes_list.value.append(bytes(5_000))
     with beam.Pipeline() as pipeline:
         _ = (pipeline | beam.Create([big.SerializeToString()])
-             | WriteBalancedTFRecord(output_dir=out, num_shards=4, target_shard_bytes=1_000, fan_in=fan_in))
+             | WriteBalancedTFRecord(output_dir=out, num_shards=4, target_shard_bytes=1_000,
+                                       tuning=WriterTuning(fan_in=fan_in)))
     manifest = load_manifest(out)
     assert [(s.index, s.num_records) for s in manifest.shards] == [(0, 1), (1, 0), (2, 0), (3, 0)]
     note = "3 of its 4 shards are empty files: 1 record cannot fill 4 shards (a shard holds whole records)"
@@ -264,7 +266,7 @@ def test_the_progress_display_waits_only_for_the_shards_that_hold_records(tmp_pa
     with beam.Pipeline() as pipeline:
         _ = (pipeline | beam.Create([Sample("k0", {"id": 0})])
              | WriteTFRecordDataset(str(tmp_path / "ds"), schema=SCHEMA, sharding=ShardingConfig(num_shards=4),
-                                    progress_dir=str(progress)))
+                                    tuning=WriterTuning(progress_dir=str(progress))))
     counts = read_progress(str(progress))
     assert (counts.shards_written, counts.num_shards_planned) == (1, 1)  # not 1 of 4: no ETA left at the end
 

@@ -26,6 +26,7 @@ from beam_tfrecord import (
     Schema,
     ShardingConfig,
     SplitConfig,
+    WriterTuning,
     WriteTFRecordDataset,
     load_manifest,
 )
@@ -72,7 +73,8 @@ class _PeakTreeRss:
 
 def _build(out: str, options: list[str], elements: int) -> None:
     writer = WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse("train=0.9,test=0.1"),
-                                  sharding=ShardingConfig(target_shard_bytes=64 * MiB), spill_run_bytes=8 * MiB)
+                                  sharding=ShardingConfig(target_shard_bytes=64 * MiB),
+                                  tuning=WriterTuning(spill_run_bytes=8 * MiB))
     with job_pipeline(PipelineOptions(options)) as pipeline:
         _ = pipeline | beam.Create(list(range(elements))) | beam.Map(incompressible_records) | writer
 

@@ -15,7 +15,7 @@ import pytest
 import resume_job
 from kills import files_exist, kill_when
 
-from beam_tfrecord import load_manifest
+from beam_tfrecord import WriterTuning, load_manifest
 from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex, make_record_entry, write_run
 from beam_tfrecord.errors import ResumeMismatchError, WriterOptionError
 from beam_tfrecord.spill.resume import (
@@ -126,7 +126,7 @@ def test_resume_needs_what_makes_it_safe(tmp_path: Path) -> None:
         WriteTFRecordDataset(str(tmp_path), schema=resume_job.SCHEMA, resume=True)
     with pytest.raises(WriterOptionError):
         WriteTFRecordDataset(str(tmp_path), schema=resume_job.SCHEMA, resume=True, inputs_identity="x",
-                             fan_in=FanIn.SHUFFLE)
+                             tuning=WriterTuning(fan_in=FanIn.SHUFFLE))
 
 
 def test_the_job_resumes_with_resume_and_says_what_it_reused(tmp_path: Path) -> None:

@@ -1,0 +1,142 @@
+"""Local paths (no scheme): the ``os`` module. Writes make their parent folders.
+
+Content tokens are ``"<size>:<mtime ns>"``, stored in existing input indexes: never change them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import uuid
+from typing import BinaryIO
+
+from beam_tfrecord.storage.backend import StorageBackend, StoredFile, VersionedBytes
+from beam_tfrecord.storage.disk_space import raise_typed_when_full
+from beam_tfrecord.storage.paths import glob_regex, literal_prefix
+
+
+def _make_parent(path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+
+def _stored(path: str, stat: os.stat_result) -> StoredFile:
+    return StoredFile(path, stat.st_size, stat.st_mtime, f"{stat.st_size}:{stat.st_mtime_ns}")
+
+
+class LocalBackend(StorageBackend):
+    """This machine's files."""
+
+    is_local = True
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def open_read(self, path: str) -> BinaryIO:
+        return open(path, "rb")
+
+    def read_bytes(self, path: str) -> bytes:
+        with open(path, "rb", buffering=0) as handle:
+            return handle.readall()
+
+    def open_write(self, path: str) -> BinaryIO:
+        _make_parent(path)
+        return open(path, "wb")
+
+    def list_files(self, pattern: str, *, include_broken: bool = False) -> list[tuple[str, int]]:
+        return [(path, size) for path, size, _ in _listed(pattern, include_broken=include_broken)]
+
+    def list_details(self, pattern: str) -> list[StoredFile]:
+        return [_stored(path, stat) for path, _, stat in _listed(pattern, include_broken=False) if stat]
+
+    def stat(self, path: str) -> StoredFile | None:
+        try:
+            return _stored(path, os.stat(path))
+        except OSError:
+            return None
+
+    def delete(self, path: str) -> None:
+        if os.path.lexists(path):
+            os.remove(path)
+
+    def delete_tree(self, directory: str) -> None:
+        if os.path.isdir(directory):
+            shutil.rmtree(directory)
+
+    def make_dirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)  # exist_ok: two jobs may make it at once
+
+    def rename(self, source: str, destination: str) -> bool:
+        _make_parent(destination)
+        try:
+            os.replace(source, destination)
+        except OSError as err:
+            if err.errno == errno.EXDEV:  # another filesystem: the caller copies
+                return False
+            raise
+        return True
+
+    def copy(self, source: str, destination: str) -> None:
+        _make_parent(destination)
+        shutil.copyfile(source, destination)  # the kernel copies (copy_file_range / sendfile)
+
+    def create_if_absent(self, path: str, data: bytes) -> bool:
+        self.make_dirs(os.path.dirname(path) or ".")
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        # A disk too full leaves no empty file behind (it would read as nobody's).
+        with raise_typed_when_full(path, len(data), partial=path), os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return True
+
+    def read_versioned(self, path: str) -> VersionedBytes | None:
+        try:
+            with open(path, "rb") as handle:
+                return VersionedBytes(handle.read(), None)
+        except FileNotFoundError:
+            return None
+
+    def delete_if_unchanged(self, path: str, read: VersionedBytes) -> None:
+        # Moved aside first, so two callers deleting the same file cannot both delete a new one.
+        aside = f"{path}.stale-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return
+        with open(aside, "rb") as handle:
+            moved = handle.read()
+        if moved != read.data and not os.path.exists(path):
+            os.replace(aside, path)  # not the one read: put it back
+            return
+        os.remove(aside)
+
+
+def _listed(pattern: str, *, include_broken: bool) -> list[tuple[str, int, os.stat_result | None]]:
+    """(path, size, stat) of the files matching ``pattern``, sorted; unsizable ones (-1, None) if asked."""
+    literal = literal_prefix(pattern)
+    regex = glob_regex(pattern)
+    if os.path.isfile(literal) or os.path.islink(literal):
+        candidates = [literal]
+    else:
+        root = literal if literal.endswith(os.sep) or os.path.isdir(literal) else os.path.dirname(literal)
+        candidates = [os.path.join(folder, name) for folder, _, names in os.walk(root or ".") for name in names]
+        if not root:  # a pattern relative to the working directory: match "x.csv", not "./x.csv"
+            candidates = [os.path.relpath(path) for path in candidates]
+    out: list[tuple[str, int, os.stat_result | None]] = []
+    for path in candidates:
+        if not _matches(regex, path):
+            continue
+        try:
+            stat = os.stat(path)
+            out.append((path, stat.st_size, stat))
+        except OSError:
+            if include_broken:
+                out.append((path, -1, None))
+    return sorted(out, key=lambda found: found[0])
+
+
+def _matches(regex: re.Pattern[str], path: str) -> bool:
+    return regex.fullmatch(path) is not None
