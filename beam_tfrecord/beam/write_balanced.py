@@ -1,12 +1,9 @@
-"""WriteBalancedTFRecord: the drop-in for ``beam.io.WriteToTFRecord``, with size-balanced shards.
+"""WriteBalancedTFRecord: the drop-in for ``beam.io.WriteToTFRecord``, with size-balanced shards and a manifest.
 
-``WriteToTFRecord(prefix, num_shards=N)`` (how TFX ExampleGen, Transform and the tutorials end) has
-no size control (``FileBasedSink.max_bytes_per_shard`` is not passed on), and its fixed shard count
-puts every record through a GroupByKey. ``WriteBalancedTFRecord`` takes its whole signature and writes
-the same files under the same names, through ``WriteTFRecordDataset`` (byte-balanced shards, a
-manifest); ``output_dir=`` writes a dataset directory instead (TFDS's names and metadata). Only the
-encode stage differs (``beam_tfrecord.beam.serialized_records``), and the published schema is the one
-every record fits (``beam_tfrecord.core.record_schema``). Names and layout: ``beam.beam_names``.
+It takes ``WriteToTFRecord``'s whole signature and writes the same files under the same names (``beam_names``;
+``output_dir=`` writes a dataset directory instead), through ``WriteTFRecordDataset``: only the encode stage differs
+(``serialized_records``), and the published schema is the one every record fits (``core.record_schema``). See
+docs/inputs.md, "From a pipeline that ends in beam.io.WriteToTFRecord".
 """
 
 from __future__ import annotations
@@ -138,7 +135,7 @@ class WriteBalancedTFRecord(beam.PTransform):
                                     f"{triggering_frequency!r}")
         split_config = (SplitConfig.parse(splits) if isinstance(splits, str) else splits) or SplitConfig.single()
         self._encode = encoder_of(coder)
-        self._shared_filesystem = tuning is not None and tuning.shared_filesystem
+        self._shared_filesystem = isinstance(tuning, WriterTuning) and tuning.shared_filesystem  # else: its error
         # Under a prefix: the dataset is written into its staging folder, then takes Beam's names beside it.
         self._layout = None
         target_dir = output_dir or ""
