@@ -1,6 +1,8 @@
-"""Finding and loading a published dataset's manifest: a dataset directory, or a versioned root's LATEST version.
+"""Finding and loading a published dataset's manifest: a dataset directory, a versioned root's LATEST version,
+a Beam ``file_path_prefix`` (shards beside it, manifest in ``.PREFIX.beam-tfrecord/``) or a manifest's path.
 
-A reader given a root never sees a half-written version. See docs/operations.md, "Scheduled refresh".
+A reader given a root never sees a half-written version. See docs/operations.md, "Scheduled refresh", and
+docs/inputs.md, "Files named by a Beam prefix".
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ import re
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
-from beam_tfrecord.errors import DatasetNotFoundError, LatestPointerError
+from beam_tfrecord.errors import DatasetNotFoundError, LatestPointerError, ManifestError
 
 LATEST_FILENAME = "LATEST"
 VERSIONS_DIRNAME = "versions"
 # 20260131T020000.000Z-1a2b3c (UTC, milliseconds; ids without milliseconds are read too): sorts by time.
 VERSION_ID_PATTERN = re.compile(r"\d{8}T\d{6}(?:\.\d{3})?Z-[0-9a-f]{6}")
-
+# A dataset written under a Beam prefix keeps its manifest and metadata in ``FOLDER/.PREFIX.beam-tfrecord/``:
+# hidden, so no consumer's glob (``PREFIX-*``, ``PREFIX*``, ``FOLDER/*``) sees it.
+PREFIX_METADATA_SUFFIX = ".beam-tfrecord"
 
 
 def version_dir(root: str, version_id: str) -> str:
@@ -41,15 +45,62 @@ def read_latest(root: str) -> str | None:
     return text
 
 
+def split_path(path: str) -> tuple[str, str]:
+    """``(folder, last part)`` of a local or remote path (``("gs://b/out", "result")``); folder ``""`` for none."""
+    stripped = path.rstrip("/")
+    folder, _, name = stripped.rpartition("/")
+    return (folder + "/" if folder.endswith(":/") or (not folder and stripped.startswith("/")) else folder), name
+
+
+def prefix_metadata_dir(file_path_prefix: str) -> str:
+    """``FOLDER/.PREFIX.beam-tfrecord``: where the manifest and metadata of a prefix's shards go."""
+    folder, name = split_path(file_path_prefix)
+    return storage.join(folder, f".{name}{PREFIX_METADATA_SUFFIX}") if folder else f".{name}{PREFIX_METADATA_SUFFIX}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Location:
+    """Where the manifest of the dataset a path names is (it may not exist), and its shards' folder."""
+
+    manifest_path: str
+    shards_dir: str
+    version: str | None = None  # the version LATEST names, for a versioned root
+
+
+def _locate(path: str) -> _Location:
+    if split_path(path)[1] == MANIFEST_FILENAME:
+        folder, name = split_path(split_path(path)[0])
+        in_prefix_dir = name.startswith(".") and name.endswith(PREFIX_METADATA_SUFFIX)
+        return _Location(path, folder if in_prefix_dir else split_path(path)[0])
+    latest = read_latest(path)
+    if latest is not None:
+        return _Location(storage.join(version_dir(path, latest), MANIFEST_FILENAME), version_dir(path, latest), latest)
+    in_dir = storage.join(path, MANIFEST_FILENAME)
+    beside = storage.join(prefix_metadata_dir(path), MANIFEST_FILENAME)
+    if not storage.exists(in_dir) and storage.exists(beside):
+        return _Location(beside, split_path(path)[0])
+    return _Location(in_dir, path)
+
+
+def _check_location(location: _Location, manifest: Manifest) -> None:
+    """A manifest naming its shards by a prefix sits in that prefix's folder; a dataset directory's does not."""
+    name = split_path(split_path(location.manifest_path)[0])[1]
+    expected = None if manifest.shard_naming is None else f".{manifest.shard_naming.prefix}{PREFIX_METADATA_SUFFIX}"
+    if expected is not None and name != expected:
+        raise ManifestError(f"manifest {location.manifest_path!r} names shards by the prefix "
+                            f"{manifest.shard_naming.prefix!r}, so it must be in a folder {expected!r}")  # type: ignore[union-attr]
+    if expected is None and name.startswith(".") and name.endswith(PREFIX_METADATA_SUFFIX):
+        raise ManifestError(f"manifest {location.manifest_path!r} in a prefix's folder has no shard_naming")
+
+
 def resolve_dataset_dir(path: str) -> str:
-    """The directory that holds the manifest: ``path`` itself, or its latest version for a root.
+    """The folder of the dataset's shards: ``path`` itself, its latest version for a root, the folder of a
+    Beam prefix, or the folder of a manifest's path.
 
     Raises:
         LatestPointerError: when ``path`` is a root whose LATEST is corrupt.
     """
-    latest = read_latest(path)
-    return path if latest is None else version_dir(path, latest)
-
+    return _locate(path).shards_dir
 
 @dataclasses.dataclass(frozen=True)
 class LoadedDataset:
@@ -58,14 +109,21 @@ class LoadedDataset:
     in between.
 
     Attributes:
-        path: the path the caller gave (a dataset directory or a versioned root).
-        directory: the directory the manifest was read from (``path`` itself, or a version of it).
+        path: the path the caller gave (a dataset directory, a versioned root, a Beam prefix, a manifest).
+        directory: the directory of the shards (``path`` itself, a version of it, or a prefix's folder).
         manifest: the manifest.
+        metadata_dir: the manifest's folder, where its dead letters are (None: ``directory``).
     """
 
     path: str
     directory: str
     manifest: Manifest
+    metadata_dir: str | None = None
+
+    def dead_letters_path(self) -> str | None:
+        """The dead-letter file's path, or None when nothing was rejected."""
+        name = self.manifest.dead_letters
+        return None if name is None else storage.join(self.metadata_dir or self.directory, name)
 
     def shard_paths(self, split: str) -> list[str]:
         """Full paths of a split's shards, in index order."""
@@ -73,21 +131,24 @@ class LoadedDataset:
 
 
 def open_dataset(path: str) -> LoadedDataset:
-    """Loads the manifest of the dataset at ``path`` (a dataset directory or a versioned root:
-    its latest version); only a manifest makes a dataset.
+    """Loads the manifest of the dataset at ``path`` (a dataset directory, a versioned root: its latest
+    version, a Beam ``file_path_prefix`` its shards were written under, or the manifest's path); only a
+    manifest makes a dataset.
 
     Raises:
         DatasetNotFoundError: no manifest at ``path``.
         LatestPointerError: ``path`` is a root whose LATEST is corrupt or names a version without a manifest.
     """
-    resolved = resolve_dataset_dir(path)
-    manifest_path = storage.join(resolved, MANIFEST_FILENAME)
-    if not storage.exists(manifest_path):
-        if resolved != path:
-            raise LatestPointerError(path, f"names {resolved!r}, which has no {MANIFEST_FILENAME}")
+    location = _locate(path)
+    if not storage.exists(location.manifest_path):
+        if location.version is not None:
+            raise LatestPointerError(path, f"names {location.shards_dir!r}, which has no {MANIFEST_FILENAME}")
         raise DatasetNotFoundError(f"no published dataset at {path!r}: {MANIFEST_FILENAME} is missing "
-                                   "(a build that did not finish leaves none)")
-    return LoadedDataset(path, resolved, Manifest.loads(storage.read_bytes(manifest_path)))
+                                   f"(in it, or in {prefix_metadata_dir(path)!r} for a Beam prefix; a build that "
+                                   "did not finish leaves none)")
+    manifest = Manifest.loads(storage.read_bytes(location.manifest_path))
+    _check_location(location, manifest)
+    return LoadedDataset(path, location.shards_dir, manifest, split_path(location.manifest_path)[0])
 
 
 def load_manifest(dataset_dir: str) -> Manifest:

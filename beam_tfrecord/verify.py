@@ -8,7 +8,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.dali_index import DaliIndexBuilder
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
+from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats import ShardCount, ShardReader, shard_format
 
@@ -30,8 +30,8 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
         MissingShardError: naming the first listed shard (or DALI index) that is not on storage.
         CorruptShardError: naming the first shard (and offset, for framing errors) that fails.
     """
-    dataset_dir = resolve_dataset_dir(dataset_dir)  # a refresh root means its latest complete version
-    manifest = load_manifest(dataset_dir)
+    dataset = open_dataset(dataset_dir)  # a refresh root means its latest complete version; a Beam prefix, its shards
+    dataset_dir, manifest = dataset.directory, dataset.manifest
     file_format = shard_format(manifest.file_format)
     records = 0
     for shard in manifest.shards:

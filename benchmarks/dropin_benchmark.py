@@ -1,5 +1,5 @@
 """The drop-in, measured: ``beam.io.WriteToTFRecord(prefix, num_shards=N)`` against
-``WriteBalancedTFRecord(dir, num_shards=N)`` on the same serialized Examples, DirectRunner.
+``WriteBalancedTFRecord(prefix, num_shards=N)`` on the same serialized Examples, DirectRunner.
 
     python benchmarks/dropin_benchmark.py                        # 100k records of 0.2-6 KB, 8 shards
     python benchmarks/dropin_benchmark.py --records 20000 --repeats 1   # quicker
@@ -62,13 +62,13 @@ def run_child(variant: str, args: argparse.Namespace) -> None:
         if variant == "write_to_tfrecord":
             _ = records | beam.io.WriteToTFRecord(os.path.join(args.out, "data"), num_shards=args.shards)
         else:
-            _ = records | WriteBalancedTFRecord(args.out, num_shards=args.shards)
+            _ = records | WriteBalancedTFRecord(os.path.join(args.out, "data"), num_shards=args.shards)  # same names
     print(json.dumps({"seconds": time.perf_counter() - start}))
 
 
 def _shard_sizes(out: str) -> list[int]:
     return [os.path.getsize(os.path.join(out, name)) for name in os.listdir(out)
-            if "tfrecord" in name or name.startswith("data-")]
+            if name.startswith("data-")]  # both write PREFIX-SSSSS-of-NNNNN
 
 
 def main() -> None:

@@ -20,7 +20,8 @@ NAMES = (
     "PathOutsideRootError", "SourceError", "ImageDecodeError", "ReaderError", "IncompatibleSchemasError",
     "MissingShardError", "FeatureTransformError", "RefreshError", "LatestPointerError", "OutputLockedError",
     "AudioDecodeError", "InputChangedError", "ClusterStalledError", "InputIndexError", "DurationError",
-    "DiskFullError"
+    "DiskFullError",
+    "OutputPathError",  # added with WriteBalancedTFRecord's file_path_prefix (issue 47)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 

@@ -46,11 +46,15 @@ class Payload(enum.Enum):
     EXAMPLE: every record must be an Example or SequenceExample; another is a dead letter.
     RAW: every record is a raw payload (for serialized protos of other types, which may happen to
         parse as an Example).
+    VERBATIM: every record is written byte for byte, as ``WriteToTFRecord`` writes it (any consumer of
+        the files reads back what was given); Examples give the schema, and a dataset holding any
+        other record has the raw payloads' schema, its records returned whole (not parsed).
     """
 
     AUTO = "auto"
     EXAMPLE = "example"
     RAW = "raw"
+    VERBATIM = "verbatim"
 
 
 def record_bytes(element: Any) -> bytes | None:
@@ -119,7 +123,7 @@ class RecordEntryMaker:
                 error = SampleError(key, None, "a serialized tf.train.Example or SequenceExample (payload=EXAMPLE)",
                                     f"{len(data)} bytes starting {data[:8]!r}")
                 return DeadLetter.from_error(key, Stage.VALIDATE, error)
-            data, shape = wrap_raw(data), RAW_SHAPE
+            data, shape = (data if self._payload is Payload.VERBATIM else wrap_raw(data)), RAW_SHAPE
         size = framed_size(len(data))
         if size > self._max_record_bytes:
             error = SampleError(key, None, f"a record of at most {self._max_record_bytes} bytes (the hard shard-size "

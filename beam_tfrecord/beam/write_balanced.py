@@ -1,10 +1,9 @@
 """WriteBalancedTFRecord: the drop-in for ``beam.io.WriteToTFRecord``, with size-balanced shards and a manifest.
 
-``WriteToTFRecord(prefix, num_shards=N)`` has no size control and puts every record through a GroupByKey; this
-writes the same records through ``WriteTFRecordDataset`` (only the encode stage differs: ``serialized_records``)
-and publishes the schema every record fits (``beam_tfrecord.core.record_schema``). Limits: the output is a dataset
-directory, not a file prefix; compression is none or GZIP (TFDS reads uncompressed shards only); SequenceExample
-records are read back by this project's readers, not TFDS.
+It takes ``WriteToTFRecord``'s whole signature and writes the same files under the same names (``beam_names``;
+``output_dir=`` writes a dataset directory instead), through ``WriteTFRecordDataset``: only the encode stage differs
+(``serialized_records``), and the published schema is the one every record fits (``core.record_schema``). See
+docs/inputs.md, "From a pipeline that ends in beam.io.WriteToTFRecord".
 """
 
 from __future__ import annotations
@@ -15,34 +14,29 @@ from typing import Any
 import apache_beam as beam
 
 from beam_tfrecord.beam.batch_input import require_bounded
+from beam_tfrecord.beam.beam_names import (
+    check_output_free,
+    compression_of,
+    encoder_of,
+    prefix_layout,
+    window_template_error,
+)
+from beam_tfrecord.beam.prefix_publish import publish_under_prefix
 from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncoding, check_key_fn
 from beam_tfrecord.beam.tuning import WriterTuning
+from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
 from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
-from beam_tfrecord.core.record_schema import RAW_FEATURE
+from beam_tfrecord.core.record_schema import PAYLOAD_METADATA_KEY, RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.errors import ShardingError, WriterOptionError
 
 # The schema of raw payloads, and of a dataset of no record (what an empty one is published with).
 RAW_SCHEMA = Schema({RAW_FEATURE: Scalar(DType.BYTES)})
-# Beam's compression names (``apache_beam.io.filesystem.CompressionTypes``, plain strings) that a
-# TFRecord reader opens; AUTO means "from the file name", and shard names here have no suffix to go by.
-_BEAM_COMPRESSION = {"auto": Compression.NONE, "uncompressed": Compression.NONE, "gzip": Compression.GZIP}
 # With num_shards and no max_shard_bytes, a shard may be as large as the data needs (WriteToTFRecord's
 # behaviour); still a cap, so that a single oversized record is refused rather than planned.
 _NUM_SHARDS_CAP_BYTES = 1 << 40
-
-
-def parse_compression(compression_type: str | Compression) -> Compression:
-    """``Compression``, or Beam's ``CompressionTypes`` name (``auto``, ``uncompressed``, ``gzip``)."""
-    if isinstance(compression_type, Compression):
-        return compression_type
-    found = _BEAM_COMPRESSION.get(str(compression_type).strip().lower()) if isinstance(compression_type, str) else None
-    if found is None:
-        raise WriterOptionError(f"compression_type must be a Compression or one of {sorted(_BEAM_COMPRESSION)} "
-                                f"(Beam's CompressionTypes that TFRecord readers open), got {compression_type!r}")
-    return found
 
 
 def sharding_of(*, num_shards: int, target_shard_bytes: int, max_shard_bytes: int | None) -> ShardingConfig:
@@ -57,71 +51,134 @@ def sharding_of(*, num_shards: int, target_shard_bytes: int, max_shard_bytes: in
 
 
 class WriteBalancedTFRecord(beam.PTransform):
-    """Writes serialized records (or ``tf.train.Example`` protos) as a dataset of size-balanced shards.
+    """Writes serialized records (or ``tf.train.Example`` protos) as size-balanced shards with a manifest.
 
-    Input: a PCollection of ``bytes`` (serialized ``Example``/``SequenceExample``, or any payload)
-    or of protobuf messages such as ``tf.train.Example`` (serialized deterministically; bytes need
-    no TensorFlow on the workers), bounded, in any windows (written as one dataset; an unbounded
-    input is an ``UnboundedInputError`` when the pipeline is built). Output: a PCollection holding
-    the published ``Manifest``.
+    ``WriteToTFRecord``'s arguments (positional or keyword) mean what they mean there, and the shards
+    carry the names it gives them (``PREFIX-00000-of-00004``), so every consumer's ``PREFIX-*`` keeps
+    working; the manifest goes to ``FOLDER/.PREFIX.beam-tfrecord/``, which that glob does not match, and
+    every reader of this project opens the dataset from the prefix. ``output_dir=`` writes a dataset
+    directory instead (shards ``NAME-SPLIT.tfrecord-SSSSS-of-NNNNN``, TFDS's metadata).
 
-    Records that are Examples (or SequenceExamples) are written byte for byte, and the manifest's
-    schema is inferred from all of them; other records are raw payloads, each stored inside an
-    Example with one bytes feature ``record`` (what every reader then returns). See
-    ``beam_tfrecord.core.record_schema`` for the inference rules.
+    Input: a PCollection of ``bytes`` or protobuf messages (serialized deterministically), or of any
+    element ``coder`` encodes; bounded, in any windows (one dataset of all of them; an unbounded input
+    is an ``UnboundedInputError`` when the pipeline is built). Output: a PCollection holding the
+    published ``Manifest``. The manifest's schema is inferred from the records that are Examples
+    (``beam_tfrecord.core.record_schema``); see ``payload`` for the others.
 
     Args:
-        output_dir: dataset directory (local or ``gs://``); WriteToTFRecord's prefix becomes a folder.
-        num_shards: shards per split, as WriteToTFRecord's; 0 (its default) sizes them by
-            ``target_shard_bytes`` (at least one). With a count and no ``max_shard_bytes`` shards are
-            not capped. As WriteToTFRecord writes ``num_shards`` files, so does this, whatever the
-            input: the shards the records cannot fill (no input, fewer records than shards, a
-            record larger than a shard's share) are empty files, and a warning says so.
-        compression_type: ``Compression`` or Beam's ``CompressionTypes`` name: ``auto`` (uncompressed:
-            shard names carry no suffix), ``uncompressed`` or ``gzip``.
+        file_path_prefix: the files' prefix, as WriteToTFRecord's (local or ``gs://``). Its folder
+            must not be a file, and no file another job wrote may hold a name its shards take
+            (``OutputPathError``, at construction).
+        coder: encodes each element into its record (``ProtoCoder(tf.train.Example)``); None or
+            ``BytesCoder`` (Beam's default) takes bytes and protobuf messages as they are.
+        file_name_suffix: the shards' suffix (``.tfrecord.gz``).
+        num_shards: shards per split; 0 (the default) sizes them by ``target_shard_bytes``. With a
+            count and no ``max_shard_bytes`` shards are not capped; shards the records cannot fill
+            are empty files (a warning says so), as WriteToTFRecord writes ``num_shards`` files.
+        shard_name_template: Beam's (None: ``-SSSSS-of-NNNNN``; ``''``: one file named by the prefix
+            and suffix). ``W`` and ``V`` (windows of a streaming write) are refused for a bounded input.
+        compression_type: ``Compression`` or Beam's ``CompressionTypes`` name: ``auto`` (from the
+            shards' names: ``.gz`` GZIP, ``.deflate`` ZLIB), ``uncompressed``, ``gzip``, ``deflate``.
+        triggering_frequency: WriteToTFRecord's, for unbounded inputs, which this writer refuses;
+            like Beam, it changes nothing for a bounded one.
+        output_dir: a dataset directory to write instead of files under a prefix (not with
+            ``file_name_suffix`` or ``shard_name_template``).
         target_shard_bytes: aim for shards of about this many (uncompressed, framed) bytes.
         max_shard_bytes: hard cap per shard (default twice the target); a larger record is a dead letter.
         key_fn: the element's stable key (``element -> str``): it decides the record's split and
             place. None places records by a salted hash of their bytes (equal records together).
-        splits: ``SplitConfig`` or its text (``train=0.9,test=0.1``); default all in ``train``.
+        splits: ``SplitConfig`` or its text (``train=0.9,test=0.1``); default all in ``train``. Under a
+            prefix with several splits, names carry the split (``PREFIX-train-00000-of-00004``).
         salt: hash salt; the same salt and keys give the same splits and order.
-        payload: what the records are (``Payload.AUTO``: Examples kept, anything else raw).
-        dataset_name: the name in shard file names (and TFDS's dataset name).
+        payload: what the records are. None: ``Payload.VERBATIM`` under a prefix (every record
+            written byte for byte, as WriteToTFRecord does), ``Payload.AUTO`` in ``output_dir``
+            (other records than Examples stored inside an Example with one bytes feature ``record``).
+        dataset_name: the name in the manifest (and in ``output_dir``'s shard names and TFDS's metadata).
         max_rejected_fraction: fail (and do not publish) when more than this fraction of records is
             rejected (another element type, a record over the cap, a failing ``key_fn``).
         metadata: extra facts to record in the manifest.
         dali_index: also write each shard's NVIDIA DALI index (``<shard>.idx``, listed in the
-            manifest), as ``WriteTFRecordDataset``'s; uncompressed shards only (``WriterOptionError``).
+            manifest); ``output_dir`` and uncompressed shards only (``WriterOptionError``: beside a
+            prefix, ``PREFIX-*`` would match the index files).
         tuning: how the write runs (memory, processes, I/O, temp folder, shared filesystem;
-            ``WriterTuning``), as ``WriteTFRecordDataset``'s. It never changes the bytes written.
+            ``WriterTuning``), as ``WriteTFRecordDataset``'s. It never changes the bytes written; its
+            ``temp_dir`` defaults to a hidden folder beside the output.
 
     Raises:
-        WriterOptionError, ShardingError: at construction, for options out of range.
+        WriterOptionError, ShardingError: at construction, naming the argument out of range.
+        OutputPathError: at construction, for a prefix whose folder is a file or files in the way.
         RecordSchemaError: when the job publishes, for Examples that share no schema (a feature
             holding int64 values in some records and floats in others); nothing is published.
     """
 
-    def __init__(self, output_dir: str, *, num_shards: int = 0, compression_type: str | Compression = "auto",
+    def __init__(self, file_path_prefix: str | None = None, coder: beam.coders.Coder | None = None,
+                 file_name_suffix: str = "", num_shards: int = 0, shard_name_template: str | None = None,
+                 compression_type: str | Compression = "auto", triggering_frequency: int | None = None, *,
+                 output_dir: str | None = None,
                  target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES, max_shard_bytes: int | None = None,
                  key_fn: KeyFn | None = None, splits: SplitConfig | str | None = None, salt: str = DEFAULT_SALT,
-                 payload: Payload = Payload.AUTO, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
+                 payload: Payload | None = None, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
                  metadata: Mapping[str, Any] | None = None, dali_index: bool = False,
                  tuning: WriterTuning | None = None) -> None:
         super().__init__()
-        if not isinstance(payload, Payload):
+        if (file_path_prefix is None) == (output_dir is None):
+            raise WriterOptionError(f"give file_path_prefix (files named as WriteToTFRecord names them) or "
+                                    f"output_dir (a dataset directory), one of them; got {file_path_prefix!r} "
+                                    f"and {output_dir!r}")
+        if not isinstance(payload, (Payload, type(None))):
             raise WriterOptionError(f"payload must be a Payload ({[p.name for p in Payload]}), got {payload!r}")
         if not isinstance(splits, (SplitConfig, str, type(None))):
             raise WriterOptionError(f"splits must be a SplitConfig or its text, got {splits!r}")
+        if triggering_frequency is not None and (isinstance(triggering_frequency, bool) or not isinstance(
+                triggering_frequency, (int, float)) or triggering_frequency <= 0):
+            raise WriterOptionError(f"triggering_frequency must be a number of seconds > 0 or None, got "
+                                    f"{triggering_frequency!r}")
+        split_config = (SplitConfig.parse(splits) if isinstance(splits, str) else splits) or SplitConfig.single()
+        self._encode = encoder_of(coder)
+        self._shared_filesystem = isinstance(tuning, WriterTuning) and tuning.shared_filesystem  # else: its error
+        # Under a prefix: the dataset is written into its staging folder, then takes Beam's names beside it.
+        self._layout = None
+        target_dir = output_dir or ""
+        if file_path_prefix is not None:
+            if dali_index:
+                raise WriterOptionError("dali_index: beside a file_path_prefix, PREFIX-* would match the index "
+                                        "files (<shard>.idx); write them with output_dir=")
+            self._layout = prefix_layout(file_path_prefix, file_name_suffix=file_name_suffix,
+                                         shard_name_template=shard_name_template, splits=split_config)
+            if shard_name_template == "" and num_shards not in (0, 1):
+                raise WriterOptionError(f"num_shards: shard_name_template '' names one file, got num_shards "
+                                        f"{num_shards!r}")
+            check_output_free(self._layout)
+            target_dir = self._layout.staging_dir
+        elif file_name_suffix or shard_name_template is not None:
+            raise WriterOptionError("file_name_suffix and shard_name_template name files under a file_path_prefix; "
+                                    "output_dir's shards are named NAME-SPLIT.tfrecord-SSSSS-of-NNNNN")
+        self._window_error = window_template_error(shard_name_template)
+        payload = payload or (Payload.AUTO if self._layout is None else Payload.VERBATIM)
         self._write = WriteTFRecordDataset(
-            output_dir, schema=RAW_SCHEMA, dataset_name=dataset_name,
-            splits=SplitConfig.parse(splits) if isinstance(splits, str) else splits,
+            target_dir, schema=RAW_SCHEMA,
+            dataset_name=dataset_name, splits=split_config,
             sharding=sharding_of(num_shards=num_shards, target_shard_bytes=target_shard_bytes,
                                  max_shard_bytes=max_shard_bytes),
-            compression=parse_compression(compression_type), salt=salt,
-            max_rejected_fraction=max_rejected_fraction, metadata=metadata, dali_index=dali_index,
+            compression=compression_of(compression_type, self._layout), salt=salt,
+            max_rejected_fraction=max_rejected_fraction, dali_index=dali_index,
+            metadata={**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value},
             command=("WriteBalancedTFRecord",), encoding=RecordsEncoding(payload, check_key_fn(key_fn)),
             tuning=tuning)
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         require_bounded(records, writer=type(self).__name__)
-        return records | "WriteDataset" >> self._write
+        if self._layout is not None:  # named as the caller gave it, before the writer names its staging folder
+            pipeline = records.pipeline
+            remote = remote_workers_reason(type(pipeline.runner).__name__, pipeline.options)
+            require_shared_paths({"file_path_prefix": self._layout.file_path_prefix}, remote_reason=remote,
+                                 shared_filesystem=self._shared_filesystem,
+                                 declare="tuning=WriterTuning(shared_filesystem=True)")
+        if self._window_error is not None:
+            raise self._window_error
+        if self._encode is not None:
+            records = records | "Encode" >> beam.Map(self._encode)  # bytes, as the coder gives them
+        manifest = records | "WriteDataset" >> self._write
+        if self._layout is None:
+            return manifest
+        return manifest | "PublishUnderPrefix" >> beam.Map(publish_under_prefix, self._layout)

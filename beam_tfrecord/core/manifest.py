@@ -11,8 +11,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from beam_tfrecord.core.manifest_checks import check_manifest_json, parse_file_format
-from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
+from beam_tfrecord.core.manifest_checks import check_manifest_json, parse_file_format, parse_shard_naming
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, PrefixShardNames
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, SchemaError, UnknownSplitError
 
@@ -100,6 +100,9 @@ class Manifest:
         run_id: the writing job's run id; publication executed again finds its own manifest by it.
         file_format: how records are stored in the shards (TFRecord, or ArrayRecord for random
             access). Absent from manifests written before ArrayRecord, which are TFRecord.
+        shard_naming: for a dataset written under a Beam ``file_path_prefix``, how its shards are named
+            (``PrefixShardNames``); the shards then sit in the folder that holds the manifest's folder
+            (``beam_tfrecord.dataset``). None (absent from the JSON) for a dataset directory.
         version: manifest format version.
     """
 
@@ -118,6 +121,7 @@ class Manifest:
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     run_id: str | None = None
     file_format: FileFormat = DEFAULT_FILE_FORMAT
+    shard_naming: PrefixShardNames | None = None
     version: int = MANIFEST_VERSION
 
     def __post_init__(self) -> None:
@@ -146,6 +150,8 @@ class Manifest:
             # that predate the field, and an older reader refuses any other (unknown field) instead
             # of misreading its shards.
             data["file_format"] = self.file_format.value
+        if self.shard_naming is not None:  # as file_format: absent for a dataset directory, refused by older readers
+            data["shard_naming"] = self.shard_naming.to_json()
         return data
 
     def _json_fields(self) -> dict[str, Any]:
@@ -196,7 +202,8 @@ class Manifest:
                 num_inputs=int(data["num_inputs"]), num_rejected=int(data["num_rejected"]),
                 dead_letters=data.get("dead_letters"), salt=data["salt"], sharding=dict(data["sharding"]),
                 metadata=dict(data.get("metadata", {})), run_id=data.get("run_id"),
-                file_format=parse_file_format(data), version=int(data["version"]),
+                file_format=parse_file_format(data), shard_naming=parse_shard_naming(data),
+                version=int(data["version"]),
             )
         except ManifestError:
             raise

@@ -13,7 +13,7 @@ from typing import Any
 from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
 from beam_tfrecord.core.framing import FRAMING_BYTES
-from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, PrefixShardNames, ShardName
 from beam_tfrecord.errors import ManifestError, ShardNameError
 
 MAX_NAME_CHARS = 255  # a file name on every common filesystem and a GCS object name's last part
@@ -24,7 +24,8 @@ _SHARD_FIELDS = {"filename", "split", "index", "num_records", "num_bytes", "num_
 _OPTIONAL_SHARD_FIELDS = {"dali_index"}
 _TOP_FIELDS = {"version", "dataset_name", "created_at", "tool_version", "command", "compression", "num_inputs",
                "num_written", "num_rejected", "dead_letters", "salt", "sharding", "schema", "splits", "metadata",
-               "run_id", "file_format"}
+               "run_id", "file_format", "shard_naming"}
+_NAMING_FIELDS = {"prefix": str, "template": str, "suffix": str, "split_in_name": bool}
 
 
 def _fail(path: str, expected: str, value: Any) -> ManifestError:
@@ -57,6 +58,20 @@ def parse_file_format(data: Mapping[str, Any]) -> FileFormat:
         raise _fail("file_format", f"one of {[f.value for f in FileFormat]}", value) from None
 
 
+def parse_shard_naming(data: Mapping[str, Any]) -> PrefixShardNames | None:
+    """The manifest's ``shard_naming`` (a dataset under a Beam prefix), or None for a dataset directory."""
+    value = data.get("shard_naming")
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) != set(_NAMING_FIELDS) \
+            or any(type(value[k]) is not t for k, t in _NAMING_FIELDS.items()):
+        raise _fail("shard_naming", f"an object of {sorted(_NAMING_FIELDS)} (strings, split_in_name a bool)", value)
+    try:
+        return PrefixShardNames(**value)
+    except ShardNameError as err:
+        raise _fail("shard_naming", f"a Beam file name prefix, template and suffix ({err})", value) from err
+
+
 def plain_file_name(value: Any, path: str) -> str:
     """``value`` if it names a file directly inside the dataset directory; ManifestError otherwise."""
     if (not isinstance(value, str) or not 0 < len(value) <= MAX_NAME_CHARS or not _PLAIN_NAME.fullmatch(value)
@@ -66,8 +81,30 @@ def plain_file_name(value: Any, path: str) -> str:
     return value
 
 
+def _check_shard_name(filename: str, path: str, *, dataset: str, split: str, index: int, count: int,
+                      compression: Compression, file_format: FileFormat, naming: PrefixShardNames | None) -> None:
+    """The name the writer gives shard ``index`` of ``count`` in ``split``, or ManifestError."""
+    if naming is not None:
+        try:
+            expected = naming.format(split, index, count)
+        except ShardNameError as err:
+            raise _fail(path, f"a shard name of shard_naming ({err})", filename) from err
+        if filename != expected:
+            raise _fail(path, f"{expected!r} (shard_naming's name of this split, index and count)", filename)
+        return
+    try:
+        name = ShardName.parse(filename)
+    except ShardNameError as err:
+        raise _fail(path, "a shard name DATASET-SPLIT.FORMAT-SSSSS-of-NNNNN[.gz|.zz]", filename) from err
+    expected_name = ShardName(dataset, split, index, count, compression, file_format)
+    if name != expected_name:
+        raise _fail(path, f"{str(expected_name)!r} (its dataset, split, index, count, format and compression)",
+                    filename)
+
+
 def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int, count: int,
-                 compression: Compression, file_format: FileFormat) -> tuple[int, int]:
+                 compression: Compression, file_format: FileFormat,
+                 naming: PrefixShardNames | None) -> tuple[int, int]:
     if not isinstance(shard, Mapping):
         raise _fail(path, "a shard object", type(shard).__name__)
     unknown = set(shard) - _SHARD_FIELDS - _OPTIONAL_SHARD_FIELDS
@@ -75,15 +112,8 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
         raise _fail(path, f"the fields {sorted(_SHARD_FIELDS)} (and optionally {sorted(_OPTIONAL_SHARD_FIELDS)})",
                     sorted(shard))
     filename = plain_file_name(shard["filename"], f"{path}.filename")
-    try:
-        name = ShardName.parse(filename)
-    except ShardNameError as err:
-        raise _fail(f"{path}.filename", "a shard name DATASET-SPLIT.FORMAT-SSSSS-of-NNNNN[.gz|.zz]", filename) from err
-    expected = ShardName(dataset, split, index, count, compression, file_format)
-    if name != expected:
-        raise _fail(f"{path}.filename", f"{str(expected)!r} (its dataset, split, index, count, format and "
-                                        "compression)",
-                    filename)
+    _check_shard_name(filename, f"{path}.filename", dataset=dataset, split=split, index=index, count=count,
+                      compression=compression, file_format=file_format, naming=naming)
     if shard["split"] != split:
         raise _fail(f"{path}.split", repr(split), shard["split"])
     if type(shard["index"]) is not int or shard["index"] != index:
@@ -154,6 +184,7 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
     except ShardNameError:
         raise _fail("compression", f"'NONE' for {file_format.value} shards (they compress inside the format)",
                     data["compression"]) from None
+    naming = parse_shard_naming(data)
     inputs, rejected = _count(data, "num_inputs", ""), _count(data, "num_rejected", "")
     if data.get("dead_letters") is not None:
         plain_file_name(data["dead_letters"], "dead_letters")
@@ -169,6 +200,9 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
     splits = data.get("splits")
     if not isinstance(splits, list) or not splits:
         raise _fail("splits", "a non-empty list of splits", splits)
+    if naming is not None and not naming.split_in_name and len(splits) != 1:
+        raise _fail("shard_naming.split_in_name", f"true: shard names without the split name one split, not "
+                                                  f"{len(splits)}", False)
     written = 0
     names: set[str] = set()
     for i, split in enumerate(splits):
@@ -186,7 +220,8 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
         records = stored = 0
         for j, shard in enumerate(shards):
             r, b = _check_shard(shard, f"{path}.shards[{j}]", dataset=dataset, split=name,  # type: ignore[arg-type]
-                                index=j, count=len(shards), compression=compression, file_format=file_format)
+                                index=j, count=len(shards), compression=compression, file_format=file_format,
+                                naming=naming)
             records, stored = records + r, stored + b
         for key, total in (("num_records", records), ("num_bytes", stored)):
             if key in split and split[key] != total:

@@ -136,3 +136,82 @@ _PATTERN = re.compile(
     rf"-(?P<index>\d{{5}})-of-(?P<count>\d{{5}})"
     rf"(?P<suffix>\.gz|\.zz)?"
 )
+
+
+# Beam's ``FileBasedSink`` default for a bounded write: ``PREFIX-SSSSS-of-NNNNN``.
+DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
+_PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_TEMPLATE_PLACEHOLDERS = re.compile(r"S+|N+")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixShardNames:
+    """Beam's ``file_path_prefix`` naming: ``{prefix}[-{split}]{template}{suffix}``, beside the prefix.
+
+    As ``WriteToTFRecord`` names files: the template's run of ``S`` is the zero-padded shard index
+    and its run of ``N`` the shard count (``-SSSSS-of-NNNNN``: ``-00001-of-00004``); an empty
+    template names one file, ``{prefix}{suffix}``. The split is in the name only when a dataset has
+    several (``split_in_name``). Names are plain file names in the prefix's folder.
+
+    Attributes:
+        prefix: the prefix's last part (``result`` for ``gs://bucket/out/result``).
+        template: Beam's ``shard_name_template`` (one run of ``S``, at most one of ``N``), or ``''``.
+        suffix: Beam's ``file_name_suffix`` (``.tfrecord.gz``).
+        split_in_name: whether names carry the split.
+    """
+
+    prefix: str
+    template: str = DEFAULT_SHARD_NAME_TEMPLATE
+    suffix: str = ""
+    split_in_name: bool = False
+
+    def __post_init__(self) -> None:
+        for part in ("prefix", "suffix"):
+            value = getattr(self, part)
+            if value and (not _PLAIN_FILE_NAME.fullmatch(value) or ".." in value):
+                raise ShardNameError(f"{part} {value!r}: a shard's file name may hold only letters, digits, "
+                                     "'_', '-' and '.' (and no '..')")
+        if not self.prefix:
+            raise ShardNameError("prefix must name a file, got ''")
+        if self.template:
+            runs = _TEMPLATE_PLACEHOLDERS.findall(self.template)
+            literal = _TEMPLATE_PLACEHOLDERS.sub("", self.template)
+            if sum(r[0] == "S" for r in runs) != 1 or sum(r[0] == "N" for r in runs) > 1 \
+                    or (literal and not _PLAIN_FILE_NAME.fullmatch(literal)) or re.search("[WVU]", literal):
+                raise ShardNameError(f"shard_name_template {self.template!r}: expected one run of 'S' (the shard "
+                                     "index), at most one of 'N' (the count), and otherwise letters other than W, "
+                                     "V, U, digits, '_', '-', '.'; or '' for one file")
+
+    def format(self, split: str, index: int, count: int) -> str:
+        """The file name of shard ``index`` of ``count`` in ``split``."""
+        if not 0 <= index < count or (not self.template and count != 1):
+            raise ShardNameError(f"need 0 <= index < count (count 1 for shard_name_template ''), got index {index}, "
+                                 f"count {count}")
+        if self.split_in_name and not re.fullmatch(_NAME_PART, split):
+            raise ShardNameError(f"split {split!r} must match {_NAME_PART}")
+        values = {"S": index, "N": count}
+        shard = _TEMPLATE_PLACEHOLDERS.sub(lambda m: f"{values[m[0][0]]:0{len(m[0])}d}", self.template)
+        return f"{self.prefix}{f'-{split}' if self.split_in_name else ''}{shard}{self.suffix}"
+
+    def parse(self, filename: str) -> tuple[str | None, int, int | None]:
+        """``(split or None, index, count)`` of a name ``format`` gives (count None for a template without
+        ``N``); ShardNameError for any other."""
+        values = {"S": r"(?P<index>\d+)", "N": r"(?P<count>\d+)"}
+        pattern = "".join(values[part[0]] if _TEMPLATE_PLACEHOLDERS.fullmatch(part) else re.escape(part)
+                          for part in re.split(r"(S+|N+)", self.template) if part)
+        split = rf"-(?P<split>{_NAME_PART})" if self.split_in_name else ""
+        match = re.fullmatch(rf"{re.escape(self.prefix)}{split}{pattern}{re.escape(self.suffix)}", filename)
+        parts = match.groupdict() if match is not None else {}
+        index = int(parts.get("index") or 0)
+        count = int(parts["count"]) if parts.get("count") else (None if self.template else 1)
+        split_name = parts.get("split")
+        # Formatting back the numbers read must give the name: no other padding, index < count.
+        if match is None or (count is not None and not index < count) \
+                or self.format(split_name or "", index, count or index + 1) != filename:
+            example = self.format("SPLIT" if self.split_in_name else "", 0, 1)
+            raise ShardNameError(f"{filename!r} is not a shard name like {example!r} (prefix {self.prefix!r}, "
+                                 f"template {self.template!r}, suffix {self.suffix!r})")
+        return split_name, index, count
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)

@@ -17,6 +17,9 @@ from beam_tfrecord.core.schema import DType, Feature, FixedList, Scalar, Schema,
 from beam_tfrecord.errors import RecordSchemaError, SchemaError
 
 RAW_FEATURE = "record"  # the one bytes feature of a raw payload's Example
+# The manifest's metadata key saying what the records are (WriteBalancedTFRecord's ``Payload`` value).
+PAYLOAD_METADATA_KEY = "payload"
+_VERBATIM = "verbatim"
 _DTYPES = {"int64_list": DType.INT64, "float_list": DType.FLOAT32, "bytes_list": DType.BYTES}
 
 # (name, kind or None for an empty Feature, number of values) of each context feature, sorted.
@@ -212,3 +215,11 @@ class SummaryTracker:
             return None
         self._summary = merged
         return merged
+
+
+def holds_verbatim_payloads(metadata: Mapping[str, Any]) -> bool:
+    """Whether a manifest's records include raw payloads written as given (``Payload.VERBATIM``, not inside an
+    Example): a reader returns each record whole as ``RAW_FEATURE`` instead of parsing it."""
+    inferred = metadata.get("schema_inferred")
+    return metadata.get(PAYLOAD_METADATA_KEY) == _VERBATIM and isinstance(inferred, Mapping) \
+        and inferred.get("raw_payloads") is True

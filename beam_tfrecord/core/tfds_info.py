@@ -37,6 +37,9 @@ _TFDS_IMAGE_FORMATS = {ImageFormat.JPEG: "jpeg", ImageFormat.PNG: "png"}  # othe
 
 def unsupported_reason(manifest: Manifest) -> str | None:
     """Why TFDS cannot read this dataset, or None when it can."""
+    if manifest.shard_naming is not None:
+        return ("shards are named by a Beam file_path_prefix (PREFIX-SSSSS-of-NNNNN); TFDS reads its own names "
+                "(NAME-SPLIT.tfrecord-SSSSS-of-NNNNN): write with output_dir= for TFDS")
     if manifest.schema.sequence_features:
         return ("records are tf.train.SequenceExample: TFDS parses tf.train.Example only (its Sequence feature "
                 "stores the steps flattened inside an Example)")

@@ -35,6 +35,19 @@ class LocalPathError(WriterOptionError):
                          f"(NFS, a bucket mounted with gcsfuse), say so with {declare}")
 
 
+class OutputPathError(WriterOptionError):
+    """The output's path cannot take this dataset: its folder is a file, or files another job wrote match the
+    names its shards would take. Raised when the writer is built, before any work.
+
+    Attributes:
+        path: the path at fault (the folder that is a file, or the first file in the way).
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(message)
+
+
 class UnboundedInputError(WriterOptionError):
     """The writer was given an unbounded PCollection (a streaming source): it is a batch writer,
     which writes one dataset of its whole input. Raised when the pipeline is built."""

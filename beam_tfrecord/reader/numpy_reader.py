@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from beam_tfrecord.core.record_schema import holds_verbatim_payloads
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.decode.block_decode import BlockDecoder, rows
 from beam_tfrecord.reader.decode.numpy_decode import Example
@@ -33,7 +34,8 @@ def iter_examples(plan: ReadPlan, *, image_decoding: ImageDecoding | None = None
         MissingShardError, CorruptShardError: on missing or damaged shards (a shard read to its end
             is checked against the manifest's count).
     """
-    decoder = BlockDecoder(plan.manifest.schema, image_decoding=image_decoding)
+    decoder = BlockDecoder(plan.manifest.schema, image_decoding=image_decoding,
+                           verbatim=holds_verbatim_payloads(plan.manifest.metadata))
     for block in StoredOrder(plan, verify=verify, reads=reads).iter_blocks(0, plan.num_records):
         yield from rows(decoder.decode(block))
 

@@ -6,6 +6,7 @@ import dataclasses
 import os
 from collections.abc import Callable
 
+from beam_tfrecord.core.record_schema import holds_verbatim_payloads
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
@@ -154,7 +155,10 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
             segment for p in plans for segment in p.segments))  # for the counts only
     schema = plan.manifest.schema
     check_label_key(schema, label_key)
-    parse = make_batch_parser(schema, image_decoding=image_decoding)
+    verbatim = {holds_verbatim_payloads(p.manifest.metadata) for p in plans}
+    if len(verbatim) > 1:
+        raise ReaderError("a mixture of datasets of verbatim payloads and of Examples: read them apart")
+    parse = make_batch_parser(schema, image_decoding=image_decoding, verbatim=verbatim.pop())
 
     # Without repeat, counts are checked per batch (free) rather than per record (~4% of the read rate).
     # One ArrayRecord dataset is globally shuffled by its reader; a mixture's parts are shuffled below.

@@ -15,6 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow's first 
 
 import tensorflow as tf
 
+from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor, VarList
 from beam_tfrecord.reader.options import ImageDecoding, PixelType
 
@@ -80,7 +81,7 @@ def pad_var_len(batch: ParsedBatch) -> dict[str, tf.Tensor]:
     return {name: value.to_tensor() if isinstance(value, tf.RaggedTensor) else value for name, value in batch.items()}
 
 
-def make_batch_parser(schema: Schema, *, image_decoding: ImageDecoding | None = None
+def make_batch_parser(schema: Schema, *, image_decoding: ImageDecoding | None = None, verbatim: bool = False
                       ) -> Callable[[tf.Tensor], ParsedBatch]:
     """The function that parses a batch of serialized records into a dict of batched tensors.
 
@@ -89,10 +90,14 @@ def make_batch_parser(schema: Schema, *, image_decoding: ImageDecoding | None = 
     Args:
         schema: the dataset's schema (from its manifest).
         image_decoding: decode ``Image`` features to pixels; None keeps the encoded bytes.
+        verbatim: the records are raw payloads as written (``holds_verbatim_payloads``): each batch is
+            returned whole as the schema's one bytes feature.
 
     Raises:
         ReaderError: when images must be decoded but their size is neither fixed nor given.
     """
+    if verbatim:
+        return lambda records: {RAW_FEATURE: records}
     context_spec = feature_description(schema)
     sequence_spec = sequence_description(schema)
     image_shapes = ({name: image_decoding.output_shape(name, f) for name, f in schema.features.items()

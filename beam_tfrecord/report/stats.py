@@ -18,7 +18,7 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ClassLabel, DType, FixedList, Image, Scalar, Tensor, VarList
-from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
+from beam_tfrecord.dataset import LoadedDataset, open_dataset
 from beam_tfrecord.reader.numpy_reader import iter_examples
 from beam_tfrecord.reader.order.read_plan import plan_read
 
@@ -189,11 +189,12 @@ class _SplitCollector:
                 shown.append(data)
 
 
-def _dead_letter_reasons(directory: str, manifest: Manifest) -> collections.Counter:
+def _dead_letter_reasons(dataset: LoadedDataset) -> collections.Counter:
     reasons: collections.Counter = collections.Counter()
-    if not manifest.dead_letters:
+    path = dataset.dead_letters_path()
+    if path is None:
         return reasons
-    with storage.open_read(storage.join(directory, manifest.dead_letters)) as handle:
+    with storage.open_read(path) as handle:
         for line in handle:
             try:
                 letter = json.loads(line)
@@ -210,12 +211,12 @@ def iter_split_examples(directory: str, manifest: Manifest, split: str) -> Itera
 
 def collect(path: str) -> DatasetStats:
     """Reads a dataset (local or gs://; a refresh root means its latest version) and summarizes it."""
-    directory = resolve_dataset_dir(path)
-    manifest = load_manifest(directory)
+    dataset = open_dataset(path)
+    directory, manifest = dataset.directory, dataset.manifest
     splits = []
     for split in manifest.splits:
         collector = _SplitCollector(manifest, split.name)
         for example in iter_split_examples(directory, manifest, split.name):
             collector.add(example)
         splits.append(collector.stats)
-    return DatasetStats(directory, manifest, splits, _dead_letter_reasons(directory, manifest))
+    return DatasetStats(directory, manifest, splits, _dead_letter_reasons(dataset))

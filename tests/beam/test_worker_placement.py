@@ -75,10 +75,11 @@ SCHEMA = Schema({"id": Scalar(DType.INT64)})
 
 @pytest.mark.parametrize("make_writer, role", [
     (lambda out, **kw: WriteTFRecordDataset(out, schema=SCHEMA, tuning=WriterTuning(**kw)), "output_dir"),
-    (lambda out, **kw: WriteBalancedTFRecord(out, tuning=WriterTuning(**kw)), "output_dir"),
+    (lambda out, **kw: WriteBalancedTFRecord(output_dir=out, tuning=WriterTuning(**kw)), "output_dir"),
+    (lambda out, **kw: WriteBalancedTFRecord(out, tuning=WriterTuning(**kw)), "file_path_prefix"),
     (lambda out, **kw: WriteTFRecordDataset("gs://b/out", schema=SCHEMA, tuning=WriterTuning(temp_dir=out, **kw)),
      "temp_dir"),
-], ids=["WriteTFRecordDataset", "WriteBalancedTFRecord", "temp_dir"])
+], ids=["WriteTFRecordDataset", "WriteBalancedTFRecord", "WriteBalancedTFRecord-prefix", "temp_dir"])
 def test_library_transforms_refuse_local_paths_when_the_pipeline_is_built(tmp_path, make_writer, role):
     out = str(tmp_path / "ds")
     pipeline = beam.Pipeline(runner="FlinkRunner", options=PipelineOptions(["--flink_master=[local]"]))

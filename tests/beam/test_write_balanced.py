@@ -68,7 +68,7 @@ def _write(out: str, records: list, *, options: list[str] | None = None, **write
     with job_pipeline(PipelineOptions(options or [])) as pipeline:
         _ = (pipeline
              | beam.Create(records, reshuffle=False)
-             | WriteBalancedTFRecord(out, **{"splits": SPLITS, "target_shard_bytes": TARGET_SHARD_BYTES,
+             | WriteBalancedTFRecord(output_dir=out, **{"splits": SPLITS, "target_shard_bytes": TARGET_SHARD_BYTES,
                                              **writer_options}))
 
 

@@ -63,7 +63,7 @@ def test_write_balanced_takes_a_windowed_input_as_one_dataset(tmp_path, fan_in):
     out = str(tmp_path / "ds")
     with beam.Pipeline() as pipeline:
         _ = (_in_windows(pipeline, [_example(i) for i in range(30)])
-             | WriteBalancedTFRecord(out, tuning=WriterTuning(fan_in=fan_in)))
+             | WriteBalancedTFRecord(output_dir=out, tuning=WriterTuning(fan_in=fan_in)))
     assert _ids(out) == list(range(30))
     assert load_manifest(out).num_written == 30
 
@@ -78,7 +78,7 @@ def test_write_dataset_takes_a_windowed_input_as_one_dataset(tmp_path, fan_in):
 
 
 @pytest.mark.parametrize("make_writer, name", [
-    (lambda out: WriteBalancedTFRecord(out), "WriteBalancedTFRecord"),
+    (lambda out: WriteBalancedTFRecord(output_dir=out), "WriteBalancedTFRecord"),
     (lambda out: WriteTFRecordDataset(out, schema=SCHEMA), "WriteTFRecordDataset"),
 ], ids=["balanced", "dataset"])
 def test_an_unbounded_input_is_a_typed_error_when_the_pipeline_is_built(tmp_path, make_writer, name):
@@ -103,7 +103,7 @@ def test_a_user_pipeline_on_beams_dask_runner_runs_on_the_fixed_one(tmp_path, da
     out = str(tmp_path / "ds")
     options = PipelineOptions([f"--dask_client_address={dask_address}"])
     pipeline = beam.Pipeline(runner=BeamDaskRunner(), options=options)
-    _ = pipeline | beam.Create([_example(i) for i in range(40)]) | WriteBalancedTFRecord(out, num_shards=2)
+    _ = pipeline | beam.Create([_example(i) for i in range(40)]) | WriteBalancedTFRecord(output_dir=out, num_shards=2)
     assert type(pipeline.runner) is FixedDaskRunner  # swapped when the writer was applied
     result = pipeline.run()
     result.wait_until_finish()
@@ -139,7 +139,7 @@ def test_a_record_whose_feature_names_no_schema_holds_is_a_dead_letter(tmp_path,
     out = str(tmp_path / "ds")
     with job_pipeline(PipelineOptions([])) as pipeline:
         _ = (pipeline | beam.Create([_unnameable(kind)] + [_example(i) for i in range(20)], reshuffle=False)
-             | WriteBalancedTFRecord(out, max_rejected_fraction=0.1))
+             | WriteBalancedTFRecord(output_dir=out, max_rejected_fraction=0.1))
     manifest = load_manifest(out)
     assert (manifest.num_inputs, manifest.num_written, manifest.num_rejected) == (21, 20, 1)
     assert manifest.schema == SCHEMA
@@ -152,7 +152,7 @@ def test_the_rejection_hint_names_the_python_argument(tmp_path):
     out = str(tmp_path / "ds")
     with pytest.raises(RejectedSamplesError) as caught, job_pipeline(PipelineOptions([])) as pipeline:
         _ = (pipeline | beam.Create([_unnameable("empty-name")] + [_example(i) for i in range(20)])
-             | WriteBalancedTFRecord(out))
+             | WriteBalancedTFRecord(output_dir=out))
     assert "1 of 21 input samples were rejected" in str(caught.value)
     assert str(caught.value).endswith("(Allow skipping with max_rejected_fraction=0.0477 or more.)")  # 1/21 rounded up
 
@@ -186,7 +186,7 @@ def empty_build(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("empty") / "ds")
     with beam.Pipeline() as pipeline:
         _ = (pipeline | beam.Create([], reshuffle=False)
-             | WriteBalancedTFRecord(out, num_shards=4, splits="train=0.8,test=0.2"))
+             | WriteBalancedTFRecord(output_dir=out, num_shards=4, splits="train=0.8,test=0.2"))
     return out
 
 
@@ -231,7 +231,7 @@ def test_a_record_larger_than_a_shards_share_leaves_num_shards_files_the_others_
     big.features.feature["blob"].bytes_list.value.append(bytes(5_000))
     with beam.Pipeline() as pipeline:
         _ = (pipeline | beam.Create([big.SerializeToString()])
-             | WriteBalancedTFRecord(out, num_shards=4, target_shard_bytes=1_000,
+             | WriteBalancedTFRecord(output_dir=out, num_shards=4, target_shard_bytes=1_000,
                                        tuning=WriterTuning(fan_in=fan_in)))
     manifest = load_manifest(out)
     assert [(s.index, s.num_records) for s in manifest.shards] == [(0, 1), (1, 0), (2, 0), (3, 0)]

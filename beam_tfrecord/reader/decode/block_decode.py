@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from beam_tfrecord.core.blocks import RecordBlock
+from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor
 from beam_tfrecord.reader.decode.numpy_decode import Example, RecordDecoder, decode_image
 from beam_tfrecord.reader.options import ImageDecoding
@@ -195,10 +196,13 @@ class BlockDecoder:
     Args:
         schema: the dataset's schema.
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
+        verbatim: the records are raw payloads as written (``holds_verbatim_payloads``): each is returned
+            whole as the schema's one bytes feature.
     """
 
-    def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None) -> None:
+    def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None, verbatim: bool = False) -> None:
         self.schema = schema
+        self._verbatim = verbatim
         self._records = RecordDecoder(schema, image_decoding=image_decoding)
         self._layout = FixedLayout.of(schema)
         self._stack = {name: _stackable(f, image_decoding) for name, f in schema.features.items()}
@@ -215,6 +219,8 @@ class BlockDecoder:
         Raises:
             CorruptShardError: when a record is not a valid proto of the schema, naming its shard and offset.
         """
+        if self._verbatim:
+            return {RAW_FEATURE: [bytes(block.record(i)) for i in range(len(block.offsets))]}
         columns = self._layout.parse(block) if self._layout is not None else None
         if columns is None:
             return self.columns([self._records.decode(block.record(i), shard=block.path_of(i), offset=int(offset))

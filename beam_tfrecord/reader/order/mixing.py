@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from beam_tfrecord.core.blocks import RecordBlock
+from beam_tfrecord.core.record_schema import holds_verbatim_payloads
 from beam_tfrecord.core.schema import Schema, feature_to_json
 from beam_tfrecord.errors import IncompatibleSchemasError, ReaderError
 from beam_tfrecord.reader.decode.block_decode import BlockDecoder, Columns, concat, num_rows, rows
@@ -263,7 +264,8 @@ def iter_columns(order: EpochOrder, positions: Ranges, *, image_decoding: ImageD
     Raises:
         MissingShardError, CorruptShardError: on missing or damaged shards, or records that do not match the schema.
     """
-    decoders = [BlockDecoder(s.plan.manifest.schema, image_decoding=image_decoding) for s in order.sources]
+    decoders = [BlockDecoder(s.plan.manifest.schema, image_decoding=image_decoding,
+                             verbatim=holds_verbatim_payloads(s.plan.manifest.metadata)) for s in order.sources]
     for lo, hi in positions:
         if len(order.sources) == 1:
             yield from (decoders[0].decode(block) for block in order.iter_dataset_blocks(0, lo, hi))

@@ -1,0 +1,235 @@
+"""ReadTFRecordDataset: a published dataset's records in a Beam pipeline, its shards split into record ranges.
+
+A splittable DoFn over record indices (``OffsetRange``); a range starts at its record's byte offset, from the
+shard's DALI index or from a scan of its framing. See docs/inputs.md, "Reading a dataset in Beam".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.transforms.core import RestrictionProvider
+
+from beam_tfrecord import storage
+from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.beam.runners import use_fixed_dask_runner, uses_dask_runner
+from beam_tfrecord.core.framing import HEADER_BYTES, iter_records
+from beam_tfrecord.core.manifest import Manifest, ShardInfo
+from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression
+from beam_tfrecord.core.record_schema import RAW_FEATURE, holds_verbatim_payloads
+from beam_tfrecord.core.units import MiB
+from beam_tfrecord.dataset import open_dataset, split_path
+from beam_tfrecord.errors import CorruptShardError, ReaderError
+from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
+
+DEFAULT_SPLIT_BYTES = 64 * MiB  # a range's (framed) bytes: a runner balances work in pieces of about this much
+_LENGTH_BYTES = 8
+RANGES_COUNTER = "record_ranges_read"  # restrictions the splittable DoFn processed (a bundle reads one or more)
+
+
+class RecordOutput(enum.Enum):
+    """What ``ReadTFRecordDataset`` yields per record."""
+
+    DICTS = "dicts"  # {feature: NumPy value}, as read_numpy gives (the manifest's schema)
+    SERIALIZED = "serialized"  # the record's bytes as stored (a serialized Example, or a verbatim payload)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordRangeTask:
+    """One shard to read (records ``start`` to ``stop``; the splittable path starts from the whole shard),
+    and about how many bytes a range of it holds."""
+
+    path: str
+    shard: ShardInfo
+    compression: Compression
+    split_bytes: int
+    start: int = 0
+    stop: int | None = None
+
+    @property
+    def record_bytes(self) -> float:
+        """Mean framed bytes of a record (1 for an empty shard)."""
+        return self.shard.num_record_bytes / self.shard.num_records if self.shard.num_records else 1.0
+
+
+@functools.lru_cache(maxsize=8)  # a worker reads several ranges of the same shards
+def record_offsets(path: str, shard: ShardInfo) -> tuple[int, ...]:
+    """Byte offset of each record of an uncompressed shard: from its DALI index when it has one, else
+    from a scan of its framing (8-byte lengths; no data read). Checks the count and size against ``shard``.
+
+    Raises:
+        CorruptShardError: naming the shard, when its framing or index disagrees with the manifest.
+    """
+    if shard.dali_index is not None:
+        lines = storage.read_bytes(storage.join(split_path(path)[0], shard.dali_index)).split()
+        offsets = tuple(int(v) for v in lines[0::2])
+        end = offsets[-1] + int(lines[-1]) if offsets else 0
+    else:
+        found, end = [], 0
+        with storage.open_read(path) as stream:
+            while header := stream.read(HEADER_BYTES):
+                if len(header) < HEADER_BYTES:
+                    raise CorruptShardError(path, f"truncated record header ({len(header)} of {HEADER_BYTES} bytes)",
+                                            end)
+                found.append(end)
+                end += HEADER_BYTES + int.from_bytes(header[:_LENGTH_BYTES], "little") + 4
+                stream.seek(end)
+        offsets = tuple(found)
+    if len(offsets) != shard.num_records or end != shard.num_bytes:
+        raise CorruptShardError(path, f"{len(offsets)} records in {end} bytes, manifest says {shard.num_records} in "
+                                      f"{shard.num_bytes}")
+    return offsets
+
+
+def read_records(task: RecordRangeTask, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
+    """``(index, data)`` of records ``start`` to ``stop`` of a shard, both CRCs checked.
+
+    Raises:
+        CorruptShardError: naming the shard, on a CRC mismatch, truncation, or fewer records than listed.
+    """
+    if start >= stop:
+        return
+    compressed = task.compression is not Compression.NONE
+    with storage.open_read(task.path, task.compression) as stream:
+        if not compressed:
+            stream.seek(record_offsets(task.path, task.shard)[start])
+        index = start if not compressed else 0
+        for data in iter_records(stream, name=task.path):
+            if index >= start:  # a compressed stream is read from its start
+                yield index, data
+            index += 1
+            if index >= stop:
+                return
+    raise CorruptShardError(task.path, f"{index} records, manifest says {task.shard.num_records}")
+
+
+class RecordRanges(RestrictionProvider):
+    """Restrictions over a shard's record indices, cut into ranges of about the task's ``split_bytes``.
+
+    A compressed shard is one range (its records are found by reading from its start).
+    """
+
+    def initial_restriction(self, task: RecordRangeTask) -> OffsetRange:
+        return OffsetRange(task.start, task.shard.num_records if task.stop is None else task.stop)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def split(self, task: RecordRangeTask, restriction: OffsetRange) -> Iterator[OffsetRange]:
+        if task.compression is not Compression.NONE:
+            yield restriction
+            return
+        yield from restriction.split(max(1, int(task.split_bytes / task.record_bytes)))
+
+    def restriction_size(self, task: RecordRangeTask, restriction: OffsetRange) -> float:
+        return restriction.size() * task.record_bytes
+
+
+class _Decode:
+    """A record's output: its bytes, or its dict (verbatim raw payloads whole, as the schema's one feature)."""
+
+    def __init__(self, manifest: Manifest, output: RecordOutput) -> None:
+        self._output = output
+        self._verbatim_raw = holds_verbatim_payloads(manifest.metadata)
+        self._decoder = RecordDecoder(manifest.schema)
+
+    def __call__(self, data: bytes, task: RecordRangeTask, index: int) -> Any:
+        if self._output is RecordOutput.SERIALIZED:
+            return data
+        if self._verbatim_raw:
+            return {RAW_FEATURE: data}
+        return self._decoder.decode(data, shard=task.path, offset=index)
+
+
+_RECORD_RANGES = beam.DoFn.RestrictionParam(RecordRanges())  # how Beam finds a splittable DoFn's provider
+
+
+class ReadRecordRangesFn(beam.DoFn):
+    """Splittable: claims each record index of its restriction, and yields the record."""
+
+    def __init__(self, decode: _Decode) -> None:
+        self._decode = decode
+        self._ranges = beam.metrics.Metrics.counter(METRICS_NAMESPACE, RANGES_COUNTER)
+
+    def process(self, task: RecordRangeTask,
+                tracker: OffsetRestrictionTracker = _RECORD_RANGES) -> Iterator[Any]:  # type: ignore[assignment]
+        restriction = tracker.current_restriction()
+        self._ranges.inc()
+        for index, data in read_records(task, restriction.start, restriction.stop):
+            if not tracker.try_claim(index):
+                return
+            yield self._decode(data, task, index)
+
+
+class ReadRangeFn(beam.DoFn):
+    """Not splittable (runners without splittable DoFns: Beam's DaskRunner): reads one planned range."""
+
+    def __init__(self, decode: _Decode) -> None:
+        self._decode = decode
+
+    def process(self, task: RecordRangeTask) -> Iterator[Any]:
+        stop = task.shard.num_records if task.stop is None else task.stop
+        for index, data in read_records(task, task.start, stop):
+            yield self._decode(data, task, index)
+
+
+class ReadTFRecordDataset(beam.PTransform):
+    """Reads a published dataset's split in a Beam pipeline: ``ReadFromTFRecord`` with the manifest's checks,
+    whose shards a runner can rebalance.
+
+    ``ReadFromTFRecord`` reads each file as one unsplittable piece; this splits a shard into ranges of
+    records (a splittable DoFn), which runners with dynamic splitting rebalance. On Beam's DaskRunner
+    (no splittable DoFns) the same ranges are planned up front and read by a plain ``ParDo``: the same
+    records. Each record's CRCs are checked, and each shard's record count and size (a
+    ``CorruptShardError`` naming the shard); the whole file's CRC32C is ``verify_dataset``'s.
+
+    Args:
+        path: the dataset: a directory, a versioned root, a Beam ``file_path_prefix`` it was written
+            under, or its manifest's path. Read when the transform is built.
+        split: the split to read.
+        output: ``RecordOutput.DICTS`` (the manifest's schema, as ``read_numpy`` gives) or ``SERIALIZED``.
+        split_bytes: about how many (framed) bytes a range holds.
+
+    Raises:
+        DatasetNotFoundError, UnknownSplitError: when built, for a path with no dataset or another split.
+        ReaderError: for options out of range, or shards that are not TFRecord.
+    """
+
+    def __init__(self, path: str, *, split: str = "train", output: RecordOutput = RecordOutput.DICTS,
+                 split_bytes: int = DEFAULT_SPLIT_BYTES) -> None:
+        super().__init__()
+        if not isinstance(output, RecordOutput):
+            raise ReaderError(f"output must be a RecordOutput ({[o.name for o in RecordOutput]}), got {output!r}")
+        if isinstance(split_bytes, bool) or not isinstance(split_bytes, int) or split_bytes < 1:
+            raise ReaderError(f"split_bytes must be an int >= 1, got {split_bytes!r}")
+        dataset = open_dataset(path)
+        if dataset.manifest.file_format is not DEFAULT_FILE_FORMAT:
+            raise ReaderError(f"{path!r} holds {dataset.manifest.file_format.value} shards; ReadTFRecordDataset "
+                              "reads TFRecord")
+        shards = dataset.manifest.split(split).shards
+        self._tasks = [RecordRangeTask(full, shard, dataset.manifest.compression, split_bytes)
+                       for shard, full in zip(shards, dataset.shard_paths(split), strict=True)]
+        self._decode = _Decode(dataset.manifest, output)
+
+    def planned_ranges(self) -> list[RecordRangeTask]:
+        """The ranges read on a runner without splittable DoFns: each shard cut as ``RecordRanges`` cuts it."""
+        provider = RecordRanges()
+        return [dataclasses.replace(task, start=piece.start, stop=piece.stop) for task in self._tasks
+                for piece in provider.split(task, provider.initial_restriction(task))]
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        pipeline = pbegin.pipeline
+        use_fixed_dask_runner(pipeline)
+        if uses_dask_runner(pipeline.options) or type(pipeline.runner).__name__ == "DaskRunner":
+            return (pbegin
+                    | "Ranges" >> beam.Create(self.planned_ranges(), reshuffle=False)
+                    | "ReadRanges" >> beam.ParDo(ReadRangeFn(self._decode)))
+        return (pbegin
+                | "Shards" >> beam.Create(self._tasks, reshuffle=False)
+                | "ReadRecords" >> beam.ParDo(ReadRecordRangesFn(self._decode)))
