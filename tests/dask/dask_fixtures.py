@@ -13,10 +13,13 @@ from typing import Any
 import numpy as np
 
 from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.core.units import MiB
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 RECORD_BYTES = 256 * 1024
 PER_ELEMENT = 8
+# Workers capped low enough to pause: one holds ~220-300 MiB once Beam and the writer are imported; it pauses at 80%.
+CAPPED_WORKER_MEMORY = 512 * MiB
 SMALL_RECORD_BYTES = 3_000  # a 32x32x3 image's worth, as benchmarks/dask_volume.py writes
 SMALL_PER_ELEMENT = 1_000
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import apache_beam as beam
 import psutil
 import pytest
-from dask_fixtures import SMALL_PER_ELEMENT, small_records
+from dask_fixtures import CAPPED_WORKER_MEMORY, SMALL_PER_ELEMENT, small_records
 
 from beam_tfrecord import (
     DType,
@@ -27,11 +27,10 @@ from beam_tfrecord import (
     WriteTFRecordDataset,
     load_manifest,
 )
+from beam_tfrecord.beam.runners import FIXED_DASK_RUNNER
+from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import ClusterStalledError
 
-MiB = 2**20
-WORKER_MEMORY = 512 * MiB  # a worker holds ~300 MiB once Beam and the writer are imported; it pauses at 80%
-RUNNER = "beam_tfrecord.beam.dask_runner.DaskRunner"
 SCHEMA = Schema({"payload": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
 
 
@@ -39,13 +38,13 @@ SCHEMA = Schema({"payload": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
 def capped_cluster() -> Iterator[str]:
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=WORKER_MEMORY,
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=CAPPED_WORKER_MEMORY,
                       dashboard_address=None) as cluster:
         yield cluster.scheduler_address
 
 
 def _options(address: str, *extra: str) -> list[str]:
-    return [f"--runner={RUNNER}", f"--dask_client_address={address}", *extra]
+    return [f"--runner={FIXED_DASK_RUNNER}", f"--dask_client_address={address}", *extra]
 
 
 def _writer(out: Path, temp_dir: str | None = None) -> WriteTFRecordDataset:
@@ -89,7 +88,7 @@ class _HoldMemoryFn(beam.DoFn):
     """Brings its worker process to 88% of its limit (paused at 80%) and keeps it there."""
 
     def process(self, element: int):
-        need = int(0.88 * WORKER_MEMORY) - psutil.Process().memory_info().rss
+        need = int(0.88 * CAPPED_WORKER_MEMORY) - psutil.Process().memory_info().rss
         if need > 0:
             _HOARD.append(b"\x01" * need)
         yield from small_records(element)

@@ -18,7 +18,7 @@ import apache_beam as beam
 import psutil
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from dask_fixtures import DASK_RUNNER, PER_ELEMENT, RECORD_BYTES, incompressible_records
+from dask_fixtures import CAPPED_WORKER_MEMORY, DASK_RUNNER, PER_ELEMENT, RECORD_BYTES, incompressible_records
 
 from beam_tfrecord import (
     DType,
@@ -31,11 +31,10 @@ from beam_tfrecord import (
     load_manifest,
 )
 from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
+from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import ClusterStalledError
 from pipelines.common import job_pipeline
 
-MiB = 2**20
-WORKER_MEMORY = 512 * MiB  # a worker with Beam and the writer imported holds ~220 MiB; it pauses at 80%
 SCHEMA = Schema({"payload": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
 
 
@@ -85,13 +84,13 @@ def _shards(out: str) -> list[tuple[str, int, str]]:
 
 @pytest.mark.slow
 def test_a_capped_cluster_builds_twice_its_memory_byte_identically(tmp_path: Path) -> None:
-    cluster_memory = 2 * WORKER_MEMORY
+    cluster_memory = 2 * CAPPED_WORKER_MEMORY
     elements = -(-2 * cluster_memory // (RECORD_BYTES * PER_ELEMENT))
     reference = str(tmp_path / "direct")
     _build(reference, ["--runner=DirectRunner"], elements)
 
     out = str(tmp_path / "dask")
-    options = [f"--runner={DASK_RUNNER}", "--dask_local_workers=2", f"--dask_memory_limit={WORKER_MEMORY}",
+    options = [f"--runner={DASK_RUNNER}", "--dask_local_workers=2", f"--dask_memory_limit={CAPPED_WORKER_MEMORY}",
                "--dask_partition_size=16", "--dask_stall_timeout_seconds=60"]
     with _PeakTreeRss() as rss:
         _build(out, options, elements)
