@@ -36,8 +36,9 @@ file_sizes = st.one_of(st.integers(0, 300), st.integers(16_250, 16_400), st.inte
 @st.composite
 def file_backed_samples(draw):
     """(schema, sample with FileRef values, the same sample with each file's bytes in place)."""
-    others = draw(st.dictionaries(names, features_and_values(), max_size=3))
-    files = draw(st.dictionaries(names.filter(lambda n: n not in others), file_sizes, min_size=1, max_size=3))
+    others = draw(st.dictionaries(names.filter(lambda n: n != "steps"), features_and_values(), max_size=3))
+    files = draw(st.dictionaries(names.filter(lambda n: n not in others and n != "steps"), file_sizes,
+                                 min_size=1, max_size=3))  # "steps": the sequence feature's name
     sequence = {"steps": VarList(DType.INT64)} if draw(st.booleans()) else {}
     schema = Schema({**{name: feature for name, (feature, _) in others.items()},
                      **dict.fromkeys(files, Scalar(DType.BYTES))}, sequence_features=sequence)
@@ -153,7 +154,7 @@ def test_a_bytes_value_entry_is_sized_as_the_library_writes_it(name, size):
 def file_backed_chunks(draw):
     """(schema, chunk of samples with FileRef values, the same samples with each file's bytes in place):
     one schema, so every sample has the same file features, as a source's chunk has."""
-    others = draw(st.dictionaries(names, features_and_values(), max_size=3))
+    others = draw(st.dictionaries(names.filter(lambda n: n != "steps"), features_and_values(), max_size=3))
     files = draw(st.lists(names.filter(lambda n: n not in others), min_size=1, max_size=2, unique=True))
     schema = Schema({**{name: feature for name, (feature, _) in others.items()},
                      **dict.fromkeys(files, Scalar(DType.BYTES))})

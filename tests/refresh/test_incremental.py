@@ -186,15 +186,26 @@ def _run_job(images: str, root: str, kill_after_seconds: float | None) -> tuple[
     return False, time.monotonic() - appeared
 
 
+def _undo_refresh(root: str, first: str) -> None:
+    """Moves LATEST back to ``first`` and deletes what a refresh published after it, so the next run builds again."""
+    finished = read_latest(root)
+    if finished != first:
+        storage.write_bytes_atomic(f"{root}/LATEST", f"{first}\n".encode())
+        storage.delete_tree(version_dir(root, str(finished)))
+
+
 @pytest.mark.slow
 def test_sigkill_during_incremental_refresh_then_rerun(input_and_root: tuple[str, str], tmp_path) -> None:
     """Kills land anywhere from the launch listing to retention: the window is measured on the
     uninterrupted first run. After each kill, what looks complete is complete; the re-run gives a
     full build's shards."""
     images, root = input_and_root
-    _, window_seconds = _run_job(images, root, None)
+    _run_job(images, root, None)
     first = read_latest(root)
     _change_inputs(images)
+    # The window is measured on the kind of run that is killed: an incremental one (shorter than the first build).
+    _, window_seconds = _run_job(images, root, None)
+    _undo_refresh(root, first)
     seed = int(os.environ.get("BT_KILL_SEED", "20261123"))
     delays = [round(random.Random(seed + n).uniform(0.0, window_seconds), 3) for n in range(2)]
     killed = []
@@ -204,11 +215,7 @@ def test_sigkill_during_incremental_refresh_then_rerun(input_and_root: tuple[str
         for version_id in list_versions(root).complete:  # anything that looks complete is complete
             verify_dataset(version_dir(root, version_id))
         assert read_latest(root) in list_versions(root).complete, context
-        finished = read_latest(root)
-        if finished != first:  # the run published (it finished, or was killed after moving LATEST, during
-            # retention): undo it, so the next one builds again
-            storage.write_bytes_atomic(f"{root}/LATEST", f"{first}\n".encode())
-            storage.delete_tree(version_dir(root, str(finished)))
+        _undo_refresh(root, first)  # a run that published (it finished, or was killed during retention)
     assert any(killed), context
 
     again = _refresh(images, root)  # the re-run builds (or adopts what a killed run finished)
