@@ -19,13 +19,14 @@ before: its manifest read is not an epoch's cost; read_numpy, one call per epoch
            ranges, 256 MiB in flight)
   cached:  the reader on the store with ``cache_dir`` already filled by an earlier epoch (the warm-up)
   ranges:  16 threads reading the same objects in 8 MiB ranges through the proxy with the backend's
-           ``ranged_reader`` (its client), no parsing (what the store gives; as records/s of the workload)
-  obstore: the same ranges through obstore (Rust object_store; s3 and az only, when it is installed)
+           ``ranged_reader`` (gs: google-cloud-storage; s3 and az: obstore), no parsing (what the store gives;
+           as records/s of the workload)
+  sdk:     the same ranges through the store's Python SDK (s3: boto3; az: azure-storage-blob)
 
 and prints records/s and the targets of issue 29: remote >= 0.8 x min(local, ranges) and
 cached >= 0.9 x local; the CPU seconds of each best epoch, in this process and in the store's
 (proxy and emulator) processes, which share this machine's cores with the reader; and this
-process's CPU seconds per GB fetched by ``ranges`` and ``obstore`` (the clients' cost per byte).
+process's CPU seconds per GB fetched by ``ranges`` and ``sdk`` (the clients' cost per byte).
 
 Run: python benchmarks/remote_read.py [--stores gs,s3,az] [--records 100000] [--images 2000] [--image_kb 150]
      [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50] [--dir /tmp/bt_remote_read]
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -191,40 +191,22 @@ class Ranges:
         self.client = client
 
     def __iter__(self) -> Iterator[int]:
-        read = backend_reader if self.client == "backend" else obstore_reader
+        read = backend_reader if self.client == "backend" else sdk_reader
         yield parallel_ranges(self.objects, read(self.objects[0][0], 16))
 
 
 def backend_reader(path: str, connections: int) -> RangedRead:
-    """The storage backend's own ranged reads (its client: google-cloud-storage, boto3, azure-storage-blob)."""
+    """The storage backend's ranged reads, as the readers fetch (gs: google-cloud-storage; s3, az: obstore)."""
     from beam_tfrecord import storage
 
     return storage.backend_for(path).ranged_reader(connections)
 
 
-def obstore_reader(path: str, connections: int) -> RangedRead:
-    """Ranged reads through obstore (Rust object_store: HTTP outside the GIL), configured as the backends are."""
-    import obstore
-    from fixtures_stores import AZURITE_ACCOUNT, AZURITE_KEY
-    from obstore.store import AzureStore, S3Store
+def sdk_reader(path: str, connections: int) -> RangedRead:
+    """Ranged reads through the store's Python SDK (s3: boto3; az: azure-storage-blob), for the comparison."""
+    from beam_tfrecord.storage import azure_blob, s3
 
-    bucket = path.split("://")[1].split("/")[0]
-    options = {"allow_http": True, "pool_max_idle_per_host": str(connections)}
-    if path.startswith("s3://"):
-        store: Any = S3Store(bucket, endpoint=os.environ["AWS_ENDPOINT_URL_S3"], region=os.environ["AWS_REGION"],
-                             access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
-                             secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-                             virtual_hosted_style_request=False, client_options=options)
-    else:
-        endpoint = os.environ["AZURE_STORAGE_CONNECTION_STRING"].split("BlobEndpoint=")[1].rstrip(";")
-        store = AzureStore(bucket, account_name=AZURITE_ACCOUNT, access_key=AZURITE_KEY, endpoint=endpoint,
-                           client_options=options)
-    prefix = f"{path.split('://')[0]}://{bucket}/"
-
-    def read(name: str, start: int, stop: int) -> bytes:
-        return obstore.get_range(store, name[len(prefix):], start=start, end=stop)  # type: ignore[return-value]
-
-    return read
+    return (s3 if path.startswith("s3://") else azure_blob).sdk_ranges(connections)
 
 
 def parallel_ranges(paths: list[tuple[str, int]], read: RangedRead, *, connections: int = 16,
@@ -308,8 +290,8 @@ def measure_store(store: str, workloads: dict[str, str], readers: list[str], arg
             objects = [(f"{remote[name]}/{s.filename}", s.num_bytes) for s in manifest.split("train").shards]
             cache_dir = str(work / f"cache-{name}")
             clients = {"ranges": Ranges(objects)}
-            if store != "gs" and importlib.util.find_spec("obstore") is not None:
-                clients["obstore"] = Ranges(objects, client="obstore")
+            if store != "gs":
+                clients["sdk"] = Ranges(objects, client="sdk")
             modes: dict[str, tuple[str, Callable[[], Iterable[Any]]]] = {
                 mode: ("bytes", lambda ranges=ranges: ranges) for mode, ranges in clients.items()}
             expected = dict.fromkeys(clients, shard_bytes)

@@ -87,7 +87,7 @@ def launch_azurite(work: Path, port: int) -> subprocess.Popen:
     log = work / f"azurite-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen([str(azurite_binary()), "--blobHost", "127.0.0.1", "--blobPort", str(port),
-                                    "--inMemoryPersistence", "--skipApiVersionCheck", "--silent"],
+                                    "--inMemoryPersistence", "--skipApiVersionCheck", "--silent", "--disableTelemetry"],
                                    cwd=work, stdout=out, stderr=subprocess.STDOUT)
     wait_listening(process, port, log, "Azurite")
     return process

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, BinaryIO
 
+from beam_tfrecord.storage import obstore_reads
 from beam_tfrecord.storage.backend import RangedRead, StorageBackend, StoredFile, VersionedBytes
 from beam_tfrecord.storage.object_io import PartedUpload, ranged_stream, unquoted
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
@@ -109,7 +110,9 @@ def _stored(path: str, properties: Any) -> StoredFile:
     return StoredFile(path, size, properties.last_modified.timestamp(), f"{size}:e{unquoted(properties.etag)}")
 
 
-def _ranges(connections: int) -> RangedRead:
+def sdk_ranges(connections: int) -> RangedRead:
+    """Ranged reads through azure-storage-blob (without obstore or a shared key; and the benchmark's comparison)."""
+
     def read(path: str, start: int, stop: int) -> bytes:
         if stop <= start:
             return b""
@@ -160,7 +163,7 @@ class AzureBlobBackend(StorageBackend):
         found = self.stat(path)
         if found is None:
             raise FileNotFoundError(f"{path}: no such blob")
-        read = _ranges(10)
+        read = sdk_ranges(10)
         return ranged_stream(lambda start, stop: read(path, start, stop), found.size_bytes)
 
     def read_bytes(self, path: str) -> bytes:
@@ -170,10 +173,14 @@ class AzureBlobBackend(StorageBackend):
         return found.data
 
     def read_range(self, path: str, start: int, stop: int) -> bytes:
-        return _ranges(10)(path, start, stop)
+        return sdk_ranges(10)(path, start, stop)
 
     def ranged_reader(self, connections: int) -> RangedRead:
-        return _ranges(connections)
+        def service_for(path: str) -> tuple[Any, str, str]:
+            where = split(path)
+            return service(where.account, connections), where.container, where.name
+
+        return obstore_reads.azure_ranges(service_for, connections, fallback=sdk_ranges(connections))
 
     def open_write(self, path: str) -> BinaryIO:
         return _BlockUpload(path)  # type: ignore[return-value]  # a BufferedIOBase

@@ -11,6 +11,7 @@ import os
 import threading
 from typing import Any, BinaryIO
 
+from beam_tfrecord.storage import obstore_reads
 from beam_tfrecord.storage.backend import RangedRead, StorageBackend, StoredFile, VersionedBytes
 from beam_tfrecord.storage.object_io import PartedUpload, ranged_stream, unquoted
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
@@ -76,6 +77,11 @@ def _ranges_through(through: Any) -> RangedRead:
         return bytes(answer["Body"].read())
 
     return read
+
+
+def sdk_ranges(connections: int) -> RangedRead:
+    """Ranged reads through boto3 (where obstore is not installed; and benchmarks/remote_read.py's comparison)."""
+    return _ranges_through(client(connections))
 
 
 class _S3Upload(PartedUpload):
@@ -147,7 +153,7 @@ class S3Backend(StorageBackend):
         return _ranges_through(client())(path, start, stop)
 
     def ranged_reader(self, connections: int) -> RangedRead:
-        return _ranges_through(client(connections))
+        return obstore_reads.s3_ranges(client(connections), connections, fallback=sdk_ranges(connections))
 
     def open_write(self, path: str) -> BinaryIO:
         return _S3Upload(path)  # type: ignore[return-value]  # a BufferedIOBase
