@@ -1,5 +1,5 @@
 """An image folder on each object store built into a dataset on the same store, verified and read back
-by read_numpy and the PyTorch dataset: the same bytes as the same build on local disk."""
+by read_numpy and the PyTorch dataset: the same bytes as the same build on local disk; and refreshed."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import pytest
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.tfds_info import tfds_files
-from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
 from beam_tfrecord.interop import INTEROP_FILENAMES
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.verify import verify_dataset
-from pipelines import build_image_dataset
+from beam_tfrecord.versions.refresh import RefreshAction, list_versions
+from pipelines import build_image_dataset, refresh_image_dataset
 
 STORES = {"s3": "moto_s3", "az": "azurite"}  # the session fixture of each store's server
 OPTIONS = ["--splits", "train=0.8,validation=0.2", "--target_shard_bytes=6000", "--runner=DirectRunner",
@@ -97,3 +98,24 @@ def test_the_pytorch_dataset_gives_the_local_batches(built: Built, tmp_path: Pat
     cache = str(tmp_path / "cache")
     assert batches(built.remote, cache_dir=cache) == expected  # fills the cache
     assert batches(built.remote, cache_dir=cache) == expected  # read from it
+
+
+@pytest.mark.parametrize("bucket_fixture", ["s3_bucket", "az_container"], ids=["s3", "az"])
+def test_a_refresh_on_the_store_skips_unchanged_inputs_and_moves_latest(bucket_fixture: str, tiny_images: str,
+                                                                        request: pytest.FixtureRequest) -> None:
+    bucket = request.getfixturevalue(bucket_fixture)
+    raw, root = f"{bucket}/raw/images", f"{bucket}/datasets/refreshed"
+    _upload(tiny_images, raw)
+    argv = ["--input", raw, "--dataset_root", root, "--keep_versions=1", "--min_version_age=0",
+            "--target_shard_bytes=8000"]  # incremental (the default): the inputs' ETags are their content tokens
+    first = refresh_image_dataset.run(argv)
+    assert first.action is RefreshAction.BUILD
+    assert refresh_image_dataset.run(argv).action is RefreshAction.SKIP
+    with storage.open_write(f"{raw}/circle/9999.jpg") as handle:  # new raw data lands
+        handle.write(Path(tiny_images, "circle", "0000.jpg").read_bytes())
+    second = refresh_image_dataset.run(argv)
+    assert second.action is RefreshAction.BUILD and second.version_id > first.version_id
+    assert storage.read_bytes(f"{root}/LATEST").decode().strip() == second.version_id
+    assert verify_dataset(resolve_dataset_dir(root)).num_records == 31
+    assert list_versions(root).complete == (second.version_id,)  # keep_versions=1 deleted the first
+    assert sum(1 for _ in read_numpy(root)) == 31  # the reader takes the root and reads LATEST
