@@ -26,6 +26,10 @@ _VARIABLES = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_NAME", "
 # azfs://account/container/name (Apache Beam).
 _ABFS_HOST = re.compile(r"(?P<container>[^@/]+)@(?P<account>[^./]+)\.[^/]*")
 _COPY_POLL_SECONDS = 0.2
+# azure-storage-blob's default retry, given explicitly: 15 + 3**n seconds before retry n, +-3 s of jitter.
+RETRY_INITIAL_BACKOFF_SECONDS = 15
+RETRY_INCREMENT_BASE = 3
+RETRY_JITTER_SECONDS = 3
 _CLIENTS: dict[tuple[object, ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
@@ -64,7 +68,8 @@ def service(account: str | None, connections: int = 10) -> Any:
     or ``AZURE_STORAGE_SAS_TOKEN``, or azure-identity's ``DefaultAzureCredential`` when none is set.
     """
     settings = tuple(os.environ.get(name) for name in _VARIABLES)
-    key = (os.getpid(), connections, account, *settings)
+    key = (os.getpid(), connections, account, RETRY_INITIAL_BACKOFF_SECONDS, RETRY_INCREMENT_BASE, RETRY_JITTER_SECONDS,
+           *settings)
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
             _CLIENTS[key] = _make_service(account, connections)
@@ -74,16 +79,18 @@ def service(account: str | None, connections: int = 10) -> Any:
 def _make_service(account: str | None, connections: int) -> Any:
     import requests.adapters
     from azure.core.pipeline.transport import RequestsTransport
-    from azure.storage.blob import BlobServiceClient  # imported on first Azure use (the [azure] extra)
+    from azure.storage.blob import BlobServiceClient, ExponentialRetry  # imported on first Azure use ([azure])
 
     session = requests.Session()
     for prefix in ("http://", "https://"):
         session.mount(prefix, requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=connections))
     transport = RequestsTransport(session=session, session_owner=False)
+    retries = ExponentialRetry(initial_backoff=RETRY_INITIAL_BACKOFF_SECONDS, increment_base=RETRY_INCREMENT_BASE,
+                               random_jitter_range=RETRY_JITTER_SECONDS)
     env = os.environ.get
     connection_string = env("AZURE_STORAGE_CONNECTION_STRING")
     if connection_string:
-        return BlobServiceClient.from_connection_string(connection_string, transport=transport)
+        return BlobServiceClient.from_connection_string(connection_string, transport=transport, retry_policy=retries)
     account = account or env("AZURE_STORAGE_ACCOUNT_NAME") or env("AZURE_STORAGE_ACCOUNT")
     if not account:
         raise ValueError("Azure paths need AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_NAME (or an "
@@ -93,7 +100,8 @@ def _make_service(account: str | None, connections: int) -> Any:
         from azure.identity import DefaultAzureCredential  # azure-identity: managed identities, az login...
 
         credential = DefaultAzureCredential()
-    return BlobServiceClient(f"https://{account}.blob.core.windows.net", credential=credential, transport=transport)
+    return BlobServiceClient(f"https://{account}.blob.core.windows.net", credential=credential, transport=transport,
+                             retry_policy=retries)
 
 
 def _blob(path: str, connections: int = 10) -> Any:
