@@ -119,3 +119,13 @@ def test_a_refresh_on_the_store_skips_unchanged_inputs_and_moves_latest(bucket_f
     assert verify_dataset(resolve_dataset_dir(root)).num_records == 31
     assert list_versions(root).complete == (second.version_id,)  # keep_versions=1 deleted the first
     assert sum(1 for _ in read_numpy(root)) == 31  # the reader takes the root and reads LATEST
+
+
+def test_worker_processes_write_the_same_bytes(built: Built) -> None:
+    """The DirectRunner's worker processes inherit the store's variables and make their own clients."""
+    output = built.remote.replace("/datasets/images", "/datasets/multi-processing")
+    manifest = build_image_dataset.run(["--input", built.remote.replace("/datasets/images", "/raw/images"),
+                                        "--output", output, *OPTIONS[:2], OPTIONS[2], "--runner=DirectRunner",
+                                        "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    for shard in manifest.shards:
+        assert storage.read_bytes(f"{output}/{shard.filename}") == Path(built.local, shard.filename).read_bytes()
