@@ -11,6 +11,11 @@ VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("beam_t
 _ROLES = {
     # Writing: the Beam jobs (DirectRunner, Dataflow, Flink) and gs:// through Beam's GCS client.
     "beam": ["apache-beam[gcp]>=2.77,<2.78"],
+    # s3:// and S3-compatible stores (MinIO, R2, Ceph); conditional writes (If-None-Match/If-Match) need boto3
+    # >= 1.36. obstore: the readers' ranged reads (less CPU per byte than boto3's and azure-storage-blob's).
+    "s3": ["boto3>=1.36", "obstore>=0.12,<0.13"],
+    # Azure Blob Storage (az://, abfs://, azfs://); azure-identity: managed identities and `az login` when no key.
+    "azure": ["azure-storage-blob>=12.20", "azure-identity>=1.15", "obstore>=0.12,<0.13"],
     # Reading with tf.data.
     "tf": ["tensorflow>=2.21,<2.22"],
     "torch": ["torch>=2.1"],
@@ -37,7 +42,10 @@ def _extras() -> dict[str, list[str]]:
                       # StatefulDataLoader: the resume tests save and restore reads with it.
                       "torchdata>=0.11",
                       # croissant.json validated and read by MLCommons' library (~16 s to install, scipy the most).
-                      "mlcroissant>=1.1,<1.2"]
+                      "mlcroissant>=1.1,<1.2",
+                      # s3:// tests: moto's S3 server (tests/moto_s3_server.py). Azure's (Azurite) is an npm
+                      # package: scripts/test.sh installs it into .tools/azurite.
+                      "moto[server]>=5.1,<6"]
     # Test-only, heavy, not in [test] (scripts/test.sh installs it): the tests marked `ecosystem` read
     # datasets with NVIDIA DALI (a 424 MB wheel, ~1 GB installed with its codecs; CPU pipelines run
     # without a GPU) and Ray Data (79 MB wheel, 240 MB installed). Without them those tests are skipped.

@@ -1,9 +1,10 @@
-"""Remote read benchmark: each reader on gs:// behind a slow object store, against its local-disk speed.
+"""Remote read benchmark: each reader on each object store behind a slow link, against its local-disk speed.
 
-A fake-gcs-server emulator holds the datasets; every request reaches it through the shaping proxy
-of ``tests/gcs/flaky_proxy.py`` (its own process, 127.0.0.1 only): ``--latency_ms`` before each
-answer's first byte and ``--connection_mb_s`` per connection, what a real bucket gives one
-connection. Two workloads, built once locally with the project's writer (16 shards each):
+Each store of ``--stores`` (gs: fake-gcs-server; s3: moto's server; az: Azurite) holds the datasets in
+turn; every request reaches it through the shaping proxy of ``tests/gcs/flaky_proxy.py`` (its own
+process, 127.0.0.1 only): ``--latency_ms`` before each answer's first byte and ``--connection_mb_s``
+per connection, what a real bucket gives one connection. Two workloads, built once locally with the
+project's writer (16 shards each):
 
   small:  ``--records`` CIFAR-like records (3.1 KB: a 32x32x3 uint8 Tensor and a ClassLabel)
   images: ``--images`` records of one ~``--image_kb`` KB encoded image (random bytes, not decoded) and a label
@@ -14,18 +15,21 @@ interleaved rounds after a warm-up round (best pass kept), it times one epoch (t
 before: its manifest read is not an epoch's cost; read_numpy, one call per epoch, is called untimed):
 
   local:   the reader on the local copy (page cache warm)
-  gs:      the reader on gs:// through the proxy (default ``RemoteReads``: 16 connections, 8 MiB
+  remote:  the reader on the store through the proxy (default ``RemoteReads``: 16 connections, 8 MiB
            ranges, 256 MiB in flight)
-  cached:  the reader on gs:// with ``cache_dir`` already filled by an earlier epoch (the warm-up)
-  ranges:  16 threads reading the same objects in 8 MiB ranges through the proxy, no parsing
-           (what the store gives; as records/s of the workload)
+  cached:  the reader on the store with ``cache_dir`` already filled by an earlier epoch (the warm-up)
+  ranges:  16 threads reading the same objects in 8 MiB ranges through the proxy with the backend's
+           ``ranged_reader`` (gs: google-cloud-storage; s3 and az: obstore), no parsing (what the store gives;
+           as records/s of the workload)
+  sdk:     the same ranges through the store's Python SDK (s3: boto3; az: azure-storage-blob)
 
-and prints records/s and the targets of issue 29: gs >= 0.8 x min(local, ranges) and
-cached >= 0.9 x local; and the CPU seconds of each best epoch, in this process and in the store's
-(proxy and emulator) processes, which share this machine's cores with the reader.
+and prints records/s and the targets of issue 29: remote >= 0.8 x min(local, ranges) and
+cached >= 0.9 x local; the CPU seconds of each best epoch, in this process and in the store's
+(proxy and emulator) processes, which share this machine's cores with the reader; and this
+process's CPU seconds per GB fetched by ``ranges`` and ``sdk`` (the clients' cost per byte).
 
-Run: python benchmarks/remote_read.py [--records 100000] [--images 2000] [--image_kb 150] [--rounds 3]
-     [--latency_ms 40] [--connection_mb_s 50] [--dir /tmp/bt_remote_read]
+Run: python benchmarks/remote_read.py [--stores gs,s3,az] [--records 100000] [--images 2000] [--image_kb 150]
+     [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50] [--dir /tmp/bt_remote_read]
 """
 
 from __future__ import annotations
@@ -53,9 +57,12 @@ from measure import already_built
 
 from beam_tfrecord import ClassLabel, DType, Sample, Scalar, Schema
 from beam_tfrecord.core.units import MiB
+from beam_tfrecord.storage.backend import RangedRead
 
 IMAGE_SCHEMA = Schema(features={"image": Scalar(DType.BYTES), "label": ClassLabel(tuple(f"c{i}" for i in range(10)))})
 READERS = ("numpy", "torch", "tf")
+STORES = ("gs", "s3", "az")
+STORE_SERVERS = {"gs": "fake-gcs-server", "s3": "moto's S3 server", "az": "Azurite"}
 _PROXY = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
@@ -86,28 +93,52 @@ def build_images(path: str, count: int, image_bytes: int) -> None:
              | WriteTFRecordDataset(path, schema=IMAGE_SCHEMA, sharding=ShardingConfig(num_shards=16)))
 
 
-def start_store(work: Path, *, latency_s: float, bytes_per_s: float) -> tuple[list[subprocess.Popen], str, str]:
+def start_store(store: str, work: Path, *, latency_s: float,
+                bytes_per_s: float) -> tuple[list[subprocess.Popen], str, str]:
     """The emulator and the shaping proxy in front of it (each its own process): (processes, emulator, proxy URL)."""
     from fixtures_gcs import free_port, launch_fake_gcs
+    from fixtures_stores import launch_azurite, launch_moto
     from flaky_proxy import wait_until_listening
 
     emulator_port, proxy_port = free_port(), free_port()
     proxy_url = f"http://127.0.0.1:{proxy_port}"
-    emulator = launch_fake_gcs(work, port=emulator_port, external_url=proxy_url)
+    if store == "gs":
+        emulator = launch_fake_gcs(work, port=emulator_port, external_url=proxy_url)
+    else:
+        emulator = (launch_moto if store == "s3" else launch_azurite)(work, emulator_port)
     proxy = subprocess.Popen([sys.executable, "-c", _PROXY, os.path.join(ROOT, "tests", "gcs"),
                               f"http://127.0.0.1:{emulator_port}", str(proxy_port), str(latency_s), str(bytes_per_s)])
     wait_until_listening(proxy_url, timeout_seconds=20)
     return [proxy, emulator], f"http://127.0.0.1:{emulator_port}", proxy_url
 
 
-def point_at(work: Path, url: str) -> None:
-    """Points this process's Google Cloud clients at ``url`` (the emulator or the proxy)."""
+def point_at(store: str, work: Path, url: str) -> None:
+    """Points this process's clients of ``store`` at ``url`` (the emulator or the proxy)."""
     from fixtures_gcs import emulator_env
+    from fixtures_stores import azure_env, s3_env
 
     from beam_tfrecord.storage import gcs
 
-    os.environ.update(emulator_env(work, url))
-    gcs.client.cache_clear()
+    os.environ.update({"gs": lambda: emulator_env(work, url), "s3": lambda: s3_env(url),
+                       "az": lambda: azure_env(url)}[store]())
+    gcs.client.cache_clear()  # the others' clients are made per endpoint
+
+
+def create_bucket(store: str, name: str) -> str:
+    """A new bucket (container) on the store the clients point at: its root path."""
+    if store == "gs":
+        from google.cloud import storage as cloud_storage
+
+        cloud_storage.Client.create_anonymous_client().create_bucket(name)
+    elif store == "s3":
+        from beam_tfrecord.storage import s3
+
+        s3.client().create_bucket(Bucket=name)
+    else:
+        from beam_tfrecord.storage import azure_blob
+
+        azure_blob.service(None).create_container(name)
+    return f"{store}://{name}"
 
 
 def upload(local: str, remote: str) -> None:
@@ -155,22 +186,36 @@ def count(reader: str, epoch: Iterable[Any]) -> int:
 class Ranges:
     """The store's own rate: every object in 8 MiB ranges on 16 threads, nothing kept (an "epoch" of bytes)."""
 
-    def __init__(self, objects: list[tuple[str, int]]) -> None:
+    def __init__(self, objects: list[tuple[str, int]], *, client: str = "backend") -> None:
         self.objects = objects
+        self.client = client
 
     def __iter__(self) -> Iterator[int]:
-        yield parallel_ranges(self.objects)
+        read = backend_reader if self.client == "backend" else sdk_reader
+        yield parallel_ranges(self.objects, read(self.objects[0][0], 16))
 
 
-def parallel_ranges(paths: list[tuple[str, int]], *, connections: int = 16, range_bytes: int = 8 * MiB) -> int:
+def backend_reader(path: str, connections: int) -> RangedRead:
+    """The storage backend's ranged reads, as the readers fetch (gs: google-cloud-storage; s3, az: obstore)."""
+    from beam_tfrecord import storage
+
+    return storage.backend_for(path).ranged_reader(connections)
+
+
+def sdk_reader(path: str, connections: int) -> RangedRead:
+    """Ranged reads through the store's Python SDK (s3: boto3; az: azure-storage-blob), for the comparison."""
+    from beam_tfrecord.storage import azure_blob, s3
+
+    return (s3 if path.startswith("s3://") else azure_blob).sdk_ranges(connections)
+
+
+def parallel_ranges(paths: list[tuple[str, int]], read: RangedRead, *, connections: int = 16,
+                    range_bytes: int = 8 * MiB) -> int:
     """Reads every object in ``range_bytes`` ranges on ``connections`` threads, keeping nothing; the bytes read."""
-    from beam_tfrecord.storage import gcs
-
-    client = gcs.pooled_client(connections)
     ranges = [(path, start, min(start + range_bytes, size))
               for path, size in paths for start in range(0, size, range_bytes)]
     with concurrent.futures.ThreadPoolExecutor(connections) as pool:
-        return sum(pool.map(lambda r: len(gcs.read_range(r[0], r[1], r[2], through=client)), ranges))
+        return sum(pool.map(lambda r: len(memoryview(read(*r))), ranges))
 
 
 def measure(modes: dict[str, tuple[str, Callable[[], Iterable[Any]]]], expected: dict[str, int], rounds: int,
@@ -198,6 +243,7 @@ def measure(modes: dict[str, tuple[str, Callable[[], Iterable[Any]]]], expected:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--stores", default=",".join(STORES))
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--images", type=int, default=2_000)
     parser.add_argument("--image_kb", type=int, default=150)
@@ -211,59 +257,67 @@ def main(argv: list[str] | None = None) -> None:
 
     from read_benchmark import build as build_small
 
-    from beam_tfrecord.dataset import load_manifest
-    from beam_tfrecord.remote_reads.options import COUNTERS
-
     workloads = {"small": os.path.join(args.dir, f"small-{args.records}"),
                  "images": os.path.join(args.dir, f"images-{args.images}x{args.image_kb}k")}
     build_small(workloads["small"], args.records)
     build_images(workloads["images"], args.images, args.image_kb * 1000)
+    print(f"proxy: {args.latency_ms:g} ms to first byte, {args.connection_mb_s:g} MB/s per connection; "
+          f"rounds: {args.rounds} (+1 warm-up), best pass kept")
+    for store in [s for s in args.stores.split(",") if s]:
+        measure_store(store, workloads, readers, args)
 
-    work = Path(tempfile.mkdtemp(prefix="bt-remote-read-"))
-    processes, emulator_url, proxy_url = start_store(work, latency_s=args.latency_ms / 1000,
+
+def measure_store(store: str, workloads: dict[str, str], readers: list[str], args: argparse.Namespace) -> None:
+    """Every workload and reader on ``store`` (its emulator and proxy started here, stopped at the end)."""
+    from beam_tfrecord.dataset import load_manifest
+    from beam_tfrecord.remote_reads.options import COUNTERS
+
+    work = Path(tempfile.mkdtemp(prefix=f"bt-remote-read-{store}-"))
+    processes, emulator_url, proxy_url = start_store(store, work, latency_s=args.latency_ms / 1000,
                                                      bytes_per_s=args.connection_mb_s * 1e6)
     try:
-        from google.cloud import storage as cloud_storage
-
-        point_at(work, emulator_url)  # uploads go straight to the emulator (not timed)
-        cloud_storage.Client.create_anonymous_client().create_bucket("remote-read-bench")
-        remote = {name: f"gs://remote-read-bench/{name}" for name in workloads}
+        point_at(store, work, emulator_url)  # uploads go straight to the emulator (not timed)
+        bucket = create_bucket(store, "remote-read-bench")
+        remote = {name: f"{bucket}/{name}" for name in workloads}
         for name, local in workloads.items():
             upload(local, remote[name])
-        point_at(work, proxy_url)
-        print(f"store: fake-gcs-server behind the shaping proxy, {args.latency_ms:g} ms to first byte, "
-              f"{args.connection_mb_s:g} MB/s per connection; rounds: {args.rounds} (+1 warm-up), best pass kept")
+        point_at(store, work, proxy_url)
+        print(f"\n== {store}: {STORE_SERVERS[store]} behind the shaping proxy")
         for name, local in workloads.items():
             manifest = load_manifest(local)
             num_records = manifest.split("train").num_records
             shard_bytes = sum(s.num_bytes for s in manifest.split("train").shards)
             objects = [(f"{remote[name]}/{s.filename}", s.num_bytes) for s in manifest.split("train").shards]
             cache_dir = str(work / f"cache-{name}")
-            ranges = Ranges(objects)
+            clients = {"ranges": Ranges(objects)}
+            if store != "gs":
+                clients["sdk"] = Ranges(objects, client="sdk")
             modes: dict[str, tuple[str, Callable[[], Iterable[Any]]]] = {
-                "ranges": ("bytes", lambda ranges=ranges: ranges)}
-            expected = {"ranges": shard_bytes}
+                mode: ("bytes", lambda ranges=ranges: ranges) for mode, ranges in clients.items()}
+            expected = dict.fromkeys(clients, shard_bytes)
             for reader in readers:
                 modes[f"local {reader}"] = (reader, reader_epochs(reader, local))
-                modes[f"gs {reader}"] = (reader, reader_epochs(reader, remote[name]))
+                modes[f"remote {reader}"] = (reader, reader_epochs(reader, remote[name]))
                 modes[f"cached {reader}"] = (reader, reader_epochs(reader, remote[name], cache_dir=cache_dir))
-                expected.update({f"{mode} {reader}": num_records for mode in ("local", "gs", "cached")})
+                expected.update({f"{mode} {reader}": num_records for mode in ("local", "remote", "cached")})
             before = COUNTERS.snapshot()
             best = measure(modes, expected, args.rounds, [psutil.Process(p.pid) for p in processes])
             after = COUNTERS.snapshot()
             seconds = {mode: figures[0] for mode, figures in best.items()}
             rate = {mode: num_records / s for mode, s in seconds.items()}
             hits = after.get("cache_hits", 0) - before.get("cache_hits", 0)
-            print(f"\n{name}: {num_records} records, {shard_bytes / 1e6:.0f} MB in {len(objects)} shards; "
-                  f"ranges (16 x 8 MiB through the proxy): {shard_bytes / seconds['ranges'] / 1e6:.0f} MB/s "
-                  f"= {rate['ranges']:,.0f} records/s; cache hits {hits}")
+            print(f"\n{store} {name}: {num_records} records, {shard_bytes / 1e6:.0f} MB in {len(objects)} shards; "
+                  f"cache hits {hits}")
+            for mode in clients:
+                print(f"  {mode:8s} (16 x 8 MiB, no parsing): {shard_bytes / seconds[mode] / 1e6:.0f} MB/s = "
+                      f"{rate[mode]:,.0f} records/s; {best[mode][1] / shard_bytes * 1e9:.2f} CPU s/GB in this process")
             for reader in readers:
-                local_rate, gs_rate, cached_rate = (rate[f"{m} {reader}"] for m in ("local", "gs", "cached"))
+                local_rate, remote_rate, cached_rate = (rate[f"{m} {reader}"] for m in ("local", "remote", "cached"))
                 bound = min(local_rate, rate["ranges"])
-                gs_ratio, cached_ratio = gs_rate / bound, cached_rate / local_rate
-                print(f"  {reader:5s}  local {local_rate:>10,.0f}/s  gs {gs_rate:>10,.0f}/s  "
-                      f"gs/min(local, ranges) {gs_ratio:.3f} ({'met' if gs_ratio >= 0.8 else 'NOT met'}: >= 0.8)  "
-                      f"cached {cached_rate:>10,.0f}/s  cached/local {cached_ratio:.3f} "
+                remote_ratio, cached_ratio = remote_rate / bound, cached_rate / local_rate
+                print(f"  {reader:5s}  local {local_rate:>10,.0f}/s  {store} {remote_rate:>10,.0f}/s  "
+                      f"{store}/min(local, ranges) {remote_ratio:.3f} ({'met' if remote_ratio >= 0.8 else 'NOT met'}: "
+                      f">= 0.8)  cached {cached_rate:>10,.0f}/s  cached/local {cached_ratio:.3f} "
                       f"({'met' if cached_ratio >= 0.9 else 'NOT met'}: >= 0.9)")
             print("  CPU seconds of the best epoch (this process / the proxy and emulator): " + ", ".join(
                 f"{mode} {best[mode][1]:.2f}/{best[mode][2]:.2f}" for mode in modes))

@@ -12,6 +12,14 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 &
     >/tmp/beam-tfrecord-chromium-install.log 2>&1 \
     || { tail -20 /tmp/beam-tfrecord-chromium-install.log >&2; echo "chromium install failed" >&2; exit 1; }
 fi
+# The az:// tests run against Azurite (Microsoft's Azure Storage emulator, an npm package), installed once into
+# .tools/azurite where Node.js is present (without Node.js those tests are skipped).
+if command -v npm >/dev/null 2>&1 && [ ! -x "$ROOT/.tools/azurite/node_modules/.bin/azurite-blob" ]; then
+  echo "installing azurite (npm) into .tools/azurite for the az:// tests..." >&2
+  npm install --prefix "$ROOT/.tools/azurite" --no-audit --no-fund --loglevel=error azurite@3 \
+    >/tmp/beam-tfrecord-azurite-install.log 2>&1 \
+    || { tail -20 /tmp/beam-tfrecord-azurite-install.log >&2; echo "azurite install failed" >&2; exit 1; }
+fi
 echo "ruff check ." >&2 && ruff check . -q
 echo "mypy (beam_tfrecord and pipelines; configured in pyproject.toml)" >&2 && mypy --no-error-summary
 # Two test processes (pytest-xdist), each test file whole in one of them, so module-scoped fixtures

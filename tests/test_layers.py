@@ -204,11 +204,12 @@ def test_only_formats_name_a_file_format():
     assert format_members_named(REPO) == []
 
 
-CLOUD_CLIENTS = ("google.cloud", "google.api_core", "beam_tfrecord.storage.gcs", "beam_tfrecord.storage.scheme",
-                 "beam_tfrecord.storage.paths.scheme")
+CLOUD_CLIENTS = ("google.cloud", "google.api_core", "boto3", "botocore", "azure", "obstore",
+                 "beam_tfrecord.storage.gcs", "beam_tfrecord.storage.s3", "beam_tfrecord.storage.azure_blob",
+                 "beam_tfrecord.storage.scheme", "beam_tfrecord.storage.paths.scheme")
 _NAMED_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")  # "://" alone names no store (a remote-path test)
-SCHEME_NAMES = frozenset({"gs", "gcs", "s3", "s3a", "s3n", "az", "abfs", "abfss", "azure", "hdfs", "file", "http",
-                          "https"})
+SCHEME_NAMES = frozenset({"gs", "gcs", "s3", "s3a", "s3n", "az", "abfs", "abfss", "azfs", "azure", "hdfs", "file",
+                          "http", "https"})
 
 
 def _scheme_literal(node: ast.expr) -> bool:

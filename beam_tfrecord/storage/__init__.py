@@ -1,9 +1,9 @@
 """Storage: every path behaves the same, whatever its store; no Apache Beam or TensorFlow needed.
 
 ``backend_for(path)`` gives the path's ``backend.StorageBackend``, chosen by its scheme from ``_BACKENDS``
-(local paths: ``local``; ``gs://``: ``gcs_backend``; any other: Beam's ``FileSystems``). The functions
-here ask it once per path and do what crosses stores. Adding a store: one module with its
-``StorageBackend`` subclass, one line in ``_BACKENDS``, and a fixture for it in
+(local paths: ``local``; ``gs://``: ``gcs_backend``; ``s3://``: ``s3``; Azure: ``azure_blob``; any other:
+Beam's ``FileSystems``). The functions here ask it once per path and do what crosses stores. Adding a store:
+one module with its ``StorageBackend`` subclass, one line in ``_BACKENDS``, and a fixture for it in
 ``tests/storage/test_backend_contract.py`` (the contract every backend passes). See docs/operations.md#storage.
 """
 
@@ -17,6 +17,7 @@ from typing import BinaryIO
 import google_crc32c
 
 from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.storage.azure_blob import AzureBlobBackend
 from beam_tfrecord.storage.backend import COPY_CHUNK_BYTES, StorageBackend, StoredFile, VersionedBytes
 from beam_tfrecord.storage.beam_filesystems import BeamFileSystemsBackend
 from beam_tfrecord.storage.compression import HashingWriter, decompressed
@@ -24,8 +25,13 @@ from beam_tfrecord.storage.disk_space import raise_typed_when_full
 from beam_tfrecord.storage.gcs_backend import GcsBackend
 from beam_tfrecord.storage.local import LocalBackend
 from beam_tfrecord.storage.paths import glob_escape, glob_regex, is_remote, join, literal_prefix, scheme
+from beam_tfrecord.storage.s3 import S3Backend
 
-_BACKENDS: dict[str | None, StorageBackend] = {None: LocalBackend(), "gs": GcsBackend()}
+_AZURE = AzureBlobBackend()
+_BACKENDS: dict[str | None, StorageBackend] = {
+    None: LocalBackend(), "gs": GcsBackend(), "s3": S3Backend(),
+    "az": _AZURE, "abfs": _AZURE, "abfss": _AZURE, "azfs": _AZURE,  # fsspec's, and Apache Beam's with the account
+}
 _FALLBACK = BeamFileSystemsBackend()  # any scheme without its own backend
 
 

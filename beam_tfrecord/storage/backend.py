@@ -36,10 +36,11 @@ class StoredFile:
 
 @dataclasses.dataclass(frozen=True)
 class VersionedBytes:
-    """A file's bytes and the version they were read at (None where the store has no versions)."""
+    """A file's bytes and the version they were read at (a GCS generation, an S3 or Azure ETag; None where
+    the store has no versions)."""
 
     data: bytes
-    version: int | None
+    version: int | str | None
 
 
 class StorageBackend(abc.ABC):

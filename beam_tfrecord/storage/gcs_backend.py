@@ -97,4 +97,4 @@ class GcsBackend(StorageBackend):
         return VersionedBytes(*found) if found is not None else None
 
     def delete_if_unchanged(self, path: str, read: VersionedBytes) -> None:
-        gcs.delete_if_generation(path, read.version)
+        gcs.delete_if_generation(path, None if read.version is None else int(read.version))

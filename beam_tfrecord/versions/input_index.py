@@ -94,7 +94,8 @@ def content_tokens(root: str) -> dict[str, str]:
     """{full path: content token} of every file under ``root``, from one listing (``storage.list_details``)."""
     base = root.rstrip("/") + "/"
     if not storage.backend_for(base).lists_tokens:
-        raise InputIndexError(base, "incremental refresh lists local folders and gs:// only")
+        raise InputIndexError(base, "incremental refresh needs a store that lists content tokens (local, gs://, "
+                                    "s3://, Azure)")
     listed = storage.list_details(storage.glob_escape(base) + "**")  # escaped: a folder named "a[1]" is itself
     return {found.path: found.token for found in listed if found.token is not None}
 

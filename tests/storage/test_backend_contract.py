@@ -1,4 +1,4 @@
-"""The contract every registered storage backend keeps: local on tmp_path, gs:// on a real GCS emulator.
+"""The contract every registered storage backend keeps: local on tmp_path; gs://, s3:// and az:// on real servers.
 
 A new backend joins ``STORES`` (and a fixture giving a fresh root on its store) and passes these tests.
 """
@@ -13,14 +13,20 @@ import pytest
 
 from beam_tfrecord import storage
 from beam_tfrecord.errors import InputIndexError
+from beam_tfrecord.storage import object_io
+from beam_tfrecord.storage.azure_blob import AzureBlobBackend
+from beam_tfrecord.storage.azure_blob import split as split_azure
 from beam_tfrecord.storage.backend import StorageBackend, VersionedBytes
 from beam_tfrecord.storage.beam_filesystems import BeamFileSystemsBackend
 from beam_tfrecord.storage.gcs_backend import GcsBackend
 from beam_tfrecord.storage.local import LocalBackend
+from beam_tfrecord.storage.s3 import S3Backend
 from beam_tfrecord.versions.input_index import content_tokens
 
-STORES = ("local", "gs")
-TOKENS = {"local": r"\d+:\d+", "gs": r"\d+:g\d+"}  # stored in existing input indexes: never change
+STORES = ("local", "gs", "s3", "az")
+# Stored in existing input indexes: never change. S3: the ETag (an MD5, "-<parts>" when multipart); Azure: "0x...".
+TOKENS = {"local": r"\d+:\d+", "gs": r"\d+:g\d+", "s3": r"\d+:e[0-9a-f]{32}(-\d+)?", "az": r"\d+:e0x[0-9A-F]+"}
+ROOTS = {"gs": "gcs_bucket", "s3": "s3_bucket", "az": "az_container"}  # the fixture giving a fresh bucket
 
 
 @pytest.fixture(params=STORES)
@@ -28,7 +34,7 @@ def root(request: pytest.FixtureRequest, tmp_path) -> str:
     """A fresh, empty folder on each registered store."""
     if request.param == "local":
         return str(tmp_path / "root")
-    return request.getfixturevalue("gcs_bucket") + "/root"
+    return request.getfixturevalue(ROOTS[request.param]) + "/root"
 
 
 def _put(path: str, data: bytes) -> None:
@@ -41,20 +47,37 @@ def test_the_registry_gives_one_backend_per_scheme() -> None:
     assert isinstance(storage.backend_for("relative/x"), LocalBackend)
     assert isinstance(storage.backend_for("gs://b/x"), GcsBackend)
     assert isinstance(storage.backend_for("GS://b/x"), GcsBackend)
-    assert isinstance(storage.backend_for("s3://b/x"), BeamFileSystemsBackend)
-    assert [b.is_local for b in map(storage.backend_for, ("/x", "gs://b/x", "s3://b/x"))] == [True, False, False]
-    assert [b.fetched_in_ranges for b in map(storage.backend_for, ("/x", "gs://b/x", "s3://b/x"))] == [
-        False, True, False]
+    assert isinstance(storage.backend_for("s3://b/x"), S3Backend)
+    for azure in ("az://c/x", "abfs://c/x", "abfss://c@acct.dfs.core.windows.net/x", "azfs://acct/c/x"):
+        assert isinstance(storage.backend_for(azure), AzureBlobBackend)
+    assert isinstance(storage.backend_for("hdfs://b/x"), BeamFileSystemsBackend)
+    paths = ("/x", "gs://b/x", "s3://b/x", "az://c/x", "hdfs://b/x")
+    assert [b.is_local for b in map(storage.backend_for, paths)] == [True, False, False, False, False]
+    assert [b.fetched_in_ranges for b in map(storage.backend_for, paths)] == [False, True, True, True, False]
+
+
+@pytest.mark.parametrize(("path", "account", "container", "name"), [
+    ("az://data/a/b.bin", None, "data", "a/b.bin"),
+    ("abfs://data/a/b.bin", None, "data", "a/b.bin"),
+    ("abfss://data@acct.dfs.core.windows.net/a/b.bin", "acct", "data", "a/b.bin"),
+    ("azfs://acct/data/a/b.bin", "acct", "data", "a/b.bin"),
+    ("az://data", None, "data", ""),
+], ids=["az", "abfs", "abfss-with-account", "beam-azfs", "container-only"])
+def test_azure_paths_name_their_account_container_and_blob(path: str, account: str | None, container: str,
+                                                           name: str) -> None:
+    where = split_azure(path)
+    assert (where.account, where.container, where.name) == (account, container, name)
+    assert where.root + where.name == path
 
 
 def test_a_store_without_conditional_writes_or_tokens_says_so() -> None:
-    fallback = storage.backend_for("s3://bucket/x")
+    fallback = storage.backend_for("hdfs://bucket/x")
     with pytest.raises(io.UnsupportedOperation, match="no conditional create"):
-        fallback.create_if_absent("s3://bucket/x", b"1")
+        fallback.create_if_absent("hdfs://bucket/x", b"1")
     with pytest.raises(io.UnsupportedOperation, match="no conditional delete"):
-        fallback.delete_if_unchanged("s3://bucket/x", VersionedBytes(b"1", None))
-    with pytest.raises(InputIndexError, match="local folders and gs:// only"):
-        content_tokens("s3://bucket/inputs")
+        fallback.delete_if_unchanged("hdfs://bucket/x", VersionedBytes(b"1", None))
+    with pytest.raises(InputIndexError):
+        content_tokens("hdfs://bucket/inputs")
 
 
 def test_write_read_and_ranged_reads(root: str) -> None:
@@ -140,7 +163,7 @@ def test_a_versioned_delete_removes_what_was_read(root: str) -> None:
 
 def test_a_versioned_delete_of_a_replaced_file_is_refused(root: str, request: pytest.FixtureRequest) -> None:
     backend = storage.backend_for(root)
-    if not backend.is_local:  # the bundled fake-gcs-server answers a DELETE without reading ifGenerationMatch
+    if isinstance(backend, GcsBackend):  # the bundled fake-gcs-server answers a DELETE ignoring ifGenerationMatch
         request.applymarker(pytest.mark.xfail(strict=True, reason="fake-gcs-server ignores a delete's preconditions "
                                               "(fsouza/fake-gcs-server#1282, fixed by #2343 after the bundled build)"))
     path = storage.join(root, "lease")
@@ -168,3 +191,27 @@ def test_content_tokens_of_a_folder_named_with_glob_characters(root: str) -> Non
         _put(storage.join(folder, name), b"1")
     _put(storage.join(root, "in1ab", "z"), b"1")  # what the name would match as a glob
     assert sorted(content_tokens(folder)) == [storage.join(folder, "sub/y"), storage.join(folder, "x")]
+
+
+def test_a_write_of_several_parts_appears_whole_and_an_abandoned_one_not_at_all(
+        root: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(object_io, "PART_BYTES", 5 << 20)  # S3's smallest part: a multipart upload of 3 parts
+    data = bytes(range(256)) * (11 << 12)  # 11 MiB
+    path, abandoned = storage.join(root, "big.bin"), storage.join(root, "abandoned.bin")
+    _put(path, data)
+    assert storage.read_bytes(path) == data
+    with storage.open_read(path) as handle:  # the buffered ranged reader
+        handle.seek(len(data) - 7)
+        assert handle.read() == data[-7:]
+    with pytest.raises(RuntimeError, match="stop"), storage.open_write(abandoned) as handle:
+        handle.write(data)
+        raise RuntimeError("stop")
+    assert storage.exists(abandoned) == storage.backend_for(root).is_local  # a local file is written in place
+
+
+def test_the_readers_ranged_reads_that_end_past_the_end_give_fewer_bytes(root: str) -> None:
+    path = storage.join(root, "short.bin")
+    _put(path, b"0123456789")
+    read = storage.backend_for(root).ranged_reader(4)  # s3:// and az://: through obstore when it is installed
+    assert read(path, 2, 5) == b"234"
+    assert read(path, 5, 20) == b"56789"

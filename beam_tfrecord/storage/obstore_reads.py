@@ -1,0 +1,113 @@
+"""The readers' ranged reads of ``s3://`` and Azure through obstore (Rust object_store: HTTP outside the GIL).
+
+Configured from the backend's own client (endpoint, region, credentials), so both see one store; where
+obstore is not installed (or an Azure account has no shared key) the backend's SDK reads instead.
+Measured: a quarter of azure-storage-blob's CPU per byte, boto3's on S3 (docs/operations.md#storage).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from beam_tfrecord.storage.backend import RangedRead
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig
+
+_STORES: dict[tuple[object, ...], Any] = {}
+_STORES_LOCK = threading.Lock()
+_AWS_HOSTS = ".amazonaws.com"
+
+
+def available() -> bool:
+    return importlib.util.find_spec("obstore") is not None
+
+
+def _client_options(endpoint: str, connections: int) -> ClientConfig:
+    """Plain HTTP only for an ``http://`` endpoint (a local server); ``connections`` kept open per host."""
+    return {"allow_http": endpoint.startswith("http://"), "pool_max_idle_per_host": str(connections)}
+
+
+def _cached(key: tuple[object, ...], make: Callable[[], Any]) -> Any:
+    """The obstore store of ``key`` in this process (made once: it keeps its connections)."""
+    key = (os.getpid(), *key)
+    with _STORES_LOCK:
+        if key not in _STORES:
+            _STORES[key] = make()
+        return _STORES[key]
+
+
+def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: RangedRead) -> RangedRead:
+    """A ``RangedRead`` through ``store_for(path)``: (the obstore store, the object's key in it), or None
+    for a path obstore is not configured for here (read by ``fallback``)."""
+    import obstore
+    from obstore.exceptions import GenericError
+
+    def read(path: str, start: int, stop: int) -> bytes:
+        if stop <= start:
+            return b""
+        found = store_for(path)
+        if found is None:
+            return fallback(path, start, stop)
+        store, key = found
+        try:
+            data = obstore.get_range(store, key, start=start, end=stop)  # FileNotFoundError when missing
+        except GenericError as err:
+            if "416" in str(err):  # a range that starts past the end (one that ends past it gives fewer bytes)
+                return b""
+            raise
+        return bytes(data)  # one copy (~1 ms per 8 MiB): the readers take bytes
+
+    return read
+
+
+def s3_ranges(client: Any, connections: int, fallback: RangedRead) -> RangedRead:
+    """Ranged reads with the endpoint, region and credentials of ``client`` (a boto3 S3 client)."""
+    if not available():
+        return fallback
+    import boto3
+    from obstore.auth.boto3 import Boto3CredentialProvider
+    from obstore.store import S3Store
+
+    endpoint, region = str(client.meta.endpoint_url), client.meta.region_name
+    custom = not endpoint.rstrip("/").endswith(_AWS_HOSTS)  # MinIO, R2, Ceph, a test server: path-style requests
+    options = _client_options(endpoint, connections)
+
+    def make(bucket: str) -> Any:
+        credentials = Boto3CredentialProvider(boto3.session.Session())
+        if custom:
+            return S3Store(bucket, endpoint=endpoint, region=region, credential_provider=credentials,
+                           virtual_hosted_style_request=False, client_options=options)
+        return S3Store(bucket, region=region, credential_provider=credentials, client_options=options)
+
+    def store_for(path: str) -> tuple[Any, str] | None:
+        bucket, _, key = path.partition("://")[2].partition("/")
+        return _cached(("s3", endpoint, region, connections, bucket), lambda: make(bucket)), key
+
+    return _ranges(store_for, fallback)
+
+
+def azure_ranges(service_for: Callable[[str], tuple[Any, str, str]], connections: int,
+                 fallback: RangedRead) -> RangedRead:
+    """Ranged reads with the endpoint and shared key of the ``BlobServiceClient`` of each path
+    (``service_for(path)``: the client, the container, the blob's name); other credentials: ``fallback``."""
+    if not available():
+        return fallback
+    from obstore.store import AzureStore
+
+    def store_for(path: str) -> tuple[Any, str] | None:
+        service, container, name = service_for(path)
+        account_key = getattr(service.credential, "account_key", None)
+        if not account_key:
+            return None
+        endpoint = service.primary_endpoint.split("?")[0].rstrip("/")
+        options = _client_options(endpoint, connections)
+        return _cached(("az", endpoint, connections, container), lambda: AzureStore(
+            container, account_name=service.account_name, account_key=account_key, endpoint=endpoint,
+            client_options=options)), name
+
+    return _ranges(store_for, fallback)

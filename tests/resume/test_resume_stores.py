@@ -1,0 +1,40 @@
+"""A build on s3:// (moto's server) killed mid-encoding resumes from its finished runs with the clean bytes.
+
+az:// takes the same storage calls (listing the finished runs, renames), checked by tests/stores; one store
+here keeps the suite's time (a build killed and resumed is ~20 s on an idle machine, ~85 s on a loaded one).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import resume_job
+from fixtures_stores import moto_s3, s3_bucket  # noqa: F401  (pytest fixtures)
+from kills import kill_when
+
+from beam_tfrecord import load_manifest, storage
+from beam_tfrecord.spill.resume import TEMP_PREFIX, finished_runs
+
+
+def _shard_bytes(out: str) -> dict[str, bytes]:
+    return {s.filename: storage.read_bytes(storage.join(out, s.filename)) for s in load_manifest(out).shards}
+
+
+def _finished_records(out: str) -> int:
+    return sum(len(index.hashes) for index in finished_runs(out))
+
+
+@pytest.mark.slow
+def test_an_s3_build_killed_mid_encoding_resumes_with_the_clean_bytes(s3_bucket: str) -> None:
+    bucket = s3_bucket
+    clean, out = f"{bucket}/clean", f"{bucket}/resumed"
+    resume_job.build(clean, resume=False, seconds=0.0)
+    kill_when([sys.executable, resume_job.__file__, out], lambda: _finished_records(out) > 0, poll=0.1)
+    assert not storage.exists(f"{out}/manifest.json")
+    finished = _finished_records(out)
+
+    resumed = resume_job.build(out, resume=True)
+    assert resumed["reused_records"] == finished > 0
+    assert _shard_bytes(out) == _shard_bytes(clean)
+    assert not storage.list_files(f"{out}/{TEMP_PREFIX}*/**")
