@@ -4,11 +4,13 @@ split into record ranges (checked on small shards with a small split size; the 1
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import apache_beam as beam
 import pytest
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
@@ -65,6 +67,32 @@ def test_the_direct_runner_reads_read_numpys_records_in_several_ranges(dataset, 
     result.wait_until_finish()
     ranges = result.metrics().query(MetricsFilter().with_name(RANGES_COUNTER))["counters"]
     assert sum(c.committed for c in ranges) > 2 * 2  # more ranges than the split's shards (and the unsplit read's)
+
+
+class _CountBundlesFn(beam.DoFn):
+    """Passes elements on, counting the bundles of the stage it is fused into (the read's)."""
+
+    def start_bundle(self) -> None:
+        Metrics.counter("test_read_dataset", "bundles").inc()
+
+    def process(self, element):
+        yield element
+
+
+def test_two_worker_processes_read_one_shard_in_more_than_one_bundle(dataset, monkeypatch):
+    """The ranges of one shard are spread over bundles (the in-process runner keeps a stage's input in one)."""
+    # The worker processes unpickle _CountBundlesFn by reference: they import this module as pytest did.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    expected = sorted(_id(e) for e in read_numpy(dataset, split="train"))
+    pipeline = beam.Pipeline(options=PipelineOptions(["--direct_num_workers=2",
+                                                      "--direct_running_mode=multi_processing"]))
+    ids = (pipeline | ReadTFRecordDataset(dataset, split="train", split_bytes=SPLIT_BYTES)
+           | beam.ParDo(_CountBundlesFn()) | beam.Map(_id))
+    assert_that(ids, equal_to(expected))
+    result = pipeline.run()
+    result.wait_until_finish()
+    bundles = result.metrics().query(MetricsFilter().with_name("bundles"))["counters"]
+    assert sum(c.committed for c in bundles) > 1
 
 
 def test_dask_reads_the_same_records_from_planned_ranges(dataset, dask_address, tmp_path):
