@@ -196,26 +196,40 @@ def _undo_refresh(root: str, first: str) -> None:
 
 @pytest.mark.slow
 def test_sigkill_during_incremental_refresh_then_rerun(input_and_root: tuple[str, str], tmp_path) -> None:
-    """Kills land anywhere from the launch listing to retention: the window is measured on the
-    uninterrupted first run. After each kill, what looks complete is complete; the re-run gives a
-    full build's shards."""
+    """Kills land anywhere from the launch listing to retention: the window is measured on an uninterrupted
+    incremental run (the kind killed). Runs vary by a quarter here, so when every seeded kill came after its run
+    had ended, one more lands at half the shortest run. After each kill, what looks complete is complete; the
+    re-run gives a full build's shards."""
     images, root = input_and_root
     _run_job(images, root, None)
     first = read_latest(root)
     _change_inputs(images)
-    # The window is measured on the kind of run that is killed: an incremental one (shorter than the first build).
     _, window_seconds = _run_job(images, root, None)
     _undo_refresh(root, first)
     seed = int(os.environ.get("BT_KILL_SEED", "20261123"))
     delays = [round(random.Random(seed + n).uniform(0.0, window_seconds), 3) for n in range(2)]
-    killed = []
-    for delay in delays:
-        killed.append(_run_job(images, root, delay)[0])
+    killed: list[bool] = []
+    run_seconds = [window_seconds]
+
+    def kill_after(delay: float) -> str:
+        was_killed, seconds = _run_job(images, root, delay)
+        killed.append(was_killed)
+        if not was_killed:
+            run_seconds.append(seconds)
         context = f"seed {seed}, delays {delays} in a {window_seconds:.2f} s window, killed {killed}"
         for version_id in list_versions(root).complete:  # anything that looks complete is complete
             verify_dataset(version_dir(root, version_id))
         assert read_latest(root) in list_versions(root).complete, context
         _undo_refresh(root, first)  # a run that published (it finished, or was killed during retention)
+        return context
+
+    for delay in list(delays):
+        context = kill_after(delay)
+    for _ in range(2):  # every run ended before its kill: once or twice more, at half the shortest run
+        if any(killed):
+            break
+        delays.append(round(min(run_seconds) / 2, 3))
+        context = kill_after(delays[-1])
     assert any(killed), context
 
     again = _refresh(images, root)  # the re-run builds (or adopts what a killed run finished)
