@@ -34,7 +34,7 @@ from beam_tfrecord.beam.runners.table import (
 )
 from beam_tfrecord.beam.shard_pieces import describe_pieces
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
+from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
@@ -192,18 +192,19 @@ def require_output(options: DatasetOutputOptions) -> str:
 def require_worker_paths(options: PipelineOptions, inputs: Mapping[str, str | None]) -> bool:
     """A job's first step: refuses a local path among ``inputs`` (option name -> path) and ``--output``
     that the runner's workers may not see (``beam_tfrecord.beam.worker_placement``), before anything
-    is listed or run; returns whether the workers see this machine's local paths (they run here, or
-    ``--shared_filesystem`` says they mount them): the writer's ``shared_filesystem``.
+    is listed or run; returns whether the workers see this machine's local paths (they run here,
+    ``--shared_filesystem`` says they mount them, or a Dask cluster's workers showed they do): the
+    writer's ``shared_filesystem``.
 
     Raises:
         LocalPathError: naming the option, the path, the runner and the fixes.
     """
     output = options.view_as(DatasetOutputOptions)
-    reason = remote_workers_reason(runner_name_of(options), options)
-    shared = bool(output.shared_filesystem)
-    require_shared_paths({**inputs, "--output": output.output}, remote_reason=reason, shared_filesystem=shared,
-                         declare="--shared_filesystem")
-    return shared or reason is None
+    runner = runner_name_of(options)
+    return require_shared_paths({**inputs, "--output": output.output},
+                                remote_reason=remote_workers_reason(runner, options),
+                                shared_filesystem=bool(output.shared_filesystem), declare="--shared_filesystem",
+                                probe=workers_probe(runner, options))
 
 
 def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], *,

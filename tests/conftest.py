@@ -34,12 +34,10 @@ def dask_address() -> Iterator[str]:
 
     Jobs given its address (``--dask_client_address``) skip a cluster start and the workers' Beam
     imports. Tests that kill workers, cap their memory or need the workers to inherit a changed
-    environment start their own cluster.
+    environment start their own cluster. Not declared local: as a user's own cluster, its workers
+    show they see the tests' folders when a job asks them (``beam_tfrecord.beam.dask_probe``).
     """
     from distributed import LocalCluster
 
-    from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            scheduler_on_this_machine(cluster.scheduler_address):  # its workers see the tests' folders
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         yield cluster.scheduler_address

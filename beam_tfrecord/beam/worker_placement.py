@@ -1,13 +1,15 @@
 """Where a runner's workers run, and so which paths they can see.
 
 On a runner whose workers may run elsewhere, every local path a worker would touch is refused before any work,
-unless ``--shared_filesystem``. See docs/command-line.md, "Workers on other machines see only shared storage".
+unless ``--shared_filesystem`` or (a Dask scheduler) its workers show they see it (``dask_probe``).
+See docs/command-line.md, "Workers on other machines see only shared storage".
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 
@@ -60,9 +62,28 @@ def remote_workers_reason(runner_name: str, options: PipelineOptions) -> str | N
     return f"the {name}'s workers run on other machines"
 
 
+# Given local paths, why the workers do not see them as this machine does (None: they do).
+WorkersProbe = Callable[[Sequence[str]], "str | None"]
+
+
+def workers_probe(runner_name: str, options: PipelineOptions) -> WorkersProbe | None:
+    """How to ask the workers of ``runner_name`` with ``options`` whether they see local paths: a DaskRunner
+    given a scheduler can be asked (``dask_probe``); None for the other runners."""
+    if runner_name.rsplit(".", 1)[-1] != "DaskRunner":
+        return None
+    from apache_beam.runners.dask.dask_runner import DaskOptions  # the [dask] extra, there with the runner
+
+    from beam_tfrecord.beam.dask_probe import workers_unseen_reason
+
+    dask = options.view_as(DaskOptions)
+    if not (dask.address or dask.scheduler_file):
+        return None
+    return functools.partial(workers_unseen_reason, address=dask.address, scheduler_file=dask.scheduler_file)
+
+
 def require_shared_paths(paths: Mapping[str, str | None], *, remote_reason: str | None, shared_filesystem: bool,
-                         declare: str) -> None:
-    """Refuses a local path among ``paths`` when the workers may run elsewhere.
+                         declare: str, probe: WorkersProbe | None = None) -> bool:
+    """Refuses a local path among ``paths`` when the workers may run elsewhere and do not show they see it.
 
     Args:
         paths: what each path is, as the caller's user names it (``--input``, ``output_dir``), to the path.
@@ -70,12 +91,23 @@ def require_shared_paths(paths: Mapping[str, str | None], *, remote_reason: str 
         remote_reason: ``remote_workers_reason``'s answer; None lets every path through.
         shared_filesystem: the user declared that every worker mounts these local paths.
         declare: how that user declares it (``--shared_filesystem``, ``shared_filesystem=True``).
+        probe: ``workers_probe``'s answer, asked before a local path is refused; None refuses it outright.
+
+    Returns:
+        Whether the workers see this machine's local paths (they run here, were declared or shown to).
 
     Raises:
-        LocalPathError: the first local path, with the reason and both fixes.
+        LocalPathError: the first local path, with the reason (which workers miss which path) and both fixes.
     """
     if remote_reason is None or shared_filesystem:
-        return
-    for role, path in paths.items():
-        if path and not storage.is_remote(path):
-            raise LocalPathError(role, path, remote_reason, declare)
+        return True
+    local = {role: path for role, path in paths.items() if path and not storage.is_remote(path)}
+    if not local:
+        return False
+    if probe is not None:
+        unseen = probe(list(local.values()))
+        if unseen is None:
+            return True
+        remote_reason = unseen
+    role, path = next(iter(local.items()))
+    raise LocalPathError(role, path, remote_reason, declare)

@@ -23,7 +23,7 @@ from beam_tfrecord.beam.runners import (
 from beam_tfrecord.beam.shuffle_path import ShufflePath
 from beam_tfrecord.beam.spill_path import RunsResume, SpillPath
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
+from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
@@ -193,11 +193,12 @@ class WriteTFRecordDataset(beam.PTransform):
         return self._temp_dir
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
-        pipeline = samples.pipeline
+        pipeline, runner = samples.pipeline, type(samples.pipeline.runner).__name__
         require_shared_paths({"output_dir": self._output_dir, "temp_dir": self._temp_dir},
-                             remote_reason=remote_workers_reason(type(pipeline.runner).__name__, pipeline.options),
+                             remote_reason=remote_workers_reason(runner, pipeline.options),
                              shared_filesystem=self._tuning.shared_filesystem,
-                             declare="tuning=WriterTuning(shared_filesystem=True)")
+                             declare="tuning=WriterTuning(shared_filesystem=True)",
+                             probe=workers_probe(runner, pipeline.options))
         require_bounded(samples, writer=type(self).__name__)
         samples = in_global_window(samples)  # one dataset of every window (see beam_tfrecord.beam.batch_input)
         if runs_on_direct_runner(samples.pipeline):

@@ -24,7 +24,7 @@ from beam_tfrecord.beam.beam_names import (
 from beam_tfrecord.beam.prefix_publish import publish_under_prefix
 from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncoding, check_key_fn
 from beam_tfrecord.beam.tuning import WriterTuning
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
+from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.record_schema import PAYLOAD_METADATA_KEY, RAW_FEATURE
@@ -170,10 +170,12 @@ class WriteBalancedTFRecord(beam.PTransform):
         require_bounded(records, writer=type(self).__name__)
         if self._layout is not None:  # named as the caller gave it, before the writer names its staging folder
             pipeline = records.pipeline
-            remote = remote_workers_reason(type(pipeline.runner).__name__, pipeline.options)
-            require_shared_paths({"file_path_prefix": self._layout.file_path_prefix}, remote_reason=remote,
+            runner = type(pipeline.runner).__name__
+            require_shared_paths({"file_path_prefix": self._layout.file_path_prefix},
+                                 remote_reason=remote_workers_reason(runner, pipeline.options),
                                  shared_filesystem=self._shared_filesystem,
-                                 declare="tuning=WriterTuning(shared_filesystem=True)")
+                                 declare="tuning=WriterTuning(shared_filesystem=True)",
+                                 probe=workers_probe(runner, pipeline.options))
         if self._window_error is not None:
             raise self._window_error
         if self._encode is not None:

@@ -14,7 +14,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import DType, Scalar, Schema, WriteBalancedTFRecord, WriterTuning, WriteTFRecordDataset
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths
+from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.errors import LocalPathError
 from pipelines import build_from_arrays, build_from_manifest, build_image_dataset, refresh_image_dataset
 
@@ -68,6 +68,41 @@ def test_the_first_local_path_is_refused_with_the_reason_and_both_fixes():
         "--output 'out/ds' is a local path, but the FlinkRunner's workers run on other machines: they would not "
         "see it. Put it on storage every worker reads (gs://BUCKET/...), or, if every worker mounts this path "
         "(NFS, a bucket mounted with gcsfuse), say so with --shared_filesystem")
+
+
+@pytest.mark.parametrize("paths, answer, expected", [
+    ({"--input": "/data/in", "--output": "/data/out"}, None, True),  # the workers showed they see both
+    ({"--input": "gs://b/in", "--output": "gs://b/out"}, "not asked", False),  # nothing local to ask about
+], ids=["workers-see-local-paths", "nothing-local"])
+def test_a_probe_that_sees_the_paths_lets_them_through(paths, answer, expected):
+    asked: list[list[str]] = []
+
+    def probe(local: list[str]) -> str | None:
+        asked.append(local)
+        return answer
+
+    assert require_shared_paths(paths, remote_reason=FLINK, shared_filesystem=False, declare="--shared_filesystem",
+                                probe=probe) is expected
+    assert asked == ([["/data/in", "/data/out"]] if answer is None else [])
+
+
+def test_a_probe_that_misses_a_path_gives_the_reason():
+    with pytest.raises(LocalPathError, match=r"^--output '/data/out' is a local path, but worker w1 cannot see "
+                                             r"'/data/out': they would not see it"):
+        require_shared_paths({"--input": "gs://b/in", "--output": "/data/out"}, remote_reason=FLINK,
+                             shared_filesystem=False, declare="--shared_filesystem",
+                             probe=lambda local: f"worker w1 cannot see {local[0]!r}")
+
+
+@pytest.mark.parametrize("runner, options, asked", [
+    ("DirectRunner", [], False),
+    ("DaskRunner", [], False),  # the job starts its own cluster here
+    ("DaskRunner", ["--dask_client_address=tcp://10.0.0.5:8786"], True),
+    ("DaskRunner", ["--dask_scheduler_file=/shared/scheduler.json"], True),
+    ("FlinkRunner", [], False),
+], ids=["direct", "dask-local-cluster", "dask-address", "dask-scheduler-file", "flink"])
+def test_which_runners_workers_are_asked(runner, options, asked):
+    assert (workers_probe(runner, PipelineOptions(options)) is not None) is asked
 
 
 SCHEMA = Schema({"id": Scalar(DType.INT64)})

@@ -2,8 +2,8 @@
 
 gs:// in and out works, byte-identically to the DirectRunner build of the same gs:// input, for a build,
 an incremental refresh and a build that loses a worker mid-job. Each local path is refused before any
-work starts with its typed error; a local folder declared shared that the workers do not mount fails
-with the counts, and nothing is published in any of these cases.
+work starts with its typed error, naming the workers that could not see it; a local folder declared shared
+that the workers do not mount fails with the counts, and nothing is published in any of these cases.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from fixtures_gcs import FakeGcs, fake_gcs, gcs_bucket, tiny_images  # noqa: F40
 from private_cluster import PrivateCluster, private_cluster, private_cluster_skip_reason
 
 from beam_tfrecord import load_manifest, storage
+from beam_tfrecord.beam.dask_probe import TOKEN_PREFIX
 from beam_tfrecord.errors import InputsMismatchError, LocalPathError
 from beam_tfrecord.versions.incremental import REFRESH_KEY
 from pipelines import build_image_dataset, refresh_image_dataset
@@ -88,17 +89,23 @@ def test_gs_build_on_workers_without_shared_disk_equals_the_direct_runner_build(
 @pytest.mark.parametrize("local", ["input", "output"])
 def test_a_local_path_is_refused_before_any_work(cluster: PrivateCluster, inputs: str, tiny_images: str,
                                                  tmp_path: Path, local: str) -> None:
+    from distributed import Client
+
     given = {"input": f"--input={tiny_images}" if local == "input" else f"--input={inputs}/raw/images",
              "output": f"--output={tmp_path / 'out'}" if local == "output" else f"--output={inputs}/refused"}
     path = tiny_images if local == "input" else str(tmp_path / "out")
+    with Client(cluster.address) as client:
+        workers = sorted(client.scheduler_info()["workers"])
     with pytest.raises(LocalPathError) as raised:
         build_image_dataset.run([given["input"], given["output"], *_on_cluster(cluster)])
+    missed = "; ".join(f"{worker} cannot see {path!r}" for worker in workers)
     assert str(raised.value) == (
         f"--{local} {path!r} is a local path, but the DaskRunner runs on the Dask scheduler {cluster.address}, "
-        "whose workers may run on other machines: they would not see it. Put it on storage every worker reads "
-        "(gs://BUCKET/...), or, if every worker mounts this path (NFS, a bucket mounted with gcsfuse), say so "
+        f"whose workers do not share this disk ({missed}): they would not see it. Put it on storage every worker "
+        "reads (gs://BUCKET/...), or, if every worker mounts this path (NFS, a bucket mounted with gcsfuse), say so "
         "with --shared_filesystem")
     assert not (tmp_path / "out").exists() and not _objects_under(f"{inputs}/refused")
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(TOKEN_PREFIX)]  # the probe's, removed
 
 
 def test_a_local_folder_declared_shared_that_workers_lack_fails_with_the_counts(
