@@ -7,6 +7,7 @@ docs/inputs.md, "Files named by a Beam prefix".
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import re
 
@@ -30,15 +31,17 @@ def version_dir(root: str, version_id: str) -> str:
 
 
 def read_latest(root: str) -> str | None:
-    """The version id LATEST names, or None when ``root`` has no LATEST file.
+    """The version id LATEST names, or None when ``root`` has no LATEST file (one read, no ``exists`` first).
 
     Raises:
         LatestPointerError: when LATEST holds anything but one well-formed version id.
     """
-    path = storage.join(root, LATEST_FILENAME)
-    if not storage.exists(path):
-        return None
-    text = storage.read_bytes(path).decode("utf-8", errors="replace").strip()
+    data = storage.read_bytes_or_none(storage.join(root, LATEST_FILENAME))
+    return None if data is None else _version_named(root, data)
+
+
+def _version_named(root: str, latest: bytes) -> str:
+    text = latest.decode("utf-8", errors="replace").strip()
     if not VERSION_ID_PATTERN.fullmatch(text):
         raise LatestPointerError(root, f"holds {text[:80]!r}, expected a version id like "
                                        "20260131T020000.000Z-1a2b3c")
@@ -135,20 +138,49 @@ def open_dataset(path: str) -> LoadedDataset:
     version, a Beam ``file_path_prefix`` its shards were written under, or the manifest's path); only a
     manifest makes a dataset.
 
+    Every request is a read whose "not found" is an answer, never an ``exists`` before it: a manifest's path
+    costs one read; a directory and a root read ``LATEST`` and ``manifest.json`` side by side (remote: at
+    once), so a directory is open after one round trip, a root after two (then its version's manifest), a
+    Beam prefix after two (then ``.PREFIX.beam-tfrecord/manifest.json``).
+
     Raises:
         DatasetNotFoundError: no manifest at ``path``.
         LatestPointerError: ``path`` is a root whose LATEST is corrupt or names a version without a manifest.
     """
-    location = _locate(path)
-    if not storage.exists(location.manifest_path):
+    location, data = _read_manifest(path)
+    if data is None:
         if location.version is not None:
             raise LatestPointerError(path, f"names {location.shards_dir!r}, which has no {MANIFEST_FILENAME}")
         raise DatasetNotFoundError(f"no published dataset at {path!r}: {MANIFEST_FILENAME} is missing "
                                    f"(in it, or in {prefix_metadata_dir(path)!r} for a Beam prefix; a build that "
                                    "did not finish leaves none)")
-    manifest = Manifest.loads(storage.read_bytes(location.manifest_path))
+    manifest = Manifest.loads(data)
     _check_location(location, manifest)
     return LoadedDataset(path, location.shards_dir, manifest, split_path(location.manifest_path)[0])
+
+
+def _read_manifest(path: str) -> tuple[_Location, bytes | None]:
+    """Where the manifest of the dataset ``path`` names is, and its bytes (None: there are none)."""
+    if split_path(path)[1] == MANIFEST_FILENAME:
+        return _locate(path), storage.read_bytes_or_none(path)
+    latest, in_dir = _read_side_by_side([storage.join(path, name) for name in (LATEST_FILENAME, MANIFEST_FILENAME)])
+    if latest is not None:  # a root: LATEST wins, as in ``_locate``
+        version = _version_named(path, latest)
+        location = _Location(storage.join(version_dir(path, version), MANIFEST_FILENAME), version_dir(path, version),
+                             version)
+        return location, storage.read_bytes_or_none(location.manifest_path)
+    if in_dir is not None:
+        return _Location(storage.join(path, MANIFEST_FILENAME), path), in_dir
+    beside = _Location(storage.join(prefix_metadata_dir(path), MANIFEST_FILENAME), split_path(path)[0])
+    return beside, storage.read_bytes_or_none(beside.manifest_path)
+
+
+def _read_side_by_side(paths: list[str]) -> list[bytes | None]:
+    """Each file's bytes or None; remote files are asked for at once (one round trip), local ones in turn."""
+    if not storage.is_remote(paths[0]):
+        return [storage.read_bytes_or_none(path) for path in paths]
+    with concurrent.futures.ThreadPoolExecutor(len(paths)) as pool:
+        return list(pool.map(storage.read_bytes_or_none, paths))
 
 
 def load_manifest(dataset_dir: str) -> Manifest:

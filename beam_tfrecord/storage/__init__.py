@@ -49,6 +49,12 @@ def read_bytes(path: str) -> bytes:
     return backend_for(path).read_bytes(path)
 
 
+def read_bytes_or_none(path: str) -> bytes | None:
+    """A whole file's bytes, or None if there is none, in one request (local, gs://, s3://, Azure; Beam's
+    other filesystems ask ``exists`` first)."""
+    return backend_for(path).read_bytes_or_none(path)
+
+
 def open_read(path: str, compression: Compression = Compression.NONE) -> BinaryIO:
     """Opens a file for reading, decompressing as it goes."""
     return decompressed(backend_for(path).open_read(path), compression)
@@ -179,6 +185,7 @@ __all__ = [
     "HashingWriter", "StorageBackend", "StoredFile", "VersionedBytes", "backend_for", "copy_file",
     "crc32c_and_size", "create_if_absent", "decompressed", "delete_if_exists", "delete_if_unchanged",
     "delete_tree", "exists", "glob_escape", "glob_regex", "is_remote", "join", "list_details", "list_files",
-    "literal_prefix", "make_dirs", "open_read", "open_write", "read_bytes", "read_versioned", "rename", "scheme",
+    "literal_prefix", "make_dirs", "open_read", "open_write", "read_bytes", "read_bytes_or_none",
+    "read_versioned", "rename", "scheme",
     "write_bytes_atomic",
 ]

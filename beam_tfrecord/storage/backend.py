@@ -67,6 +67,13 @@ class StorageBackend(abc.ABC):
     @abc.abstractmethod
     def read_bytes(self, path: str) -> bytes: ...
 
+    def read_bytes_or_none(self, path: str) -> bytes | None:
+        """A whole file's bytes, or None if there is none: one request where ``exists`` then ``read_bytes`` are two."""
+        try:
+            return self.read_bytes(path)
+        except FileNotFoundError:
+            return None
+
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` as stored (fewer past the end)."""
         with self.open_read(path) as handle:

@@ -43,6 +43,9 @@ class BeamFileSystemsBackend(StorageBackend):
         with self.open_read(path) as handle:
             return handle.read()
 
+    def read_bytes_or_none(self, path: str) -> bytes | None:
+        return self.read_bytes(path) if self.exists(path) else None  # Beam's not-found error differs by filesystem
+
     def open_write(self, path: str) -> BinaryIO:
         return _beam().create(path, compression_type=_uncompressed())
 

@@ -54,6 +54,14 @@ class GcsBackend(StorageBackend):
     def read_bytes(self, path: str) -> bytes:
         return gcs.read_bytes(path)
 
+    def read_bytes_or_none(self, path: str) -> bytes | None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return gcs.read_bytes(path)
+        except NotFound:
+            return None
+
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         return _ranges_through(None)(path, start, stop)
 

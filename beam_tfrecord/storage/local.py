@@ -40,6 +40,12 @@ class LocalBackend(StorageBackend):
         with open(path, "rb", buffering=0) as handle:
             return handle.readall()
 
+    def read_bytes_or_none(self, path: str) -> bytes | None:
+        try:
+            return self.read_bytes(path)
+        except (FileNotFoundError, NotADirectoryError):  # a file's name used as a folder: os.path.exists says False
+            return None
+
     def open_write(self, path: str) -> BinaryIO:
         _make_parent(path)
         return open(path, "wb")

@@ -119,6 +119,15 @@ def test_listings_give_sizes_update_times_and_content_tokens(root: str, request:
     assert sorted(tokens) == [storage.join(root, n) for n in ("a/1.txt", "a/2.txt", "b/3.bin")]
 
 
+def test_a_missing_file_reads_as_none_in_one_call(root: str) -> None:
+    """``read_bytes_or_none``: how opening a dataset asks for LATEST and manifest.json without an ``exists`` first."""
+    path = storage.join(root, "sub", "manifest.json")
+    assert storage.read_bytes_or_none(path) is None
+    _put(path, b"{}")
+    assert storage.read_bytes_or_none(path) == b"{}"
+    assert storage.read_bytes_or_none(storage.join(path, "LATEST")) is None  # under a file's name: nothing (local too)
+
+
 def test_write_new_rename_copy_and_delete(root: str) -> None:
     backend = storage.backend_for(root)
     first, second = storage.join(root, "first"), storage.join(root, "d", "second")
