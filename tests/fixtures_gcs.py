@@ -109,7 +109,7 @@ class _Running:
 
 
 # One emulator per test process, shared by every conftest that imports ``fake_gcs`` (each import
-# is a separate pytest fixture): clients that cache a connection (storage._gcs) must keep seeing
+# is a separate pytest fixture): clients that cache a connection (storage.gcs) must keep seeing
 # the same endpoint for the whole session.
 _running: _Running | None = None
 
@@ -149,14 +149,15 @@ def _start(work: Path) -> _Running:
     return _Running(FakeGcs(url=url, env=env), process, saved)
 
 
-def _stop(running: _Running) -> None:
-    for key, value in running.saved_env.items():
+def stop_server(process: subprocess.Popen, saved_env: dict[str, str | None]) -> None:
+    """Puts back the environment a test server's start replaced, then kills the server."""
+    for key, value in saved_env.items():
         if value is None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    running.process.kill()
-    running.process.wait(timeout=10)
+    process.kill()
+    process.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")
@@ -173,7 +174,7 @@ def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcs]:
         running.users -= 1
         if running.users == 0:
             _running = None
-            _stop(running)
+            stop_server(running.process, running.saved_env)
 
 
 @pytest.fixture()

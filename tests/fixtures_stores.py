@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fixtures_gcs import free_port
+from fixtures_gcs import free_port, stop_server
 
 REPO = Path(__file__).resolve().parent.parent
 S3_ENV_KEYS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
@@ -131,13 +131,7 @@ def _shared(kind: str, work_factory: pytest.TempPathFactory) -> Iterator[Server]
         running.users -= 1
         if running.users == 0:
             del _running[kind]
-            for key, value in running.saved_env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-            running.process.kill()
-            running.process.wait(timeout=10)
+            stop_server(running.process, running.saved_env)
 
 
 @pytest.fixture(scope="session")

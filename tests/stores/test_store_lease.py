@@ -9,6 +9,7 @@ import json
 import threading
 
 import pytest
+from test_lease import _try  # the same racing acquire as locally and on gs://
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.tfds_info import tfds_files
@@ -26,14 +27,6 @@ BUCKETS = {"s3": "s3_bucket", "az": "az_container"}
 def bucket(request: pytest.FixtureRequest) -> str:
     """A fresh bucket (s3://) or container (az://)."""
     return str(request.getfixturevalue(BUCKETS[request.param]))
-
-
-def _try(path: str, run_id: str) -> bool:
-    try:
-        lease.acquire(path, run_id=run_id)
-    except OutputLockedError:
-        return False
-    return True
 
 
 def test_a_second_acquire_is_refused_and_release_frees_it(bucket: str) -> None:
