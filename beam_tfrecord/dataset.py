@@ -70,19 +70,31 @@ class _Location:
     version: str | None = None  # the version LATEST names, for a versioned root
 
 
+def _manifest_path_location(path: str) -> _Location:
+    """A manifest's own path: its shards are beside it, or beside the prefix whose metadata folder holds it."""
+    folder, name = split_path(split_path(path)[0])
+    in_prefix_dir = name.startswith(".") and name.endswith(PREFIX_METADATA_SUFFIX)
+    return _Location(path, folder if in_prefix_dir else split_path(path)[0])
+
+
+def _version_location(root: str, version: str) -> _Location:
+    return _Location(storage.join(version_dir(root, version), MANIFEST_FILENAME), version_dir(root, version), version)
+
+
+def _prefix_location(prefix: str) -> _Location:
+    return _Location(storage.join(prefix_metadata_dir(prefix), MANIFEST_FILENAME), split_path(prefix)[0])
+
+
 def _locate(path: str) -> _Location:
     if split_path(path)[1] == MANIFEST_FILENAME:
-        folder, name = split_path(split_path(path)[0])
-        in_prefix_dir = name.startswith(".") and name.endswith(PREFIX_METADATA_SUFFIX)
-        return _Location(path, folder if in_prefix_dir else split_path(path)[0])
+        return _manifest_path_location(path)
     latest = read_latest(path)
     if latest is not None:
-        return _Location(storage.join(version_dir(path, latest), MANIFEST_FILENAME), version_dir(path, latest), latest)
-    in_dir = storage.join(path, MANIFEST_FILENAME)
-    beside = storage.join(prefix_metadata_dir(path), MANIFEST_FILENAME)
-    if not storage.exists(in_dir) and storage.exists(beside):
-        return _Location(beside, split_path(path)[0])
-    return _Location(in_dir, path)
+        return _version_location(path, latest)
+    in_dir, beside = _Location(storage.join(path, MANIFEST_FILENAME), path), _prefix_location(path)
+    if not storage.exists(in_dir.manifest_path) and storage.exists(beside.manifest_path):
+        return beside
+    return in_dir
 
 
 def _check_location(location: _Location, manifest: Manifest) -> None:
@@ -162,17 +174,15 @@ def open_dataset(path: str) -> LoadedDataset:
 def _read_manifest(path: str) -> tuple[_Location, bytes | None]:
     """Where the manifest of the dataset ``path`` names is, and its bytes (None: there are none)."""
     if split_path(path)[1] == MANIFEST_FILENAME:
-        return _locate(path), storage.read_bytes_or_none(path)
+        return _manifest_path_location(path), storage.read_bytes_or_none(path)
     latest, in_dir = _read_side_by_side([storage.join(path, name) for name in (LATEST_FILENAME, MANIFEST_FILENAME)])
     if latest is not None:  # a root: LATEST wins, as in ``_locate``
-        version = _version_named(path, latest)
-        location = _Location(storage.join(version_dir(path, version), MANIFEST_FILENAME), version_dir(path, version),
-                             version)
-        return location, storage.read_bytes_or_none(location.manifest_path)
-    if in_dir is not None:
+        location = _version_location(path, _version_named(path, latest))
+    elif in_dir is not None:
         return _Location(storage.join(path, MANIFEST_FILENAME), path), in_dir
-    beside = _Location(storage.join(prefix_metadata_dir(path), MANIFEST_FILENAME), split_path(path)[0])
-    return beside, storage.read_bytes_or_none(beside.manifest_path)
+    else:
+        location = _prefix_location(path)
+    return location, storage.read_bytes_or_none(location.manifest_path)
 
 
 def _read_side_by_side(paths: list[str]) -> list[bytes | None]:
