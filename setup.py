@@ -11,6 +11,10 @@ VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("beam_t
 _ROLES = {
     # Writing: the Beam jobs (DirectRunner, Dataflow, Flink) and gs:// through Beam's GCS client.
     "beam": ["apache-beam[gcp]>=2.77,<2.78"],
+    # statistics.pb inside the build: Apache DataSketches' mergeable KLL quantiles and frequent items.
+    "statistics": ["datasketches>=5.2,<6"],
+    # --near_duplicates: perceptual hashes of images (pHash) from ImageHash.
+    "near_duplicates": ["imagehash>=4.3,<5"],
     # s3:// and S3-compatible stores (MinIO, R2, Ceph); conditional writes (If-None-Match/If-Match) need boto3
     # >= 1.36. obstore: the readers' ranged reads (less CPU per byte than boto3's and azure-storage-blob's).
     "s3": ["boto3>=1.36", "obstore>=0.12,<0.13"],
