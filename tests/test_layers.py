@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "_version"),
     ("core",),  # pure: schema, encoding, framing, naming, planning, the manifest
     ("storage",),  # one backend per scheme; the disk's own tools (direct I/O, buffers, disk space)
+    ("statistics", "quality"),  # what the data holds: feature statistics and drift; duplicates and leakage
     ("dataset", "describe", "encoding", "job", "remote_reads", "spill"),
     ("formats",),
     ("versions", "reader", "verify", "interop"),
@@ -35,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 # Rooms that run without Apache Beam installed (readers, the pure core, the formats...).
 BEAM_FREE = ("errors", "core", "encoding", "formats", "spill", "reader", "dataset", "verify", "describe",
-             "remote_reads", "interop", "job", "versions", "storage")
+             "remote_reads", "interop", "job", "versions", "storage", "statistics", "quality")
 # The one module of a Beam-free room that imports Beam: storage's fallback for schemes without a backend.
 BEAM_FREE_EXCEPT = ("beam_tfrecord.storage.beam_filesystems",)
 
