@@ -1,4 +1,4 @@
-"""The ``beam-tfrecord`` command: build, inspect, verify, report."""
+"""The ``beam-tfrecord`` command: build, inspect, verify, report, compare."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import json
 import sys
 from collections.abc import Sequence
 
-from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.dataset import load_manifest, open_dataset
 from beam_tfrecord.describe import describe_manifest
 from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.job.process_exit import run_and_exit
+from beam_tfrecord.statistics.drift_record import read_drift_record
 from beam_tfrecord.verify import verify_dataset
 
 # Subcommands that run a Beam job: their arguments are the job's pipeline options.
@@ -43,7 +44,27 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("dataset", help="dataset directory or versioned root, local or gs://")
     report.add_argument("--output", default=None,
                         help="folder for report.html and statistics.pb (default: ./<dataset name>-report)")
+    compare = commands.add_parser("compare", help="drift of NEW against OLD (TFDV's L-infinity and Jensen-Shannon, "
+                                                  "schema, missing rate, record count); exits 1 past the thresholds, "
+                                                  "2 when it cannot compare (docs/drift.md)")
+    compare.add_argument("old", help="the reference: a dataset directory, a version or a versioned root (its LATEST)")
+    compare.add_argument("new", help="the dataset to check, as OLD")
+    compare.add_argument("--thresholds", default=None, help="JSON thresholds file (docs/drift.md); default: built-in")
+    compare.add_argument("--only_exceeded", action="store_true", help="print only the rows past their thresholds")
     return parser
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """Prints the drift table; 1 when a measure is past its threshold, else 0."""
+    from beam_tfrecord.report.version_statistics import statistics_of  # reads records only without statistics.pb
+    from beam_tfrecord.statistics.drift import compare
+    from beam_tfrecord.statistics.thresholds import load_thresholds
+
+    thresholds = load_thresholds(args.thresholds)
+    report = compare(statistics_of(args.old), statistics_of(args.new), thresholds, old_name=args.old,
+                     new_name=args.new)
+    print(report.table(only_exceeded=args.only_exceeded))
+    return 1 if report.drifted else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,9 +78,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_as_command(job.run, argv[1:], prog=f"beam-tfrecord {argv[0]}")
     args = _parser().parse_args(argv)
     try:
+        if args.command == "compare":
+            return _compare(args)
         if args.command == "inspect":
-            manifest = load_manifest(args.dataset)
-            print(json.dumps(manifest.to_json(), indent=2) if args.json else describe_manifest(manifest, args.dataset))
+            dataset = open_dataset(args.dataset)
+            print(json.dumps(dataset.manifest.to_json(), indent=2) if args.json else
+                  describe_manifest(dataset.manifest, args.dataset, drift=read_drift_record(dataset.directory)))
         elif args.command == "report":
             from beam_tfrecord.report import write_report  # matplotlib only when a report is made
 
@@ -72,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"verified in {args.dataset}")
     except (BeamTFRecordError, OSError) as err:
         print(f"beam-tfrecord {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
+        return 2 if args.command == "compare" else 1
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from beam_tfrecord.core.manifest import Manifest, SplitInfo
 from beam_tfrecord.core.schema import feature_to_json
 from beam_tfrecord.core.tfds_info import unsupported_reason
+from beam_tfrecord.statistics.drift_record import DriftRecord
 
 SKIPPED_INPUTS_KEY = "skipped_inputs"  # manifest metadata: files a source found but did not make samples of
 
@@ -44,8 +45,10 @@ def empty_shards_note(split: SplitInfo) -> str | None:
     return f"{empty} of its {total} shards " + ("is an empty file" if empty == 1 else "are empty files") + f": {why}"
 
 
-def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = True) -> str:
-    """Lines for people: counts, format, rejected and skipped inputs, splits and (optionally) shards."""
+def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = True,
+                      drift: DriftRecord | None = None) -> str:
+    """Lines for people: counts, format, the drift check (``drift``: the version's ``drift.json``: why it was
+    held, or what moved when it was published anyway), rejected and skipped inputs, splits and (optionally) shards."""
     lines = [
         f"dataset {manifest.dataset_name!r} at {location}",
         f"  {manifest.num_written} records written, {manifest.num_rejected} rejected, of {manifest.num_inputs} "
@@ -53,6 +56,9 @@ def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = 
         f"manifest v{manifest.version}, "
         f"beam-tfrecord {manifest.tool_version}, {manifest.created_at}",
     ]
+    if drift is not None:
+        head, *moved = drift.summary()
+        lines.extend([f"  drift check: {head}", *(f"    {line}" for line in moved)])
     if manifest.dead_letters:
         lines.append(f"  rejected samples and reasons: {manifest.dead_letters}")
     skipped = manifest.metadata.get(SKIPPED_INPUTS_KEY)

@@ -41,7 +41,6 @@ from beam_tfrecord.versions.refresh import (
     RefreshAction,
     RefreshPlan,
     apply_retention,
-    commit_version,
     fingerprint_inputs,
     plan_refresh,
     publish_version,
@@ -60,6 +59,7 @@ from pipelines.common import (
     require_worker_paths,
     run_as_command,
 )
+from pipelines.drift_options import DriftOptions, drift_check, report_drift
 from pipelines.job_options import JobCommand, option_actions
 from pipelines.source_options import SchemaOptions, parse_bool
 
@@ -88,7 +88,7 @@ class RefreshOptions(PipelineOptions):
 # The option classes the job reads, in the order the Flex Template lists them. Options of these
 # classes that the job does not take are listed with the reason; passing one is an error.
 JOB_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
-    ImageFolderOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions)
+    ImageFolderOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions)
 JOB_REJECTED_OPTIONS: dict[str, str] = {
     "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
     "schema": "the schema comes from the class folder names",
@@ -141,7 +141,7 @@ COMMAND = JobCommand(
     prog="python -m pipelines.refresh_image_dataset",
     description="Refreshes an image-folder dataset into a versioned root: builds ROOT/versions/<id> when the "
                 "inputs changed, then moves ROOT/LATEST to it and deletes old versions.",
-    groups=(("refresh", RefreshOptions), ("input", ImageFolderOptions),
+    groups=(("refresh", RefreshOptions), ("drift check", DriftOptions), ("input", ImageFolderOptions),
             ("output and sharding", DatasetOutputOptions), ("schema checks", SchemaOptions),
             ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
     refused=tuple(JOB_REJECTED_OPTIONS.items()),
@@ -162,12 +162,15 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Refres
 def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFolderOptions,
              output: DatasetOutputOptions, *, shared_filesystem: bool) -> RefreshPlan:
     root = refresh.dataset_root
+    drift = drift_check(options)
     fingerprint = fingerprint_inputs([source.input.rstrip("/") + "/*/*"])
     plan = plan_refresh(root, fingerprint, force=refresh.force)
     print(f"refresh {root}: {plan.action.value}: {plan.reason}")
+    if plan.action is RefreshAction.ADOPT:  # a finished version never published, or one held for drift
+        publish_version(load_manifest(plan.version_dir), root=root, version_id=plan.version_id,
+                        keep_versions=refresh.keep_versions, min_version_age=min_version_age(refresh), drift=drift)
+        report_drift(root, plan.version_dir, plan.version_id)
     if plan.action is not RefreshAction.BUILD:
-        if plan.action is RefreshAction.ADOPT:
-            commit_version(root, plan.version_id)
         # Also on SKIP: a run killed after moving LATEST may have left old or unfinished versions.
         deleted = apply_retention(root, refresh.keep_versions, min_version_age=min_version_age(refresh))
         if deleted:
@@ -206,7 +209,8 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
                  # the published Manifest of the new version
                  | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
                                                 keep_versions=refresh.keep_versions,
-                                                min_version_age=min_version_age(refresh)))
+                                                min_version_age=min_version_age(refresh), drift=drift))
+    report_drift(root, plan.version_dir, plan.version_id)  # raises DriftHeldError when the version was held
     print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions}, "
           f"and older ones for {refresh.min_version_age} after they stopped being LATEST)")
     published = storage.exists(storage.join(plan.version_dir, MANIFEST_FILENAME))  # not when only a job was built

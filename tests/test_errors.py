@@ -22,6 +22,7 @@ NAMES = (
     "AudioDecodeError", "InputChangedError", "ClusterStalledError", "InputIndexError", "DurationError",
     "DiskFullError",
     "OutputPathError",  # added with WriteBalancedTFRecord's file_path_prefix (issue 47)
+    "DriftHeldError", "DriftThresholdsError", "StatisticsFileError",  # the drift check (issue 50)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 

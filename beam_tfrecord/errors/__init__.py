@@ -18,6 +18,7 @@ from beam_tfrecord.errors.dataset import (
     RecordSchemaError,
     SchemaError,
     ShardNameError,
+    StatisticsFileError,
     UnknownSplitError,
 )
 from beam_tfrecord.errors.inputs import (
@@ -37,6 +38,8 @@ from beam_tfrecord.errors.inputs import (
 from beam_tfrecord.errors.job import (
     ClusterStalledError,
     DiskFullError,
+    DriftHeldError,
+    DriftThresholdsError,
     DurationError,
     EncodePoolError,
     InputIndexError,
@@ -63,6 +66,8 @@ __all__ = [
     "CorruptShardError",
     "DatasetNotFoundError",
     "DiskFullError",
+    "DriftHeldError",
+    "DriftThresholdsError",
     "DurationError",
     "EncodePoolError",
     "FeatureTransformError",
@@ -93,6 +98,7 @@ __all__ = [
     "ShardNameError",
     "ShardingError",
     "SourceError",
+    "StatisticsFileError",
     "UnboundedInputError",
     "UnknownSplitError",
     "WriterOptionError",

@@ -87,3 +87,15 @@ class IncompatibleSchemasError(ReaderError):
     def __init__(self, first: str, second: str, feature: str, reason: str) -> None:
         self.first, self.second, self.feature, self.reason = first, second, feature, reason
         super().__init__(f"datasets {first!r} and {second!r} cannot be mixed: feature {feature!r} {reason}")
+
+
+class StatisticsFileError(BeamTFRecordError, ValueError):
+    """A dataset's ``statistics.pb`` does not parse as a TFMD ``DatasetFeatureStatisticsList``.
+
+    Attributes:
+        path: the file.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: not a DatasetFeatureStatisticsList ({reason})")

@@ -191,6 +191,40 @@ class RefreshError(BeamTFRecordError):
     """A versioned dataset root (ROOT/LATEST, ROOT/versions/<id>/) is inconsistent or cannot be refreshed."""
 
 
+class DriftThresholdsError(BeamTFRecordError, ValueError):
+    """A drift thresholds file (docs/drift.md) is unreadable or holds an unknown key or a bad value.
+
+    Attributes:
+        path: the file.
+        reason: what was wrong, naming the key.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"drift thresholds {path}: {reason}")
+
+
+class DriftHeldError(RefreshError):
+    """A refresh run with ``--on_drift hold`` wrote a version whose statistics moved past the drift thresholds
+    against LATEST's: LATEST was not moved, the version is kept for inspection (``drift.json`` in it).
+
+    Attributes:
+        root: the dataset root.
+        version_id: the held version.
+        latest: the version LATEST still names.
+        lines: one line per measure past its threshold (split, feature, measure, value, threshold).
+    """
+
+    def __init__(self, root: str, version_id: str, latest: str, lines: tuple[str, ...]) -> None:
+        self.root = root
+        self.version_id = version_id
+        self.latest = latest
+        self.lines = lines
+        super().__init__(f"dataset root {root!r}: version {version_id} held, LATEST still names {latest}: "
+                         f"{len(lines)} drift measure(s) past their thresholds:\n" + "\n".join(lines))
+
+
 class LatestPointerError(RefreshError, ValueError):
     """A dataset root's LATEST pointer is unreadable or names a version that is not complete.
 

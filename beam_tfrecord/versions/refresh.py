@@ -33,6 +33,7 @@ from beam_tfrecord.dataset import (
     write_tfds_files,
 )
 from beam_tfrecord.errors import DiskFullError, LatestPointerError, RefreshError
+from beam_tfrecord.versions.drift_gate import DriftCheck, check_drift
 
 _LOG = logging.getLogger(__name__)
 FINGERPRINT_KEY = "input_fingerprint"  # the key of the fingerprint in the manifest's metadata
@@ -342,8 +343,14 @@ def apply_retention(root: str, keep_versions: int, *,
 
 
 def publish_version(_manifest: Manifest, *, root: str, version_id: str, keep_versions: int,
-                    min_version_age: datetime.timedelta = DEFAULT_MIN_VERSION_AGE) -> str:
-    """The pipeline's last step (runs on a worker): move LATEST, then apply retention. Returns the id."""
+                    min_version_age: datetime.timedelta = DEFAULT_MIN_VERSION_AGE,
+                    drift: DriftCheck | None = None) -> str:
+    """The pipeline's last step (runs on a worker): check drift against LATEST (``drift``: recorded in the
+    version's ``drift.json``), then move LATEST and apply retention, unless the check holds the version:
+    then LATEST stays and the job reads the record to fail (``DriftHeldError``). Returns the id."""
+    record = check_drift(root, version_id, drift) if drift is not None else None
+    if record is not None and record.held:
+        return version_id
     commit_version(root, version_id)
     apply_retention(root, keep_versions, min_version_age=min_version_age)
     return version_id
