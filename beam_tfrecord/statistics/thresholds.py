@@ -32,7 +32,7 @@ class Measure(enum.Enum):
 #   sqrt(p(1-p)/n): 0.016 at n=1000, so a tenth is 6 standard errors there, and a class removed from a
 #   three-class set (0.33) or a label from 33% to 60% (0.27) is far past it.
 # - jensen_shannon 0.1: the same data redrawn stays under 0.02 with the 10-bucket histograms (the tests
-#   check 1% more of the same data); a mean shifted by 1 standard deviation of a normal is ~0.15, and
+#   check 1% more of the same data); a mean shifted by 1 standard deviation of a normal is 0.16, and
 #   disjoint histograms (image sizes halved) are 1.0.
 # - missing_rate 0.05: 5 more records in 100 lacking the feature is an export bug, not noise.
 # - record_count 0.5: a split halved or grown by half; weekly growth of a few percent passes.
