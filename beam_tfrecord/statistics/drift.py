@@ -77,23 +77,23 @@ class DriftReport:
         return tuple(row.line() for row in self.drifted)
 
     def table(self, *, only_exceeded: bool = False) -> str:
-        """The rows as an aligned text table, with a header line naming both sides."""
-        return render_table(self.drifted if only_exceeded else self.rows, old=self.old, new=self.new)
+        """A header line naming both sides and counting the rows past their thresholds, then the rows (all,
+        or only those past their thresholds) as an aligned text table."""
+        header = (f"drift of {self.new} against {self.old}: {len(self.drifted)} of {len(self.rows)} measures past "
+                  "their thresholds")
+        return "\n".join([header, render_table(self.drifted if only_exceeded else self.rows)])
 
 
 _COLUMNS = ("split", "feature", "measure", "value", "threshold", "exceeded", "detail")
 
 
-def render_table(rows: tuple[DriftRow, ...], *, old: str, new: str) -> str:
+def render_table(rows: tuple[DriftRow, ...]) -> str:
     """The rows as a text table (columns split, feature, measure, value, threshold, exceeded, detail)."""
     cells = [_COLUMNS] + [(r.split, r.feature, r.measure.value, f"{r.value:.4f}", f"{r.threshold:g}",
                            "YES" if r.exceeded else "no", r.detail) for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS) - 1)]
-    lines = [f"drift of {new} against {old}: {sum(r.exceeded for r in rows)} of {len(rows)} measures past "
-             "their thresholds"]
-    for row in cells:
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1]).rstrip()
+                     for row in cells)
 
 
 def read_statistics(directory: str) -> Any | None:

@@ -1,0 +1,103 @@
+"""``--on_drift`` on the image-folder refresh (DirectRunner, local paths), and ``beam-tfrecord compare``.
+
+Versions built before ``statistics.pb`` existed: the check computes both sides' statistics from the records.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from beam_tfrecord import cli
+from beam_tfrecord.dataset import read_latest, version_dir
+from beam_tfrecord.errors import DriftHeldError
+from beam_tfrecord.statistics.drift_record import read_drift_record
+from beam_tfrecord.versions.refresh import RefreshAction, commit_version, list_versions
+from pipelines import refresh_image_dataset
+from pipelines.make_sample_images import write_sample_images
+
+
+FIRST = "20200101T000000.000Z-aaaaaa"  # the published version each test starts from
+
+
+def _refresh(images: str, root: str, *extra: str):
+    return refresh_image_dataset.run(["--input", images, "--dataset_root", root, *extra])
+
+
+def _root(tmp_path: Path, built_version: Path) -> str:
+    """A root whose LATEST is a copy of the session's version of the 30 tiny images (one build saved per test)."""
+    root = tmp_path / "root"
+    shutil.copytree(built_version, root / "versions" / FIRST)
+    commit_version(str(root), FIRST)
+    return str(root)
+
+
+def test_hold_keeps_latest_on_a_removed_class_and_warn_publishes_it(
+        images: str, tmp_path: Path, built_version: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, first = _root(tmp_path, built_version), FIRST
+    shutil.rmtree(Path(images, "circle"))  # a class disappears upstream
+    with pytest.raises(DriftHeldError) as held:
+        _refresh(images, root, "--on_drift=hold")
+    error = held.value
+    line = "split train, feature label: l_infinity 0.3333 > 0.1 ('circle': 33.3% -> 0.0% of values)"
+    assert (error.latest, error.lines) == (first, (line,))
+    assert read_latest(root) == first  # LATEST unchanged
+    assert list_versions(root).complete == (first, error.version_id)  # the held version is kept, complete
+    record = read_drift_record(version_dir(root, error.version_id))
+    assert record is not None and (record.held, record.compared_with) == (True, first)
+    assert f"refresh {root}: drift: {line}" in capsys.readouterr().out
+
+    assert cli.main(["inspect", version_dir(root, error.version_id)]) == 0
+    described = capsys.readouterr().out
+    assert f"  drift check: HELD: not published (on_drift=hold): drifted from version {first}\n    {line}\n" \
+        in described
+
+    # The same inputs again: the held version is adopted only through the check; warn publishes it.
+    with pytest.raises(DriftHeldError):
+        _refresh(images, root, "--on_drift=hold")
+    assert read_latest(root) == first
+    adopted = _refresh(images, root)  # --on_drift=warn, the default
+    assert (adopted.action, read_latest(root)) == (RefreshAction.ADOPT, error.version_id)
+    assert f"refresh {root}: drift: published with drift (on_drift=warn) from version {first}" \
+        in capsys.readouterr().out
+
+
+def test_halved_image_sizes_warn_publishes_and_compare_exits_1(
+        images: str, tmp_path: Path, built_version: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, first = _root(tmp_path, built_version), FIRST
+    shutil.rmtree(images)
+    write_sample_images(images, per_class=10, size=8, seed=0)  # the same images at half the size
+    second = _refresh(images, root).version_id
+    assert read_latest(root) == second
+    out = capsys.readouterr().out
+    for name in ("image/width", "image/height"):
+        assert f"split train, feature {name}: jensen_shannon 1.0000 > 0.1 (mean 16 -> 8, std 0 -> 0)" in out
+
+    old, new = version_dir(root, first), version_dir(root, second)
+    assert cli.main(["compare", old, new]) == 1
+    table = capsys.readouterr().out
+    assert table.splitlines()[1].split() == ["split", "feature", "measure", "value", "threshold", "exceeded",
+                                             "detail"]
+    assert table.splitlines()[0] == f"drift of {new} against {old}: 3 of 9 measures past their thresholds"
+
+    lenient = tmp_path / "lenient.json"  # JSD is at most 1: nothing is past it
+    lenient.write_text(json.dumps({"defaults": {"jensen_shannon": 1.0}}))
+    assert cli.main(["compare", old, new, "--thresholds", str(lenient), "--only_exceeded"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "split  feature  measure  value  threshold  exceeded  detail"]
+    lenient.write_text(json.dumps({"defaults": {"jsd": 1.0}}))
+    assert cli.main(["compare", old, new, "--thresholds", str(lenient)]) == 2
+    assert cli.main(["compare", old, str(tmp_path / "nothing")]) == 2
+    assert "beam-tfrecord compare: DriftThresholdsError: drift thresholds" in capsys.readouterr().err
+
+
+def test_hold_publishes_when_nothing_drifted(images: str, tmp_path: Path, built_version: Path) -> None:
+    root = _root(tmp_path, built_version)
+    shutil.copy(Path(images, "square", "0001.jpg"), Path(images, "square", "extra.jpg"))  # one more of the same
+    second = _refresh(images, root, "--on_drift=hold")
+    assert read_latest(root) == second.version_id
+    record = read_drift_record(second.version_dir)
+    assert record is not None and (record.held, record.report.drifted) == (False, ())
