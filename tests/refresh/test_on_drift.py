@@ -19,7 +19,6 @@ from beam_tfrecord.versions.refresh import RefreshAction, commit_version, list_v
 from pipelines import refresh_image_dataset
 from pipelines.make_sample_images import write_sample_images
 
-
 FIRST = "20200101T000000.000Z-aaaaaa"  # the published version each test starts from
 
 
