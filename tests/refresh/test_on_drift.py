@@ -5,6 +5,7 @@ Versions built before ``statistics.pb`` existed: the check computes both sides' 
 
 from __future__ import annotations
 
+import datetime
 import json
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ from beam_tfrecord import cli
 from beam_tfrecord.dataset import read_latest, version_dir
 from beam_tfrecord.errors import DriftHeldError
 from beam_tfrecord.statistics.drift_record import read_drift_record
-from beam_tfrecord.versions.refresh import RefreshAction, commit_version, list_versions
+from beam_tfrecord.versions.refresh import RefreshAction, apply_retention, commit_version, list_versions
 from pipelines import refresh_image_dataset
 from pipelines.make_sample_images import write_sample_images
 
@@ -100,3 +101,14 @@ def test_hold_publishes_when_nothing_drifted(images: str, tmp_path: Path, built_
     assert read_latest(root) == second.version_id
     record = read_drift_record(second.version_dir)
     assert record is not None and (record.held, record.report.drifted) == (False, ())
+
+
+def test_retention_counts_a_held_version_once_a_later_one_is_published(tmp_path: Path, built_version: Path) -> None:
+    root = _root(tmp_path, built_version)
+    held, later = "20200102T000000.000Z-bbbbbb", "20200103T000000.000Z-cccccc"
+    for version_id in (held, later):
+        shutil.copytree(built_version, Path(root, "versions", version_id))
+    assert apply_retention(root, 1, min_version_age=datetime.timedelta(0)) == []  # nothing newer than LATEST goes
+    commit_version(root, later)
+    assert apply_retention(root, 2, min_version_age=datetime.timedelta(0)) == [FIRST]
+    assert list_versions(root).complete == (held, later)
