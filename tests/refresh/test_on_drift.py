@@ -14,7 +14,7 @@ import pytest
 
 from beam_tfrecord import cli
 from beam_tfrecord.dataset import read_latest, version_dir
-from beam_tfrecord.errors import DriftHeldError
+from beam_tfrecord.errors import DriftHeldError, StatisticsFileError
 from beam_tfrecord.statistics.drift_record import read_drift_record
 from beam_tfrecord.versions.refresh import RefreshAction, apply_retention, commit_version, list_versions
 from pipelines import refresh_image_dataset
@@ -112,3 +112,21 @@ def test_retention_counts_a_held_version_once_a_later_one_is_published(tmp_path:
     commit_version(root, later)
     assert apply_retention(root, 2, min_version_age=datetime.timedelta(0)) == [FIRST]
     assert list_versions(root).complete == (held, later)
+
+
+def test_statistics_pb_is_read_when_a_dataset_has_one(tmp_path: Path, built_version: Path) -> None:
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    from beam_tfrecord.report.version_statistics import statistics_of
+
+    directory = shutil.copytree(built_version, tmp_path / "dataset")
+    computed = statistics_of(str(directory))  # no statistics.pb: from the records
+    assert [(d.name, d.num_examples) for d in computed.datasets] == [("train", 30)]
+    written = statistics_pb2.DatasetFeatureStatisticsList()
+    written.datasets.add(name="train", num_examples=7)
+    (directory / "statistics.pb").write_bytes(written.SerializeToString())
+    assert statistics_of(str(directory)) == written
+    (directory / "statistics.pb").write_bytes(b"\xff not a proto")
+    with pytest.raises(StatisticsFileError) as info:
+        statistics_of(str(directory))
+    assert info.value.path == f"{directory}/statistics.pb"
