@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import hashlib
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -176,10 +177,11 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
                                salt=output.salt, source=prepared.source_options)
     index = InputIndex(encoding, tuple(sorted(prepared.inputs, key=lambda i: i.key)))
     incremental = _incremental_plan(plan, index) if refresh.incremental else None
-    # What a killed refresh of the same inputs, base version and options must have had for this one to
-    # take over its version (the writer checks the schema, splits, sharding and salt too).
+    # What a killed refresh of the same inputs (index included), base version and options must have had for
+    # this one to take over its version (the writer checks the schema, splits, sharding and salt too).
     identity = json.dumps({"inputs": fingerprint.to_json(), "base": incremental.base_version if incremental else None,
-                           "command": list(source.command)}, sort_keys=True)
+                           "command": list(source.command),
+                           "index": hashlib.sha256(index.to_bytes()).hexdigest()}, sort_keys=True)
     killed = killed_refresh(root, plan.latest, identity)
     if killed is not None:
         plan = dataclasses.replace(plan, version_id=killed)
