@@ -22,7 +22,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from beam_tfrecord import storage
+from beam_tfrecord import cli, storage
 from beam_tfrecord.core.infer import schema_json_text
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import DType, Scalar, Schema
@@ -172,3 +172,23 @@ def test_killed_refresh_is_resumed_in_place(tmp_path: Path, capsys: pytest.Captu
     _assert_same_as_clean_build(source, root, str(tmp_path / "full"))
     assert list_versions(root).incomplete == ()
     assert os.listdir(version_dir(root, killed[0])).count("manifest.json") == 1
+
+
+def test_refresh_help_lists_the_sources(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["refresh", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for line in ("  image-folder  --input     an image folder ROOT/<label>/<file>",
+                 "  manifest      --manifest  CSV / JSONL / Parquet manifests (file or glob), a row per sample, "
+                 "keyed by --key_column",
+                 "  arrays        --arrays    .npy / .npz files (file or glob), axis 0 indexes samples"):
+        assert line in out.splitlines()
+    assert refresh.source_of(["--arrays=a/*.npy", "--dataset_root=r"]) == ("arrays", ["--arrays=a/*.npy",
+                                                                                       "--dataset_root=r"])
+    assert refresh.source_of(["manifest", "--manifest=m.csv"]) == ("manifest", ["--manifest=m.csv"])
+    with pytest.raises(SystemExit) as exit_info:  # the usage on stderr, and the reason
+        cli.main(["refresh", "--input=images", "--manifest=m.csv"])
+    assert str(exit_info.value) == ("beam-tfrecord refresh: name the source first (image-folder, manifest, arrays) "
+                                    "or give exactly one of --input, --manifest, --arrays")
+    assert capsys.readouterr().err.startswith("usage: beam-tfrecord refresh [SOURCE] --dataset_root=ROOT")
