@@ -86,6 +86,9 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Refres
 
 
 def _prepare(source: ManifestOptions, checks: SchemaOptions) -> PreparedSource:
+    if not source.key_column:
+        print(f"{JOB}: no --key_column: rows are keyed FILE:ROW_NUMBER, so a row inserted or deleted re-encodes "
+              "every row after it")
     fmt = manifest_format(source)
     schema = manifest_schema(checks, source, fmt, job=JOB)
     reader = manifest_reader(source, checks, schema, fmt)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -28,10 +29,13 @@ from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.dataset import load_manifest, read_latest, resolve_dataset_dir, version_dir
 from beam_tfrecord.formats import shard_format
+from beam_tfrecord.sources.rows import RowOptions
+from beam_tfrecord.sources.tabular import JsonlRowReader
 from beam_tfrecord.verify import verify_dataset
 from beam_tfrecord.versions.incremental import REFRESH_KEY
 from beam_tfrecord.versions.refresh import RefreshAction, RefreshPlan, list_versions
 from pipelines import build_from_arrays, build_from_manifest, refresh
+from pipelines.refresh_manifest import index_rows
 
 LAYOUT = ["--splits=train=0.75,test=0.25", "--target_shard_bytes=600", "--runner=DirectRunner",
           "--direct_running_mode=in_memory", "--progress=none"]
@@ -192,3 +196,29 @@ def test_refresh_help_lists_the_sources(capsys: pytest.CaptureFixture[str]) -> N
     assert str(exit_info.value) == ("beam-tfrecord refresh: name the source first (image-folder, manifest, arrays) "
                                     "or give exactly one of --input, --manifest, --arrays")
     assert capsys.readouterr().err.startswith("usage: beam-tfrecord refresh [SOURCE] --dataset_root=ROOT")
+
+
+def test_a_row_token_follows_its_content_and_the_file_it_names(tmp_path: Path) -> None:
+    """JSONL rows naming files: a changed row, or a rewritten file it names, changes only that row's token."""
+    (tmp_path / "files").mkdir()
+    for name in "abc":
+        (tmp_path / "files" / f"{name}.bin").write_bytes(name.encode())
+    manifest = tmp_path / "rows.jsonl"
+    rows = [{"id": name, "label": number, "blob": f"files/{name}.bin"} for number, name in enumerate("abc")]
+    rows.append({"id": "a", "label": 9, "blob": "files/a.bin"})  # a key on two rows
+    schema = Schema({"label": Scalar(DType.INT64), "blob": Scalar(DType.BYTES)})
+    reader = JsonlRowReader(schema, RowOptions(key_column="id", file_columns=frozenset({"blob"})))
+
+    def index(lines: list[dict]) -> dict[str, tuple[str, str]]:
+        manifest.write_text("".join(json.dumps(row) + "\n" for row in lines))
+        inputs, count = index_rows([("rows.jsonl", str(manifest))], reader, names_files=True)
+        assert count == len(lines)
+        return {i.key: (i.path, i.token) for i in inputs}
+
+    first = index(rows)
+    assert first["a"] == ("", "") and first["b"][0] == str(manifest) and len(first["b"][1]) == 64
+    rows[1]["label"] = 5
+    second = index(rows)
+    assert second["b"] != first["b"] and second["c"] == first["c"]
+    os.utime(tmp_path / "files" / "c.bin", ns=(1, 1))  # the file a row names is rewritten: another listing token
+    assert index(rows)["c"] != second["c"]
