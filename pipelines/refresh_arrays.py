@@ -44,10 +44,10 @@ from pipelines.refresh_driver import (
 )
 from pipelines.source_options import SchemaOptions, pinned_or_inferred
 
-JOB = "refresh_arrays"
-JOB_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
+ARRAYS_JOB = "refresh_arrays"
+ARRAYS_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
     ArrayOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions)
-JOB_REJECTED_OPTIONS: dict[str, str] = {
+ARRAYS_REJECTED_OPTIONS: dict[str, str] = {
     "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
     "resume": "a refresh resumes a killed refresh of the same inputs and options by itself",
     "check_decode": "arrays hold no encoded images",
@@ -60,14 +60,14 @@ COMMAND = JobCommand(
                 "deletes old versions.",
     groups=(("refresh", RefreshOptions), ("input", ArrayOptions), ("output and sharding", DatasetOutputOptions),
             ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
-    refused=tuple(JOB_REJECTED_OPTIONS.items()),
+    refused=tuple(ARRAYS_REJECTED_OPTIONS.items()),
 )
 
 
 def job_option_names() -> list[str]:
     """Names (without ``--``) of the options a user passes to this job."""
-    return [action.dest for cls in JOB_OPTION_CLASSES for action in option_actions(cls)
-            if action.dest not in JOB_REJECTED_OPTIONS]
+    return [action.dest for cls in ARRAYS_OPTION_CLASSES for action in option_actions(cls)
+            if action.dest not in ARRAYS_REJECTED_OPTIONS]
 
 
 def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan:
@@ -77,7 +77,7 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Refres
     refresh = validated_refresh(options, input_flag="--arrays", input_value=source.arrays,
                                 what=".npy / .npz files (file or glob)")
     shared = require_worker_paths(options, {"--arrays": source.arrays, "--dataset_root": refresh.dataset_root})
-    command = recorded_command(options, JOB, JOB_OPTION_CLASSES, JOB_REJECTED_OPTIONS)
+    command = recorded_command(options, ARRAYS_JOB, ARRAYS_OPTION_CLASSES, ARRAYS_REJECTED_OPTIONS)
     return run_refresh(options, RefreshSource(patterns=[source.arrays], command=command,
                                               prepare=lambda: _prepare(source, options.view_as(SchemaOptions))),
                        shared_filesystem=shared)
@@ -86,7 +86,7 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Refres
 def _prepare(source: ArrayOptions, checks: SchemaOptions) -> PreparedSource:
     files = list_inputs(source.arrays)
     schema = pinned_or_inferred(checks, lambda: infer_array_schema(
-        peek_arrays(files[0][1], npy_feature=source.npy_feature)), job=JOB)
+        peek_arrays(files[0][1], npy_feature=source.npy_feature)), job=ARRAYS_JOB)
     pattern = source.arrays if "://" in source.arrays else os.path.abspath(source.arrays)
     tokens = listed_tokens(pattern)
     inputs = [IndexedInput(key, path, tokens.get(path, "")) for name, path in files

@@ -43,10 +43,10 @@ from pipelines.refresh_driver import (
 )
 from pipelines.source_options import SchemaOptions
 
-JOB = "refresh_manifest"
-JOB_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
+MANIFEST_JOB = "refresh_manifest"
+MANIFEST_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
     ManifestOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions)
-JOB_REJECTED_OPTIONS: dict[str, str] = {
+MANIFEST_REJECTED_OPTIONS: dict[str, str] = {
     "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
     "resume": "a refresh resumes a killed refresh of the same inputs and options by itself",
 }
@@ -61,14 +61,14 @@ COMMAND = JobCommand(
                 "ROOT/LATEST to it and deletes old versions.",
     groups=(("refresh", RefreshOptions), ("input", ManifestOptions), ("output and sharding", DatasetOutputOptions),
             ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
-    refused=tuple(JOB_REJECTED_OPTIONS.items()),
+    refused=tuple(MANIFEST_REJECTED_OPTIONS.items()),
 )
 
 
 def job_option_names() -> list[str]:
     """Names (without ``--``) of the options a user passes to this job."""
-    return [action.dest for cls in JOB_OPTION_CLASSES for action in option_actions(cls)
-            if action.dest not in JOB_REJECTED_OPTIONS]
+    return [action.dest for cls in MANIFEST_OPTION_CLASSES for action in option_actions(cls)
+            if action.dest not in MANIFEST_REJECTED_OPTIONS]
 
 
 def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan:
@@ -79,7 +79,7 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Refres
                                what="a CSV, JSONL or Parquet manifest (file or glob)")
     shared = require_worker_paths(options, {"--manifest": source.manifest, "--allowed_root": source.allowed_root,
                                             "--dataset_root": refresh.dataset_root})
-    command = recorded_command(options, JOB, JOB_OPTION_CLASSES, JOB_REJECTED_OPTIONS)
+    command = recorded_command(options, MANIFEST_JOB, MANIFEST_OPTION_CLASSES, MANIFEST_REJECTED_OPTIONS)
     return run_refresh(options, RefreshSource(patterns=[source.manifest], command=command,
                                               prepare=lambda: _prepare(source, options.view_as(SchemaOptions))),
                        shared_filesystem=shared)
@@ -87,10 +87,10 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Refres
 
 def _prepare(source: ManifestOptions, checks: SchemaOptions) -> PreparedSource:
     if not source.key_column:
-        print(f"{JOB}: no --key_column: rows are keyed FILE:ROW_NUMBER, so a row inserted or deleted re-encodes "
-              "every row after it")
+        print(f"{MANIFEST_JOB}: no --key_column: rows are keyed FILE:ROW_NUMBER, so a row inserted or deleted "
+              "re-encodes every row after it")
     fmt = manifest_format(source)
-    schema = manifest_schema(checks, source, fmt, job=JOB)
+    schema = manifest_schema(checks, source, fmt, job=MANIFEST_JOB)
     reader = manifest_reader(source, checks, schema, fmt)
     files = list_inputs(source.manifest)
     names_files = bool(source.file_columns.strip()) or any(isinstance(f, Image) for f in schema.features.values())
