@@ -1,4 +1,4 @@
-"""The ``beam-tfrecord`` command: build, inspect, verify, report, compare."""
+"""The ``beam-tfrecord`` command: build, refresh, inspect, verify, report, compare."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ _JOBS = {
     "build": "pipelines.build_image_dataset",
     "build-manifest": "pipelines.build_from_manifest",
     "build-arrays": "pipelines.build_from_arrays",
+    "refresh": "pipelines.refresh",
 }
 
 
@@ -34,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("build-arrays", add_help=False,
                         help=".npy / .npz files -> dataset (--arrays, --output ...); see "
                              "`python -m pipelines.build_from_arrays --help`")
+    commands.add_parser("refresh", add_help=False,
+                        help="scheduled refresh of a versioned dataset root from an image folder, CSV / JSONL / "
+                             "Parquet manifests or .npy / .npz files (--dataset_root, and --input, --manifest or "
+                             "--arrays): new versions, LATEST, incremental, retention; see "
+                             "`beam-tfrecord refresh --help`")
     inspect = commands.add_parser("inspect", help="summarize a dataset's manifest")
     inspect.add_argument("dataset", help="dataset directory")
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")

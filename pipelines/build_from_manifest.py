@@ -24,7 +24,7 @@ from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.sources.chunks import list_inputs
 from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows, parquet_num_rows
 from beam_tfrecord.sources.rows import RowOptions
-from beam_tfrecord.sources.tabular import ReadCsvManifest, ReadJsonlManifest, iter_csv_dicts
+from beam_tfrecord.sources.tabular import ReadCsvManifest, ReadJsonlManifest, ReadRows, iter_csv_dicts
 from pipelines.common import (
     DatasetOutputOptions,
     ProgressOptions,
@@ -135,6 +135,36 @@ COMMAND = JobCommand(
 )
 
 
+def manifest_format(source: ManifestOptions) -> ManifestFormat:
+    """``--format``, or the format the manifest's extension names (exits when it names none)."""
+    return ManifestFormat(source.format) if source.format else ManifestFormat.from_path(source.manifest)
+
+
+def manifest_schema(checks: SchemaOptions, source: ManifestOptions, fmt: ManifestFormat, *, job: str) -> Schema:
+    """The schema of ``--schema``, or inferred from the manifest (and printed); ``--check_decode`` applied."""
+    schema = pinned_or_inferred(checks, lambda: infer_manifest_schema(source.manifest, fmt, source), job=job)
+    return with_check_decode(schema) if checks.check_decode else schema
+
+
+def row_options(source: ManifestOptions) -> RowOptions:
+    return RowOptions(key_column=source.key_column, file_columns=frozenset(_split(source.file_columns)),
+                      missing_values=tuple(source.missing_values.split(",")),
+                      allowed_root=source.allowed_root, restrict_to_manifest_dir=source.restrict_paths)
+
+
+def manifest_reader(source: ManifestOptions, checks: SchemaOptions, schema: Schema, fmt: ManifestFormat) -> ReadRows:
+    """The source transform reading every manifest matching ``--manifest`` into chunks of samples."""
+    options = row_options(source)
+    return {
+        ManifestFormat.CSV: lambda: ReadCsvManifest(source.manifest, schema=schema, options=options,
+                                                    delimiter=source.csv_delimiter, chunk_size=checks.chunk_size),
+        ManifestFormat.JSONL: lambda: ReadJsonlManifest(source.manifest, schema=schema, options=options,
+                                                        chunk_size=checks.chunk_size),
+        ManifestFormat.PARQUET: lambda: ReadParquetManifest(source.manifest, schema=schema, options=options,
+                                                            chunk_size=checks.chunk_size),
+    }[fmt]()
+
+
 def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manifest:
     """Builds the dataset, prints what was written and returns the manifest."""
     options, argv = parse_job(COMMAND, argv, prog=prog)
@@ -146,22 +176,9 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     if options.view_as(DatasetOutputOptions).resume and _split(source.file_columns):
         raise SystemExit("--resume takes a killed build's records as they were: it knows when the manifest "
                          "changed, not the files its --file_columns name; rebuild without --resume")
-    fmt = ManifestFormat(source.format) if source.format else ManifestFormat.from_path(source.manifest)
-    schema = pinned_or_inferred(checks, lambda: infer_manifest_schema(source.manifest, fmt, source),
-                                job="build_from_manifest")
-    if checks.check_decode:
-        schema = with_check_decode(schema)
-    row_options = RowOptions(key_column=source.key_column, file_columns=frozenset(_split(source.file_columns)),
-                             missing_values=tuple(source.missing_values.split(",")),
-                             allowed_root=source.allowed_root, restrict_to_manifest_dir=source.restrict_paths)
-    reader = {
-        ManifestFormat.CSV: lambda: ReadCsvManifest(source.manifest, schema=schema, options=row_options,
-                                                    delimiter=source.csv_delimiter, chunk_size=checks.chunk_size),
-        ManifestFormat.JSONL: lambda: ReadJsonlManifest(source.manifest, schema=schema, options=row_options,
-                                                        chunk_size=checks.chunk_size),
-        ManifestFormat.PARQUET: lambda: ReadParquetManifest(source.manifest, schema=schema, options=row_options,
-                                                            chunk_size=checks.chunk_size),
-    }[fmt]()
+    fmt = manifest_format(source)
+    schema = manifest_schema(checks, source, fmt, job="build_from_manifest")
+    reader = manifest_reader(source, checks, schema, fmt)
     return build_dataset(options, reader, schema, ["build_from_manifest", *argv], shared_filesystem=shared,
                          input_patterns=[source.manifest], samples_at_most=rows_at_most(source.manifest, fmt))
 

@@ -109,7 +109,11 @@ def _npy_row_chunks(handle: BinaryIO, chunk_rows: int, name: str,
         yield start, np.frombuffer(data, dtype=dtype).reshape((count, *shape[1:]))
 
 
-def _keys(name: str, start: int, rows: int, width: int) -> list[str]:
+KEY_WIDTH = 9  # a sample's key: "<file name>:<row, 9 digits>"
+
+
+def sample_keys(name: str, start: int, rows: int, width: int = KEY_WIDTH) -> list[str]:
+    """The keys of rows ``start .. start+rows`` of the file ``name`` (its name below the glob's folder)."""
     return [f"{name}:{start + i:0{width}d}" for i in range(rows)]
 
 
@@ -122,7 +126,7 @@ def read_numpy_file(name: str, path: str, *, npy_feature: str = "x", chunk_size:
         rows: the samples to read (first, end; None: to the last), from ``row_ranges``.
         skip: the samples a resumed build reuses, left out here (a .npy's rows of them are not even read).
     """
-    width = 9
+    width = KEY_WIDTH
 
     def kept(samples: list[Sample]) -> list[Sample]:
         if skip is None or not samples:
@@ -144,7 +148,7 @@ def read_numpy_file(name: str, path: str, *, npy_feature: str = "x", chunk_size:
                 if chunk := kept(samples_from_arrays(part, key_prefix=f"{name}:", start=start, key_width=width)):
                     yield chunk
             return
-        wanted = None if skip is None else (lambda start, count: ~skip.held(_keys(name, start, count, width)))
+        wanted = None if skip is None else (lambda start, count: ~skip.held(sample_keys(name, start, count, width)))
         for start, chunk_rows in _npy_row_chunks(handle, chunk_size, name, wanted, rows):
             if chunk := kept(samples_from_arrays({npy_feature: chunk_rows}, key_prefix=f"{name}:", start=start,
                                                  key_width=width)):

@@ -139,6 +139,15 @@ class ReadRows(beam.PTransform):
         self._read_rows = read_rows
         self._chunk_size = check_chunk_size(chunk_size)
 
+    @property
+    def read_rows(self) -> RowReader:
+        """How one file is read: (name, path) -> its rows (an incremental refresh reads some files with it)."""
+        return self._read_rows
+
+    @property
+    def chunk_size(self) -> int:
+        return self._chunk_size
+
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         # [Sample | DeadLetter]: chunks of up to chunk_size rows.
         return pipeline | "ReadRows" >> ReadEachFile(self._pattern, _ReadRowsFn(self._read_rows, self._chunk_size))

@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from beam_tfrecord import storage
+from beam_tfrecord.core.samples import FileRef
 from beam_tfrecord.errors import InputIndexError
 
 INPUT_INDEX_FILENAME = "input_index.json"
@@ -79,14 +82,18 @@ class InputIndex:
         return cls(encoding, tuple(sorted(inputs, key=lambda i: i.key)))
 
 
-def encoding_digest(*, schema_json: Mapping[str, Any], transforms: Mapping[str, object], salt: str) -> str:
+def encoding_digest(*, schema_json: Mapping[str, Any], transforms: Mapping[str, object], salt: str,
+                    source: Mapping[str, Any] | None = None) -> str:
     """A digest of what, besides an input's content, decides its record's bytes.
 
     Transforms are described by their ``repr`` (``ResizeImage`` is a frozen dataclass: its repr
-    lists every option). A version whose digest differs cannot lend its records.
+    lists every option); ``source``: the source's options that shape its samples (a manifest's key
+    column, missing values...). A version whose digest differs cannot lend its records.
     """
-    described = {"schema": schema_json, "transforms": {name: repr(t) for name, t in sorted(transforms.items())},
-                 "salt": salt}
+    described: dict[str, Any] = {"schema": schema_json, "salt": salt,
+                                 "transforms": {name: repr(t) for name, t in sorted(transforms.items())}}
+    if source:  # absent for an image folder: the digests of versions built before stay valid
+        described["source"] = dict(source)
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -98,6 +105,44 @@ def content_tokens(root: str) -> dict[str, str]:
                                     "s3://, Azure)")
     listed = storage.list_details(storage.glob_escape(base) + "**")  # escaped: a folder named "a[1]" is itself
     return {found.path: found.token for found in listed if found.token is not None}
+
+
+def listed_tokens(pattern: str) -> dict[str, str]:
+    """{full path: content token} of the files matching a glob (empty where the store lists none)."""
+    if not storage.backend_for(pattern).lists_tokens:
+        return {}
+    return {found.path: found.token for found in storage.list_details(pattern) if found.token is not None}
+
+
+def file_tokens(paths: Iterable[str]) -> dict[str, str]:
+    """{path: content token} of files, from one listing of each folder holding one (a manifest's file columns)."""
+    tokens: dict[str, str] = {}
+    for folder in sorted({path.rsplit("/", 1)[0] for path in paths}):
+        tokens.update(listed_tokens(storage.glob_escape(folder + "/") + "*"))
+    return tokens
+
+
+def _described(value: Any) -> Any:
+    if isinstance(value, FileRef):
+        return ["file", value.path]
+    if isinstance(value, (bytes, bytearray)):
+        return ["bytes", bytes(value).hex()]
+    if isinstance(value, np.ndarray | np.generic):
+        return ["array", str(value.dtype), np.asarray(value).tolist()]
+    return ["repr", repr(value)]
+
+
+def sample_token(values: Mapping[str, Any], tokens: Mapping[str, str]) -> str:
+    """The content token of a sample read from a row (a manifest's): a digest of its values and, for a
+    file it names (``FileRef``), that file's listing token from ``tokens``; "" (never matches) when one
+    has none."""
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True, default=_described).encode("utf-8"))
+    for value in values.values():
+        if isinstance(value, FileRef):
+            if not tokens.get(value.path):
+                return ""
+            digest.update(f"\n{value.path}\t{tokens[value.path]}".encode())
+    return digest.hexdigest()
 
 
 def index_inputs(inputs: Sequence[tuple[str, str]], tokens: Mapping[str, str], encoding: str) -> InputIndex:

@@ -12,7 +12,7 @@
 set -euo pipefail
 
 : "${INPUT:?set INPUT}" "${DATASET_ROOT:?set DATASET_ROOT}"
-python -m pipelines.refresh_image_dataset \
+beam-tfrecord refresh \
   --runner=PortableRunner \
   --job_endpoint="${JOB_ENDPOINT:-localhost:8099}" \
   --artifact_endpoint="${ARTIFACT_ENDPOINT:-localhost:8098}" \

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from apache_beam.options.pipeline_options import FlinkRunnerOptions, PipelineOptions
 
-from pipelines import refresh_image_dataset
+from pipelines import refresh, refresh_image_dataset
 from pipelines.refresh_image_dataset import job_option_actions, job_option_names
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -61,11 +61,11 @@ def _flags(args: list[str]) -> dict[str, str]:
     return flags
 
 
-def _python_command(script: Path) -> list[str]:
-    """The arguments of the ``python -m pipelines.refresh_image_dataset`` command in a shell script."""
+def _refresh_command(script: Path) -> list[str]:
+    """The arguments of the ``beam-tfrecord refresh`` command in a shell script."""
     text = script.read_text().replace("\\\n", " ")
-    line = next(line for line in text.splitlines() if "python -m pipelines.refresh_image_dataset" in line)
-    return shlex.split(line.split("pipelines.refresh_image_dataset", 1)[1])
+    line = next(line for line in text.splitlines() if line.startswith("beam-tfrecord refresh "))
+    return shlex.split(line.split("beam-tfrecord refresh", 1)[1])
 
 
 def _compose() -> dict:
@@ -75,7 +75,7 @@ def _compose() -> dict:
 def _cronjob_args() -> list[str]:
     cronjob = yaml.safe_load((DEPLOY / "schedule" / "k8s-cronjob-flink.yaml").read_text())
     container = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["python", "-m", "pipelines.refresh_image_dataset"]
+    assert container["command"] == ["beam-tfrecord", "refresh"]
     return container["args"]
 
 
@@ -148,8 +148,9 @@ def test_dockerfile_matches_the_installed_sdk_and_the_job() -> None:
         for path in source.split():
             assert (REPO / path).exists(), f"Dockerfile copies missing {path}"
     py_file = re.search(r'FLEX_TEMPLATE_PYTHON_PY_FILE="\$\{WORKDIR\}/(\S+)"', text).group(1)
+    assert py_file == "pipelines/refresh.py"  # `beam-tfrecord refresh` as a file: the input option names the source
     last = (REPO / py_file).read_text().rstrip().splitlines()[-2:]  # the job runs when the launcher runs the file
-    assert last[0] == 'if __name__ == "__main__":' and "run_as_command(run, prog=COMMAND.prog)" in last[1], last
+    assert last[0] == 'if __name__ == "__main__":' and "run_as_command(run, prog=PROG)" in last[1], last
     assert 'ENTRYPOINT ["/opt/apache/beam/boot"]' in text  # the image is also the workers' SDK container
 
 
@@ -186,7 +187,7 @@ def test_worker_pool_shares_the_task_manager_network() -> None:
 
 COMMANDS = {
     "flink/docker-compose.yaml": lambda: _flags(_compose()["services"]["submit"]["command"]),
-    "flink/submit.sh": lambda: _flags(_python_command(DEPLOY / "flink" / "submit.sh")),
+    "flink/submit.sh": lambda: _flags(_refresh_command(DEPLOY / "flink" / "submit.sh")),
     "schedule/k8s-cronjob-flink.yaml": lambda: _flags(_cronjob_args()),
     "dataflow/launch.sh": _launch_parameters,
     "schedule/cloud_scheduler_launch_request.json": _scheduler_parameters,
@@ -210,6 +211,13 @@ def test_schedulers_pass_the_same_job_options() -> None:
     airflow = {k: v for k, v in _airflow_parameters().items() if k in job}
     cronjob = {k: v for k, v in _flags(_cronjob_args()).items() if k in job}
     assert scheduler == airflow == cronjob
+
+
+def test_every_command_is_beam_tfrecord_refresh_of_the_image_folder() -> None:
+    """The deploy files run ``beam-tfrecord refresh``; the input option they pass tells the image-folder source."""
+    assert _compose()["services"]["submit"]["entrypoint"] == ["beam-tfrecord", "refresh"]
+    for where, flags in COMMANDS.items():
+        assert refresh.source_of([f"--{k}={v}" for k, v in flags().items()])[0] == "image-folder", where
 
 
 def test_flink_runs_through_the_portable_runner_with_external_workers() -> None:
