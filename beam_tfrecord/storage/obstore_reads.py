@@ -8,6 +8,7 @@ Measured: a quarter of azure-storage-blob's CPU per byte, boto3's on S3 (docs/op
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -109,5 +110,31 @@ def azure_ranges(service_for: Callable[[str], tuple[Any, str, str]], connections
         return _cached(("az", endpoint, connections, container), lambda: AzureStore(
             container, account_name=service.account_name, account_key=account_key, endpoint=endpoint,
             client_options=options)), name
+
+    return _ranges(store_for, fallback)
+
+
+def gcs_ranges(connections: int, fallback: RangedRead) -> RangedRead:
+    """Ranged reads of ``gs://`` with google-auth's default credentials, or, under ``STORAGE_EMULATOR_HOST``,
+    unauthenticated against that emulator (object_store's ``gcs_base_url`` and ``disable_oauth`` key fields)."""
+    if not available():
+        return fallback
+    from obstore.store import GCSStore
+
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+
+    def make(bucket: str) -> Any:
+        if emulator:
+            key = json.dumps({"gcs_base_url": emulator.rstrip("/"), "disable_oauth": True, "client_email": "",
+                              "private_key": "", "private_key_id": ""})
+            return GCSStore(bucket, service_account_key=key, client_options=_client_options(emulator, connections))
+        from obstore.auth.google import GoogleCredentialProvider
+
+        return GCSStore(bucket, credential_provider=GoogleCredentialProvider(),
+                        client_options=_client_options("https://", connections))
+
+    def store_for(path: str) -> tuple[Any, str] | None:
+        bucket, _, key = path.partition("://")[2].partition("/")
+        return _cached(("gs", emulator, connections, bucket), lambda: make(bucket)), key
 
     return _ranges(store_for, fallback)
