@@ -26,7 +26,8 @@ CPU seconds (this process) of the remote epoch / the local one <= 1.5; cached / 
 process's CPU seconds per GB of each ranges client; then every store's figures side by side.
 
 Run: python benchmarks/remote_read.py [--stores gs,s3,az] [--records 100000] [--images 2000] [--image_kb 150]
-     [--workloads small,images] [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50] [--dir /tmp/bt_remote_read]
+     [--workloads small,images] [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50]
+     [--dir /tmp/bt_remote_read]
 """
 
 from __future__ import annotations
