@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from beam_tfrecord.storage.backend import RangedRead
+from beam_tfrecord.storage.backend import RangedRead, RangedView
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig
@@ -42,13 +42,13 @@ def _cached(key: tuple[object, ...], make: Callable[[], Any]) -> Any:
         return _STORES[key]
 
 
-def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: RangedRead) -> RangedRead:
+def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: RangedRead) -> RangedView:
     """A ``RangedRead`` through ``store_for(path)``: (the obstore store, the object's key in it), or None
     for a path obstore is not configured for here (read by ``fallback``)."""
     import obstore
     from obstore.exceptions import GenericError
 
-    def read(path: str, start: int, stop: int) -> bytes:
+    def read(path: str, start: int, stop: int) -> bytes | memoryview:
         if stop <= start:
             return b""
         found = store_for(path)
@@ -61,12 +61,14 @@ def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: Ranged
             if "416" in str(err):  # a range that starts past the end (one that ends past it gives fewer bytes)
                 return b""
             raise
-        return bytes(data)  # one copy (~1 ms per 8 MiB): the readers take bytes
+        # A read-only view of obstore's buffer, not a copy: bytes() cost 0.75-0.87 CPU s per GB read from az://
+        # against 0.62-0.66 for the view (16 x 8 MiB ranges through the shaping proxy, interleaved, one run).
+        return memoryview(data).toreadonly()
 
     return read
 
 
-def s3_ranges(client: Any, connections: int, fallback: RangedRead) -> RangedRead:
+def s3_ranges(client: Any, connections: int, fallback: RangedRead) -> RangedView:
     """Ranged reads with the endpoint, region and credentials of ``client`` (a boto3 S3 client)."""
     if not available():
         return fallback
@@ -93,7 +95,7 @@ def s3_ranges(client: Any, connections: int, fallback: RangedRead) -> RangedRead
 
 
 def azure_ranges(service_for: Callable[[str], tuple[Any, str, str]], connections: int,
-                 fallback: RangedRead) -> RangedRead:
+                 fallback: RangedRead) -> RangedView:
     """Ranged reads with the endpoint and shared key of the ``BlobServiceClient`` of each path
     (``service_for(path)``: the client, the container, the blob's name); other credentials: ``fallback``."""
     if not available():
@@ -114,7 +116,7 @@ def azure_ranges(service_for: Callable[[str], tuple[Any, str, str]], connections
     return _ranges(store_for, fallback)
 
 
-def gcs_ranges(connections: int, fallback: RangedRead) -> RangedRead:
+def gcs_ranges(connections: int, fallback: RangedRead) -> RangedView:
     """Ranged reads of ``gs://`` with google-auth's default credentials, or, under ``STORAGE_EMULATOR_HOST``,
     unauthenticated against that emulator (object_store's ``gcs_base_url`` and ``disable_oauth`` key fields)."""
     if not available():
