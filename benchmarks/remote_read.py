@@ -11,25 +11,23 @@ project's writer (16 shards each):
 
 For each workload and reader (read_numpy per example; TFRecordIterableDataset with ready batches of
 256, DataLoader(batch_size=None, num_workers=0)'s loop; read_dataset(batch_size=256)), in
-interleaved rounds after a warm-up round (best pass kept), it times one epoch (the reader is made
-before: its manifest read is not an epoch's cost; read_numpy, one call per epoch, is called untimed):
+interleaved rounds after a warm-up round (best pass kept), it times one epoch:
 
-  local:   the reader on the local copy (page cache warm)
-  remote:  the reader on the store through the proxy (default ``RemoteReads``: 16 connections, 8 MiB
-           ranges, 256 MiB in flight)
-  cached:  the reader on the store with ``cache_dir`` already filled by an earlier epoch (the warm-up)
-  ranges:  16 threads reading the same objects in 8 MiB ranges through the proxy with the backend's
-           ``ranged_reader`` (gs: google-cloud-storage; s3 and az: obstore), no parsing (what the store gives;
-           as records/s of the workload)
-  sdk:     the same ranges through the store's Python SDK (s3: boto3; az: azure-storage-blob)
+  local:   the reader on the local copy (page cache warm), made before (its manifest read untimed)
+  remote:  the reader on the store through the proxy (default ``RemoteReads``), made before
+  opened:  the reader made and read on the local copy, the open timed with the epoch
+  cached:  the reader made and read on the store with ``cache_dir`` filled by the warm-up, the open timed
+  ranges:  16 threads reading the same objects in 8 MiB ranges with the backend's ``ranged_reader``
+           (gs: google-cloud-storage; s3 and az: obstore), no parsing (what the store gives)
+  sdk / obstore: the same ranges through the other client (s3: boto3; az: azure-storage-blob; gs: obstore)
 
-and prints records/s and the targets of issue 29: remote >= 0.8 x min(local, ranges) and
-cached >= 0.9 x local; the CPU seconds of each best epoch, in this process and in the store's
-(proxy and emulator) processes, which share this machine's cores with the reader; and this
-process's CPU seconds per GB fetched by ``ranges`` and ``sdk`` (the clients' cost per byte).
+and prints the targets of issue 46 per store and reader: remote / min(local, ranges) >= 0.8; the reader's
+CPU seconds (this process) of the remote epoch / the local one <= 1.5; cached / opened >= 0.9; and this
+process's CPU seconds per GB of each ranges client; then every store's figures side by side.
 
 Run: python benchmarks/remote_read.py [--stores gs,s3,az] [--records 100000] [--images 2000] [--image_kb 150]
-     [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50] [--dir /tmp/bt_remote_read]
+     [--workloads small,images] [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50]
+     [--dir /tmp/bt_remote_read]
 """
 
 from __future__ import annotations
@@ -96,14 +94,18 @@ def build_images(path: str, count: int, image_bytes: int) -> None:
 def start_store(store: str, work: Path, *, latency_s: float,
                 bytes_per_s: float) -> tuple[list[subprocess.Popen], str, str]:
     """The emulator and the shaping proxy in front of it (each its own process): (processes, emulator, proxy URL)."""
-    from fixtures_gcs import free_port, launch_fake_gcs
+    from fixtures_gcs import fake_gcs_binary, free_port
     from fixtures_stores import launch_azurite, launch_moto
     from flaky_proxy import wait_until_listening
 
     emulator_port, proxy_port = free_port(), free_port()
     proxy_url = f"http://127.0.0.1:{proxy_port}"
-    if store == "gs":
-        emulator = launch_fake_gcs(work, port=emulator_port, external_url=proxy_url)
+    if store == "gs":  # -public-host: the XML API's /BUCKET/OBJECT (obstore's reads) answered through the proxy
+        emulator = subprocess.Popen(
+            [str(fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(emulator_port),
+             "-backend", "memory", "-external-url", proxy_url, "-public-host", f"127.0.0.1:{proxy_port}",
+             "-log-level", "warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until_listening(f"http://127.0.0.1:{emulator_port}", timeout_seconds=20)
     else:
         emulator = (launch_moto if store == "s3" else launch_azurite)(work, emulator_port)
     proxy = subprocess.Popen([sys.executable, "-c", _PROXY, os.path.join(ROOT, "tests", "gcs"),
@@ -191,7 +193,7 @@ class Ranges:
         self.client = client
 
     def __iter__(self) -> Iterator[int]:
-        read = backend_reader if self.client == "backend" else sdk_reader
+        read = {"backend": backend_reader, "sdk": sdk_reader, "obstore": obstore_reader}[self.client]
         yield parallel_ranges(self.objects, read(self.objects[0][0], 16))
 
 
@@ -209,6 +211,13 @@ def sdk_reader(path: str, connections: int) -> RangedRead:
     return (s3 if path.startswith("s3://") else azure_blob).sdk_ranges(connections)
 
 
+def obstore_reader(path: str, connections: int) -> RangedRead:
+    """gs:// ranged reads through obstore (google-cloud-storage's are the backend's), for the comparison."""
+    from beam_tfrecord.storage import gcs_backend, obstore_reads
+
+    return obstore_reads.gcs_ranges(connections, fallback=gcs_backend.GcsBackend().ranged_reader(connections))
+
+
 def parallel_ranges(paths: list[tuple[str, int]], read: RangedRead, *, connections: int = 16,
                     range_bytes: int = 8 * MiB) -> int:
     """Reads every object in ``range_bytes`` ranges on ``connections`` threads, keeping nothing; the bytes read."""
@@ -218,10 +227,13 @@ def parallel_ranges(paths: list[tuple[str, int]], read: RangedRead, *, connectio
         return sum(pool.map(lambda r: len(memoryview(read(*r))), ranges))
 
 
-def measure(modes: dict[str, tuple[str, Callable[[], Iterable[Any]]]], expected: dict[str, int], rounds: int,
+Mode = tuple[str, Callable[[], Iterable[Any]], bool]  # (reader, one epoch's iterable, the call timed)
+
+
+def measure(modes: dict[str, Mode], expected: dict[str, int], rounds: int,
             store: list[Any]) -> dict[str, tuple[float, float, float]]:
     """(seconds, CPU seconds of this process, CPU seconds of the store's processes) of the best epoch of
-    each mode (``(reader, epochs)``) over ``rounds`` interleaved rounds, after a warm-up round (which
+    each mode (``(reader, epochs, open_timed)``) over ``rounds`` interleaved rounds, after a warm-up round (which
     also fills the cache); checks the counts. ``store``: the proxy's and the emulator's ``psutil.Process``."""
 
     def store_cpu() -> float:
@@ -229,10 +241,10 @@ def measure(modes: dict[str, tuple[str, Callable[[], Iterable[Any]]]], expected:
 
     best = {name: (float("inf"), 0.0, 0.0) for name in modes}
     for round_index in range(rounds + 1):
-        for name, (reader, epochs) in modes.items():
-            epoch = epochs()  # not timed: read_numpy's call reads the manifest
+        for name, (reader, epochs, open_timed) in modes.items():
+            epoch = None if open_timed else epochs()  # untimed: the reader made before (its manifest read)
             started, own, theirs = time.perf_counter(), time.process_time(), store_cpu()
-            got = count(reader, epoch)
+            got = count(reader, epochs() if epoch is None else epoch)
             elapsed = time.perf_counter() - started
             if got != expected[name]:
                 raise RuntimeError(f"{name}: {got} instead of {expected[name]}")
@@ -252,6 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--connection_mb_s", type=float, default=50.0)
     parser.add_argument("--dir", default="/tmp/bt_remote_read")
     parser.add_argument("--readers", default=",".join(READERS))
+    parser.add_argument("--workloads", default="small,images")
     args = parser.parse_args(argv)
     readers = [r for r in args.readers.split(",") if r]
 
@@ -259,22 +272,36 @@ def main(argv: list[str] | None = None) -> None:
 
     workloads = {"small": os.path.join(args.dir, f"small-{args.records}"),
                  "images": os.path.join(args.dir, f"images-{args.images}x{args.image_kb}k")}
-    build_small(workloads["small"], args.records)
-    build_images(workloads["images"], args.images, args.image_kb * 1000)
+    workloads = {name: path for name, path in workloads.items() if name in args.workloads.split(",")}
+    if "small" in workloads:
+        build_small(workloads["small"], args.records)
+    if "images" in workloads:
+        build_images(workloads["images"], args.images, args.image_kb * 1000)
     print(f"proxy: {args.latency_ms:g} ms to first byte, {args.connection_mb_s:g} MB/s per connection; "
           f"rounds: {args.rounds} (+1 warm-up), best pass kept")
+    table: list[str] = []
     for store in [s for s in args.stores.split(",") if s]:
-        measure_store(store, workloads, readers, args)
+        table += measure_store(store, workloads, readers, args)
+    print("\nside by side: remote/min(local, ranges) (>= 0.8) | CPU remote/local (<= 1.5) | "
+          "cached+open/local+open (>= 0.9)")
+    print("\n".join(table))
 
 
-def measure_store(store: str, workloads: dict[str, str], readers: list[str], args: argparse.Namespace) -> None:
-    """Every workload and reader on ``store`` (its emulator and proxy started here, stopped at the end)."""
+def _verdict(value: float, target: float, *, at_most: bool = False) -> str:
+    met = value <= target if at_most else value >= target
+    return f"{value:.2f}{'' if met else ' (NOT met)'}"
+
+
+def measure_store(store: str, workloads: dict[str, str], readers: list[str], args: argparse.Namespace) -> list[str]:
+    """Every workload and reader on ``store`` (its emulator and proxy started here, stopped at the end);
+    its lines of the side-by-side table."""
     from beam_tfrecord.dataset import load_manifest
     from beam_tfrecord.remote_reads.options import COUNTERS
 
     work = Path(tempfile.mkdtemp(prefix=f"bt-remote-read-{store}-"))
     processes, emulator_url, proxy_url = start_store(store, work, latency_s=args.latency_ms / 1000,
                                                      bytes_per_s=args.connection_mb_s * 1e6)
+    table = []
     try:
         point_at(store, work, emulator_url)  # uploads go straight to the emulator (not timed)
         bucket = create_bucket(store, "remote-read-bench")
@@ -289,17 +316,18 @@ def measure_store(store: str, workloads: dict[str, str], readers: list[str], arg
             shard_bytes = sum(s.num_bytes for s in manifest.split("train").shards)
             objects = [(f"{remote[name]}/{s.filename}", s.num_bytes) for s in manifest.split("train").shards]
             cache_dir = str(work / f"cache-{name}")
-            clients = {"ranges": Ranges(objects)}
-            if store != "gs":
-                clients["sdk"] = Ranges(objects, client="sdk")
-            modes: dict[str, tuple[str, Callable[[], Iterable[Any]]]] = {
-                mode: ("bytes", lambda ranges=ranges: ranges) for mode, ranges in clients.items()}
+            clients = {"ranges": Ranges(objects), **({"obstore": Ranges(objects, client="obstore")} if store == "gs"
+                                                     else {"sdk": Ranges(objects, client="sdk")})}
+            modes: dict[str, Mode] = {mode: ("bytes", lambda ranges=ranges: ranges, False)
+                                      for mode, ranges in clients.items()}
             expected = dict.fromkeys(clients, shard_bytes)
             for reader in readers:
-                modes[f"local {reader}"] = (reader, reader_epochs(reader, local))
-                modes[f"remote {reader}"] = (reader, reader_epochs(reader, remote[name]))
-                modes[f"cached {reader}"] = (reader, reader_epochs(reader, remote[name], cache_dir=cache_dir))
-                expected.update({f"{mode} {reader}": num_records for mode in ("local", "remote", "cached")})
+                modes[f"local {reader}"] = (reader, reader_epochs(reader, local), False)
+                modes[f"remote {reader}"] = (reader, reader_epochs(reader, remote[name]), False)
+                modes[f"opened {reader}"] = (reader, lambda r=reader, at=local: reader_epochs(r, at)(), True)
+                modes[f"cached {reader}"] = (reader, lambda r=reader, at=remote[name], cache=cache_dir:
+                                             reader_epochs(r, at, cache_dir=cache)(), True)
+                expected.update({f"{mode} {reader}": num_records for mode in ("local", "remote", "opened", "cached")})
             before = COUNTERS.snapshot()
             best = measure(modes, expected, args.rounds, [psutil.Process(p.pid) for p in processes])
             after = COUNTERS.snapshot()
@@ -312,13 +340,15 @@ def measure_store(store: str, workloads: dict[str, str], readers: list[str], arg
                 print(f"  {mode:8s} (16 x 8 MiB, no parsing): {shard_bytes / seconds[mode] / 1e6:.0f} MB/s = "
                       f"{rate[mode]:,.0f} records/s; {best[mode][1] / shard_bytes * 1e9:.2f} CPU s/GB in this process")
             for reader in readers:
-                local_rate, remote_rate, cached_rate = (rate[f"{m} {reader}"] for m in ("local", "remote", "cached"))
-                bound = min(local_rate, rate["ranges"])
-                remote_ratio, cached_ratio = remote_rate / bound, cached_rate / local_rate
-                print(f"  {reader:5s}  local {local_rate:>10,.0f}/s  {store} {remote_rate:>10,.0f}/s  "
-                      f"{store}/min(local, ranges) {remote_ratio:.3f} ({'met' if remote_ratio >= 0.8 else 'NOT met'}: "
-                      f">= 0.8)  cached {cached_rate:>10,.0f}/s  cached/local {cached_ratio:.3f} "
-                      f"({'met' if cached_ratio >= 0.9 else 'NOT met'}: >= 0.9)")
+                local_rate, remote_rate = rate[f"local {reader}"], rate[f"remote {reader}"]
+                remote_ratio = remote_rate / min(local_rate, rate["ranges"])
+                cpu_ratio = best[f"remote {reader}"][1] / best[f"local {reader}"][1]
+                cached_ratio = rate[f"cached {reader}"] / rate[f"opened {reader}"]
+                print(f"  {reader:5s}  local {local_rate:>9,.0f}/s  {store} {remote_rate:>9,.0f}/s  "
+                      f"cached+open {rate[f'cached {reader}']:>9,.0f}/s  local+open {rate[f'opened {reader}']:>9,.0f}/s"
+                      f"  CPU s local {best[f'local {reader}'][1]:.2f} {store} {best[f'remote {reader}'][1]:.2f}")
+                table.append(f"  {store} {name:6s} {reader:5s}  {_verdict(remote_ratio, 0.8):>14s} | "
+                             f"{_verdict(cpu_ratio, 1.5, at_most=True):>14s} | {_verdict(cached_ratio, 0.9):>14s}")
             print("  CPU seconds of the best epoch (this process / the proxy and emulator): " + ", ".join(
                 f"{mode} {best[mode][1]:.2f}/{best[mode][2]:.2f}" for mode in modes))
     finally:
@@ -326,6 +356,7 @@ def measure_store(store: str, workloads: dict[str, str], readers: list[str], arg
             process.kill()
             process.wait(timeout=10)
         shutil.rmtree(work, ignore_errors=True)
+    return table
 
 
 if __name__ == "__main__":

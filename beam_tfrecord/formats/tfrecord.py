@@ -191,7 +191,7 @@ class _ChunkWindows:
     """Windows of a fetched shard's ranges (``FetchedShard.chunks``): views of a range when a window
     lies inside one, else of the rest of one joined with the next (one copy of the stream in all)."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    def __init__(self, chunks: Iterator[bytes | memoryview]) -> None:
         self._chunks = chunks
         self._held = np.empty(0, dtype=np.uint8)
         self._offset = 0  # the stream offset of ``_held``

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 import google_crc32c
+import numpy as np
 
 from beam_tfrecord.errors import CorruptShardError, ReaderError
 from beam_tfrecord.remote_reads.cache import ShardCache
@@ -27,8 +28,8 @@ class RangeSource(Protocol):
     @property
     def range_bytes(self) -> int: ...
 
-    def take(self, number: int, start: int) -> bytes:
-        """The range of shard ``number`` at ``start``, waiting for it."""
+    def take(self, number: int, start: int) -> bytes | memoryview:
+        """The range of shard ``number`` at ``start``, waiting for it (bytes or a read-only view)."""
 
     def give_up(self, number: int, after: int) -> None:
         """The reader stopped reading shard ``number`` at byte ``after``."""
@@ -60,18 +61,21 @@ class FetchedShard:
     def path(self) -> str:
         return self.shard.path
 
-    def chunks(self) -> Iterator[bytes]:
-        """The shard's bytes front to back, a range at a time (checked against the CRC32C at the end)."""
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """The shard's bytes front to back, a range at a time (checked against the CRC32C at the end); a range
+        may be a read-only view (``storage.backend.RangedView``)."""
         if self.cached is not None:
             with open(self.cached, "rb") as handle:
-                while chunk := handle.read(self._fetcher.range_bytes):
-                    yield chunk
+                while cached := handle.read(self._fetcher.range_bytes):
+                    yield cached
             return
         self._begin_copy(private=False)
         while self._position < self.shard.num_bytes:
             chunk = self._fetcher.take(self._number, self._position)
             self._position += len(chunk)
-            self._digest.update(chunk)
+            # google_crc32c takes no memoryview ("y#" refuses buffers with a release slot); a read-only array
+            # over the same bytes it takes, without a copy.
+            self._digest.update(chunk if isinstance(chunk, bytes) else np.frombuffer(chunk, dtype=np.uint8))
             if self._partial is not None:
                 self._partial.write(chunk)
             yield chunk
@@ -168,7 +172,7 @@ class FetchedShard:
 class _ChunkStream(io.RawIOBase):
     """A readable stream over an iterator of byte chunks."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    def __init__(self, chunks: Iterator[bytes | memoryview]) -> None:
         self._chunks = chunks
         self._held = memoryview(b"")
 

@@ -13,7 +13,7 @@ from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderErr
 from beam_tfrecord.remote_reads.cache import ShardCache
 from beam_tfrecord.remote_reads.fetched import FetchedShard
 from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
-from beam_tfrecord.storage.backend import RangedRead, StorageBackend
+from beam_tfrecord.storage.backend import RangedView, StorageBackend
 
 
 class ShardFetcher:
@@ -35,12 +35,12 @@ class ShardFetcher:
         self._reads = reads
         self._cache = ShardCache(reads.cache_dir, limit_bytes=reads.cache_limit) if reads.cache_dir else None
         # One ranged reader per store, made once: it keeps ``connections`` connections open per process.
-        self._ranged: dict[StorageBackend, RangedRead] = {}
+        self._ranged: dict[StorageBackend, RangedView] = {}
         for backend in {storage.backend_for(shard.path) for shard in self._shards}:
             if backend.fetched_in_ranges:
                 self._ranged[backend] = backend.ranged_reader(reads.connections)
         self._lock = threading.Lock()
-        self._pending: dict[tuple[int, int], concurrent.futures.Future[bytes]] = {}
+        self._pending: dict[tuple[int, int], concurrent.futures.Future[bytes | memoryview]] = {}
         self._settled: set[tuple[int, int]] = set()  # ranges taken or given up: never requested again
         self._held_bytes = 0
         first = set(side_by_side[0]) if side_by_side else {0}
@@ -127,14 +127,14 @@ class ShardFetcher:
                     self._submit(key, size)
                 self._next += 1
 
-    def _submit(self, key: tuple[int, int], size: int) -> concurrent.futures.Future[bytes]:
+    def _submit(self, key: tuple[int, int], size: int) -> concurrent.futures.Future[bytes | memoryview]:
         number, start = key
         future = self._pool.submit(self._download, self._shards[number], start, size)
         self._pending[key] = future
         self._held_bytes += size
         return future
 
-    def _download(self, shard: RemoteShard, start: int, size: int) -> bytes:
+    def _download(self, shard: RemoteShard, start: int, size: int) -> bytes | memoryview:
         try:
             data = self._ranged[storage.backend_for(shard.path)](shard.path, start, start + size)
         except FileNotFoundError as err:
@@ -146,8 +146,9 @@ class ShardFetcher:
         COUNTERS.add("fetched_bytes", size)
         return data
 
-    def take(self, number: int, start: int) -> bytes:
-        """The range of shard ``number`` at ``start`` (waiting for it; requested now if the read-ahead is behind)."""
+    def take(self, number: int, start: int) -> bytes | memoryview:
+        """The range of shard ``number`` at ``start`` (waiting for it; requested now if the read-ahead is behind):
+        bytes or a read-only view (``RangedRead``)."""
         key = (number, start)
         with self._lock:
             if self._closed:

@@ -16,7 +16,7 @@ import time
 from typing import Any, BinaryIO
 
 from beam_tfrecord.storage import obstore_reads
-from beam_tfrecord.storage.backend import RangedRead, StorageBackend, StoredFile, VersionedBytes
+from beam_tfrecord.storage.backend import RangedRead, RangedView, StorageBackend, StoredFile, VersionedBytes
 from beam_tfrecord.storage.object_io import PartedUpload, ranged_stream, unquoted
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
 
@@ -183,7 +183,7 @@ class AzureBlobBackend(StorageBackend):
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         return sdk_ranges(10)(path, start, stop)
 
-    def ranged_reader(self, connections: int) -> RangedRead:
+    def ranged_reader(self, connections: int) -> RangedView:
         def service_for(path: str) -> tuple[Any, str, str]:
             where = split(path)
             return service(where.account, connections), where.container, where.name

@@ -15,6 +15,8 @@ from typing import BinaryIO
 COPY_CHUNK_BYTES = 8 << 20  # moved at a time by a streamed copy (to, from or between object stores)
 
 RangedRead = Callable[[str, int, int], bytes]  # (path, start, stop) -> bytes [start, stop) as stored
+# A ``RangedRead`` that may give a read-only view of its client's buffer rather than a copy (``ranged_reader``).
+RangedView = Callable[[str, int, int], bytes | memoryview]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +82,7 @@ class StorageBackend(abc.ABC):
             handle.seek(start)
             return handle.read(max(0, stop - start))
 
-    def ranged_reader(self, connections: int) -> RangedRead:
+    def ranged_reader(self, connections: int) -> RangedView:
         """A ``read_range`` for ``connections`` threads at once (a store may keep that many connections open)."""
         del connections
         return self.read_range

@@ -11,7 +11,7 @@ import time
 from typing import Any, BinaryIO, cast
 
 from beam_tfrecord.storage import gcs
-from beam_tfrecord.storage.backend import RangedRead, StorageBackend, StoredFile, VersionedBytes
+from beam_tfrecord.storage.backend import RangedRead, RangedView, StorageBackend, StoredFile, VersionedBytes
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
 
 
@@ -65,7 +65,7 @@ class GcsBackend(StorageBackend):
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         return _ranges_through(None)(path, start, stop)
 
-    def ranged_reader(self, connections: int) -> RangedRead:
+    def ranged_reader(self, connections: int) -> RangedView:
         return _ranges_through(gcs.pooled_client(connections))  # this process's pool of ``connections``
 
     def open_write(self, path: str) -> BinaryIO:

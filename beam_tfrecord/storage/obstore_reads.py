@@ -8,12 +8,13 @@ Measured: a quarter of azure-storage-blob's CPU per byte, boto3's on S3 (docs/op
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from beam_tfrecord.storage.backend import RangedRead
+from beam_tfrecord.storage.backend import RangedRead, RangedView
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig
@@ -41,13 +42,13 @@ def _cached(key: tuple[object, ...], make: Callable[[], Any]) -> Any:
         return _STORES[key]
 
 
-def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: RangedRead) -> RangedRead:
+def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: RangedRead) -> RangedView:
     """A ``RangedRead`` through ``store_for(path)``: (the obstore store, the object's key in it), or None
     for a path obstore is not configured for here (read by ``fallback``)."""
     import obstore
     from obstore.exceptions import GenericError
 
-    def read(path: str, start: int, stop: int) -> bytes:
+    def read(path: str, start: int, stop: int) -> bytes | memoryview:
         if stop <= start:
             return b""
         found = store_for(path)
@@ -60,12 +61,14 @@ def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: Ranged
             if "416" in str(err):  # a range that starts past the end (one that ends past it gives fewer bytes)
                 return b""
             raise
-        return bytes(data)  # one copy (~1 ms per 8 MiB): the readers take bytes
+        # A read-only view of obstore's buffer, not a copy: bytes() cost 0.75-0.87 CPU s per GB read from az://
+        # against 0.62-0.66 for the view (16 x 8 MiB ranges through the shaping proxy, interleaved, one run).
+        return memoryview(data).toreadonly()
 
     return read
 
 
-def s3_ranges(client: Any, connections: int, fallback: RangedRead) -> RangedRead:
+def s3_ranges(client: Any, connections: int, fallback: RangedRead) -> RangedView:
     """Ranged reads with the endpoint, region and credentials of ``client`` (a boto3 S3 client)."""
     if not available():
         return fallback
@@ -92,7 +95,7 @@ def s3_ranges(client: Any, connections: int, fallback: RangedRead) -> RangedRead
 
 
 def azure_ranges(service_for: Callable[[str], tuple[Any, str, str]], connections: int,
-                 fallback: RangedRead) -> RangedRead:
+                 fallback: RangedRead) -> RangedView:
     """Ranged reads with the endpoint and shared key of the ``BlobServiceClient`` of each path
     (``service_for(path)``: the client, the container, the blob's name); other credentials: ``fallback``."""
     if not available():
@@ -109,5 +112,31 @@ def azure_ranges(service_for: Callable[[str], tuple[Any, str, str]], connections
         return _cached(("az", endpoint, connections, container), lambda: AzureStore(
             container, account_name=service.account_name, account_key=account_key, endpoint=endpoint,
             client_options=options)), name
+
+    return _ranges(store_for, fallback)
+
+
+def gcs_ranges(connections: int, fallback: RangedRead) -> RangedView:
+    """Ranged reads of ``gs://`` with google-auth's default credentials, or, under ``STORAGE_EMULATOR_HOST``,
+    unauthenticated against that emulator (object_store's ``gcs_base_url`` and ``disable_oauth`` key fields)."""
+    if not available():
+        return fallback
+    from obstore.store import GCSStore
+
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+
+    def make(bucket: str) -> Any:
+        if emulator:
+            key = json.dumps({"gcs_base_url": emulator.rstrip("/"), "disable_oauth": True, "client_email": "",
+                              "private_key": "", "private_key_id": ""})
+            return GCSStore(bucket, service_account_key=key, client_options=_client_options(emulator, connections))
+        from obstore.auth.google import GoogleCredentialProvider
+
+        return GCSStore(bucket, credential_provider=GoogleCredentialProvider(),
+                        client_options=_client_options("https://", connections))
+
+    def store_for(path: str) -> tuple[Any, str] | None:
+        bucket, _, key = path.partition("://")[2].partition("/")
+        return _cached(("gs", emulator, connections, bucket), lambda: make(bucket)), key
 
     return _ranges(store_for, fallback)

@@ -12,7 +12,7 @@ import threading
 from typing import Any, BinaryIO
 
 from beam_tfrecord.storage import obstore_reads
-from beam_tfrecord.storage.backend import RangedRead, StorageBackend, StoredFile, VersionedBytes
+from beam_tfrecord.storage.backend import RangedRead, RangedView, StorageBackend, StoredFile, VersionedBytes
 from beam_tfrecord.storage.object_io import PartedUpload, ranged_stream, unquoted
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
 
@@ -152,7 +152,7 @@ class S3Backend(StorageBackend):
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         return _ranges_through(client())(path, start, stop)
 
-    def ranged_reader(self, connections: int) -> RangedRead:
+    def ranged_reader(self, connections: int) -> RangedView:
         return obstore_reads.s3_ranges(client(connections), connections, fallback=sdk_ranges(connections))
 
     def open_write(self, path: str) -> BinaryIO:

@@ -1,7 +1,8 @@
 """A build on a Dask cluster whose workers share no disk with the client (tests/dask/private_cluster.py).
 
 gs:// in and out works, byte-identically to the DirectRunner build of the same gs:// input, for a build,
-an incremental refresh and a build that loses a worker mid-job. Each local path is refused before any
+an incremental refresh and a build that loses a worker mid-job; and s3:// in and out (moto's server on
+127.0.0.1, its variables in the workers' environment) gives the same bytes. Each local path is refused before any
 work starts with its typed error, naming the workers that could not see it; a local folder declared shared
 that the workers do not mount fails with the counts, and nothing is published in any of these cases.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from dask_fixtures import kill_a_worker_mid_job
 from fixtures_gcs import FakeGcs, fake_gcs, gcs_bucket, tiny_images  # noqa: F401  (pytest fixtures)
+from fixtures_stores import Server, moto_s3, s3_bucket  # noqa: F401  (pytest fixtures)
 from private_cluster import PrivateCluster, private_cluster, private_cluster_skip_reason
 
 from beam_tfrecord import load_manifest, storage
@@ -29,7 +31,9 @@ SHARDING = ["--target_shard_bytes=4000", "--splits=train=0.8,test=0.2"]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, fake_gcs: FakeGcs) -> Iterator[PrivateCluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, fake_gcs: FakeGcs,
+            moto_s3: Server) -> Iterator[PrivateCluster]:
+    """The workers start with this process's environment: both emulators' variables."""
     hidden = tmp_path_factory.getbasetemp()  # every folder this test process makes
     reason = private_cluster_skip_reason(hidden)
     if reason is not None:
@@ -84,6 +88,24 @@ def test_gs_build_on_workers_without_shared_disk_equals_the_direct_runner_build(
     summary = capsys.readouterr().out
     assert ("  fan-in: spill (auto: the DaskRunner's shuffle holds what it groups in memory); sorted runs spilled "
             f"to the temp folder, merged by the shard writers (temp folder {out}/.tmp-beam-tfrecord-") in summary
+
+
+def test_s3_build_on_workers_without_shared_disk_equals_the_direct_runner_build(
+        cluster: PrivateCluster, s3_bucket: str, tiny_images: str, reference: dict[str, bytes]) -> None:
+    """The reference is the DirectRunner's build of the same images from gs:// (a build's bytes do not
+    depend on the store: tests/stores/test_store_end_to_end.py)."""
+    _upload_tree(tiny_images, f"{s3_bucket}/raw/images")
+    out = f"{s3_bucket}/datasets/dask"
+    manifest = build_image_dataset.run([f"--input={s3_bucket}/raw/images", f"--output={out}", *SHARDING,
+                                        *_on_cluster(cluster)])
+    assert manifest.num_written == 30 and _shard_bytes(out) == reference
+
+
+def _upload_tree(local: str, remote: str) -> None:
+    for path in sorted(Path(local).rglob("*")):
+        if path.is_file():
+            with storage.open_write(storage.join(remote, path.relative_to(local).as_posix())) as out:
+                out.write(path.read_bytes())
 
 
 @pytest.mark.parametrize("local", ["input", "output"])

@@ -1,8 +1,7 @@
 """A build on an object store killed mid-encoding resumes from its finished runs with the clean bytes.
 
-gs:// (fake-gcs-server) and s3:// (moto's server); az:// takes the same storage calls (listing the finished runs,
-renames), checked by tests/stores: leaving it out keeps the suite's time (a build killed and resumed is ~20 s on an
-idle machine, ~85 s on a loaded one).
+gs:// (fake-gcs-server), s3:// (moto's server) and az:// (Azurite); the last two marked slow (a build killed and
+resumed is ~20 s on an idle machine, ~85 s on a loaded one).
 """
 
 from __future__ import annotations
@@ -13,20 +12,20 @@ import time
 import pytest
 import resume_job
 from fixtures_gcs import FakeGcs, fake_gcs  # noqa: F401  (pytest fixture)
-from fixtures_stores import moto_s3, s3_bucket  # noqa: F401  (pytest fixtures)
+from fixtures_stores import az_container, azurite, moto_s3, s3_bucket  # noqa: F401  (pytest fixtures)
 from kills import kill_when
 
 from beam_tfrecord import load_manifest, storage
 from beam_tfrecord.spill.resume import TEMP_PREFIX, finished_runs
 
 
-@pytest.fixture(params=["gs", pytest.param("s3", marks=pytest.mark.slow)])
+@pytest.fixture(params=["gs", pytest.param("s3", marks=pytest.mark.slow), pytest.param("az", marks=pytest.mark.slow)])
 def bucket(request: pytest.FixtureRequest) -> str:
-    """A fresh bucket on the store named by the parameter."""
+    """A fresh bucket (container) on the store named by the parameter."""
     if request.param == "gs":
         fake: FakeGcs = request.getfixturevalue("fake_gcs")
         return fake.create_bucket(f"bt-resume-{time.monotonic_ns() % 10**6}")
-    return str(request.getfixturevalue("s3_bucket"))
+    return str(request.getfixturevalue({"s3": "s3_bucket", "az": "az_container"}[request.param]))
 
 
 def _shard_bytes(out: str) -> dict[str, bytes]:

@@ -121,11 +121,17 @@ def test_a_refresh_on_the_store_skips_unchanged_inputs_and_moves_latest(bucket_f
     assert sum(1 for _ in read_numpy(root)) == 31  # the reader takes the root and reads LATEST
 
 
-def test_worker_processes_write_the_same_bytes(built: Built) -> None:
-    """The DirectRunner's worker processes inherit the store's variables and make their own clients."""
-    output = built.remote.replace("/datasets/images", "/datasets/multi-processing")
+RUNNERS = {"multi-processing": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
+                                 "--direct_num_workers=2"],
+           "portable-loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"]}
+
+
+@pytest.mark.parametrize("runner", list(RUNNERS))
+def test_other_runners_write_the_same_bytes(built: Built, runner: str) -> None:
+    """The DirectRunner's worker processes and the portable runner's LOOPBACK workers (the Fn API path of
+    Flink and Dataflow) inherit the store's variables and make their own clients."""
+    output = built.remote.replace("/datasets/images", f"/datasets/{runner}")
     manifest = build_image_dataset.run(["--input", built.remote.replace("/datasets/images", "/raw/images"),
-                                        "--output", output, *OPTIONS[:2], OPTIONS[2], "--runner=DirectRunner",
-                                        "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+                                        "--output", output, *OPTIONS[:3], *RUNNERS[runner]])
     for shard in manifest.shards:
         assert storage.read_bytes(f"{output}/{shard.filename}") == Path(built.local, shard.filename).read_bytes()
