@@ -133,6 +133,8 @@ def _validated(options: PipelineOptions) -> tuple[RefreshOptions, ImageFolderOpt
         raise SystemExit("--input is required: an image folder ROOT/<label>/<file>")
     if refresh.keep_versions < 1:
         raise SystemExit(f"--keep_versions must be >= 1, got {refresh.keep_versions}")
+    if source.near_duplicates:  # an incremental version's kept records are not images to hash
+        raise SystemExit("--near_duplicates is for build (pipelines.build_image_dataset), not refresh yet")
     min_version_age(refresh)
     return refresh, source, output
 
