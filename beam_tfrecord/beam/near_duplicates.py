@@ -14,12 +14,18 @@ import apache_beam as beam
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.encoding.records import load_file_refs
 from beam_tfrecord.errors import ImageDecodeError, SampleReadError
-from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings, band_values, bucket_pairs, image_hash
+from beam_tfrecord.quality.near_duplicates import (
+    ImageSignature,
+    NearDuplicateSettings,
+    band_values,
+    bucket_pairs,
+    image_signature,
+)
 from beam_tfrecord.quality.near_report import CAPPED, HASHED, NOT_HASHED, PAIR
 
 
 class HashImagesFn(beam.DoFn):
-    """Sample (or list of them) -> ``(HASHED, (key, hash))``, or ``(NOT_HASHED, (key, reason))`` for an image
+    """Sample (or list of them) -> ``(HASHED, (key, ImageSignature))``, or ``(NOT_HASHED, (key, reason))`` for an image
     that cannot be read or decoded (reported, never skipped silently; the encoder judges the sample itself)."""
 
     def __init__(self, feature: str) -> None:
@@ -35,20 +41,21 @@ class HashImagesFn(beam.DoFn):
                 if not isinstance(data, bytes):
                     raise ImageDecodeError(f"sample {sample.key!r}: near duplicates: feature {self._feature!r} "
                                            f"holds {type(data).__name__}, expected encoded image bytes")
-                yield HASHED, (sample.key, image_hash(data, key=sample.key))
+                yield HASHED, (sample.key, image_signature(data, key=sample.key))
             except (SampleReadError, ImageDecodeError) as err:
                 beam.metrics.Metrics.counter("near_duplicates", "not_hashed").inc()
                 yield NOT_HASHED, (sample.key, str(err)[:300])
 
 
-def _band_entries(hashed: tuple[str, tuple[str, int]], bands: int) -> Iterator[tuple[tuple[int, int], tuple[str, int]]]:
-    kind, (key, value) = hashed
+def _band_entries(hashed: tuple[str, tuple[str, Any]], bands: int,
+                  ) -> Iterator[tuple[tuple[int, int], tuple[str, ImageSignature]]]:
+    kind, (key, signature) = hashed
     if kind == HASHED:
-        for band, band_value in enumerate(band_values(value, bands)):
-            yield (band, band_value), (key, value)
+        for band, band_value in enumerate(band_values(signature.phash, bands)):
+            yield (band, band_value), (key, signature)
 
 
-def _pairs_of_bucket(bucket: tuple[tuple[int, int], Iterable[tuple[str, int]]],
+def _pairs_of_bucket(bucket: tuple[tuple[int, int], Iterable[tuple[str, ImageSignature]]],
                      settings: NearDuplicateSettings) -> Iterator[tuple[str, Any]]:
     (band, band_value), members = bucket
     found = bucket_pairs(band, members, settings)
@@ -70,7 +77,7 @@ class FindNearDuplicates(beam.PTransform):
         hashed = samples | "Hash" >> beam.ParDo(HashImagesFn(self._settings.feature))
         pairs = (
             hashed
-            | "Bands" >> beam.FlatMap(_band_entries, self._settings.bands)  # ((band, band value), (key, hash))
+            | "Bands" >> beam.FlatMap(_band_entries, self._settings.bands)  # ((band, value), (key, signature))
             | "MeetInBuckets" >> beam.GroupByKey()
             | "Pairs" >> beam.FlatMap(_pairs_of_bucket, self._settings)
         )

@@ -95,7 +95,7 @@ def describe_near_duplicates(report: Mapping[str, Any]) -> str:
     if report["within_splits"]:
         line += "; within: " + ", ".join(f"{name} {n}" for name, n in report["within_splits"].items())
     method = report["method"]
-    line += f" (pHash distance <= {method['max_distance']} of 64 bits)"
+    line += f" (pHash distance <= {method['max_distance']} of 64 bits, alike colours)"
     if report["not_hashed"]["count"]:
         first = report["not_hashed"]["examples"][0]["key"]
         line += f"; {report['not_hashed']['count']} images not hashed (cannot decode, e.g. {first!r})"
