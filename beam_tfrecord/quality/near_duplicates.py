@@ -21,6 +21,9 @@ from beam_tfrecord.errors import ImageDecodeError, WriterOptionError
 
 HASH_BITS = 64  # pHash of an 8x8 block of the DCT of a 32x32 grey image
 _DRAFT_SIZE = (64, 64)  # a JPEG decodes at 1/2-1/8 scale (libjpeg's DCT scaling) when still >= this: ~5x less CPU
+# Above this many images, 8-bit bands (N/256 images per value) near max_bucket: 16-bit bands (N/65,536), which
+# find fewer crops (benchmarks/near_duplicates.py: 8 bands ~98%, 4 bands ~82% of 5% crops at distance 12).
+WIDE_BANDS_FROM_IMAGES = 100_000
 _LAYOUT = (4, 4)  # the colour layout: the image averaged down to 4x4 RGB pixels (48 bytes)
 
 
@@ -55,6 +58,11 @@ class NearDuplicateSettings:
         if self.max_bucket < 2 or self.max_examples < 0:
             raise WriterOptionError(f"near duplicates: max_bucket must be >= 2 and max_examples >= 0, got "
                                     f"{self.max_bucket} and {self.max_examples}")
+
+    @classmethod
+    def for_images(cls, count: int | None) -> "NearDuplicateSettings":
+        """The defaults for a build of ``count`` images: 4 bands of 16 bits from ``WIDE_BANDS_FROM_IMAGES`` on."""
+        return cls(bands=4) if count is not None and count >= WIDE_BANDS_FROM_IMAGES else cls()
 
     def method(self) -> dict[str, object]:
         """How the pairs were found, as the manifest records it."""

@@ -80,6 +80,10 @@ def test_an_undecodable_image_raises_naming_the_sample():
         image_signature(b"\xff\xd8\xff\xe0 truncated", key="cats/bad.jpg")
 
 
+def test_a_large_build_takes_wider_bands():
+    assert (NearDuplicateSettings.for_images(99_999).bands, NearDuplicateSettings.for_images(100_000).bands) == (8, 4)
+
+
 def test_settings_out_of_range_are_refused():
     with pytest.raises(WriterOptionError, match=r"bands must be in \[1, 16\], got 0"):
         NearDuplicateSettings(bands=0)
