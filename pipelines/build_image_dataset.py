@@ -134,7 +134,8 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
                          feature_transforms=build.feature_transforms,
                          expected_inputs=build.num_images,
                          metadata=dict(build.metadata) or None,
-                         near_duplicates=NearDuplicateSettings.for_images(build.num_images) if source.near_duplicates else None)
+                         near_duplicates=(NearDuplicateSettings.for_images(build.num_images)
+                                          if source.near_duplicates else None))
 
 
 if __name__ == "__main__":
