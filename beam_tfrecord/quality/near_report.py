@@ -15,7 +15,7 @@ from beam_tfrecord.core.sharding import DatasetPlan
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings, NearPair
 
 REPORT_KEY = "near_duplicates"  # the manifest metadata's key
-HASHED, PAIR, CAPPED, NOT_HASHED = "hashed", "pair", "capped", "not_hashed"  # FindNearDuplicates' kinds
+BUCKET, PAIRS, CAPPED, NOT_HASHED = "bucket", "pairs", "capped", "not_hashed"  # FindNearDuplicates' kinds
 _MAX_LISTED = 20  # capped buckets and unhashed images named in the report
 
 
@@ -44,7 +44,7 @@ def near_duplicate_report(entries: Iterable[tuple[str, Any]], settings: NearDupl
     """The report of ``FindNearDuplicates``' entries: pairs by split pair, capped buckets, unhashed images.
 
     Args:
-        entries: ``(PAIR, NearPair)``, ``(CAPPED, (band, band value, images))``, ``(NOT_HASHED, (key, reason))``.
+        entries: ``(PAIRS, (NearPair, ...))``, ``(CAPPED, (band, value, images))``, ``(NOT_HASHED, (key, reason))``.
         settings: how the pairs were found (recorded as the method).
         split_of: a published sample's key -> its split.
         split_order: the splits, in the dataset's order (how a split pair is named).
@@ -60,13 +60,15 @@ def near_duplicate_report(entries: Iterable[tuple[str, Any]], settings: NearDupl
             capped.append(value)
         elif kind == NOT_HASHED:
             not_hashed.append(value)
-        elif value.key_a in rejected or value.key_b in rejected:
-            with_rejected += 1
         else:
-            name = split_pair_name(split_of(value.key_a), split_of(value.key_b), order)
-            counts[name] += 1
-            examples.setdefault(name, []).append(value)
-            in_pairs.update((value.key_a, value.key_b))
+            for pair in value:
+                if pair.key_a in rejected or pair.key_b in rejected:
+                    with_rejected += 1
+                    continue
+                name = split_pair_name(split_of(pair.key_a), split_of(pair.key_b), order)
+                counts[name] += 1
+                examples.setdefault(name, []).append(pair)
+                in_pairs.update((pair.key_a, pair.key_b))
     within = {name: counts[name] for name in sorted(counts, key=lambda n: order.get(n, len(order))) if "/" not in name}
     across = {name: counts[name] for name in sorted(n for n in counts if "/" in n)}
     report: dict[str, Any] = {

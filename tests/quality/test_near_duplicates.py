@@ -15,7 +15,7 @@ from beam_tfrecord.quality.near_duplicates import (
     find_pairs,
     image_signature,
 )
-from beam_tfrecord.quality.near_report import CAPPED, NOT_HASHED, PAIR, describe_near_duplicates, near_duplicate_report
+from beam_tfrecord.quality.near_report import CAPPED, NOT_HASHED, PAIRS, describe_near_duplicates, near_duplicate_report
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +91,8 @@ def test_settings_out_of_range_are_refused():
 
 def test_report_counts_pairs_within_and_across_splits():
     splits = {"a": "train", "b": "test", "c": "train", "d": "train", "x": "test"}
-    entries = [(PAIR, NearPair("a", "b", 2)), (PAIR, NearPair("a", "c", 0)), (PAIR, NearPair("c", "d", 6)),
-               (PAIR, NearPair("b", "x", 4)), (PAIR, NearPair("d", "r", 4)), (CAPPED, (1, 0, 1500)),
+    entries = [(PAIRS, (NearPair("a", "b", 2), NearPair("a", "c", 0))), (PAIRS, (NearPair("c", "d", 6),)),
+               (PAIRS, (NearPair("b", "x", 4), NearPair("d", "r", 4))), (CAPPED, (1, 0, 1500)),
                (NOT_HASHED, ("z", "cannot decode"))]
     report = near_duplicate_report(entries, NearDuplicateSettings(), split_of=splits.__getitem__,
                                    split_order=["train", "test"], rejected={"r"})
