@@ -9,7 +9,7 @@ from near_duplicate_images import distinct_image, jpeg, planted_copy
 
 from beam_tfrecord import SplitConfig
 from beam_tfrecord.core.hashing import key_hash
-from pipelines import build_image_dataset
+from pipelines import build_image_dataset, refresh_image_dataset
 
 SPLITS = SplitConfig.parse("train=0.5,test=0.5")
 TRUNCATED = b"\xff\xd8\xff\xe0 a JPEG cut short"  # passes the writer's signature check, but no decoder's
@@ -63,3 +63,10 @@ def test_image_folder_job_with_near_duplicates(planted, tmp_path, capsys):
     assert (f"  near duplicates: 3 pairs; across splits: {across}; within: {within} (pHash distance <= 12 of 64 "
             "bits, alike colours); 1 images not hashed (cannot decode, e.g. 'cats/truncated.jpg')"
             ) in capsys.readouterr().out
+
+
+def test_refresh_refuses_near_duplicates(tmp_path):
+    with pytest.raises(SystemExit, match=r"--near_duplicates is for build \(pipelines.build_image_dataset\), not "
+                                         r"refresh yet"):
+        refresh_image_dataset.run(["--dataset_root", str(tmp_path / "root"), "--input", str(tmp_path),
+                                   "--near_duplicates"])
