@@ -8,6 +8,8 @@ from __future__ import annotations
 from beam_tfrecord.core.manifest import Manifest, SplitInfo
 from beam_tfrecord.core.schema import feature_to_json
 from beam_tfrecord.core.tfds_info import unsupported_reason
+from beam_tfrecord.quality.near_report import REPORT_KEY as NEAR_REPORT_KEY
+from beam_tfrecord.quality.near_report import describe_near_duplicates
 from beam_tfrecord.statistics.drift_record import DriftRecord
 
 SKIPPED_INPUTS_KEY = "skipped_inputs"  # manifest metadata: files a source found but did not make samples of
@@ -66,6 +68,9 @@ def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = 
         reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.get("by_reason", {}).items())
         extensions = ", ".join(f"{ext} x{count}" for ext, count in skipped.get("by_extension", {}).items())
         lines.append(f"  skipped {skipped['count']} files that are not samples: {reasons} (extensions: {extensions})")
+    near = manifest.metadata.get(NEAR_REPORT_KEY)
+    if isinstance(near, dict):
+        lines.append(f"  {describe_near_duplicates(near)}")
     no_tfds = unsupported_reason(manifest)
     if no_tfds is not None:
         lines.append(f"  no TFDS metadata (dataset_info.json) written: {no_tfds}")

@@ -7,6 +7,7 @@ re-encode with ``num_workers`` = cores, interleaved in one run. Prints wall, CPU
     python benchmarks/image_folder_build.py                      # 15,000 images, 3 repeats
     python benchmarks/image_folder_build.py --images 3000 --repeats 1   # quicker
     python benchmarks/image_folder_build.py --variants default,litdata
+    python benchmarks/image_folder_build.py --variants "default,near duplicates"   # --near_duplicates' cost
 
 LitData is a peer to compare with, never a dependency of beam-tfrecord: install it for the
 benchmark only, ``pip install --no-deps litdata==0.2.76 lightning-utilities boto3 tifffile obstore``
@@ -43,6 +44,7 @@ VARIANTS = {
     "1 in-memory worker": ["--direct_num_workers=1"],
     "encoding pool": ["--direct_num_workers=1", f"--encode_processes={len(os.sched_getaffinity(0))}"],
     "litdata": [],  # not a beam-tfrecord command: see _litdata_command
+    "near duplicates": ["--near_duplicates"],  # issue 48: <= 30% over default (benchmarks/near_duplicates.py)
 }
 LITDATA = "litdata"
 LITDATA_INSTALL = "pip install --no-deps litdata==0.2.76 lightning-utilities boto3 tifffile obstore"
@@ -100,7 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=15_000)
     parser.add_argument("--images_dir", default=None, help="default: a folder per count in the temp dir")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(v for v in VARIANTS if v != "near duplicates"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "beam_tfrecord_image_build"))
     parser.add_argument("--litdata_child", nargs=2, metavar=("IMAGES", "OUT"), help=argparse.SUPPRESS)

@@ -15,6 +15,7 @@ from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat, Schema
 from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
 from beam_tfrecord.job.process_exit import run_and_exit
+from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.sources.image_folder import (
     FolderListing,
     ListingCheck,
@@ -54,6 +55,10 @@ class ImageFolderOptions(PipelineOptions):
                             help="with --resize: decode a JPEG at least twice the target size at 1/2, 1/4 or 1/8 "
                                  "scale first (libjpeg's DCT scaling, as Pillow's thumbnail does; ~2x less CPU, "
                                  "pixels a few levels off a full decode); --reduced_decode=false decodes it whole")
+        parser.add_argument("--near_duplicates", type=parse_bool, nargs="?", const=True, default=False,
+                            help="also search the images for near duplicates (perceptual hash, re-encoded, resized "
+                                 "or slightly cropped copies) within and across splits: the summary and the "
+                                 "manifest's metadata (near_duplicates) report the pairs; see docs/quality.md")
 
 
 def resize_from_options(source: ImageFolderOptions) -> ResizeImage | None:
@@ -128,7 +133,9 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
                          shared_filesystem=shared, input_patterns=[source.input.rstrip("/") + "/*/*"],
                          feature_transforms=build.feature_transforms,
                          expected_inputs=build.num_images,
-                         metadata=dict(build.metadata) or None)
+                         metadata=dict(build.metadata) or None,
+                         near_duplicates=(NearDuplicateSettings.for_images(build.num_images)
+                                          if source.near_duplicates else None))
 
 
 if __name__ == "__main__":

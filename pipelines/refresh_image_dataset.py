@@ -44,6 +44,7 @@ JOB_REJECTED_OPTIONS: dict[str, str] = {
     "schema": "the schema comes from the class folder names",
     "chunk_size": "images are one sample per Beam element",
     "resume": "a refresh resumes a killed refresh of the same inputs and options by itself",
+    "near_duplicates": "a refresh's kept records are not images to hash (pipelines.build_image_dataset has it)",
 }
 
 

@@ -12,7 +12,8 @@ import apache_beam as beam
 from beam_tfrecord import storage
 from beam_tfrecord.beam.batch_input import in_global_window, require_bounded
 from beam_tfrecord.beam.fan_in import Encoding, FanInOutputs, FanInSettings, describe_fan_in, resolve_fan_in
-from beam_tfrecord.beam.one_group import DEAD, PLAN, SHARD, START, SUMMARY, TaggedStart, by_kind, tag
+from beam_tfrecord.beam.near_duplicates import FindNearDuplicates
+from beam_tfrecord.beam.one_group import DEAD, NEAR, PLAN, SHARD, START, SUMMARY, TaggedStart, by_kind, tag
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.runners import (
     local_workers_for,
@@ -32,6 +33,8 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
+from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
+from beam_tfrecord.quality.near_report import REPORT_KEY, near_duplicate_report, split_finder
 from beam_tfrecord.spill.resume import (
     TEMP_PREFIX,
     ResumePoint,
@@ -61,11 +64,24 @@ def _with_inferred_schema(settings: PublishSettings, summaries: Sequence[Records
         **settings.metadata, "schema_inferred": {"from": "records", "raw_payloads": summary.raw}})
 
 
-def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings) -> Manifest:
-    found = by_kind(group, (START, PLAN, SHARD, DEAD, SUMMARY))
+def _with_near_duplicates(settings: PublishSettings, near: NearDuplicateSettings | None, found: dict[str, list[Any]],
+                          ) -> PublishSettings:
+    """The settings with the near-duplicate report in the metadata (when the writer searched for them)."""
+    if near is None:
+        return settings
+    report = near_duplicate_report(
+        found[NEAR], near, split_of=split_finder(found[PLAN][0] if found[PLAN] else None, settings.salt),
+        split_order=[spec.name for spec in settings.splits.specs], rejected={d.key for d in found[DEAD]})
+    return dataclasses.replace(settings, metadata={**settings.metadata, REPORT_KEY: report})
+
+
+def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings,
+                   near: NearDuplicateSettings | None = None) -> Manifest:
+    found = by_kind(group, (START, PLAN, SHARD, DEAD, SUMMARY, NEAR))
     if len(found[PLAN]) > 1:
         raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[PLAN])}")
     settings = _with_inferred_schema(settings, found[SUMMARY])
+    settings = _with_near_duplicates(settings, near, found)
     settings = dataclasses.replace(settings, metadata=with_reused_shards(settings.metadata, settings.temp_dir))
     shard_infos: list[ShardInfo] = found[SHARD]
     return publish(settings, found[PLAN][0] if found[PLAN] else None, shard_infos, found[DEAD])
@@ -106,6 +122,8 @@ class WriteTFRecordDataset(beam.PTransform):
             schema is the records', and ``schema`` only an empty dataset's.
         tuning: how the write runs (memory, processes, I/O, temp folder; ``WriterTuning``). It never
             changes the bytes written.
+        near_duplicates: search the images of ``NearDuplicateSettings.feature`` for near duplicates and
+            report them in the manifest's metadata ("near_duplicates"); None (the default): no search.
 
     Raises:
         WriterOptionError, ShardNameError: at construction, for arguments out of range or at odds.
@@ -121,7 +139,8 @@ class WriteTFRecordDataset(beam.PTransform):
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  expected_inputs: int | None = None, inputs_identity: str | None = None, resume: bool = False,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
-                 encoding: Encoding | None = None, tuning: WriterTuning | None = None) -> None:
+                 encoding: Encoding | None = None, tuning: WriterTuning | None = None,
+                 near_duplicates: NearDuplicateSettings | None = None) -> None:
         super().__init__()
         if tuning is not None and not isinstance(tuning, WriterTuning):
             raise WriterOptionError(f"tuning must be a WriterTuning, got {tuning!r}")
@@ -137,6 +156,10 @@ class WriteTFRecordDataset(beam.PTransform):
         unknown = set(feature_transforms or {}) - set(schema.features) - set(schema.sequence_features)
         if unknown:
             raise WriterOptionError(f"feature_transforms name features not in the schema: {sorted(unknown)}")
+        if near_duplicates is not None and (encoding is not None or near_duplicates.feature not in schema.features):
+            raise WriterOptionError(f"near_duplicates: feature {near_duplicates.feature!r} is not an image feature of "
+                                    f"the schema {sorted(schema.features)} (or the inputs are not Samples)")
+        self._near_duplicates = near_duplicates
         self._output_dir = output_dir
         self._tuning = tuning
         self._splits = splits or SplitConfig.single()
@@ -215,20 +238,25 @@ class WriteTFRecordDataset(beam.PTransform):
                                     "shuffle path (pass WriterTuning(fan_in=FanIn.SPILL), --fan_in spill)")
         else:
             outputs = samples | "Shuffle" >> ShufflePath(self._fan_in_settings)
-        return self._publish(samples.pipeline, outputs)
+        near = None if self._near_duplicates is None else (
+            samples | "NearDuplicates" >> FindNearDuplicates(self._near_duplicates))
+        return self._publish(samples.pipeline, outputs, near)
 
     def describe_fan_in(self, pipeline: beam.Pipeline) -> str:
         """The job summary's line on the fan-in path this writer takes in ``pipeline`` (``describe_fan_in``)."""
         return describe_fan_in(self._tuning.fan_in, pipeline, self._temp_dir)
 
-    def _publish(self, pipeline: beam.Pipeline, outputs: FanInOutputs) -> beam.PCollection:
+    def _publish(self, pipeline: beam.Pipeline, outputs: FanInOutputs,
+                 near: beam.PCollection | None) -> beam.PCollection:
         tagged = [pipeline | "StartPublish" >> TaggedStart(), outputs.plan | "TagPlan" >> tag(PLAN),
                   outputs.shard_infos | "TagShards" >> tag(SHARD), outputs.dead_letters | "TagDeadLetters" >> tag(DEAD)]
         if outputs.summary is not None:
             tagged.append(outputs.summary | "TagSummary" >> tag(SUMMARY))
+        if near is not None:
+            tagged.append(near | "TagNearDuplicates" >> tag(NEAR))
         return (
             tuple(tagged)
             | "Gather" >> beam.Flatten()
             | "ForPublish" >> beam.GroupByKey()  # (None, [(kind, value)]): one group, whatever is empty
-            | "Publish" >> beam.Map(_publish_group, self._publish_settings)
+            | "Publish" >> beam.Map(_publish_group, self._publish_settings, self._near_duplicates)
         )

@@ -1,0 +1,166 @@
+"""Near-duplicate images: a 64-bit perceptual hash and a colour layout per image, candidates by hash bands.
+
+Candidates come from a bounded search: the hash is cut into ``bands`` bands and images sharing a band's
+value meet; a pair within Hamming distance < ``bands`` shares at least one band (pigeonhole). A pair is one
+within ``max_distance`` bits and ``max_colour_difference``. Read more: docs/quality.md (what it cannot see).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import imagehash
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from beam_tfrecord.errors import ImageDecodeError, WriterOptionError
+
+HASH_BITS = 64  # pHash of an 8x8 block of the DCT of a 32x32 grey image
+_DRAFT_SIZE = (64, 64)  # a JPEG decodes at 1/2-1/8 scale (libjpeg's DCT scaling) when still >= this: ~5x less CPU
+# Above this many images, 8-bit bands (N/256 images per value) near max_bucket: 16-bit bands (N/65,536), which
+# find fewer crops (benchmarks/near_duplicates.py: 8 bands ~98%, 4 bands ~82% of 5% crops at distance 12).
+WIDE_BANDS_FROM_IMAGES = 100_000
+_LAYOUT = (4, 4)  # the colour layout: the image averaged down to 4x4 RGB pixels (48 bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class NearDuplicateSettings:
+    """How near duplicates are searched for (measured in benchmarks/near_duplicates.py).
+
+    Attributes:
+        max_distance: the largest Hamming distance between two hashes reported as a pair.
+        max_colour_difference: the largest mean absolute difference (0-255 levels) between two colour
+            layouts reported as a pair (pHash sees grey only: this tells apart alike shapes in other colours).
+        bands: the hash is cut into this many bands; pairs at distance < ``bands`` are always found.
+        max_bucket: images one band value keeps (by key order); a value held by more is a degenerate
+            bucket (blank or uniform images), capped and named in the report.
+        max_examples: example pairs kept per split pair.
+        feature: the feature holding each sample's encoded image.
+    """
+
+    max_distance: int = 12
+    max_colour_difference: float = 20.0
+    bands: int = 8
+    max_bucket: int = 1000
+    max_examples: int = 20
+    feature: str = "image"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_distance < HASH_BITS:
+            raise WriterOptionError(f"near duplicates: max_distance must be in [0, {HASH_BITS}), "
+                                    f"got {self.max_distance}")
+        if not 1 <= self.bands <= HASH_BITS // 4:
+            raise WriterOptionError(f"near duplicates: bands must be in [1, {HASH_BITS // 4}], got {self.bands}")
+        if self.max_bucket < 2 or self.max_examples < 0:
+            raise WriterOptionError(f"near duplicates: max_bucket must be >= 2 and max_examples >= 0, got "
+                                    f"{self.max_bucket} and {self.max_examples}")
+
+    @classmethod
+    def for_images(cls, count: int | None) -> "NearDuplicateSettings":
+        """The defaults for a build of ``count`` images: 4 bands of 16 bits from ``WIDE_BANDS_FROM_IMAGES`` on."""
+        return cls(bands=4) if count is not None and count >= WIDE_BANDS_FROM_IMAGES else cls()
+
+    def method(self) -> dict[str, object]:
+        """How the pairs were found, as the manifest records it."""
+        return {"hash": f"imagehash.phash {imagehash.__version__} ({HASH_BITS} bits)",
+                "max_distance": self.max_distance, "colour_layout": f"{_LAYOUT[0]}x{_LAYOUT[1]} RGB",
+                "max_colour_difference": self.max_colour_difference, "bands": self.bands,
+                "always_found_below": self.bands,
+                "max_bucket": self.max_bucket}
+
+
+class ImageSignature(NamedTuple):
+    """What an image is compared by: its pHash (an int, bit 63: the DCT's first cell) and its colour layout."""
+
+    phash: int
+    colour: bytes
+
+
+def image_signature(data: bytes, *, key: str) -> ImageSignature:
+    """The pHash (``imagehash.phash``) and colour layout of an encoded image.
+
+    Raises:
+        ImageDecodeError: naming ``key``, when Pillow cannot decode ``data``.
+    """
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.draft("RGB", _DRAFT_SIZE)  # JPEG only: decodes at a reduced scale; others ignore it
+            rgb = image.convert("RGB")
+            bits = imagehash.phash(rgb).hash.ravel()
+            colour = rgb.resize(_LAYOUT, Image.Resampling.BOX).tobytes()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
+        raise ImageDecodeError(f"sample {key!r}: near duplicates: cannot decode the image ({err})") from err
+    return ImageSignature(int("".join("1" if bit else "0" for bit in bits), 2), colour)
+
+
+def distance(a: int, b: int) -> int:
+    """Hamming distance between two hashes."""
+    return (a ^ b).bit_count()
+
+
+def colour_difference(a: bytes, b: bytes) -> float:
+    """Mean absolute difference of two colour layouts, in 0-255 levels."""
+    return float(np.abs(np.frombuffer(a, np.uint8).astype(np.int16) - np.frombuffer(b, np.uint8)).mean())
+
+
+def band_values(image_hash_value: int, bands: int) -> list[int]:
+    """The value of each of the hash's ``bands`` bands (band i: bits [i*64//bands, (i+1)*64//bands))."""
+    edges = [i * HASH_BITS // bands for i in range(bands + 1)]
+    return [(image_hash_value >> (HASH_BITS - hi)) & ((1 << (hi - lo)) - 1) for lo, hi in itertools.pairwise(edges)]
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class NearPair:
+    """Two images whose hashes are within ``distance`` bits: ``key_a`` < ``key_b``."""
+
+    key_a: str
+    key_b: str
+    distance: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketPairs:
+    """What one band bucket gave: its pairs, and, when it held more images than the cap, its size."""
+
+    pairs: tuple[NearPair, ...]
+    capped_size: int | None = None
+
+
+def bucket_pairs(band: int, members: Iterable[tuple[str, ImageSignature]],
+                 settings: NearDuplicateSettings) -> BucketPairs:
+    """The pairs within the settings' distances among the (key, signature) ``members`` of one band's bucket.
+
+    A pair sharing several bands is given by the first of them only, so every pair comes once over all
+    buckets; a bucket over ``max_bucket`` images keeps its first ``max_bucket`` keys (the same on every run).
+    """
+    listed = sorted(members)
+    kept = listed[:settings.max_bucket]
+    pairs = []
+    for (key_a, signature_a), (key_b, signature_b) in itertools.combinations(kept, 2):
+        gap = distance(signature_a.phash, signature_b.phash)
+        if gap > settings.max_distance or key_a == key_b:
+            continue
+        if band and _share_earlier_band(signature_a.phash, signature_b.phash, band, settings.bands):
+            continue
+        if colour_difference(signature_a.colour, signature_b.colour) > settings.max_colour_difference:
+            continue
+        pairs.append(NearPair(key_a, key_b, gap))
+    return BucketPairs(tuple(pairs), len(listed) if len(listed) > settings.max_bucket else None)
+
+
+def _share_earlier_band(a: int, b: int, band: int, bands: int) -> bool:
+    return any(x == y for x, y in zip(band_values(a, bands)[:band], band_values(b, bands)[:band]))
+
+
+def find_pairs(signatures: Sequence[tuple[str, ImageSignature]], settings: NearDuplicateSettings) -> list[NearPair]:
+    """Every pair among (key, signature) ``signatures`` that the banded search finds, sorted (in one process)."""
+    buckets: dict[tuple[int, int], list[tuple[str, ImageSignature]]] = {}
+    for key, signature in signatures:
+        for band, band_value in enumerate(band_values(signature.phash, settings.bands)):
+            buckets.setdefault((band, band_value), []).append((key, signature))
+    return sorted(pair for (band, _), members in buckets.items() if len(members) > 1
+                  for pair in bucket_pairs(band, members, settings).pairs)
