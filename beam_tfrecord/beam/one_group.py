@@ -12,6 +12,7 @@ from typing import Any
 import apache_beam as beam
 
 START, RUN, PLAN, SHARD, DEAD = "start", "run", "plan", "shard", "dead"
+DIGESTS, DUPLICATES = "digests", "duplicates"  # DigestFile, DuplicateGroups (``beam.duplicates``)
 SUMMARY = "summary"  # RecordsSummary: what the records say about the schema (an ``Encoding`` that infers it)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -34,9 +35,10 @@ class EncodeToBatchesFn(EncodeSamplesFn):
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[EncodedBatch]:
         entries, dead = self._encode_element(element)
-        yield EncodedBatch(tuple(entries), tuple(dead))
+        yield EncodedBatch(tuple(entries), tuple(dead), tuple(self._take_announced()))
 
     def finish_bundle(self) -> None:
+        self._finish_digests()
         self._flush_progress()
 
 
@@ -47,6 +49,10 @@ def batch_index(batch: EncodedBatch) -> tuple[np.ndarray, np.ndarray]:
 
 def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
     return batch.dead_letters
+
+
+def _digest_files_of(batch: EncodedBatch) -> tuple[Any, ...]:
+    return batch.digest_files
 
 
 def _entry_hashes(entries: Sequence[bytes]) -> np.ndarray:
@@ -180,4 +186,6 @@ class ShufflePath(beam.PTransform):
         )
         summary = (batches | "SummarizeRecords" >> settings.encoding.summarize_batches()  # one RecordsSummary
                    if settings.encoding is not None else None)
-        return FanInOutputs(plan, shard_infos, dead_letters, summary)
+        digest_files = (batches | "DigestFiles" >> beam.FlatMap(_digest_files_of)
+                        if settings.duplicates is not None else None)
+        return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files)

@@ -14,10 +14,11 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.beam.duplicates import DigestSettings
 from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
-from beam_tfrecord.beam.one_group import DEAD, RUN, START, SUMMARY, TaggedStart, by_kind
+from beam_tfrecord.beam.one_group import DEAD, DIGESTS, RUN, START, SUMMARY, TaggedStart, by_kind
 from beam_tfrecord.beam.plan_dataset import plan_in_one_step
 from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, plan_pieces
@@ -32,10 +33,11 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
+from beam_tfrecord.quality.digest_files import DigestFile
 from beam_tfrecord.spill.resume import finished_shard, read_reused_hashes, skipped, write_resume_file
 from beam_tfrecord.spill.run_files import RunWriting, read_catalog, read_run_index, shard_entries, write_catalog
 
-_KIND_OF_ENCODED = {SpilledRun: RUN, DeadLetter: DEAD, RecordsSummary: SUMMARY}
+_KIND_OF_ENCODED = {SpilledRun: RUN, DeadLetter: DEAD, RecordsSummary: SUMMARY, DigestFile: DIGESTS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +68,10 @@ class EncodeToRunsFn(EncodeSamplesFn):
 
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
                  run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
-                 direct_io: bool, progress_dir: str | None = None, resume: RunsResume | None = None) -> None:
+                 direct_io: bool, progress_dir: str | None = None, resume: RunsResume | None = None,
+                 duplicates: DigestSettings | None = None) -> None:
         super().__init__(schema, salt=salt, max_record_bytes=max_record_bytes, feature_transforms=feature_transforms,
-                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir)
+                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir, duplicates=duplicates)
         self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
         self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
         self._resume = resume
@@ -113,6 +116,7 @@ class EncodeToRunsFn(EncodeSamplesFn):
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[SpilledRun | DeadLetter]:
         entries, dead = self._encode_element(element)
         yield from dead
+        yield from self._take_announced()
         started = self._spiller.add_many(entries)
         if started:
             self._runs.inc(len(started))  # metrics are per thread: counted here, not in the writing thread
@@ -120,6 +124,7 @@ class EncodeToRunsFn(EncodeSamplesFn):
 
     def finish_bundle(self) -> None:
         self._spiller.finish()  # the bundle (and every run it announced) counts only once its runs are on storage
+        self._finish_digests()
         self._flush_progress()
 
 
@@ -194,6 +199,7 @@ class PlannedRuns:
     dead_letters: tuple[DeadLetter, ...]
     summary: RecordsSummary | None = None
     pieces: Mapping[int, tuple[PieceSpec, ...]] = dataclasses.field(default_factory=dict)  # by shard number
+    digest_files: tuple[DigestFile, ...] = ()  # when duplicates are checked (``beam.duplicates``)
 
 
 def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], settings: FanInSettings, runs_dir: str,
@@ -205,17 +211,18 @@ def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], settings: FanI
     One step: on the runners the spill path serves, a pipeline stage per planning round costs more
     than reading the small index files.
     """
-    found = by_kind(group, (START, RUN, DEAD, SUMMARY))
+    found = by_kind(group, (START, RUN, DEAD, SUMMARY, DIGESTS))
     runs: list[SpilledRun] = [*found[RUN], *reused]
     dead: list[DeadLetter] = found[DEAD]
     summary = merge_summaries(found[SUMMARY])
+    digest_files = tuple(found[DIGESTS])
     if not runs:
-        return PlannedRuns(None, None, tuple(dead), summary)
+        return PlannedRuns(None, None, tuple(dead), summary, digest_files=digest_files)
     runs.sort(key=lambda run: run.path)
     plan = plan_in_one_step(runs, settings.splits, settings.sharding, index_of=run_index)
     pieces = plan_pieces(plan, runs, settings.shard_writers, compression=settings.compression,
                          file_format=settings.file_format)
-    return PlannedRuns(plan, write_catalog(runs_dir, runs), tuple(dead), summary, pieces)
+    return PlannedRuns(plan, write_catalog(runs_dir, runs), tuple(dead), summary, pieces, digest_files)
 
 
 def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[tuple[int, int], ShardTask]]:
@@ -234,6 +241,10 @@ def _plan_of(planned: PlannedRuns) -> DatasetPlan | None:
 
 def _dead_letters_planned(planned: PlannedRuns) -> tuple[DeadLetter, ...]:
     return planned.dead_letters
+
+
+def _digest_files_planned(planned: PlannedRuns) -> tuple[DigestFile, ...]:
+    return planned.digest_files
 
 
 def _summary_planned(planned: PlannedRuns) -> Iterator[RecordsSummary]:
@@ -314,4 +325,6 @@ class SpillPath(beam.PTransform):
         plan = planned | "PlanOf" >> beam.Map(_plan_of)
         dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
         summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if settings.encoding is not None else None
-        return FanInOutputs(plan, shard_infos, dead_letters, summary)
+        digest_files = (planned | "DigestFiles" >> beam.FlatMap(_digest_files_planned)
+                        if settings.duplicates is not None else None)
+        return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files)

@@ -11,8 +11,9 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.batch_input import in_global_window, require_bounded
+from beam_tfrecord.beam.duplicates import FindDuplicates, checked_metadata, counted
 from beam_tfrecord.beam.fan_in import Encoding, FanInOutputs, FanInSettings, describe_fan_in, resolve_fan_in
-from beam_tfrecord.beam.one_group import DEAD, PLAN, SHARD, START, SUMMARY, TaggedStart, by_kind, tag
+from beam_tfrecord.beam.one_group import DEAD, DUPLICATES, PLAN, SHARD, START, SUMMARY, TaggedStart, by_kind, tag
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.runners import (
     local_workers_for,
@@ -32,6 +33,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
+from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
 from beam_tfrecord.spill.resume import (
     TEMP_PREFIX,
     ResumePoint,
@@ -61,14 +63,20 @@ def _with_inferred_schema(settings: PublishSettings, summaries: Sequence[Records
         **settings.metadata, "schema_inferred": {"from": "records", "raw_payloads": summary.raw}})
 
 
-def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings) -> Manifest:
-    found = by_kind(group, (START, PLAN, SHARD, DEAD, SUMMARY))
+def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings,
+                   duplicates: DuplicatesCheck | None = None) -> Manifest:
+    found = by_kind(group, (START, PLAN, SHARD, DEAD, SUMMARY, DUPLICATES))
     if len(found[PLAN]) > 1:
         raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[PLAN])}")
+    plan = found[PLAN][0] if found[PLAN] else None
+    if duplicates is not None:  # counted by split, recorded; or nothing published (``duplicates=fail``)
+        counts = counted(duplicates, plan, found[DUPLICATES])
+        settings = dataclasses.replace(settings, metadata=checked_metadata(
+            duplicates, counts, dict(settings.metadata), settings.temp_dir))
     settings = _with_inferred_schema(settings, found[SUMMARY])
     settings = dataclasses.replace(settings, metadata=with_reused_shards(settings.metadata, settings.temp_dir))
     shard_infos: list[ShardInfo] = found[SHARD]
-    return publish(settings, found[PLAN][0] if found[PLAN] else None, shard_infos, found[DEAD])
+    return publish(settings, plan, shard_infos, found[DEAD])
 
 
 class WriteTFRecordDataset(beam.PTransform):
@@ -106,6 +114,9 @@ class WriteTFRecordDataset(beam.PTransform):
             schema is the records', and ``schema`` only an empty dataset's.
         tuning: how the write runs (memory, processes, I/O, temp folder; ``WriterTuning``). It never
             changes the bytes written.
+        duplicates: check exact duplicates (records equal but for their key and the excluded features):
+            ``"report"`` counts them (manifest ``duplicates``), ``"fail"`` publishes nothing
+            (``DuplicatesFoundError``); a ``DuplicatesCheck`` also names features to exclude. None: no check.
 
     Raises:
         WriterOptionError, ShardNameError: at construction, for arguments out of range or at odds.
@@ -121,8 +132,14 @@ class WriteTFRecordDataset(beam.PTransform):
                  feature_transforms: Mapping[str, FeatureTransform] | None = None,
                  expected_inputs: int | None = None, inputs_identity: str | None = None, resume: bool = False,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
-                 encoding: Encoding | None = None, tuning: WriterTuning | None = None) -> None:
+                 encoding: Encoding | None = None, tuning: WriterTuning | None = None,
+                 duplicates: DuplicatesCheck | DuplicatesMode | str | None = None) -> None:
         super().__init__()
+        if duplicates is not None and not isinstance(duplicates, DuplicatesCheck):
+            duplicates = DuplicatesCheck(DuplicatesMode.parse(duplicates))
+        if duplicates is not None and duplicates.mode is DuplicatesMode.DROP:
+            raise WriterOptionError("duplicates='drop' is not built yet; use 'report' or 'fail'")
+        self._duplicates = duplicates
         if tuning is not None and not isinstance(tuning, WriterTuning):
             raise WriterOptionError(f"tuning must be a WriterTuning, got {tuning!r}")
         tuning = tuning or WriterTuning()
@@ -161,7 +178,7 @@ class WriteTFRecordDataset(beam.PTransform):
             compression=compression, file_format=file_format, salt=salt, feature_transforms=self._feature_transforms,
             reread_min_bytes=tuning.reread_min_bytes, direct_io=tuning.direct_io, temp_dir=self._temp_dir,
             progress_dir=tuning.progress_dir, encoding=encoding, dali_index=dali_index,
-            shard_writers=tuning.shard_phase)
+            shard_writers=tuning.shard_phase, duplicates=duplicates)
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
@@ -226,9 +243,12 @@ class WriteTFRecordDataset(beam.PTransform):
                   outputs.shard_infos | "TagShards" >> tag(SHARD), outputs.dead_letters | "TagDeadLetters" >> tag(DEAD)]
         if outputs.summary is not None:
             tagged.append(outputs.summary | "TagSummary" >> tag(SUMMARY))
+        if outputs.digest_files is not None:
+            tagged.append(outputs.digest_files | "FindDuplicates" >> FindDuplicates()
+                          | "TagDuplicates" >> tag(DUPLICATES))
         return (
             tuple(tagged)
             | "Gather" >> beam.Flatten()
             | "ForPublish" >> beam.GroupByKey()  # (None, [(kind, value)]): one group, whatever is empty
-            | "Publish" >> beam.Map(_publish_group, self._publish_settings)
+            | "Publish" >> beam.Map(_publish_group, self._publish_settings, self._duplicates)
         )

@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -155,6 +156,7 @@ class EncodedBatch:
 
     entries: tuple[bytes, ...]
     dead_letters: tuple[DeadLetter, ...] = ()
+    digest_files: tuple[Any, ...] = ()  # the digest files started meanwhile (``beam.duplicates``)
 
     def index(self) -> tuple[np.ndarray, np.ndarray]:
         """(uint64 hashes, int64 framed sizes) of the entries, in entry order."""
