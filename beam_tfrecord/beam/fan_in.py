@@ -110,3 +110,4 @@ class FanInOutputs(NamedTuple):
     dead_letters: beam.PCollection
     summary: beam.PCollection | None
     digest_files: beam.PCollection | None = None  # ``DigestFile``s, when duplicates are checked
+    duplicate_groups: beam.PCollection | None = None  # ``DuplicateGroups``, found already (``duplicates=drop``)

@@ -68,15 +68,16 @@ def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: Publ
     found = by_kind(group, (START, PLAN, SHARD, DEAD, SUMMARY, DUPLICATES))
     if len(found[PLAN]) > 1:
         raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[PLAN])}")
-    plan = found[PLAN][0] if found[PLAN] else None
+    plan, dropped = (found[PLAN][0] if found[PLAN] else None), 0
     if duplicates is not None:  # counted by split, recorded; or nothing published (``duplicates=fail``)
         counts = counted(duplicates, plan, found[DUPLICATES])
         settings = dataclasses.replace(settings, metadata=checked_metadata(
             duplicates, counts, dict(settings.metadata), settings.temp_dir))
+        dropped = counts.dropped
     settings = _with_inferred_schema(settings, found[SUMMARY])
     settings = dataclasses.replace(settings, metadata=with_reused_shards(settings.metadata, settings.temp_dir))
     shard_infos: list[ShardInfo] = found[SHARD]
-    return publish(settings, plan, shard_infos, found[DEAD])
+    return publish(settings, plan, shard_infos, found[DEAD], num_dropped=dropped)
 
 
 class WriteTFRecordDataset(beam.PTransform):
@@ -135,10 +136,11 @@ class WriteTFRecordDataset(beam.PTransform):
                  encoding: Encoding | None = None, tuning: WriterTuning | None = None,
                  duplicates: DuplicatesCheck | DuplicatesMode | str | None = None) -> None:
         super().__init__()
+        tuning = tuning or WriterTuning()
         if duplicates is not None and not isinstance(duplicates, DuplicatesCheck):
             duplicates = DuplicatesCheck(DuplicatesMode.parse(duplicates))
-        if duplicates is not None and duplicates.mode is DuplicatesMode.DROP:
-            raise WriterOptionError("duplicates='drop' is not built yet; use 'report' or 'fail'")
+        if duplicates is not None and duplicates.mode is DuplicatesMode.DROP and tuning.shard_writers != 1:
+            raise WriterOptionError("duplicates='drop' writes each shard whole: leave shard_writers at 1")
         self._duplicates = duplicates
         if tuning is not None and not isinstance(tuning, WriterTuning):
             raise WriterOptionError(f"tuning must be a WriterTuning, got {tuning!r}")
@@ -243,7 +245,9 @@ class WriteTFRecordDataset(beam.PTransform):
                   outputs.shard_infos | "TagShards" >> tag(SHARD), outputs.dead_letters | "TagDeadLetters" >> tag(DEAD)]
         if outputs.summary is not None:
             tagged.append(outputs.summary | "TagSummary" >> tag(SUMMARY))
-        if outputs.digest_files is not None:
+        if outputs.duplicate_groups is not None:
+            tagged.append(outputs.duplicate_groups | "TagDuplicates" >> tag(DUPLICATES))
+        elif outputs.digest_files is not None:
             tagged.append(outputs.digest_files | "FindDuplicates" >> FindDuplicates()
                           | "TagDuplicates" >> tag(DUPLICATES))
         return (

@@ -109,7 +109,7 @@ def count_duplicates(groups: DuplicateGroups, split_names: Sequence[str],
                 shown = np.flatnonzero(both)
                 examples[pair] = _smallest(zip(key_in(shown, a), key_in(shown, b)))
     return DuplicateCounts(mode, groups.num_records, num_groups,
-                           groups.num_records - num_groups if mode is DuplicatesMode.DROP else 0,
+                           groups.num_dropped if mode is DuplicatesMode.DROP else 0,
                            within, across, examples, tuple(excluded), split_by)
 
 

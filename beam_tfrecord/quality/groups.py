@@ -36,12 +36,21 @@ class DuplicateGroups:
     def num_records(self) -> int:
         return len(self.keys)
 
-    def dropped_key_hashes(self) -> np.ndarray:
-        """Key hashes of the members ``drop`` leaves out (all but each group's first), sorted."""
-        firsts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+    def _dropped(self) -> np.ndarray:
+        """Which members ``drop`` leaves out: all but each group's first, less any sharing a kept one's key hash
+        (the same key twice: one entry cannot be told from the other, both are kept)."""
+        firsts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)[:len(self.sizes)]
         mask = np.ones(len(self.key_hashes), bool)
-        mask[firsts[:len(self.sizes)]] = False
-        return np.sort(self.key_hashes[mask])
+        mask[firsts] = False
+        return mask & ~np.isin(self.key_hashes, self.key_hashes[firsts])
+
+    @property
+    def num_dropped(self) -> int:
+        return int(self._dropped().sum())
+
+    def dropped_key_hashes(self) -> np.ndarray:
+        """Key hashes of the members ``drop`` leaves out, sorted, each once."""
+        return np.unique(self.key_hashes[self._dropped()])
 
 
 def find_groups(digests: Digests) -> DuplicateGroups:

@@ -14,7 +14,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import DType, Scalar, Schema, SplitConfig, WriteTFRecordDataset, load_manifest
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
+from beam_tfrecord.core.framing import iter_records
 from beam_tfrecord.core.hashing import key_hash
+from beam_tfrecord.core.proto import Example
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.errors import DuplicatesFoundError
 from beam_tfrecord.quality.content import DuplicatesCheck
@@ -105,3 +107,41 @@ def test_fail_publishes_nothing_and_names_examples(tmp_path):
     after = {path.name: path.read_bytes() for path in sorted(pathlib.Path(out).iterdir())}
     assert after == before
     assert json.loads(before["manifest.json"])["metadata"]["duplicates"]["groups"] == 0
+
+
+def read_ids(out: str) -> dict[str, list[tuple[str, bytes]]]:
+    """Each split's records as (id, payload), in stored order."""
+    manifest = load_manifest(out)
+    found: dict[str, list[tuple[str, bytes]]] = {}
+    for split in manifest.splits:
+        for shard in split.shards:
+            with open(os.path.join(out, shard.filename), "rb") as handle:
+                for data in iter_records(handle, name=shard.filename):
+                    feature = Example.FromString(data).features.feature
+                    found.setdefault(split.name, []).append((feature["id"].bytes_list.value[0].decode(),
+                                                             feature["payload"].bytes_list.value[0]))
+    return found
+
+
+def shard_bytes(out: str) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(pathlib.Path(out).glob("data-*"))}
+
+
+def test_drop_keeps_the_smallest_key_hash_of_each_group_the_same_bytes_on_both_fan_ins(tmp_path):
+    samples = planted()
+    spill, shuffle = str(tmp_path / "spill"), str(tmp_path / "shuffle")
+    build(spill, samples, DuplicatesCheck("drop", excluded=("id",)), fan_in=FanIn.SPILL)
+    build(shuffle, samples, DuplicatesCheck("drop", excluded=("id",)), fan_in=FanIn.SHUFFLE)
+    assert shard_bytes(spill) == shard_bytes(shuffle)
+    manifest = load_manifest(spill)
+    counts = manifest.metadata["duplicates"]
+    assert (counts["records"], counts["groups"], counts["dropped"]) == (66, 30, 36)
+    assert (manifest.num_inputs, manifest.num_written, manifest.num_dropped) == (len(samples), len(samples) - 36, 36)
+    kept = {payload: key for records in read_ids(spill).values() for key, payload in records}
+    assert len(kept) == 300  # every content once
+    members: dict[bytes, list[str]] = {}
+    for sample in samples:
+        members.setdefault(sample.values["payload"], []).append(sample.key)
+    assert kept == {payload: min(keys, key=lambda k: key_hash(k, SALT)) for payload, keys in members.items()}
+    # the plan saw the kept set: shard records add up to it
+    assert sum(s.num_records for s in manifest.shards) == 300
