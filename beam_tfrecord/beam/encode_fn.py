@@ -17,6 +17,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.encoding.entries import EntryEncoder
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.job.progress import ProgressSink
+from beam_tfrecord.quality.split_groups import GroupPlacement
 
 
 class EncodeSamplesFn(beam.DoFn):
@@ -24,9 +25,11 @@ class EncodeSamplesFn(beam.DoFn):
 
     def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,
                  feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
-                 progress_dir: str | None = None, duplicates: DigestSettings | None = None) -> None:
+                 progress_dir: str | None = None, duplicates: DigestSettings | None = None,
+                 placement: GroupPlacement | None = None) -> None:
         self._schema = schema
         self._duplicates = duplicates
+        self._placement = placement
         self._progress_dir = progress_dir
         self._salt = salt
         self._max_record_bytes = max_record_bytes
@@ -39,7 +42,8 @@ class EncodeSamplesFn(beam.DoFn):
 
     def setup(self) -> None:
         self._encoder = EntryEncoder(self._schema, salt=self._salt, max_record_bytes=self._max_record_bytes,
-                                     feature_transforms=self._transforms, reread_min_bytes=self._reread_min_bytes)
+                                     feature_transforms=self._transforms, reread_min_bytes=self._reread_min_bytes,
+                                     placement=self._placement)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
         self._digests = None if self._duplicates is None else DigestBuffer(
             self._duplicates, RecordBuilder(self._schema, self._transforms).build)

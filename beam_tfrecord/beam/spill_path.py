@@ -36,6 +36,7 @@ from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesMode
 from beam_tfrecord.quality.digest_files import DigestFile
+from beam_tfrecord.quality.split_groups import GroupPlacement
 from beam_tfrecord.spill.resume import finished_shard, read_reused_hashes, skipped, write_resume_file
 from beam_tfrecord.spill.run_files import RunWriting, read_catalog, read_run_index, shard_entries, write_catalog
 
@@ -71,9 +72,10 @@ class EncodeToRunsFn(EncodeSamplesFn):
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
                  run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
                  direct_io: bool, progress_dir: str | None = None, resume: RunsResume | None = None,
-                 duplicates: DigestSettings | None = None) -> None:
+                 duplicates: DigestSettings | None = None, placement: GroupPlacement | None = None) -> None:
         super().__init__(schema, salt=salt, max_record_bytes=max_record_bytes, feature_transforms=feature_transforms,
-                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir, duplicates=duplicates)
+                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir, duplicates=duplicates,
+                         placement=placement)
         self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
         self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
         self._resume = resume

@@ -34,6 +34,7 @@ from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
+from beam_tfrecord.quality.split_groups import SPLIT_BY_KEY, SplitKeyFn, split_key_name
 from beam_tfrecord.spill.resume import (
     TEMP_PREFIX,
     ResumePoint,
@@ -70,7 +71,7 @@ def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: Publ
         raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[PLAN])}")
     plan, dropped = (found[PLAN][0] if found[PLAN] else None), 0
     if duplicates is not None:  # counted by split, recorded; or nothing published (``duplicates=fail``)
-        counts = counted(duplicates, plan, found[DUPLICATES])
+        counts = counted(duplicates, plan, found[DUPLICATES], split_by=settings.metadata.get(SPLIT_BY_KEY))
         settings = dataclasses.replace(settings, metadata=checked_metadata(
             duplicates, counts, dict(settings.metadata), settings.temp_dir))
         dropped = counts.dropped
@@ -117,7 +118,11 @@ class WriteTFRecordDataset(beam.PTransform):
             changes the bytes written.
         duplicates: check exact duplicates (records equal but for their key and the excluded features):
             ``"report"`` counts them (manifest ``duplicates``), ``"fail"`` publishes nothing
-            (``DuplicatesFoundError``); a ``DuplicatesCheck`` also names features to exclude. None: no check.
+            (``DuplicatesFoundError``), ``"drop"`` keeps the record of smallest key hash of each group (the
+            others are counted, ``Manifest.num_dropped``); a ``DuplicatesCheck`` also names features to
+            exclude. None: no check.
+        split_key_fn: a sample -> its group's value (a user or patient id; ``ColumnSplitKey("user")``): the
+            splits hash it instead of the key, so every record of a group lands in one split (ratio splits).
 
     Raises:
         WriterOptionError, ShardNameError: at construction, for arguments out of range or at odds.
@@ -134,7 +139,8 @@ class WriteTFRecordDataset(beam.PTransform):
                  expected_inputs: int | None = None, inputs_identity: str | None = None, resume: bool = False,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
                  encoding: Encoding | None = None, tuning: WriterTuning | None = None,
-                 duplicates: DuplicatesCheck | DuplicatesMode | str | None = None) -> None:
+                 duplicates: DuplicatesCheck | DuplicatesMode | str | None = None,
+                 split_key_fn: SplitKeyFn | None = None) -> None:
         super().__init__()
         tuning = tuning or WriterTuning()
         if duplicates is not None and not isinstance(duplicates, DuplicatesCheck):
@@ -142,6 +148,13 @@ class WriteTFRecordDataset(beam.PTransform):
         if duplicates is not None and duplicates.mode is DuplicatesMode.DROP and tuning.shard_writers != 1:
             raise WriterOptionError("duplicates='drop' writes each shard whole: leave shard_writers at 1")
         self._duplicates = duplicates
+        if split_key_fn is not None:
+            if not callable(split_key_fn):
+                raise WriterOptionError(f"split_key_fn must be callable (a sample -> its group), got {split_key_fn!r}")
+            if not (splits or SplitConfig.single()).is_ratio or resume:
+                raise WriterOptionError("split_key_fn keeps groups whole in ratio splits (NAME=FRACTION), "
+                                        "without resume")
+            metadata = {**(metadata or {}), SPLIT_BY_KEY: split_key_name(split_key_fn)}
         if tuning is not None and not isinstance(tuning, WriterTuning):
             raise WriterOptionError(f"tuning must be a WriterTuning, got {tuning!r}")
         tuning = tuning or WriterTuning()
@@ -180,7 +193,7 @@ class WriteTFRecordDataset(beam.PTransform):
             compression=compression, file_format=file_format, salt=salt, feature_transforms=self._feature_transforms,
             reread_min_bytes=tuning.reread_min_bytes, direct_io=tuning.direct_io, temp_dir=self._temp_dir,
             progress_dir=tuning.progress_dir, encoding=encoding, dali_index=dali_index,
-            shard_writers=tuning.shard_phase, duplicates=duplicates)
+            shard_writers=tuning.shard_phase, duplicates=duplicates, split_key_fn=split_key_fn)
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
