@@ -8,6 +8,7 @@ from __future__ import annotations
 from beam_tfrecord.core.manifest import Manifest, SplitInfo
 from beam_tfrecord.core.schema import feature_to_json
 from beam_tfrecord.core.tfds_info import unsupported_reason
+from beam_tfrecord.quality.duplicate_counts import describe_duplicates
 
 SKIPPED_INPUTS_KEY = "skipped_inputs"  # manifest metadata: files a source found but did not make samples of
 
@@ -48,7 +49,9 @@ def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = 
     """Lines for people: counts, format, rejected and skipped inputs, splits and (optionally) shards."""
     lines = [
         f"dataset {manifest.dataset_name!r} at {location}",
-        f"  {manifest.num_written} records written, {manifest.num_rejected} rejected, of {manifest.num_inputs} "
+        f"  {manifest.num_written} records written, {manifest.num_rejected} rejected, "
+        + (f"{manifest.num_dropped} dropped as duplicates, " if manifest.num_dropped else "")
+        + f"of {manifest.num_inputs} "
         f"inputs; {manifest.file_format.value}, compression {manifest.compression.value or 'none'}; "
         f"manifest v{manifest.version}, "
         f"beam-tfrecord {manifest.tool_version}, {manifest.created_at}",
@@ -60,6 +63,7 @@ def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = 
         reasons = "; ".join(f"{count} {reason}" for reason, count in skipped.get("by_reason", {}).items())
         extensions = ", ".join(f"{ext} x{count}" for ext, count in skipped.get("by_extension", {}).items())
         lines.append(f"  skipped {skipped['count']} files that are not samples: {reasons} (extensions: {extensions})")
+    lines.extend(f"  {line}" for line in describe_duplicates(manifest.metadata))
     no_tfds = unsupported_reason(manifest)
     if no_tfds is not None:
         lines.append(f"  no TFDS metadata (dataset_info.json) written: {no_tfds}")

@@ -61,7 +61,7 @@ from pipelines.common import (
     run_as_command,
 )
 from pipelines.job_options import JobCommand, option_actions
-from pipelines.source_options import SchemaOptions, parse_bool
+from pipelines.source_options import QualityOptions, SchemaOptions, parse_bool, quality_writer_options
 
 
 class RefreshOptions(PipelineOptions):
@@ -143,6 +143,7 @@ COMMAND = JobCommand(
                 "inputs changed, then moves ROOT/LATEST to it and deletes old versions.",
     groups=(("refresh", RefreshOptions), ("input", ImageFolderOptions),
             ("output and sharding", DatasetOutputOptions), ("schema checks", SchemaOptions),
+            ("duplicates and splits", QualityOptions),
             ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
     refused=tuple(JOB_REJECTED_OPTIONS.items()),
 )
@@ -200,7 +201,8 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, source: ImageFol
             writer = make_writer(output, build.schema, _recorded_command(options), metadata=metadata,
                                  feature_transforms=build.feature_transforms, progress_dir=progress_dir,
                                  shared_filesystem=shared_filesystem, expected_inputs=len(index.inputs),
-                                 inputs_identity=identity, resume=killed is not None)
+                                 inputs_identity=identity, resume=killed is not None,
+                                 **quality_writer_options(options, build.schema))
             _ = (_read_inputs(pipeline, source.input, build, incremental)  # Sample | [PrebuiltRecord, ...]
                  | "WriteVersion" >> writer
                  # the published Manifest of the new version

@@ -34,6 +34,7 @@ from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
+from beam_tfrecord.quality.duplicate_counts import DUPLICATES_KEY
 from beam_tfrecord.quality.split_groups import SPLIT_BY_KEY, SplitKeyFn, split_key_name
 from beam_tfrecord.spill.resume import (
     TEMP_PREFIX,
@@ -182,6 +183,12 @@ class WriteTFRecordDataset(beam.PTransform):
             "reread_min_bytes": tuning.reread_min_bytes, "encoding": encoding_digest(
                 schema_json=schema.to_json(), transforms=self._feature_transforms, salt=salt)})
         self._resume_point = self._resume_point_of(output_dir, resume, resume_text)
+        if duplicates is not None and (self._resume_point is not None or encoding is not None):
+            if duplicates.mode is not DuplicatesMode.REPORT or encoding is not None:
+                raise WriterOptionError(f"duplicates={duplicates.mode.value!r} needs Sample inputs and a build "
+                                        "that is not resumed (a resumed one encodes only part of its records)")
+            metadata = {**(metadata or {}), DUPLICATES_KEY: {"skipped": "a resumed build encodes part of its records"}}
+            duplicates = self._duplicates = None
         run_id = self._resume_point.run_id if self._resume_point else uuid.uuid4().hex[:12]
         self._temp_dir = tuning.temp_dir or storage.join(output_dir, f"{TEMP_PREFIX}{run_id}")
         self._runs_resume = None if resume_text is None or encoding is not None else RunsResume(

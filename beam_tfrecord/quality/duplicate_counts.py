@@ -115,3 +115,25 @@ def count_duplicates(groups: DuplicateGroups, split_names: Sequence[str],
 
 def _smallest(pairs: Any) -> list[tuple[str, str]]:
     return sorted(pairs)[:MAX_EXAMPLES]
+
+
+def describe_duplicates(metadata: Mapping[str, Any], *, examples_per_pair: int = 3) -> list[str]:
+    """The summary's and ``inspect``'s lines on duplicates and on what decided the splits (none: unchecked)."""
+    lines = []
+    if metadata.get("split_by"):
+        lines.append(f"splits decided by {metadata['split_by']!r} (every record of one value in one split)")
+    data = metadata.get(DUPLICATES_KEY)
+    if not isinstance(data, Mapping):
+        return lines
+    if "skipped" in data:
+        return [*lines, f"duplicates: not checked ({data['skipped']})"]
+    try:
+        counts = DuplicateCounts.from_json(data)
+    except (KeyError, TypeError, ValueError):
+        return [*lines, "duplicates: unreadable entry in the manifest"]
+    excluded = f" (excluded from the content: {', '.join(counts.excluded)})" if counts.excluded else ""
+    lines.append(counts.summary_line() + excluded)
+    for pair, pairs in sorted(counts.examples.items()):
+        shown = "; ".join(" = ".join(p) for p in pairs[:examples_per_pair])
+        lines.append(f"  {pair}: {shown}{' ...' if len(pairs) > examples_per_pair else ''}")
+    return lines
