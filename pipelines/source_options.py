@@ -22,6 +22,7 @@ from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
 from beam_tfrecord.quality.split_groups import ColumnSplitKey
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE
 
+_OFF = "off"  # --duplicates: no check at all
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no"})
 
 
@@ -84,10 +85,11 @@ class QualityOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--duplicates", default="report", choices=[m.value for m in DuplicatesMode],
+        parser.add_argument("--duplicates", default="report", choices=[*(m.value for m in DuplicatesMode), _OFF],
                             help="records with equal features (less the key and --duplicates_exclude): count them "
                                  "within and across splits (report: the summary and the manifest), keep one of each "
-                                 "(drop: the smallest key hash, counted as dropped) or publish nothing (fail)")
+                                 "(drop: the smallest key hash, counted as dropped), publish nothing (fail), or do "
+                                 "not look (off)")
         parser.add_argument("--duplicates_exclude", default="",
                             help="comma-separated features left out of the duplicate check (a path, a timestamp)")
         parser.add_argument("--split_by", default=None,
@@ -112,5 +114,6 @@ def quality_writer_options(options: PipelineOptions, schema: Schema, *,
                          f"{sorted(features)}")
     if key_feature in features:
         excluded.append(key_feature)
-    return {"duplicates": DuplicatesCheck(DuplicatesMode(quality.duplicates), tuple(excluded)),
+    return {"duplicates": None if quality.duplicates == _OFF else DuplicatesCheck(DuplicatesMode(quality.duplicates),
+                                                                                 tuple(excluded)),
             "split_key_fn": ColumnSplitKey(quality.split_by) if quality.split_by else None}
