@@ -22,6 +22,7 @@ NAMES = (
     "AudioDecodeError", "InputChangedError", "ClusterStalledError", "InputIndexError", "DurationError",
     "DiskFullError",
     "OutputPathError",  # added with WriteBalancedTFRecord's file_path_prefix (issue 47)
+    "DuplicatesFoundError",  # duplicates=fail (issue 48)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 
