@@ -19,7 +19,7 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.one_group import DIGESTS, START, TaggedStart, by_kind, tag
-from beam_tfrecord.core.runs import REFERENCE, entry_kind, entry_record, entry_reference
+from beam_tfrecord.core.runs import ENTRY_HEADER_BYTES, HASH_BYTES, RECORD, entry_reference
 from beam_tfrecord.core.sharding import DatasetPlan
 from beam_tfrecord.errors import DuplicatesFoundError, PipelineInvariantError
 from beam_tfrecord.quality.content import ContentHasher, DuplicatesCheck, DuplicatesMode
@@ -66,20 +66,21 @@ class DigestBuffer:
             storage.make_dirs(self._dir)
             self._file = DigestFile(storage.join(self._dir, f"{uuid.uuid4().hex}.dig"))
             started.append(self._file)
-        content = self._hasher.digests(self._record(entry) for entry in entries)
+        record_at, footer = ENTRY_HEADER_BYTES + _FRAME_HEADER, -_FRAME_FOOTER
+        content = self._hasher.digests([memoryview(entry)[record_at:footer] if entry[HASH_BYTES] == RECORD
+                                        else self._rebuilt(entry) for entry in entries])
         self._parts.append(Digests.of(content, [entry[:8] for entry in entries], keys))
         self._count += len(entries)
         if self._count >= BUFFER_DIGESTS:
             self.finish()
         return started
 
-    def _record(self, entry: bytes) -> bytes | memoryview:
-        if entry_kind(entry) == REFERENCE:
-            built = self._rebuild(pickle.loads(entry_reference(entry)[1]))
-            if not isinstance(built, bytes):
-                raise PipelineInvariantError("digests", f"a spilled sample no longer encodes: {built}")
-            return built
-        return entry_record(entry)[_FRAME_HEADER:-_FRAME_FOOTER]
+    def _rebuilt(self, entry: bytes) -> bytes:
+        """A REFERENCE entry's record, built again from its sample (its files read again)."""
+        built = self._rebuild(pickle.loads(entry_reference(entry)[1]))
+        if not isinstance(built, bytes):
+            raise PipelineInvariantError("digests", f"a spilled sample no longer encodes: {built}")
+        return built
 
     def finish(self) -> None:
         """Writes the buffered digests to the announced file (a bundle's end, or a full buffer)."""

