@@ -73,6 +73,7 @@ setup(
         "pillow>=10",
         "protobuf>=4.25",
         "google-crc32c>=1.5,<2",
+        "mmh3>=4,<6",  # exact duplicates' content hash (MurmurHash3 x64 128): ~9x BLAKE2b's speed on 3 KB records
         "google-cloud-storage>=2.14",
         # schema.pbtxt (beam_tfrecord.interop): protobuf classes only, ~0.25 MB with absl-py.
         "tensorflow-metadata>=1.14",

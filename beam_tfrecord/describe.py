@@ -8,6 +8,7 @@ from __future__ import annotations
 from beam_tfrecord.core.manifest import Manifest, SplitInfo
 from beam_tfrecord.core.schema import feature_to_json
 from beam_tfrecord.core.tfds_info import unsupported_reason
+from beam_tfrecord.quality.duplicate_counts import describe_duplicates
 from beam_tfrecord.quality.near_report import REPORT_KEY as NEAR_REPORT_KEY
 from beam_tfrecord.quality.near_report import describe_near_duplicates
 from beam_tfrecord.statistics.drift_record import DriftRecord
@@ -53,7 +54,9 @@ def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = 
     held, or what moved when it was published anyway), rejected and skipped inputs, splits and (optionally) shards."""
     lines = [
         f"dataset {manifest.dataset_name!r} at {location}",
-        f"  {manifest.num_written} records written, {manifest.num_rejected} rejected, of {manifest.num_inputs} "
+        f"  {manifest.num_written} records written, {manifest.num_rejected} rejected, "
+        + (f"{manifest.num_dropped} dropped as duplicates, " if manifest.num_dropped else "")
+        + f"of {manifest.num_inputs} "
         f"inputs; {manifest.file_format.value}, compression {manifest.compression.value or 'none'}; "
         f"manifest v{manifest.version}, "
         f"beam-tfrecord {manifest.tool_version}, {manifest.created_at}",
@@ -71,6 +74,7 @@ def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = 
     near = manifest.metadata.get(NEAR_REPORT_KEY)
     if isinstance(near, dict):
         lines.append(f"  {describe_near_duplicates(near)}")
+    lines.extend(f"  {line}" for line in describe_duplicates(manifest.metadata))
     no_tfds = unsupported_reason(manifest)
     if no_tfds is not None:
         lines.append(f"  no TFDS metadata (dataset_info.json) written: {no_tfds}")

@@ -42,6 +42,9 @@ VARIANTS = ("a_single_process", "b_naive_beam", "c_beam_tfrecord")
 # Optional, with --variants: (c) with Beam's own worker processes (one per core) instead of the
 # library's default, to compare the two ways of using every core in one run.
 C_BEAM_WORKERS = "c_beam_workers"
+# Optional, with --variants: (c) checking exact duplicates (``duplicates="report"``, issue 48), interleaved
+# with (c): the check's cost (target: at most 10% of the build's time).
+C_DUPLICATES = "c_duplicates"
 
 
 # ----- the variants (each runs in a child process) -----
@@ -154,7 +157,8 @@ def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
             workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)
             samples = (pipeline | beam.Create([os.path.join(args.blob_dir, "*.bin")])
                        | beam.FlatMap(_blob_chunks, args.blobs))
-        _ = samples | WriteTFRecordDataset(out, schema=schema, sharding=sharding)
+        duplicates = "report" if args.child == C_DUPLICATES else None
+        _ = samples | WriteTFRecordDataset(out, schema=schema, sharding=sharding, duplicates=duplicates)
 
 
 # ----- the driver -----
@@ -228,6 +232,11 @@ def _report(workload: str, records: int, results: list[dict]) -> None:
     if a and c:
         print(f"  c/a = {a['seconds'] / c['seconds']:.2f}"
               f"   (until the output is on disk, with os.sync(): {a['on_disk_seconds'] / c['on_disk_seconds']:.2f})")
+    if c and by.get(C_DUPLICATES):
+        d = by[C_DUPLICATES]
+        print(f"  duplicates' cost: {C_DUPLICATES} / c = {d['seconds'] / c['seconds']:.3f} in time, "
+              f"{d['cpu_seconds'] / c['cpu_seconds']:.3f} in CPU, "
+              f"{d['peak_rss_mb'] / c['peak_rss_mb']:.3f} in peak RSS")
     if b and c:
         print(f"  c/b = {b['seconds'] / c['seconds']:.2f}"
               f"   (until the output is on disk, with os.sync(): {b['on_disk_seconds'] / c['on_disk_seconds']:.2f})")
@@ -254,7 +263,7 @@ def main() -> None:
     parser.add_argument("--target_shard_mib", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of (a) and (c), median reported; (b) runs once (minutes, ~16 GB RSS)")
-    parser.add_argument("--child", choices=[*VARIANTS, C_BEAM_WORKERS])
+    parser.add_argument("--child", choices=[*VARIANTS, C_BEAM_WORKERS, C_DUPLICATES])
     parser.add_argument("--workload", choices=["small", "blobs"])
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -263,13 +272,13 @@ def main() -> None:
         if args.pin_cpus:
             pin_to_cores(args.pin_cpus)
         runner = {"a_single_process": run_a, "b_naive_beam": run_b, "c_beam_tfrecord": run_c,
-                  C_BEAM_WORKERS: run_c}[args.child]
+                  C_BEAM_WORKERS: run_c, C_DUPLICATES: run_c}[args.child]
         # Import time is not part of any variant's figure: load what the variant uses first.
         if args.child in ("a_single_process", "b_naive_beam"):
             import tensorflow  # noqa: F401
         if args.child != "a_single_process":
             import apache_beam  # noqa: F401
-        if args.child in ("c_beam_tfrecord", C_BEAM_WORKERS):
+        if args.child in ("c_beam_tfrecord", C_BEAM_WORKERS, C_DUPLICATES):
             import beam_tfrecord.beam.write  # noqa: F401
         if args.workload == "blobs":
             workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)

@@ -26,7 +26,7 @@ from pipelines.common import (
     run_as_command,
 )
 from pipelines.job_options import JobCommand
-from pipelines.source_options import SchemaOptions, pinned_or_inferred
+from pipelines.source_options import QualityOptions, SchemaOptions, pinned_or_inferred, quality_writer_options
 
 
 class ArrayOptions(PipelineOptions):
@@ -40,7 +40,8 @@ COMMAND = JobCommand(
     prog="python -m pipelines.build_from_arrays",
     description="Builds a dataset from .npy / .npz files (axis 0 indexes samples).",
     groups=(("input", ArrayOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
+            ("schema checks", SchemaOptions), ("duplicates and splits", QualityOptions), ("progress", ProgressOptions),
+            ("Dask cluster", DaskClusterOptions)),
 )
 
 
@@ -57,7 +58,8 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
         peek_arrays(files[0], npy_feature=source.npy_feature)), job="build_from_arrays")
     read = ReadNumpyFiles(source.arrays, npy_feature=source.npy_feature, chunk_size=checks.chunk_size)
     return build_dataset(options, read, schema, ["build_from_arrays", *argv], shared_filesystem=shared,
-                         input_patterns=[source.arrays], samples_at_most=count_samples(files))
+                         input_patterns=[source.arrays], samples_at_most=count_samples(files),
+                         **quality_writer_options(options, schema))
 
 
 if __name__ == "__main__":

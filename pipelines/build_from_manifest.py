@@ -34,7 +34,14 @@ from pipelines.common import (
     run_as_command,
 )
 from pipelines.job_options import JobCommand
-from pipelines.source_options import SchemaOptions, parse_bool, pinned_or_inferred, with_check_decode
+from pipelines.source_options import (
+    QualityOptions,
+    SchemaOptions,
+    parse_bool,
+    pinned_or_inferred,
+    quality_writer_options,
+    with_check_decode,
+)
 
 
 class ManifestFormat(enum.Enum):
@@ -131,7 +138,8 @@ COMMAND = JobCommand(
     prog="python -m pipelines.build_from_manifest",
     description="Builds a dataset from CSV, JSONL or Parquet manifests (one row per sample).",
     groups=(("input", ManifestOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
+            ("schema checks", SchemaOptions), ("duplicates and splits", QualityOptions), ("progress", ProgressOptions),
+            ("Dask cluster", DaskClusterOptions)),
 )
 
 
@@ -180,7 +188,8 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
     schema = manifest_schema(checks, source, fmt, job="build_from_manifest")
     reader = manifest_reader(source, checks, schema, fmt)
     return build_dataset(options, reader, schema, ["build_from_manifest", *argv], shared_filesystem=shared,
-                         input_patterns=[source.manifest], samples_at_most=rows_at_most(source.manifest, fmt))
+                         input_patterns=[source.manifest], samples_at_most=rows_at_most(source.manifest, fmt),
+                         **quality_writer_options(options, schema, key_feature=source.key_column))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from pipelines.common import (
     run_as_command,
 )
 from pipelines.job_options import JobCommand
-from pipelines.source_options import SchemaOptions, parse_bool
+from pipelines.source_options import QualityOptions, SchemaOptions, parse_bool, quality_writer_options
 
 
 class ImageFolderOptions(PipelineOptions):
@@ -117,7 +117,8 @@ COMMAND = JobCommand(
     prog="python -m pipelines.build_image_dataset",
     description="Builds a dataset from an image folder ROOT/<label>/<file>: the label is the folder name.",
     groups=(("input", ImageFolderOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
+            ("schema checks", SchemaOptions), ("duplicates and splits", QualityOptions), ("progress", ProgressOptions),
+            ("Dask cluster", DaskClusterOptions)),
     refused=(("schema", "the schema comes from the folder names"),
              ("chunk_size", "images are one sample per Beam element")),
 )
@@ -135,7 +136,8 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> Manife
                          expected_inputs=build.num_images,
                          metadata=dict(build.metadata) or None,
                          near_duplicates=(NearDuplicateSettings.for_images(build.num_images)
-                                          if source.near_duplicates else None))
+                                          if source.near_duplicates else None),
+                         **quality_writer_options(options, build.schema))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from pipelines.refresh_driver import (
     run_refresh,
     validated_refresh,
 )
-from pipelines.source_options import SchemaOptions, pinned_or_inferred
+from pipelines.source_options import QualityOptions, SchemaOptions, pinned_or_inferred
 
 ARRAYS_JOB = "refresh_arrays"
 ARRAYS_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
@@ -61,7 +61,8 @@ COMMAND = JobCommand(
                 "deletes old versions.",
     groups=(("refresh", RefreshOptions), ("drift check", DriftOptions),
             ("input", ArrayOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
+            ("schema checks", SchemaOptions), ("duplicates and splits", QualityOptions), ("progress", ProgressOptions),
+            ("Dask cluster", DaskClusterOptions)),
     refused=tuple(ARRAYS_REJECTED_OPTIONS.items()),
 )
 

@@ -52,7 +52,7 @@ from pipelines.common import (
 )
 from pipelines.drift_options import drift_check, report_drift
 from pipelines.job_options import option_actions
-from pipelines.source_options import parse_bool
+from pipelines.source_options import parse_bool, quality_writer_options
 
 
 class RefreshOptions(PipelineOptions):
@@ -121,6 +121,7 @@ class PreparedSource:
         source_options: the source's options that shape its samples (into the encoding digest).
         read_all: pipeline -> every sample (a full build).
         read_fresh: (pipeline, fresh inputs) -> the samples of those inputs only.
+        key_feature: a feature holding the key (the manifest's key column), not compared by ``--duplicates``.
     """
 
     schema: Schema
@@ -131,6 +132,7 @@ class PreparedSource:
     source_options: Mapping[str, Any]
     read_all: Callable[[beam.Pipeline], beam.PCollection]
     read_fresh: Callable[[beam.Pipeline, tuple[IndexedInput, ...]], beam.PCollection]
+    key_feature: str | None = None  # a feature that holds the key: left out of the duplicates' content hash
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +204,8 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
             writer = make_writer(output, prepared.schema, list(source.command), metadata=metadata,
                                  feature_transforms=dict(prepared.feature_transforms), progress_dir=progress_dir,
                                  shared_filesystem=shared_filesystem, expected_inputs=prepared.expected_inputs,
-                                 inputs_identity=identity, resume=killed is not None)
+                                 inputs_identity=identity, resume=killed is not None,
+                                 **quality_writer_options(options, prepared.schema, key_feature=prepared.key_feature))
             _ = (_read_inputs(pipeline, prepared, incremental)  # Sample | [Sample, ...] | [PrebuiltRecord, ...]
                  | "WriteVersion" >> writer
                  # the published Manifest of the new version: every source moves LATEST here, in one place

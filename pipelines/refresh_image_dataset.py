@@ -30,7 +30,7 @@ from pipelines.refresh_driver import (
     run_refresh,
     validated_refresh,
 )
-from pipelines.source_options import SchemaOptions
+from pipelines.source_options import QualityOptions, SchemaOptions
 
 __all__ = ["COMMAND", "RefreshAction", "RefreshOptions", "min_version_age", "run"]  # what callers import from here
 
@@ -69,6 +69,7 @@ COMMAND = JobCommand(
                 "inputs changed, then moves ROOT/LATEST to it and deletes old versions.",
     groups=(("refresh", RefreshOptions), ("drift check", DriftOptions), ("input", ImageFolderOptions),
             ("output and sharding", DatasetOutputOptions), ("schema checks", SchemaOptions),
+            ("duplicates and splits", QualityOptions),
             ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
     refused=tuple(JOB_REJECTED_OPTIONS.items()),
 )

@@ -42,7 +42,7 @@ from pipelines.refresh_driver import (
     run_refresh,
     validated_refresh,
 )
-from pipelines.source_options import SchemaOptions
+from pipelines.source_options import QualityOptions, SchemaOptions
 
 MANIFEST_JOB = "refresh_manifest"
 MANIFEST_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
@@ -62,7 +62,8 @@ COMMAND = JobCommand(
                 "ROOT/LATEST to it and deletes old versions.",
     groups=(("refresh", RefreshOptions), ("drift check", DriftOptions),
             ("input", ManifestOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
+            ("schema checks", SchemaOptions), ("duplicates and splits", QualityOptions), ("progress", ProgressOptions),
+            ("Dask cluster", DaskClusterOptions)),
     refused=tuple(MANIFEST_REJECTED_OPTIONS.items()),
 )
 
@@ -101,7 +102,7 @@ def _prepare(source: ManifestOptions, checks: SchemaOptions) -> PreparedSource:
         schema=schema, feature_transforms={}, metadata={}, inputs=inputs, expected_inputs=rows,
         source_options={name: getattr(source, name) for name in _SOURCE_OPTIONS},
         read_all=lambda pipeline: pipeline | "ReadManifests" >> reader,
-        read_fresh=functools.partial(_read_fresh, files=files, reader=reader))
+        read_fresh=functools.partial(_read_fresh, files=files, reader=reader), key_feature=source.key_column)
 
 
 def index_rows(files: Sequence[tuple[str, str]], read_rows: RowReader, *,

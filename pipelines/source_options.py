@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -17,8 +18,11 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.infer import schema_json_text
 from beam_tfrecord.core.schema import Image, Schema
 from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
+from beam_tfrecord.quality.split_groups import ColumnSplitKey
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE
 
+_OFF = "off"  # --duplicates: no check at all
 _TRUE, _FALSE = frozenset({"true", "1", "yes"}), frozenset({"false", "0", "no"})
 
 
@@ -74,3 +78,42 @@ def pinned_or_inferred(checks: SchemaOptions, infer: Callable[[], Schema], *, jo
         raise SystemExit(f"{job}: {type(err).__name__}: {err}") from err
     print(f"Inferred schema (save it to a file and pass --schema FILE to pin it):\n{schema_json_text(schema)}")
     return schema
+
+
+class QualityOptions(PipelineOptions):
+    """Exact duplicates and splits that keep a group together (every build job takes these)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--duplicates", default="report", choices=[*(m.value for m in DuplicatesMode), _OFF],
+                            help="records with equal features (less the key and --duplicates_exclude): count them "
+                                 "within and across splits (report: the summary and the manifest), keep one of each "
+                                 "(drop: the smallest key hash, counted as dropped), publish nothing (fail), or do "
+                                 "not look (off)")
+        parser.add_argument("--duplicates_exclude", default="",
+                            help="comma-separated features left out of the duplicate check (a path, a timestamp)")
+        parser.add_argument("--split_by", default=None,
+                            help="a column whose value decides the split instead of the key, so that every row of "
+                                 "one value (a user, a patient) lands in one split (ratio --splits only)")
+
+
+def quality_writer_options(options: PipelineOptions, schema: Schema, *,
+                           key_feature: str | None = None) -> dict[str, Any]:
+    """The writer's ``duplicates`` and ``split_key_fn`` from ``QualityOptions`` (``key_feature``: a feature that
+    holds the key, left out of the content hash).
+
+    Raises:
+        SystemExit: naming a feature the schema does not have.
+    """
+    quality = options.view_as(QualityOptions)
+    excluded = [name.strip() for name in quality.duplicates_exclude.split(",") if name.strip()]
+    features = {*schema.features, *schema.sequence_features}
+    unknown = [name for name in [*excluded, *([quality.split_by] if quality.split_by else [])] if name not in features]
+    if unknown:
+        raise SystemExit(f"--duplicates_exclude / --split_by name {unknown}, not features of the schema "
+                         f"{sorted(features)}")
+    if key_feature in features:
+        excluded.append(key_feature)
+    return {"duplicates": None if quality.duplicates == _OFF else DuplicatesCheck(DuplicatesMode(quality.duplicates),
+                                                                                 tuple(excluded)),
+            "split_key_fn": ColumnSplitKey(quality.split_by) if quality.split_by else None}

@@ -23,6 +23,7 @@ NAMES = (
     "DiskFullError",
     "OutputPathError",  # added with WriteBalancedTFRecord's file_path_prefix (issue 47)
     "DriftHeldError", "DriftThresholdsError", "StatisticsFileError",  # the drift check (issue 50)
+    "DuplicatesFoundError",  # duplicates=fail (issue 48)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 

@@ -11,11 +11,13 @@ from collections.abc import Mapping
 import apache_beam as beam
 
 from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.beam.duplicates import DigestBuffer, DigestSettings
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.encoding.entries import EntryEncoder
-from beam_tfrecord.encoding.records import FeatureTransform
+from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.job.progress import ProgressSink
+from beam_tfrecord.quality.split_groups import GroupPlacement
 
 
 class EncodeSamplesFn(beam.DoFn):
@@ -23,8 +25,11 @@ class EncodeSamplesFn(beam.DoFn):
 
     def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,
                  feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
-                 progress_dir: str | None = None) -> None:
+                 progress_dir: str | None = None, duplicates: DigestSettings | None = None,
+                 placement: GroupPlacement | None = None) -> None:
         self._schema = schema
+        self._duplicates = duplicates
+        self._placement = placement
         self._progress_dir = progress_dir
         self._salt = salt
         self._max_record_bytes = max_record_bytes
@@ -37,8 +42,20 @@ class EncodeSamplesFn(beam.DoFn):
 
     def setup(self) -> None:
         self._encoder = EntryEncoder(self._schema, salt=self._salt, max_record_bytes=self._max_record_bytes,
-                                     feature_transforms=self._transforms, reread_min_bytes=self._reread_min_bytes)
+                                     feature_transforms=self._transforms, reread_min_bytes=self._reread_min_bytes,
+                                     placement=self._placement)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
+        self._digests = None if self._duplicates is None else DigestBuffer(
+            self._duplicates, RecordBuilder(self._schema, self._transforms).build)
+        self._announced: list = []  # digest files started (``beam.duplicates``), emitted with the next outputs
+
+    def _take_announced(self) -> list:
+        announced, self._announced = self._announced, []
+        return announced
+
+    def _finish_digests(self) -> None:
+        if self._digests is not None:
+            self._digests.finish()
 
     def _flush_progress(self) -> None:
         if self._progress is not None:
@@ -56,11 +73,17 @@ class EncodeSamplesFn(beam.DoFn):
             outcomes = [element if type(element) is DeadLetter else self._encoder.encode(element)]
         entries: list[bytes] = []
         dead: list[DeadLetter] = []
-        for outcome in outcomes:
+        keys: list[str] = []
+        items = element if isinstance(element, list) else [element]
+        for item, outcome in zip(items, outcomes):
             if type(outcome) is DeadLetter:
                 dead.append(outcome)
             else:
                 entries.append(outcome)
+                if self._digests is not None:
+                    keys.append(item.key)
+        if self._digests is not None:
+            self._announced.extend(self._digests.add(entries, keys))
         for letter in dead:
             self._rejected[letter.stage].inc()
         self._encoded.inc(len(entries))

@@ -222,7 +222,7 @@ class EncodeInPoolFn(beam.DoFn):
         for outcome in outcomes:
             if type(outcome) is DeadLetter:
                 self._rejected[outcome.stage].inc()
-            else:
+            elif type(outcome) is SpilledRun:  # not a digest file (``beam.duplicates``)
                 self._runs.inc()
             yield outcome
 

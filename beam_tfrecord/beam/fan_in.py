@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Protocol
 import apache_beam as beam
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam.duplicates import DigestSettings
 from beam_tfrecord.beam.runners.table import traits_of
 from beam_tfrecord.beam.tuning import FanIn
 from beam_tfrecord.core.naming import Compression, FileFormat
@@ -17,6 +18,8 @@ from beam_tfrecord.core.pieces import ShardWriters
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
+from beam_tfrecord.quality.content import DuplicatesCheck
+from beam_tfrecord.quality.split_groups import GroupPlacement, SplitKeyFn
 
 
 def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
@@ -82,11 +85,18 @@ class FanInSettings:
     dali_index: bool = False
     # The spill fan-in cuts shards into pieces to keep this many writers busy (``beam.shard_pieces``).
     shard_writers: ShardWriters = dataclasses.field(default_factory=ShardWriters)
+    duplicates: DuplicatesCheck | None = None  # exact duplicates: encoders write digests (``beam.duplicates``)
+    split_key_fn: SplitKeyFn | None = None  # records placed by group (``quality.split_groups``)
 
     def encode_options(self) -> dict[str, Any]:
         """Keyword arguments of both sample encoders (``encode_fn.EncodeSamplesFn``)."""
         return dict(salt=self.salt, max_record_bytes=self.sharding.cap, feature_transforms=self.feature_transforms,
-                    reread_min_bytes=self.reread_min_bytes, progress_dir=self.progress_dir)
+                    reread_min_bytes=self.reread_min_bytes, progress_dir=self.progress_dir,
+                    duplicates=None if self.duplicates is None else DigestSettings(
+                        self.duplicates, storage.join(self.temp_dir, "digests")),
+                    placement=None if self.split_key_fn is None else GroupPlacement(
+                        self.split_key_fn, salt=self.salt,
+                        split_starts=[lo for _, lo, _ in self.splits.ratio_bounds()]))
 
     def shard_options(self) -> dict[str, Any]:
         """Keyword arguments of both shard writers (``shards.WriteShardFn``), after schema, compression, transforms."""
@@ -104,3 +114,5 @@ class FanInOutputs(NamedTuple):
     shard_infos: beam.PCollection
     dead_letters: beam.PCollection
     summary: beam.PCollection | None
+    digest_files: beam.PCollection | None = None  # ``DigestFile``s, when duplicates are checked
+    duplicate_groups: beam.PCollection | None = None  # ``DuplicateGroups``, found already (``duplicates=drop``)

@@ -13,6 +13,7 @@ import apache_beam as beam
 
 START, RUN, PLAN, SHARD, DEAD = "start", "run", "plan", "shard", "dead"
 NEAR = "near"  # FindNearDuplicates' (kind, value) entries: the near-duplicate report's parts
+DIGESTS, DUPLICATES = "digests", "duplicates"  # DigestFile, DuplicateGroups (``beam.duplicates``)
 SUMMARY = "summary"  # RecordsSummary: what the records say about the schema (an ``Encoding`` that infers it)
 
 

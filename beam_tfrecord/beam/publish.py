@@ -95,7 +95,7 @@ def _move_shards(settings: PublishSettings, shard_infos: Sequence[ShardInfo]) ->
 
 
 def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Sequence[ShardInfo],
-            dead_letters: Sequence[DeadLetter]) -> Manifest:
+            dead_letters: Sequence[DeadLetter], *, num_dropped: int = 0) -> Manifest:
     """Checks the rejection threshold, then publishes the dataset. Returns the manifest written.
 
     ``plan`` is None when no record was encoded (the plan of nothing is made here). The crash-safe order:
@@ -111,14 +111,15 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
         write_tfds_files(settings.output_dir, old)  # a crash may have come between the manifest and dataset_info.json
         return old
     rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
-    num_inputs = sum(s.num_records for s in shard_infos) + len(rejected)
+    num_inputs = sum(s.num_records for s in shard_infos) + len(rejected) + num_dropped  # dropped: duplicates=drop
     _refuse_other_inputs(settings, num_inputs)
     _refuse_too_many_rejected(settings, rejected, num_inputs)
     if plan is None:
         plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.splits, settings.sharding)
     shard_infos = [*shard_infos, *_write_empty_shards(settings, plan)]
     by_split = _shards_by_split(plan, shard_infos)
-    manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected))
+    manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected),
+                             num_dropped=num_dropped)
     try:
         _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
         write_interop_files(settings.output_dir, manifest)  # croissant.json, schema.pbtxt: before the manifest
@@ -222,7 +223,7 @@ def _shard_files(shard_infos: Sequence[ShardInfo]) -> list[str]:
 
 
 def _new_manifest(settings: PublishSettings, plan: DatasetPlan, by_split: Mapping[str, Sequence[ShardInfo]], *,
-                  num_inputs: int, num_rejected: int) -> Manifest:
+                  num_inputs: int, num_rejected: int, num_dropped: int = 0) -> Manifest:
     """The manifest of the shards written (every planned split, empty ones too), dated now."""
     return Manifest(
         dataset_name=settings.dataset_name,
@@ -244,4 +245,5 @@ def _new_manifest(settings: PublishSettings, plan: DatasetPlan, by_split: Mappin
         metadata=settings.metadata,
         run_id=settings.run_id,
         file_format=settings.file_format,
+        num_dropped=num_dropped,
     )

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
 
+from beam_tfrecord.beam.dropped import batch_without, dropped_hashes
+from beam_tfrecord.beam.duplicates import FindDuplicates
 from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
 from beam_tfrecord.beam.plan_dataset import PlanDataset
@@ -23,6 +26,7 @@ from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.core.summary import BucketGrid
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import PipelineInvariantError
+from beam_tfrecord.quality.content import DuplicatesMode
 
 
 class EncodeToBatchesFn(EncodeSamplesFn):
@@ -34,9 +38,10 @@ class EncodeToBatchesFn(EncodeSamplesFn):
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[EncodedBatch]:
         entries, dead = self._encode_element(element)
-        yield EncodedBatch(tuple(entries), tuple(dead))
+        yield EncodedBatch(tuple(entries), tuple(dead), tuple(self._take_announced()))
 
     def finish_bundle(self) -> None:
+        self._finish_digests()
         self._flush_progress()
 
 
@@ -47,6 +52,10 @@ def batch_index(batch: EncodedBatch) -> tuple[np.ndarray, np.ndarray]:
 
 def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
     return batch.dead_letters
+
+
+def _digest_files_of(batch: EncodedBatch) -> tuple[Any, ...]:
+    return batch.digest_files
 
 
 def _entry_hashes(entries: Sequence[bytes]) -> np.ndarray:
@@ -154,6 +163,14 @@ class ShufflePath(beam.PTransform):
         batches = samples | "Encode" >> beam.ParDo(self._encode_to_batches_fn())
         # EncodedBatch: the entries and dead letters of one input element.
         dead_letters = batches | "DeadLetters" >> beam.FlatMap(_dead_letters_of)
+        digest_files = groups = None
+        if settings.duplicates is not None:
+            digest_files = batches | "DigestFiles" >> beam.FlatMap(_digest_files_of)
+        if settings.duplicates is not None and settings.duplicates.mode is DuplicatesMode.DROP:
+            groups = digest_files | "FindDuplicates" >> FindDuplicates()
+            dropped = groups | "AllGroups" >> beam.combiners.ToList() | "Dropped" >> beam.Map(dropped_hashes)
+            batches = batches | "DropDuplicates" >> beam.Map(batch_without, beam.pvalue.AsSingleton(dropped))
+            digest_files = None
         # where side inputs are recomputed per task, the plan meets the entries in a GroupByKey by hash bucket
         side_inputs = not traits_of(samples.pipeline).recomputes_side_inputs
         plan = batches | "Plan" >> PlanDataset(settings.splits, settings.sharding, index_of=batch_index,
@@ -180,4 +197,4 @@ class ShufflePath(beam.PTransform):
         )
         summary = (batches | "SummarizeRecords" >> settings.encoding.summarize_batches()  # one RecordsSummary
                    if settings.encoding is not None else None)
-        return FanInOutputs(plan, shard_infos, dead_letters, summary)
+        return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files, groups)

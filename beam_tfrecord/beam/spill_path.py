@@ -6,7 +6,7 @@ No payload byte goes through the runner's shuffle. See docs/performance.md, "How
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -14,10 +14,12 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.beam.dropped import check_removed, dropped_hashes, entries_without, index_without, write_dropped
+from beam_tfrecord.beam.duplicates import DigestSettings, FindDuplicates
 from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
-from beam_tfrecord.beam.one_group import DEAD, RUN, START, SUMMARY, TaggedStart, by_kind
+from beam_tfrecord.beam.one_group import DEAD, DIGESTS, DUPLICATES, RUN, START, SUMMARY, TaggedStart, by_kind, tag
 from beam_tfrecord.beam.plan_dataset import plan_in_one_step
 from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, plan_pieces
@@ -32,10 +34,13 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
+from beam_tfrecord.quality.content import DuplicatesMode
+from beam_tfrecord.quality.digest_files import DigestFile
+from beam_tfrecord.quality.split_groups import GroupPlacement
 from beam_tfrecord.spill.resume import finished_shard, read_reused_hashes, skipped, write_resume_file
 from beam_tfrecord.spill.run_files import RunWriting, read_catalog, read_run_index, shard_entries, write_catalog
 
-_KIND_OF_ENCODED = {SpilledRun: RUN, DeadLetter: DEAD, RecordsSummary: SUMMARY}
+_KIND_OF_ENCODED = {SpilledRun: RUN, DeadLetter: DEAD, RecordsSummary: SUMMARY, DigestFile: DIGESTS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +71,11 @@ class EncodeToRunsFn(EncodeSamplesFn):
 
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
                  run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
-                 direct_io: bool, progress_dir: str | None = None, resume: RunsResume | None = None) -> None:
+                 direct_io: bool, progress_dir: str | None = None, resume: RunsResume | None = None,
+                 duplicates: DigestSettings | None = None, placement: GroupPlacement | None = None) -> None:
         super().__init__(schema, salt=salt, max_record_bytes=max_record_bytes, feature_transforms=feature_transforms,
-                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir)
+                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir, duplicates=duplicates,
+                         placement=placement)
         self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
         self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
         self._resume = resume
@@ -113,6 +120,7 @@ class EncodeToRunsFn(EncodeSamplesFn):
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[SpilledRun | DeadLetter]:
         entries, dead = self._encode_element(element)
         yield from dead
+        yield from self._take_announced()
         started = self._spiller.add_many(entries)
         if started:
             self._runs.inc(len(started))  # metrics are per thread: counted here, not in the writing thread
@@ -120,6 +128,7 @@ class EncodeToRunsFn(EncodeSamplesFn):
 
     def finish_bundle(self) -> None:
         self._spiller.finish()  # the bundle (and every run it announced) counts only once its runs are on storage
+        self._finish_digests()
         self._flush_progress()
 
 
@@ -131,6 +140,7 @@ class ShardTask:
     spec: ShardSpec
     catalog: str
     piece: PieceSpec | None = None
+    dropped: str | None = None  # the key hashes ``duplicates=drop`` leaves out (``beam.dropped``)
 
 
 class WriteShardFromRunsFn(WriteShardFn):
@@ -151,7 +161,7 @@ class WriteShardFromRunsFn(WriteShardFn):
                                          f"expected its one planned task, got {len(found)}")
         task = found[0]
         if task.piece is None:
-            yield number, self.write_from_runs(task.spec, read_catalog(task.catalog))
+            yield number, self.write_from_runs(task.spec, read_catalog(task.catalog), task.dropped)
             return
         # A shard a killed build finished (and joined) is reused: counted once, by its first piece's task.
         reused = (self._finished(task.spec) if task.piece.index == 0
@@ -163,14 +173,14 @@ class WriteShardFromRunsFn(WriteShardFn):
                            direct=self._direct_io) as entries:
             yield number, WrittenPiece(task.piece, self._write_piece(task.piece, entries))
 
-    def write_from_runs(self, spec: ShardSpec, runs: Sequence[SpilledRun]) -> ShardInfo:
+    def write_from_runs(self, spec: ShardSpec, runs: Sequence[SpilledRun], dropped: str | None = None) -> ShardInfo:
         """Writes one shard from its slice of every run (any order of ``runs``: the same file), unless an
         earlier attempt of this build (a killed one, resumed) finished it."""
         reused = self._finished(spec)
         if reused is not None:
             return reused
         with shard_entries(runs, spec.hash_lo, spec.hash_hi, direct=self._direct_io) as entries:
-            return self._write(spec, entries)
+            return self._write(spec, entries_without(entries, spec, dropped))
 
 
 def run_index(run: SpilledRun) -> tuple[np.ndarray, np.ndarray]:
@@ -194,6 +204,8 @@ class PlannedRuns:
     dead_letters: tuple[DeadLetter, ...]
     summary: RecordsSummary | None = None
     pieces: Mapping[int, tuple[PieceSpec, ...]] = dataclasses.field(default_factory=dict)  # by shard number
+    digest_files: tuple[DigestFile, ...] = ()  # when duplicates are checked (``beam.duplicates``)
+    dropped: str | None = None  # the key hashes ``duplicates=drop`` leaves out, sorted (``beam.dropped``)
 
 
 def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], settings: FanInSettings, runs_dir: str,
@@ -205,17 +217,25 @@ def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], settings: FanI
     One step: on the runners the spill path serves, a pipeline stage per planning round costs more
     than reading the small index files.
     """
-    found = by_kind(group, (START, RUN, DEAD, SUMMARY))
+    found = by_kind(group, (START, RUN, DEAD, SUMMARY, DIGESTS, DUPLICATES))
     runs: list[SpilledRun] = [*found[RUN], *reused]
     dead: list[DeadLetter] = found[DEAD]
     summary = merge_summaries(found[SUMMARY])
+    digest_files = tuple(found[DIGESTS])
     if not runs:
-        return PlannedRuns(None, None, tuple(dead), summary)
+        return PlannedRuns(None, None, tuple(dead), summary, digest_files=digest_files)
     runs.sort(key=lambda run: run.path)
-    plan = plan_in_one_step(runs, settings.splits, settings.sharding, index_of=run_index)
+    index_of: Callable[[SpilledRun], tuple[np.ndarray, np.ndarray]] = run_index
+    dropped, removed = None, dict[int, int]()
+    if settings.duplicates is not None and settings.duplicates.mode is DuplicatesMode.DROP:
+        hashes = dropped_hashes(found[DUPLICATES])
+        index_of, dropped = index_without(run_index, hashes, removed), write_dropped(settings.temp_dir, hashes)
+    plan = plan_in_one_step(runs, settings.splits, settings.sharding, index_of=index_of)
+    if dropped is not None:
+        check_removed(sum(removed.values()), found[DUPLICATES])
     pieces = plan_pieces(plan, runs, settings.shard_writers, compression=settings.compression,
                          file_format=settings.file_format)
-    return PlannedRuns(plan, write_catalog(runs_dir, runs), tuple(dead), summary, pieces)
+    return PlannedRuns(plan, write_catalog(runs_dir, runs), tuple(dead), summary, pieces, digest_files, dropped)
 
 
 def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[tuple[int, int], ShardTask]]:
@@ -223,7 +243,7 @@ def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[tuple[int, int], ShardT
         return
     for number, spec in enumerate(planned.plan.shards):
         if number not in planned.pieces:
-            yield (number, 0), ShardTask(spec, planned.catalog)
+            yield (number, 0), ShardTask(spec, planned.catalog, dropped=planned.dropped)
         for piece in planned.pieces.get(number, ()):
             yield (number, piece.index), ShardTask(spec, planned.catalog, piece)
 
@@ -234,6 +254,19 @@ def _plan_of(planned: PlannedRuns) -> DatasetPlan | None:
 
 def _dead_letters_planned(planned: PlannedRuns) -> tuple[DeadLetter, ...]:
     return planned.dead_letters
+
+
+def _digest_files_in(group: tuple[None, Iterable[tuple[str, Any]]]) -> list[DigestFile]:
+    return [value for kind, value in group[1] if kind == DIGESTS]
+
+
+def _ungrouped(group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[None, tuple[str, Any]]]:
+    for value in group[1]:
+        yield None, value
+
+
+def _digest_files_planned(planned: PlannedRuns) -> tuple[DigestFile, ...]:
+    return planned.digest_files
 
 
 def _summary_planned(planned: PlannedRuns) -> Iterator[RecordsSummary]:
@@ -288,12 +321,19 @@ class SpillPath(beam.PTransform):
         # SpilledRun | DeadLetter (| RecordsSummary), all gathered in one group. One consumer of what
         # the encoder emits: the Dask runner keeps a finished task's inputs (the samples) referenced
         # until every consumer of its output has run, so a second branch would hold them all.
-        planned = (
+        gathered = (
             (samples.pipeline | "StartPlan" >> TaggedStart(), encoded | "TagEncoded" >> beam.Map(_tag_encoded))
             | "GatherRuns" >> beam.Flatten()
             | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun | DeadLetter)...]): one group, always
-            | "Plan" >> beam.Map(_plan_gathered, settings, runs_dir, self._reused_runs)  # PlannedRuns
         )
+        groups = None
+        if settings.duplicates is not None and settings.duplicates.mode is DuplicatesMode.DROP:
+            # the plan waits for the duplicate groups: it plans the kept records only
+            groups = gathered | "DigestFilesOf" >> beam.FlatMap(_digest_files_in) | "FindDuplicates" >> FindDuplicates()
+            gathered = ((gathered | "Ungroup" >> beam.FlatMap(_ungrouped), groups | "TagGroups" >> tag(DUPLICATES))
+                        | "GatherGroups" >> beam.Flatten()
+                        | "WithGroups" >> beam.GroupByKey())
+        planned = gathered | "Plan" >> beam.Map(_plan_gathered, settings, runs_dir, self._reused_runs)  # PlannedRuns
         written = (
             planned
             # ((shard number, piece number), ShardTask): a spec (and piece) and the run catalog
@@ -314,4 +354,6 @@ class SpillPath(beam.PTransform):
         plan = planned | "PlanOf" >> beam.Map(_plan_of)
         dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
         summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if settings.encoding is not None else None
-        return FanInOutputs(plan, shard_infos, dead_letters, summary)
+        digest_files = (planned | "DigestFiles" >> beam.FlatMap(_digest_files_planned)
+                        if settings.duplicates is not None and groups is None else None)
+        return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files, groups)

@@ -11,9 +11,21 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.batch_input import in_global_window, require_bounded
+from beam_tfrecord.beam.duplicates import FindDuplicates, checked_metadata, counted
 from beam_tfrecord.beam.fan_in import Encoding, FanInOutputs, FanInSettings, describe_fan_in, resolve_fan_in
 from beam_tfrecord.beam.near_duplicates import FindNearDuplicates
-from beam_tfrecord.beam.one_group import DEAD, NEAR, PLAN, SHARD, START, SUMMARY, TaggedStart, by_kind, tag
+from beam_tfrecord.beam.one_group import (
+    DEAD,
+    DUPLICATES,
+    NEAR,
+    PLAN,
+    SHARD,
+    START,
+    SUMMARY,
+    TaggedStart,
+    by_kind,
+    tag,
+)
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.runners import (
     local_workers_for,
@@ -33,8 +45,11 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
+from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
+from beam_tfrecord.quality.duplicate_counts import DUPLICATES_KEY
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.quality.near_report import REPORT_KEY, near_duplicate_report, split_finder
+from beam_tfrecord.quality.split_groups import SPLIT_BY_KEY, SplitKeyFn, split_key_name
 from beam_tfrecord.spill.resume import (
     TEMP_PREFIX,
     ResumePoint,
@@ -76,15 +91,21 @@ def _with_near_duplicates(settings: PublishSettings, near: NearDuplicateSettings
 
 
 def _publish_group(group: tuple[None, Iterable[tuple[str, Any]]], settings: PublishSettings,
-                   near: NearDuplicateSettings | None = None) -> Manifest:
-    found = by_kind(group, (START, PLAN, SHARD, DEAD, SUMMARY, NEAR))
+                   duplicates: DuplicatesCheck | None = None, near: NearDuplicateSettings | None = None) -> Manifest:
+    found = by_kind(group, (START, PLAN, SHARD, DEAD, SUMMARY, DUPLICATES, NEAR))
     if len(found[PLAN]) > 1:
         raise PipelineInvariantError("publish", f"expected at most one plan, got {len(found[PLAN])}")
+    plan, dropped = (found[PLAN][0] if found[PLAN] else None), 0
+    if duplicates is not None:  # counted by split, recorded; or nothing published (``duplicates=fail``)
+        counts = counted(duplicates, plan, found[DUPLICATES], split_by=settings.metadata.get(SPLIT_BY_KEY))
+        settings = dataclasses.replace(settings, metadata=checked_metadata(
+            duplicates, counts, dict(settings.metadata), settings.temp_dir))
+        dropped = counts.dropped
     settings = _with_inferred_schema(settings, found[SUMMARY])
     settings = _with_near_duplicates(settings, near, found)
     settings = dataclasses.replace(settings, metadata=with_reused_shards(settings.metadata, settings.temp_dir))
     shard_infos: list[ShardInfo] = found[SHARD]
-    return publish(settings, found[PLAN][0] if found[PLAN] else None, shard_infos, found[DEAD])
+    return publish(settings, plan, shard_infos, found[DEAD], num_dropped=dropped)
 
 
 class WriteTFRecordDataset(beam.PTransform):
@@ -124,6 +145,13 @@ class WriteTFRecordDataset(beam.PTransform):
             changes the bytes written.
         near_duplicates: search the images of ``NearDuplicateSettings.feature`` for near duplicates and
             report them in the manifest's metadata ("near_duplicates"); None (the default): no search.
+        duplicates: check exact duplicates (records equal but for their key and the excluded features):
+            ``"report"`` counts them (manifest ``duplicates``), ``"fail"`` publishes nothing
+            (``DuplicatesFoundError``), ``"drop"`` keeps the record of smallest key hash of each group (the
+            others are counted, ``Manifest.num_dropped``); a ``DuplicatesCheck`` also names features to
+            exclude. None: no check.
+        split_key_fn: a sample -> its group's value (a user or patient id; ``ColumnSplitKey("user")``): the
+            splits hash it instead of the key, so every record of a group lands in one split (ratio splits).
 
     Raises:
         WriterOptionError, ShardNameError: at construction, for arguments out of range or at odds.
@@ -140,8 +168,23 @@ class WriteTFRecordDataset(beam.PTransform):
                  expected_inputs: int | None = None, inputs_identity: str | None = None, resume: bool = False,
                  command: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
                  encoding: Encoding | None = None, tuning: WriterTuning | None = None,
-                 near_duplicates: NearDuplicateSettings | None = None) -> None:
+                 near_duplicates: NearDuplicateSettings | None = None,
+                 duplicates: DuplicatesCheck | DuplicatesMode | str | None = None,
+                 split_key_fn: SplitKeyFn | None = None) -> None:
         super().__init__()
+        tuning = tuning or WriterTuning()
+        if duplicates is not None and not isinstance(duplicates, DuplicatesCheck):
+            duplicates = DuplicatesCheck(DuplicatesMode.parse(duplicates))
+        if duplicates is not None and duplicates.mode is DuplicatesMode.DROP and tuning.shard_writers != 1:
+            raise WriterOptionError("duplicates='drop' writes each shard whole: leave shard_writers at 1")
+        self._duplicates = duplicates
+        if split_key_fn is not None:
+            if not callable(split_key_fn):
+                raise WriterOptionError(f"split_key_fn must be callable (a sample -> its group), got {split_key_fn!r}")
+            if not (splits or SplitConfig.single()).is_ratio or resume:
+                raise WriterOptionError("split_key_fn keeps groups whole in ratio splits (NAME=FRACTION), "
+                                        "without resume")
+            metadata = {**(metadata or {}), SPLIT_BY_KEY: split_key_name(split_key_fn)}
         if tuning is not None and not isinstance(tuning, WriterTuning):
             raise WriterOptionError(f"tuning must be a WriterTuning, got {tuning!r}")
         tuning = tuning or WriterTuning()
@@ -159,6 +202,9 @@ class WriteTFRecordDataset(beam.PTransform):
         if near_duplicates is not None and (encoding is not None or near_duplicates.feature not in schema.features):
             raise WriterOptionError(f"near_duplicates: feature {near_duplicates.feature!r} is not an image feature of "
                                     f"the schema {sorted(schema.features)} (or the inputs are not Samples)")
+        if near_duplicates is not None and split_key_fn is not None:
+            raise WriterOptionError("near_duplicates places each image in its split by its key: it does not "
+                                    "follow split_key_fn yet (drop one of the two)")
         self._near_duplicates = near_duplicates
         self._output_dir = output_dir
         self._tuning = tuning
@@ -173,6 +219,12 @@ class WriteTFRecordDataset(beam.PTransform):
             "reread_min_bytes": tuning.reread_min_bytes, "encoding": encoding_digest(
                 schema_json=schema.to_json(), transforms=self._feature_transforms, salt=salt)})
         self._resume_point = self._resume_point_of(output_dir, resume, resume_text)
+        if duplicates is not None and (self._resume_point is not None or encoding is not None):
+            if duplicates.mode is not DuplicatesMode.REPORT or encoding is not None:
+                raise WriterOptionError(f"duplicates={duplicates.mode.value!r} needs Sample inputs and a build "
+                                        "that is not resumed (a resumed one encodes only part of its records)")
+            metadata = {**(metadata or {}), DUPLICATES_KEY: {"skipped": "a resumed build encodes part of its records"}}
+            duplicates = self._duplicates = None
         run_id = self._resume_point.run_id if self._resume_point else uuid.uuid4().hex[:12]
         self._temp_dir = tuning.temp_dir or storage.join(output_dir, f"{TEMP_PREFIX}{run_id}")
         self._runs_resume = None if resume_text is None or encoding is not None else RunsResume(
@@ -184,7 +236,7 @@ class WriteTFRecordDataset(beam.PTransform):
             compression=compression, file_format=file_format, salt=salt, feature_transforms=self._feature_transforms,
             reread_min_bytes=tuning.reread_min_bytes, direct_io=tuning.direct_io, temp_dir=self._temp_dir,
             progress_dir=tuning.progress_dir, encoding=encoding, dali_index=dali_index,
-            shard_writers=tuning.shard_phase)
+            shard_writers=tuning.shard_phase, duplicates=duplicates, split_key_fn=split_key_fn)
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
@@ -254,9 +306,14 @@ class WriteTFRecordDataset(beam.PTransform):
             tagged.append(outputs.summary | "TagSummary" >> tag(SUMMARY))
         if near is not None:
             tagged.append(near | "TagNearDuplicates" >> tag(NEAR))
+        if outputs.duplicate_groups is not None:
+            tagged.append(outputs.duplicate_groups | "TagDuplicates" >> tag(DUPLICATES))
+        elif outputs.digest_files is not None:
+            tagged.append(outputs.digest_files | "FindDuplicates" >> FindDuplicates()
+                          | "TagDuplicates" >> tag(DUPLICATES))
         return (
             tuple(tagged)
             | "Gather" >> beam.Flatten()
             | "ForPublish" >> beam.GroupByKey()  # (None, [(kind, value)]): one group, whatever is empty
-            | "Publish" >> beam.Map(_publish_group, self._publish_settings, self._near_duplicates)
+            | "Publish" >> beam.Map(_publish_group, self._publish_settings, self._duplicates, self._near_duplicates)
         )

@@ -103,6 +103,7 @@ class Manifest:
         shard_naming: for a dataset written under a Beam ``file_path_prefix``, how its shards are named
             (``PrefixShardNames``); the shards then sit in the folder that holds the manifest's folder
             (``beam_tfrecord.dataset``). None (absent from the JSON) for a dataset directory.
+        num_dropped: inputs left out as exact duplicates (``duplicates=drop``); absent from the JSON when 0.
         version: manifest format version.
     """
 
@@ -123,11 +124,13 @@ class Manifest:
     file_format: FileFormat = DEFAULT_FILE_FORMAT
     shard_naming: PrefixShardNames | None = None
     version: int = MANIFEST_VERSION
+    num_dropped: int = 0
 
     def __post_init__(self) -> None:
-        if self.num_inputs != self.num_written + self.num_rejected:
+        if self.num_inputs != self.num_written + self.num_rejected + self.num_dropped:
+            dropped = f" + dropped duplicates {self.num_dropped}" if self.num_dropped else ""
             raise ManifestError(f"num_inputs {self.num_inputs} != written {self.num_written} + rejected "
-                                f"{self.num_rejected}")
+                                f"{self.num_rejected}{dropped}")
 
     @property
     def num_written(self) -> int:
@@ -152,6 +155,8 @@ class Manifest:
             data["file_format"] = self.file_format.value
         if self.shard_naming is not None:  # as file_format: absent for a dataset directory, refused by older readers
             data["shard_naming"] = self.shard_naming.to_json()
+        if self.num_dropped:  # as file_format: absent unless duplicates were dropped
+            data["num_dropped"] = self.num_dropped
         return data
 
     def _json_fields(self) -> dict[str, Any]:
@@ -203,7 +208,7 @@ class Manifest:
                 dead_letters=data.get("dead_letters"), salt=data["salt"], sharding=dict(data["sharding"]),
                 metadata=dict(data.get("metadata", {})), run_id=data.get("run_id"),
                 file_format=parse_file_format(data), shard_naming=parse_shard_naming(data),
-                version=int(data["version"]),
+                version=int(data["version"]), num_dropped=int(data.get("num_dropped", 0)),
             )
         except ManifestError:
             raise

@@ -24,7 +24,7 @@ _SHARD_FIELDS = {"filename", "split", "index", "num_records", "num_bytes", "num_
 _OPTIONAL_SHARD_FIELDS = {"dali_index"}
 _TOP_FIELDS = {"version", "dataset_name", "created_at", "tool_version", "command", "compression", "num_inputs",
                "num_written", "num_rejected", "dead_letters", "salt", "sharding", "schema", "splits", "metadata",
-               "run_id", "file_format", "shard_naming"}
+               "run_id", "file_format", "shard_naming", "num_dropped"}
 _NAMING_FIELDS = {"prefix": str, "template": str, "suffix": str, "split_in_name": bool}
 
 
@@ -230,5 +230,7 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
     _check_dali_indexes(splits, compression, file_format)
     if "num_written" in data and data["num_written"] != written:
         raise _fail("num_written", f"the sum over the splits ({written})", data["num_written"])
-    if inputs != written + rejected:
-        raise _fail("num_inputs", f"num_written + num_rejected ({written} + {rejected})", inputs)
+    dropped = _count(data, "num_dropped", "") if "num_dropped" in data else 0  # duplicates=drop
+    if inputs != written + rejected + dropped:
+        raise _fail("num_inputs", f"num_written + num_rejected + num_dropped ({written} + {rejected} + {dropped})",
+                    inputs)

@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder, has_file_refs
 from beam_tfrecord.errors import SampleError
+from beam_tfrecord.quality.split_groups import GroupPlacement
 
 
 class EntryEncoder:
@@ -42,7 +44,9 @@ class EntryEncoder:
     """
 
     def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,
-                 feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int) -> None:
+                 feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
+                 placement: GroupPlacement | None = None) -> None:
+        self._placement = placement  # a split key: records placed by group (``quality.split_groups``)
         self._builder = RecordBuilder(schema, feature_transforms)
         # Chunks of in-memory samples without transforms are encoded column by column.
         self._batch = BatchEncoder(schema) if not self._builder.has_transforms else None
@@ -70,7 +74,13 @@ class EntryEncoder:
             size = framed_size(listed)
         if size > self._max_record_bytes:
             return self._over_cap(sample.key, size)
-        hashed = key_hash(sample.key, self._salt)
+        if self._placement is None:
+            hashed = key_hash(sample.key, self._salt)
+        else:
+            try:
+                hashed = int.from_bytes(self._placement.digests([sample])[0], "big")
+            except SampleError as err:
+                return DeadLetter.from_error(sample.key, Stage.VALIDATE, err)
         if record is None or (self._reread and size >= self._reread_min_bytes and has_file_refs(sample)):
             # Large and file-backed: spill the reference; the shard writer reads the file (again,
             # unless it was planned from its listed size), so the payload is written once,
@@ -109,7 +119,8 @@ class EntryEncoder:
         rows = self._batch.encode_rows(values)
         if rows is None or framed_size(max(rows.nbytes)) > self._max_record_bytes:
             return None
-        return make_record_entries(key_digests(keys, self._salt), rows.parts, rows.nbytes)
+        digests = self._digests_of(samples, keys)
+        return None if digests is None else make_record_entries(digests, rows.parts, rows.nbytes)
 
     def _batch_listed_entries(self, batch: BatchEncoder, samples: list[Sample], keys: list[str]) -> list[bytes] | None:
         """REFERENCE entries of file-backed samples, all planned from their listed file sizes at once
@@ -117,11 +128,22 @@ class EntryEncoder:
         if not self._reread:
             return None
         listed = self._builder.listed_record_bytes_of_chunk(samples, batch, min_file_bytes=self._reread_min_bytes)
-        if listed is None or framed_size(max(listed)) > self._max_record_bytes:
+        digests = self._digests_of(samples, keys)
+        if listed is None or digests is None or framed_size(max(listed)) > self._max_record_bytes:
             return None
         self.num_listed += len(samples)
         pickles = [pickle.dumps(sample, protocol=pickle.HIGHEST_PROTOCOL) for sample in samples]
-        return make_reference_entries(key_digests(keys, self._salt), map(framed_size, listed), pickles)
+        return make_reference_entries(digests, map(framed_size, listed), pickles)
+
+    def _digests_of(self, samples: list[Sample], keys: list[str]) -> list[bytes] | None:
+        """The placing hashes of a chunk (8 big-endian bytes each), or None when a sample has no split key
+        (then one by one: its dead letter says so)."""
+        if self._placement is None:
+            return key_digests(keys, self._salt)
+        try:
+            return self._placement.digests(samples)
+        except SampleError:
+            return None
 
     def _checked_entry(self, key: str, record: bytes) -> bytes | DeadLetter:
         size = framed_size(len(record))
@@ -155,6 +177,7 @@ class EncodedBatch:
 
     entries: tuple[bytes, ...]
     dead_letters: tuple[DeadLetter, ...] = ()
+    digest_files: tuple[Any, ...] = ()  # the digest files started meanwhile (``beam.duplicates``)
 
     def index(self) -> tuple[np.ndarray, np.ndarray]:
         """(uint64 hashes, int64 framed sizes) of the entries, in entry order."""

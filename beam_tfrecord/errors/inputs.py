@@ -125,3 +125,21 @@ class RejectedSamplesError(BeamTFRecordError):
             f"{how_many}; the dataset was NOT published. Every reason is in {dead_letter_path}. "
             f"First reasons:\n  {shown}{hint}"
         )
+
+
+class DuplicatesFoundError(BeamTFRecordError, ValueError):
+    """The inputs hold exact duplicates and the build was asked to fail on them (``duplicates=fail``);
+    nothing was published (an old dataset, if any, stays as it was).
+
+    Attributes:
+        summary: the duplicates' summary line (records, groups, the split pairs they cross).
+        examples: example groups, each as its keys (``a = b``).
+    """
+
+    def __init__(self, summary: str, examples: list[str]) -> None:
+        self.summary = summary
+        self.examples = examples
+        shown = "\n  ".join(examples)
+        super().__init__(f"{summary}; the dataset was NOT published (duplicates=fail). Examples of records with "
+                         f"equal content:\n  {shown}\n(Keep one of each with duplicates=drop, or only count them "
+                         "with duplicates=report.)")
