@@ -11,7 +11,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from beam_tfrecord.core.manifest_checks import check_manifest_json, parse_file_format, parse_shard_naming
+from beam_tfrecord.core.manifest_checks import (
+    check_manifest_json,
+    parse_file_format,
+    parse_shard_naming,
+    plain_file_name,
+)
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, PrefixShardNames
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, SchemaError, UnknownSplitError
@@ -103,6 +108,8 @@ class Manifest:
         shard_naming: for a dataset written under a Beam ``file_path_prefix``, how its shards are named
             (``PrefixShardNames``); the shards then sit in the folder that holds the manifest's folder
             (``beam_tfrecord.dataset``). None (absent from the JSON) for a dataset directory.
+        statistics: the dataset's feature statistics file (``statistics.pb``: TFMD's
+            ``DatasetFeatureStatisticsList``), or None (absent from the JSON) when it has none.
         version: manifest format version.
     """
 
@@ -122,6 +129,7 @@ class Manifest:
     run_id: str | None = None
     file_format: FileFormat = DEFAULT_FILE_FORMAT
     shard_naming: PrefixShardNames | None = None
+    statistics: str | None = None
     version: int = MANIFEST_VERSION
 
     def __post_init__(self) -> None:
@@ -152,6 +160,8 @@ class Manifest:
             data["file_format"] = self.file_format.value
         if self.shard_naming is not None:  # as file_format: absent for a dataset directory, refused by older readers
             data["shard_naming"] = self.shard_naming.to_json()
+        if self.statistics is not None:  # as shard_naming: absent without the file
+            data["statistics"] = self.statistics
         return data
 
     def _json_fields(self) -> dict[str, Any]:
@@ -203,6 +213,7 @@ class Manifest:
                 dead_letters=data.get("dead_letters"), salt=data["salt"], sharding=dict(data["sharding"]),
                 metadata=dict(data.get("metadata", {})), run_id=data.get("run_id"),
                 file_format=parse_file_format(data), shard_naming=parse_shard_naming(data),
+                statistics=plain_file_name(data["statistics"], "statistics") if "statistics" in data else None,
                 version=int(data["version"]),
             )
         except ManifestError:
