@@ -22,8 +22,7 @@ from beam_tfrecord.statistics.accumulator import SplitStatistics, merge_by_split
 from beam_tfrecord.statistics.tfmd import statistics_proto
 
 STATISTICS_SUFFIX = ".statistics"
-_BLOCK_RECORDS = 4096
-_BLOCK_BYTES = 16 << 20
+_BYTES_PER_SUMMARY = 8 << 20  # records decoded and summarized at once
 _NO_HEADER, _NO_FOOTER = bytes(HEADER_BYTES), bytes(FOOTER_BYTES)
 
 
@@ -34,35 +33,30 @@ class ShardStatistics:
         self.stats = SplitStatistics(split, schema)
         self._decoder = decoder
         self._path = path
-        self._pending = bytearray()  # copied: the writer's entries may sit in buffers it reuses
-        self._framed_lengths: list[int] = []
+        # Views into the writer's read buffers, which are reused only once no view is left (``storage.buffers``):
+        # held, not copied, until a block's worth is joined.
+        self._pending: list[bytes | memoryview] = []
+        self._pending_bytes = 0
 
     def add_framed(self, framed: bytes | memoryview) -> None:
-        self._pending += framed
-        self._held(len(framed))
+        self._pending.append(framed)  # the hot path (one call per small record): no more than it must
+        self._pending_bytes += len(framed)
+        if self._pending_bytes >= _BYTES_PER_SUMMARY:
+            self.flush()
 
     def add_parts(self, parts: list[bytes], size: int) -> None:
-        self._pending += _NO_HEADER
-        for part in parts:
-            self._pending += part
-        self._pending += _NO_FOOTER
-        self._held(size + HEADER_BYTES + FOOTER_BYTES)
-
-    def _held(self, framed_bytes: int) -> None:
-        self._framed_lengths.append(framed_bytes)
-        if len(self._framed_lengths) >= _BLOCK_RECORDS or len(self._pending) >= _BLOCK_BYTES:
-            self.flush()
+        self.add_framed(b"".join([_NO_HEADER, *parts, _NO_FOOTER]))
 
     def flush(self) -> None:
         """Summarizes the records held (one block)."""
-        if not self._framed_lengths:
+        if not self._pending:
             return
-        buffer = np.frombuffer(self._pending, np.uint8)
-        framed = np.array(self._framed_lengths, np.int64)
+        framed = np.fromiter(map(len, self._pending), np.int64, len(self._pending))
+        buffer = np.frombuffer(b"".join(self._pending), np.uint8)
         starts = np.cumsum(framed) - framed + HEADER_BYTES
         block = RecordBlock(self._path, buffer, starts, framed - HEADER_BYTES - FOOTER_BYTES, starts - HEADER_BYTES)
+        self._pending, self._pending_bytes = [], 0
         self.stats.add_columns(self._decoder.decode(block), len(framed))
-        self._pending, self._framed_lengths = bytearray(), []
 
     def write(self, shard_temp_path: str) -> None:
         """Leaves the statistics beside the shard's temp file (before the shard counts as finished)."""

@@ -18,6 +18,7 @@ from beam_tfrecord.errors.dataset import (
     RecordSchemaError,
     SchemaError,
     ShardNameError,
+    StatisticsFileError,
     UnknownSplitError,
 )
 from beam_tfrecord.errors.inputs import (
@@ -93,6 +94,7 @@ __all__ = [
     "ShardNameError",
     "ShardingError",
     "SourceError",
+    "StatisticsFileError",
     "UnboundedInputError",
     "UnknownSplitError",
     "WriterOptionError",

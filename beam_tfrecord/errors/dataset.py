@@ -71,6 +71,20 @@ class MissingShardError(CorruptShardError, FileNotFoundError):
         super().__init__(shard, "listed in the manifest but missing from storage")
 
 
+class StatisticsFileError(BeamTFRecordError, ValueError):
+    """A dataset's ``statistics.pb`` is missing, does not parse, or disagrees with its manifest.
+
+    Attributes:
+        path: the file's path.
+        reason: what was wrong.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"statistics file {path!r}: {reason}")
+
+
 class ReaderError(BeamTFRecordError, ValueError):
     """Read options are invalid: a malformed split expression, a bad worker index or batch size."""
 

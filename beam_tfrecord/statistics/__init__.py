@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.errors import StatisticsFileError
 
 STATISTICS_FILE = "statistics.pb"
 
@@ -26,3 +28,29 @@ def read_statistics(dataset_dir: str) -> Any:
     if not storage.exists(path):
         return None
     return statistics_pb2.DatasetFeatureStatisticsList.FromString(storage.read_bytes(path))
+
+
+def check_statistics(dataset_dir: str, manifest: Manifest) -> None:
+    """Checks the statistics file ``manifest`` lists (if any): on storage, a statistics list, one dataset per
+    split with the manifest's record count.
+
+    Raises:
+        StatisticsFileError: naming the file and what is wrong with it.
+    """
+    from google.protobuf.message import DecodeError
+    from tensorflow_metadata.proto.v0 import statistics_pb2
+
+    if manifest.statistics is None:
+        return
+    path = storage.join(dataset_dir, manifest.statistics)
+    data = storage.read_bytes_or_none(path)
+    if data is None:
+        raise StatisticsFileError(path, "listed in the manifest but missing from storage")
+    try:
+        statistics = statistics_pb2.DatasetFeatureStatisticsList.FromString(data)
+    except DecodeError as err:
+        raise StatisticsFileError(path, f"not a serialized DatasetFeatureStatisticsList ({err})") from err
+    found = [(d.name, d.num_examples) for d in statistics.datasets]
+    expected = [(s.name, s.num_records) for s in manifest.splits]
+    if found != expected:
+        raise StatisticsFileError(path, f"(split, records) {found}, the manifest says {expected}")

@@ -19,7 +19,7 @@ from beam_tfrecord.statistics.sketches import Frequencies, Numbers, label_counts
 # Numeric values summarized per record at most: a feature of more (a tensor) has every ``stride``-th value of
 # each record summarized (the same values on every worker); counts stay exact. 32x32x3 uint8 images as tensors
 # took 30% of a build when all 3,072 went through (write_benchmark.py, small).
-MAX_VALUES_PER_RECORD = 64
+MAX_VALUES_PER_RECORD = 8
 
 
 class Kind(enum.Enum):

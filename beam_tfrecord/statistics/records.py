@@ -17,7 +17,7 @@ from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Ima
 from beam_tfrecord.statistics.accumulator import SplitStatistics
 from beam_tfrecord.statistics.tfmd import statistics_proto
 
-BLOCK_RECORDS = 4096
+RECORDS_PER_PARSE = 4096
 _NUMPY = {DType.INT64: np.int64, DType.FLOAT32: np.float32}
 
 
@@ -68,7 +68,7 @@ def statistics_of_records(schema: Schema, records: Iterable[tuple[str, bytes]]) 
         if split not in splits:
             splits[split], pending[split] = SplitStatistics(split, schema), []
         pending[split].append(record)
-        if len(pending[split]) >= BLOCK_RECORDS:
+        if len(pending[split]) >= RECORDS_PER_PARSE:
             _add_block(splits[split], schema, pending[split])
             pending[split] = []
     for split, block in pending.items():

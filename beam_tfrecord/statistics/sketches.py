@@ -49,7 +49,7 @@ class Numbers:
         self.minimum = min(self.minimum, float(floats.min()))
         self.maximum = max(self.maximum, float(floats.max()))
         self.total += float(floats.sum())
-        self.total_sq += float(np.dot(floats, floats))
+        self.total_sq += float(np.einsum("i,i->", floats, floats))  # not np.dot: BLAS threads cost 300x here
         self.kll.update(floats)
 
     def merge(self, other: "Numbers") -> None:

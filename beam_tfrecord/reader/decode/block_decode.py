@@ -53,6 +53,11 @@ class _Cursor:
         if (first < 0x80).all():  # the common case: one byte
             self.pos += 1
             return first.astype(np.uint64)
+        second = self.data[np.minimum(self.pos + 1, self.last)]
+        one = first < 0x80
+        if (one | (second < 0x80)).all():  # at most two bytes (lengths under 16 KiB): no (records, 10) gather
+            self.pos += np.where(one, 1, 2)
+            return np.where(one, first, (first & 0x7F) | (second.astype(np.uint64) << 7)).astype(np.uint64)
         raw = self.data[np.minimum(self.pos[:, None] + _VARINT_BYTES, self.last)]
         ends = raw < 0x80
         self.require(ends.any(axis=1))
