@@ -7,6 +7,7 @@ re-encode with ``num_workers`` = cores, interleaved in one run. Prints wall, CPU
     python benchmarks/image_folder_build.py                      # 15,000 images, 3 repeats
     python benchmarks/image_folder_build.py --images 3000 --repeats 1   # quicker
     python benchmarks/image_folder_build.py --variants default,litdata
+    python benchmarks/image_folder_build.py --variants "default,no statistics"   # statistics.pb's cost
 
 LitData is a peer to compare with, never a dependency of beam-tfrecord: install it for the
 benchmark only, ``pip install --no-deps litdata==0.2.76 lightning-utilities boto3 tifffile obstore``
@@ -26,6 +27,7 @@ Targets (issue 22, 2 cores): default <= 13 s wall and >= 1.8 cores busy; (issue 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -39,12 +41,14 @@ from measure import child_env, run_measured
 
 VARIANTS = {
     "default": [],
+    "no statistics": ["--no_statistics"],  # statistics.pb's cost (issue 50: at most 10% of the default's wall)
     "full decode": ["--reduced_decode=false"],  # LitData's work exactly: every JPEG decoded whole
     "1 in-memory worker": ["--direct_num_workers=1"],
     "encoding pool": ["--direct_num_workers=1", f"--encode_processes={len(os.sched_getaffinity(0))}"],
     "litdata": [],  # not a beam-tfrecord command: see _litdata_command
 }
 LITDATA = "litdata"
+NO_STATISTICS = "no statistics"
 LITDATA_INSTALL = "pip install --no-deps litdata==0.2.76 lightning-utilities boto3 tifffile obstore"
 
 
@@ -119,6 +123,7 @@ def main() -> None:
         print(f"skipping the litdata variant: litdata is not installed (for this benchmark only: {LITDATA_INSTALL})")
         variants.remove(LITDATA)
     runs: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    shards: dict[str, set[str]] = {v: set() for v in variants}  # each run's shards (names, CRC32Cs), as JSON
     for _ in range(args.repeats):
         for variant in variants:  # interleaved: every variant sees the same machine state
             shutil.rmtree(args.out, ignore_errors=True)
@@ -131,6 +136,7 @@ def main() -> None:
             measured = run_measured(command, env=child_env(os.path.dirname(HERE)))
             cpu = _tree_cpu_seconds() - cpu_before
             runs[variant].append((measured.seconds, cpu))
+            shards[variant].add(_shards_of(args.out))
             print(f"  {variant}: {measured.seconds:.2f} s wall, {cpu:.1f} s CPU, {cpu / measured.seconds:.2f} cores "
                   f"busy, peak RSS {measured.peak_rss_bytes / 2**20:,.0f} MB, load average {os.getloadavg()[0]:.2f}",
                   flush=True)
@@ -144,7 +150,21 @@ def main() -> None:
         speed = f"{base / wall:.2f}x" if base else ""
         versus = f"{peer / wall:.2f}x" if peer else ""
         print(f"  {variant:<24} {wall:8.2f} {cpu:8.1f} {cpu / wall:11.2f} {speed:>12} {versus:>11}")
+    if "default" in median and NO_STATISTICS in median:
+        same = len(shards["default"] | shards[NO_STATISTICS]) == 1
+        print(f"  statistics.pb's cost: default / no statistics = {median['default'][0] / median[NO_STATISTICS][0]:.3f}"
+              f" in wall time, {median['default'][1] / median[NO_STATISTICS][1]:.3f} in CPU; shards identical: {same}")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def _shards_of(out: str) -> str:
+    """The shards a build's manifest lists (name, CRC32C, bytes), as JSON ("" when it wrote none)."""
+    path = os.path.join(out, "manifest.json")
+    if not os.path.exists(path):
+        return ""
+    with open(path) as handle:
+        splits = json.load(handle)["splits"]
+    return json.dumps([(s["filename"], s["crc32c"], s["num_bytes"]) for split in splits for s in split["shards"]])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """``statistics.pb``: written by every build, as TFDV writes it, its values checked against the records read back.
 
-One build per runner (the DirectRunner; Dask on the session's cluster), the same checks: counts, min, max and
-mean exact, quantiles within the KLL sketch's rank error, top values exact; ``statistics=False`` writes none and
-the same shards.
+Counts, min, max and mean exact, quantiles within the KLL sketch's rank error, top values exact; ``statistics=False``
+writes none and the same shards. On Dask: tests/dask/test_users_cluster.py, with ``statistics_checks``.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from PIL import Image as PILImage
+from statistics_checks import assert_statistics_match_records
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from beam_tfrecord import (
@@ -34,11 +34,8 @@ from beam_tfrecord import (
     WriteTFRecordDataset,
     read_numpy,
 )
-from beam_tfrecord.beam.runners import FIXED_DASK_RUNNER
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.formats import shard_format
 from beam_tfrecord.statistics import STATISTICS_FILE, read_statistics
-from beam_tfrecord.statistics.records import statistics_of_records
 
 NAMES = ("cat", "dog", "bird")
 SCHEMA = Schema({"x": Scalar(DType.FLOAT32), "n": Scalar(DType.INT64), "label": ClassLabel(NAMES),
@@ -113,33 +110,6 @@ def _check(out: Path) -> None:
             [("png", len(rows))]
 
 
-def _records(out: Path):
-    manifest = Manifest.loads((out / "manifest.json").read_bytes())
-    for shard in manifest.shards:
-        with shard_format(manifest.file_format).open_reader(str(out / shard.filename), shard,
-                                                            compression=manifest.compression) as reader:
-            for record, _ in reader.iter_records(0, shard.num_records):
-                yield shard.split, bytes(record)
-
-
-def _exact(statistics):
-    """The statistics less what the KLL sketches estimate (histograms, medians), means rounded."""
-    out = statistics_pb2.DatasetFeatureStatisticsList()
-    out.CopyFrom(statistics)
-    for dataset in out.datasets:
-        for feature in dataset.features:
-            for stats in (feature.num_stats, feature.string_stats, feature.bytes_stats):
-                stats.common_stats.ClearField("num_values_histogram")
-            feature.num_stats.ClearField("histograms")
-            feature.num_stats.ClearField("median")
-            feature.num_stats.mean, feature.num_stats.std_dev = (round(feature.num_stats.mean, 9),
-                                                                 round(feature.num_stats.std_dev, 6))
-            custom = [c for c in feature.custom_stats if not c.HasField("histogram")]
-            del feature.custom_stats[:]
-            feature.custom_stats.extend(custom)
-    return out
-
-
 def _shard_bytes(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in out.glob("data-*")}
 
@@ -152,10 +122,4 @@ def test_a_direct_runner_build_writes_the_statistics_of_its_records(tmp_path: Pa
     assert "statistics" not in json.loads((tmp_path / "without" / "manifest.json").read_text())
     assert _shard_bytes(tmp_path / "with") == _shard_bytes(tmp_path / "without")
     # The Beam-free computation from (split, record) pairs gives the same figures, the sketches' aside.
-    assert _exact(statistics_of_records(SCHEMA, _records(tmp_path / "with"))) == _exact(read_statistics(
-        str(tmp_path / "with")))
-
-
-def test_a_dask_build_writes_the_same_statistics(dask_address: str, tmp_path: Path) -> None:
-    _build(tmp_path / "dask", [f"--runner={FIXED_DASK_RUNNER}", f"--dask_client_address={dask_address}"])
-    _check(tmp_path / "dask")
+    assert_statistics_match_records(str(tmp_path / "with"))
