@@ -11,6 +11,7 @@ from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats import ShardCount, ShardReader, shard_format
+from beam_tfrecord.statistics import check_statistics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,12 +24,13 @@ class VerifyReport:
 def verify_dataset(dataset_dir: str) -> VerifyReport:
     """Checks every shard's size, every record's CRCs (reporting the offset of the first bad one),
     the record count and bytes, and the whole file's CRC32C against the manifest, and each listed
-    DALI index against the records it indexes (in the same pass). Shards are read through their
-    format's reader (``beam_tfrecord.formats``; ArrayRecord checks its chunk hashes).
+    DALI index against the records it indexes (in the same pass); then the statistics file, if listed.
+    Shards are read through their format's reader (``beam_tfrecord.formats``; ArrayRecord checks its chunk hashes).
 
     Raises:
         MissingShardError: naming the first listed shard (or DALI index) that is not on storage.
         CorruptShardError: naming the first shard (and offset, for framing errors) that fails.
+        StatisticsFileError: when ``statistics.pb`` is missing, does not parse or counts other records.
     """
     dataset = open_dataset(dataset_dir)  # a refresh root means its latest complete version; a Beam prefix, its shards
     dataset_dir, manifest = dataset.directory, dataset.manifest
@@ -52,6 +54,7 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
         if crc32c != shard.crc32c:
             raise CorruptShardError(path, f"file CRC32C {crc32c} differs from the manifest's {shard.crc32c}")
         records += found.num_records
+    check_statistics(dataset_dir, manifest)
     return VerifyReport(num_shards=len(manifest.shards), num_records=records,
                         num_bytes=sum(s.num_bytes for s in manifest.shards))
 

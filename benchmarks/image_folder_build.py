@@ -8,6 +8,7 @@ re-encode with ``num_workers`` = cores, interleaved in one run. Prints wall, CPU
     python benchmarks/image_folder_build.py --images 3000 --repeats 1   # quicker
     python benchmarks/image_folder_build.py --variants default,litdata
     python benchmarks/image_folder_build.py --variants "default,near duplicates"   # --near_duplicates' cost
+    python benchmarks/image_folder_build.py --variants "default,no statistics"   # statistics.pb's cost
 
 LitData is a peer to compare with, never a dependency of beam-tfrecord: install it for the
 benchmark only, ``pip install --no-deps litdata==0.2.76 lightning-utilities boto3 tifffile obstore``
@@ -27,6 +28,7 @@ Targets (issue 22, 2 cores): default <= 13 s wall and >= 1.8 cores busy; (issue 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -41,6 +43,7 @@ from measure import child_env, run_measured
 VARIANTS = {
     "default": [],
     "no duplicate check": ["--duplicates=off"],  # what the default's exact-duplicate check costs (issue 48)
+    "no statistics": ["--no_statistics"],  # statistics.pb's cost (issue 50: at most 10% of the default's wall)
     "full decode": ["--reduced_decode=false"],  # LitData's work exactly: every JPEG decoded whole
     "1 in-memory worker": ["--direct_num_workers=1"],
     "encoding pool": ["--direct_num_workers=1", f"--encode_processes={len(os.sched_getaffinity(0))}"],
@@ -48,6 +51,7 @@ VARIANTS = {
     "near duplicates": ["--near_duplicates"],  # issue 48: <= 30% over default (benchmarks/near_duplicates.py)
 }
 LITDATA = "litdata"
+NO_STATISTICS = "no statistics"
 LITDATA_INSTALL = "pip install --no-deps litdata==0.2.76 lightning-utilities boto3 tifffile obstore"
 
 
@@ -122,6 +126,7 @@ def main() -> None:
         print(f"skipping the litdata variant: litdata is not installed (for this benchmark only: {LITDATA_INSTALL})")
         variants.remove(LITDATA)
     runs: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    shards: dict[str, set[str]] = {v: set() for v in variants}  # each run's shards (names, CRC32Cs), as JSON
     for _ in range(args.repeats):
         for variant in variants:  # interleaved: every variant sees the same machine state
             shutil.rmtree(args.out, ignore_errors=True)
@@ -134,6 +139,7 @@ def main() -> None:
             measured = run_measured(command, env=child_env(os.path.dirname(HERE)))
             cpu = _tree_cpu_seconds() - cpu_before
             runs[variant].append((measured.seconds, cpu))
+            shards[variant].add(_shards_of(args.out))
             print(f"  {variant}: {measured.seconds:.2f} s wall, {cpu:.1f} s CPU, {cpu / measured.seconds:.2f} cores "
                   f"busy, peak RSS {measured.peak_rss_bytes / 2**20:,.0f} MB, load average {os.getloadavg()[0]:.2f}",
                   flush=True)
@@ -151,7 +157,21 @@ def main() -> None:
         (wall, cpu), (plain_wall, plain_cpu) = median["default"], median["no duplicate check"]
         print(f"  duplicates' cost: default / no duplicate check = {wall / plain_wall:.3f} in wall, "
               f"{cpu / plain_cpu:.3f} in CPU (target: at most 1.10)")
+    if "default" in median and NO_STATISTICS in median:
+        same = len(shards["default"] | shards[NO_STATISTICS]) == 1
+        print(f"  statistics.pb's cost: default / no statistics = {median['default'][0] / median[NO_STATISTICS][0]:.3f}"
+              f" in wall time, {median['default'][1] / median[NO_STATISTICS][1]:.3f} in CPU; shards identical: {same}")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def _shards_of(out: str) -> str:
+    """The shards a build's manifest lists (name, CRC32C, bytes), as JSON ("" when it wrote none)."""
+    path = os.path.join(out, "manifest.json")
+    if not os.path.exists(path):
+        return ""
+    with open(path) as handle:
+        splits = json.load(handle)["splits"]
+    return json.dumps([(s["filename"], s["crc32c"], s["num_bytes"]) for split in splits for s in split["shards"]])
 
 
 if __name__ == "__main__":

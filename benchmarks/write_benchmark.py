@@ -7,6 +7,8 @@ data in one run. Prints records/s, MB/s, CPU microseconds per record, peak RSS a
     python benchmarks/write_benchmark.py --records 100000 --blobs 1000   # quicker
     python benchmarks/write_benchmark.py --workloads small --variants c_beam_tfrecord --cpus 1,2
                                          # (c) pinned to 1 core, then 2 (sched_setaffinity), interleaved: speed-up
+    python benchmarks/write_benchmark.py --workloads small --variants c_beam_tfrecord,c_no_statistics
+                                         # statistics.pb's cost, and the same shards without it
 
 CPU per record is the whole process tree's user + system time (workers and pool processes
 included, as they exit), less the CPU the variant's child spent importing before its clock starts.
@@ -45,6 +47,9 @@ C_BEAM_WORKERS = "c_beam_workers"
 # Optional, with --variants: (c) checking exact duplicates (``duplicates="report"``, issue 48), interleaved
 # with (c): the check's cost (target: at most 10% of the build's time).
 C_DUPLICATES = "c_duplicates"
+# Optional, with --variants: (c) without statistics.pb (``WriterTuning(statistics=False)``), interleaved with
+# (c): the statistics' cost (issue 50: at most 10%), and the same shards with and without them.
+C_NO_STATISTICS = "c_no_statistics"
 
 
 # ----- the variants (each runs in a child process) -----
@@ -136,10 +141,12 @@ def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
         ShardingConfig,
         Tensor,
         TensorDType,
+        WriterTuning,
         WriteTFRecordDataset,
     )
 
     options = ["--runner=DirectRunner", *args.c_options.split()]
+    tuning = WriterTuning(statistics=args.child != C_NO_STATISTICS)
     if args.child == C_BEAM_WORKERS:
         options += ["--direct_running_mode=multi_processing", f"--direct_num_workers={len(os.sched_getaffinity(0))}"]
     sharding = ShardingConfig(target_shard_bytes=args.target_shard_mib << 20)
@@ -158,7 +165,7 @@ def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
             samples = (pipeline | beam.Create([os.path.join(args.blob_dir, "*.bin")])
                        | beam.FlatMap(_blob_chunks, args.blobs))
         duplicates = "report" if args.child == C_DUPLICATES else None
-        _ = samples | WriteTFRecordDataset(out, schema=schema, sharding=sharding, duplicates=duplicates)
+        _ = samples | WriteTFRecordDataset(out, schema=schema, sharding=sharding, tuning=tuning, duplicates=duplicates)
 
 
 # ----- the driver -----
@@ -211,7 +218,18 @@ def _measure(variant: str, workload: str, args: argparse.Namespace, out: str, cp
     written = sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(out) for f in files
                   if ".tfrecord" in f or f.startswith("data-"))
     return {"variant": variant, "seconds": seconds, "on_disk_seconds": seconds + sync_seconds,
-            "cpu_seconds": cpu_seconds, "peak_rss_mb": measured.peak_rss_bytes / 2**20, "bytes": written}
+            "cpu_seconds": cpu_seconds, "peak_rss_mb": measured.peak_rss_bytes / 2**20, "bytes": written,
+            "shards": _shard_checksums(out)}
+
+
+def _shard_checksums(out: str) -> list[tuple[str, str, int]] | None:
+    """(file, CRC32C, bytes) of each shard the manifest lists: equal lists, equal shards (None: no manifest)."""
+    path = os.path.join(out, "manifest.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as handle:
+        splits = json.load(handle)["splits"]
+    return [(s["filename"], s["crc32c"], s["num_bytes"]) for split in splits for s in split["shards"]]
 
 
 def _median(values: list[float]) -> float:
@@ -240,6 +258,11 @@ def _report(workload: str, records: int, results: list[dict]) -> None:
     if b and c:
         print(f"  c/b = {b['seconds'] / c['seconds']:.2f}"
               f"   (until the output is on disk, with os.sync(): {b['on_disk_seconds'] / c['on_disk_seconds']:.2f})")
+    bare = by.get(C_NO_STATISTICS)
+    if bare and c:
+        same = c["shards"] == bare["shards"] and c["shards"] is not None
+        print(f"  statistics.pb's cost: c / c_no_statistics = {c['seconds'] / bare['seconds']:.3f} in time, "
+              f"{c['cpu_seconds'] / bare['cpu_seconds']:.3f} in CPU; shards identical: {same}")
 
 
 def main() -> None:
@@ -263,7 +286,7 @@ def main() -> None:
     parser.add_argument("--target_shard_mib", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of (a) and (c), median reported; (b) runs once (minutes, ~16 GB RSS)")
-    parser.add_argument("--child", choices=[*VARIANTS, C_BEAM_WORKERS, C_DUPLICATES])
+    parser.add_argument("--child", choices=[*VARIANTS, C_BEAM_WORKERS, C_DUPLICATES, C_NO_STATISTICS])
     parser.add_argument("--workload", choices=["small", "blobs"])
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -272,13 +295,13 @@ def main() -> None:
         if args.pin_cpus:
             pin_to_cores(args.pin_cpus)
         runner = {"a_single_process": run_a, "b_naive_beam": run_b, "c_beam_tfrecord": run_c,
-                  C_BEAM_WORKERS: run_c, C_DUPLICATES: run_c}[args.child]
+                  C_BEAM_WORKERS: run_c, C_DUPLICATES: run_c, C_NO_STATISTICS: run_c}[args.child]
         # Import time is not part of any variant's figure: load what the variant uses first.
         if args.child in ("a_single_process", "b_naive_beam"):
             import tensorflow  # noqa: F401
         if args.child != "a_single_process":
             import apache_beam  # noqa: F401
-        if args.child in ("c_beam_tfrecord", C_BEAM_WORKERS, C_DUPLICATES):
+        if args.child in ("c_beam_tfrecord", C_BEAM_WORKERS, C_DUPLICATES, C_NO_STATISTICS):
             import beam_tfrecord.beam.write  # noqa: F401
         if args.workload == "blobs":
             workloads.make_blob_files(args.blob_dir, args.blobs, args.blob_kib * 1024)

@@ -79,6 +79,8 @@ class DatasetOutputOptions(PipelineOptions):
                             help="also write each shard's NVIDIA DALI index (<shard>.idx, listed in the manifest) so "
                                  "DALI's fn.readers.tfrecord reads the dataset without running tfrecord2idx "
                                  "(uncompressed tfrecord shards only)")
+        parser.add_argument("--no_statistics", action="store_true", help="write no statistics.pb (TFDV's feature "
+                            "statistics, computed as the shards are written; the shards are the same)")
         parser.add_argument("--salt", default=DEFAULT_SALT, help="hash salt for split assignment and order")
         parser.add_argument("--max_rejected_fraction", type=float, default=0.0,
                             help="publish anyway if at most this fraction of samples is rejected")
@@ -219,7 +221,8 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
     tuning = WriterTuning(
         spill_run_bytes=options.spill_run_mib * MiB, fan_in=FanIn.parse(options.fan_in), local_workers=workers.workers,
         encode_processes=options.encode_processes, shared_filesystem=shared_filesystem, progress_dir=progress_dir,
-        shard_writers=1 if options.shard_writers is None else options.shard_writers)
+        shard_writers=1 if options.shard_writers is None else options.shard_writers,
+        statistics=not options.no_statistics)
     return WriteTFRecordDataset(
         options.output, schema=schema, dataset_name=options.dataset_name,
         splits=SplitConfig.parse(options.splits),

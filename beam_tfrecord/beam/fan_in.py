@@ -87,6 +87,7 @@ class FanInSettings:
     shard_writers: ShardWriters = dataclasses.field(default_factory=ShardWriters)
     duplicates: DuplicatesCheck | None = None  # exact duplicates: encoders write digests (``beam.duplicates``)
     split_key_fn: SplitKeyFn | None = None  # records placed by group (``quality.split_groups``)
+    statistics: bool = False  # shard writers leave their records' statistics (``beam.shard_statistics``)
 
     def encode_options(self) -> dict[str, Any]:
         """Keyword arguments of both sample encoders (``encode_fn.EncodeSamplesFn``)."""
@@ -102,7 +103,7 @@ class FanInSettings:
         """Keyword arguments of both shard writers (``shards.WriteShardFn``), after schema, compression, transforms."""
         return dict(dataset_name=self.dataset_name, shards_dir=storage.join(self.temp_dir, "shards"),
                     direct_io=self.direct_io, file_format=self.file_format, progress_dir=self.progress_dir,
-                    dali_index=self.dali_index)
+                    dali_index=self.dali_index, statistics=self.statistics)
 
 
 class FanInOutputs(NamedTuple):

@@ -17,6 +17,7 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord._version import __version__
+from beam_tfrecord.beam.shard_statistics import gather_statistics
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
 from beam_tfrecord.core.cut_planner import plan_dataset
 from beam_tfrecord.core.manifest import DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo, SplitInfo
@@ -36,6 +37,7 @@ from beam_tfrecord.errors import (
     RejectedSamplesError,
 )
 from beam_tfrecord.interop import INTEROP_FILENAMES, write_interop_files
+from beam_tfrecord.statistics import STATISTICS_FILE
 
 _LOG = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ class PublishSettings:
     expected_inputs: int | None = None
     max_rejected_option: str = MAX_REJECTED_ARGUMENT  # how the caller sets the threshold (the error's hint)
     dali_index: bool = False  # shards come with their DALI index (``ShardInfo.dali_index``)
+    statistics: bool = False  # the shard writers left statistics: merged into ``statistics.pb``
 
 
 def _read_old_manifest(path: str) -> Manifest | None:
@@ -123,12 +126,18 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     try:
         _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
         write_interop_files(settings.output_dir, manifest)  # croissant.json, schema.pbtxt: before the manifest
+        if manifest.statistics is not None:
+            statistics = gather_statistics(storage.join(settings.temp_dir, "shards"), settings.schema,
+                                           [split.name for split in manifest.splits])
+            storage.write_bytes_atomic(storage.join(settings.output_dir, manifest.statistics),
+                                       statistics.SerializeToString(deterministic=True))
         storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
         write_tfds_files(settings.output_dir, manifest)
     except DiskFullError:
         # Unpublished again (manifest first), and the shards moved in would only keep the space a re-run needs.
         storage.delete_if_exists([manifest_path, *(storage.join(settings.output_dir, name) for name in
-                                                   [*tfds_files(manifest), *INTEROP_FILENAMES, DEAD_LETTER_FILENAME,
+                                                   [*tfds_files(manifest), *INTEROP_FILENAMES, STATISTICS_FILE,
+                                                    DEAD_LETTER_FILENAME,
                                                     *_shard_files(shard_infos)])])
         storage.delete_tree(settings.temp_dir)
         raise
@@ -205,7 +214,8 @@ def _replace_files(settings: PublishSettings, old: Manifest | None, shard_infos:
     out = settings.output_dir
     # Unpublish first: from here on nothing looks finished, to this project's readers, to TFDS or to others.
     storage.delete_if_exists([storage.join(out, name)
-                              for name in (MANIFEST_FILENAME, DATASET_INFO_FILENAME, *INTEROP_FILENAMES)])
+                              for name in (MANIFEST_FILENAME, DATASET_INFO_FILENAME, *INTEROP_FILENAMES,
+                                           STATISTICS_FILE)])
     _move_shards(settings, shard_infos)
     if old is not None:
         stale = set(_shard_files(old.shards)) - set(_shard_files(shard_infos))
@@ -246,4 +256,5 @@ def _new_manifest(settings: PublishSettings, plan: DatasetPlan, by_split: Mappin
         run_id=settings.run_id,
         file_format=settings.file_format,
         num_dropped=num_dropped,
+        statistics=STATISTICS_FILE if settings.statistics else None,
     )

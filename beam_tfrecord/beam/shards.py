@@ -13,6 +13,7 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.beam.shard_statistics import ShardStatistics
 from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
@@ -32,6 +33,7 @@ from beam_tfrecord.errors import CorruptShardError, InputChangedError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.interop.dali import DaliIndexingWriter
 from beam_tfrecord.job.progress import ProgressSink
+from beam_tfrecord.reader.decode.block_decode import BlockDecoder
 from beam_tfrecord.spill.resume import finished_shard, record_finished_shard
 from beam_tfrecord.storage import direct_io
 from beam_tfrecord.storage.disk_space import raise_typed_when_full
@@ -75,11 +77,15 @@ class ShardFileWriter:
     The shard format's writer (``beam_tfrecord.formats``) stores the records: TFRecord appends
     the entries' framed bytes in big joined writes, ArrayRecord each record's data. The plan
     counts TFRecord-framed bytes in both, so both formats hold the same records in the same shards.
-    With ``dali_index`` each shard gets its DALI index beside it (``interop.dali``).
+    With ``dali_index`` each shard gets its DALI index beside it (``interop.dali``), with ``statistics`` the
+    statistics of its records (``beam.shard_statistics``).
     """
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
-                 *, direct_io: bool, file_format: FileFormat = DEFAULT_FILE_FORMAT, dali_index: bool = False) -> None:
+                 *, direct_io: bool, file_format: FileFormat = DEFAULT_FILE_FORMAT, dali_index: bool = False,
+                 statistics: bool = False) -> None:
+        self._schema = schema
+        self._statistics = BlockDecoder(schema, views=True) if statistics else None
         self._builder = RecordBuilder(schema, feature_transforms)
         self._compression = compression
         self._direct_io = direct_io
@@ -94,6 +100,8 @@ class ShardFileWriter:
         """
         stats = ShardStats()
         record_bytes = 0
+        summary = None if self._statistics is None else \
+            ShardStatistics(self._schema, target.spec.split, self._statistics, target.temp_path)
         with raise_typed_when_full(target.temp_path, target.spec.num_record_bytes, partial=target.temp_path):
             # Through the page cache while the machine takes it without writing back (``page_cache_takes``).
             direct = self._direct_io and not direct_io.page_cache_takes(target.spec.num_record_bytes)
@@ -106,12 +114,18 @@ class ShardFileWriter:
                     framed = entry_record(entry)
                     record_bytes += len(framed)
                     writer.append_framed(framed)
+                    if summary is not None:
+                        summary.add_framed(framed)
                 else:
                     parts, size = self._rebuild(entry)
                     stats.rebuilt += 1
                     record_bytes += framed_size(size)
                     writer.append_parts(parts, size)
+                    if summary is not None:
+                        summary.add_parts(parts, size)
             crc32c, stored_bytes = writer.close()
+            if summary is not None:
+                summary.write(target.temp_path)
         return self._checked(target, stats, record_bytes, crc32c, stored_bytes)
 
     def _checked(self, target: ShardTarget, stats: ShardStats, record_bytes: int, crc32c: str,
@@ -150,8 +164,9 @@ class WriteShardFn(beam.DoFn):
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
                  *, dataset_name: str, shards_dir: str, direct_io: bool,
                  file_format: FileFormat = DEFAULT_FILE_FORMAT, progress_dir: str | None = None,
-                 dali_index: bool = False, pieces_dir: str | None = None) -> None:
+                 dali_index: bool = False, pieces_dir: str | None = None, statistics: bool = False) -> None:
         self._schema = schema
+        self._statistics = statistics
         self._pieces_dir = pieces_dir or storage.join(shards_dir, "pieces")
         self._dali_index = dali_index
         self._progress_dir = progress_dir
@@ -169,10 +184,12 @@ class WriteShardFn(beam.DoFn):
 
     def setup(self) -> None:
         self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io,
-                                       file_format=self._file_format, dali_index=self._dali_index)
+                                       file_format=self._file_format, dali_index=self._dali_index,
+                                       statistics=self._statistics)
         # Pieces through the page cache: their join reads them back at once (``beam.shard_pieces``).
         self._piece_writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=False,
-                                             file_format=self._file_format, dali_index=self._dali_index)
+                                             file_format=self._file_format, dali_index=self._dali_index,
+                                             statistics=self._statistics)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
 
     def _target(self, spec: ShardSpec) -> ShardTarget:

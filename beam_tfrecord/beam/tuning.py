@@ -85,6 +85,8 @@ class WriterTuning:
             machines refuses local paths with ``LocalPathError`` when the pipeline is built.
         progress_dir: a local folder where the workers keep their counts for a live progress
             display (what the jobs' ``--progress`` shows); only for workers on this machine.
+        statistics: write ``statistics.pb`` (TFDV's feature statistics, computed as the shards are
+            written: ``beam_tfrecord.statistics``); False writes none (the shards are the same).
 
     Raises:
         WriterOptionError: at construction, naming the field and the bad value.
@@ -101,6 +103,7 @@ class WriterTuning:
     temp_dir: str | None = None
     shared_filesystem: bool = False
     progress_dir: str | None = None
+    statistics: bool = True
 
     def __post_init__(self) -> None:
         for name, minimum in (("spill_run_bytes", 1), ("reread_min_bytes", 0), ("encode_processes", 1),
@@ -110,7 +113,7 @@ class WriterTuning:
             _require_int("local_workers", self.local_workers, 1)
         if not isinstance(self.fan_in, FanIn):
             raise WriterOptionError(f"fan_in must be a FanIn, got {self.fan_in!r}")
-        for name in ("direct_io", "shared_filesystem"):
+        for name in ("direct_io", "shared_filesystem", "statistics"):
             if not isinstance(getattr(self, name), bool):
                 raise WriterOptionError(f"{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("temp_dir", "progress_dir"):

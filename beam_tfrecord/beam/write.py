@@ -231,18 +231,21 @@ class WriteTFRecordDataset(beam.PTransform):
             self._temp_dir, resume_text, self._resume_point.hashes_path if self._resume_point else None)
         if self._resume_point is not None:
             metadata = {**(metadata or {}), "resumed": self._resume_point.metadata()}
+        # Records that arrive serialized have their schema only once published: no statistics for them yet.
+        self._with_statistics = tuning.statistics and encoding is None
         self._fan_in_settings = FanInSettings(
             schema=schema, splits=self._splits, sharding=self._sharding, dataset_name=dataset_name,
             compression=compression, file_format=file_format, salt=salt, feature_transforms=self._feature_transforms,
             reread_min_bytes=tuning.reread_min_bytes, direct_io=tuning.direct_io, temp_dir=self._temp_dir,
             progress_dir=tuning.progress_dir, encoding=encoding, dali_index=dali_index,
-            shard_writers=tuning.shard_phase, duplicates=duplicates, split_key_fn=split_key_fn)
+            shard_writers=tuning.shard_phase, duplicates=duplicates, split_key_fn=split_key_fn,
+            statistics=self._with_statistics)
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
             max_rejected_fraction=max_rejected_fraction, command=tuple(command), metadata=dict(metadata or {}),
             splits=self._splits, expected_inputs=expected_inputs, max_rejected_option=max_rejected_option,
-            dali_index=dali_index)
+            dali_index=dali_index, statistics=self._with_statistics)
 
     def _resume_point_of(self, output_dir: str, resume: bool, text: str | None) -> ResumePoint | None:
         """The killed build to resume (None: a clean build), checked against the other options."""

@@ -11,7 +11,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from beam_tfrecord.core.manifest_checks import check_manifest_json, parse_file_format, parse_shard_naming
+from beam_tfrecord.core.manifest_checks import (
+    check_manifest_json,
+    parse_file_format,
+    parse_shard_naming,
+    plain_file_name,
+)
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, PrefixShardNames
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, SchemaError, UnknownSplitError
@@ -104,6 +109,8 @@ class Manifest:
             (``PrefixShardNames``); the shards then sit in the folder that holds the manifest's folder
             (``beam_tfrecord.dataset``). None (absent from the JSON) for a dataset directory.
         num_dropped: inputs left out as exact duplicates (``duplicates=drop``); absent from the JSON when 0.
+        statistics: the dataset's feature statistics file (``statistics.pb``: TFMD's
+            ``DatasetFeatureStatisticsList``), or None (absent from the JSON) when it has none.
         version: manifest format version.
     """
 
@@ -123,6 +130,7 @@ class Manifest:
     run_id: str | None = None
     file_format: FileFormat = DEFAULT_FILE_FORMAT
     shard_naming: PrefixShardNames | None = None
+    statistics: str | None = None
     version: int = MANIFEST_VERSION
     num_dropped: int = 0
 
@@ -157,6 +165,8 @@ class Manifest:
             data["shard_naming"] = self.shard_naming.to_json()
         if self.num_dropped:  # as file_format: absent unless duplicates were dropped
             data["num_dropped"] = self.num_dropped
+        if self.statistics is not None:  # as shard_naming: absent without the file
+            data["statistics"] = self.statistics
         return data
 
     def _json_fields(self) -> dict[str, Any]:
@@ -209,6 +219,7 @@ class Manifest:
                 metadata=dict(data.get("metadata", {})), run_id=data.get("run_id"),
                 file_format=parse_file_format(data), shard_naming=parse_shard_naming(data),
                 version=int(data["version"]), num_dropped=int(data.get("num_dropped", 0)),
+                statistics=plain_file_name(data["statistics"], "statistics") if "statistics" in data else None,
             )
         except ManifestError:
             raise

@@ -24,7 +24,7 @@ _SHARD_FIELDS = {"filename", "split", "index", "num_records", "num_bytes", "num_
 _OPTIONAL_SHARD_FIELDS = {"dali_index"}
 _TOP_FIELDS = {"version", "dataset_name", "created_at", "tool_version", "command", "compression", "num_inputs",
                "num_written", "num_rejected", "dead_letters", "salt", "sharding", "schema", "splits", "metadata",
-               "run_id", "file_format", "shard_naming", "num_dropped"}
+               "run_id", "file_format", "shard_naming", "num_dropped", "statistics"}
 _NAMING_FIELDS = {"prefix": str, "template": str, "suffix": str, "split_in_name": bool}
 
 

@@ -71,6 +71,20 @@ class MissingShardError(CorruptShardError, FileNotFoundError):
         super().__init__(shard, "listed in the manifest but missing from storage")
 
 
+class StatisticsFileError(BeamTFRecordError, ValueError):
+    """A dataset's ``statistics.pb`` is missing, does not parse, or disagrees with its manifest.
+
+    Attributes:
+        path: the file's path.
+        reason: what was wrong.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"statistics file {path!r}: {reason}")
+
+
 class ReaderError(BeamTFRecordError, ValueError):
     """Read options are invalid: a malformed split expression, a bad worker index or batch size."""
 
@@ -88,14 +102,3 @@ class IncompatibleSchemasError(ReaderError):
         self.first, self.second, self.feature, self.reason = first, second, feature, reason
         super().__init__(f"datasets {first!r} and {second!r} cannot be mixed: feature {feature!r} {reason}")
 
-
-class StatisticsFileError(BeamTFRecordError, ValueError):
-    """A dataset's ``statistics.pb`` does not parse as a TFMD ``DatasetFeatureStatisticsList``.
-
-    Attributes:
-        path: the file.
-    """
-
-    def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        super().__init__(f"{path}: not a DatasetFeatureStatisticsList ({reason})")

@@ -1,16 +1,29 @@
 """A dataset's statistics for a drift check: its ``statistics.pb``, else computed from its records.
 
-The second pass is for versions written before builds wrote ``statistics.pb`` (issue 50).
+The second pass is for versions written before builds wrote ``statistics.pb`` (issue 50): the same
+accumulators as the build's (``statistics.records``), so an old version and a new one are measured alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from beam_tfrecord.dataset import open_dataset
-from beam_tfrecord.report.stats import collect
-from beam_tfrecord.report.tfdv import statistics_list
-from beam_tfrecord.statistics.drift import read_statistics
+from beam_tfrecord import storage
+from beam_tfrecord.dataset import LoadedDataset, open_dataset
+from beam_tfrecord.formats import shard_format
+from beam_tfrecord.statistics import read_statistics
+from beam_tfrecord.statistics.records import statistics_of_records
+
+
+def _records(dataset: LoadedDataset) -> Iterator[tuple[str, bytes]]:
+    """Every ``(split, serialized record)`` of the dataset, shard after shard."""
+    manifest, file_format = dataset.manifest, shard_format(dataset.manifest.file_format)
+    for shard in manifest.shards:
+        path = storage.join(dataset.directory, shard.filename)
+        with file_format.open_reader(path, shard, compression=manifest.compression) as reader:
+            for record, _ in reader.iter_records(0, shard.num_records):
+                yield shard.split, bytes(record)
 
 
 def statistics_of(dataset_dir: str) -> Any:
@@ -20,6 +33,6 @@ def statistics_of(dataset_dir: str) -> Any:
         DatasetNotFoundError: no manifest there.
         StatisticsFileError: a ``statistics.pb`` that does not parse.
     """
-    directory = open_dataset(dataset_dir).directory
-    found = read_statistics(directory)
-    return found if found is not None else statistics_list(collect(directory))
+    dataset = open_dataset(dataset_dir)
+    found = read_statistics(dataset.directory)
+    return found if found is not None else statistics_of_records(dataset.manifest.schema, _records(dataset))

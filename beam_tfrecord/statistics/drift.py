@@ -11,12 +11,9 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from beam_tfrecord import storage
-from beam_tfrecord.errors import StatisticsFileError
 from beam_tfrecord.statistics.measures import Bucket, aligned, jensen_shannon, l_infinity
 from beam_tfrecord.statistics.thresholds import Measure, Thresholds
 
-STATISTICS_PB_NAME = "statistics.pb"  # in a dataset directory (issue 50); TODO(lead): the stats helper's constant
 SPLIT_FEATURE = "*"  # the feature column of a row about a whole split (its record count, a split gone or new)
 
 
@@ -94,27 +91,6 @@ def render_table(rows: tuple[DriftRow, ...]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS) - 1)]
     return "\n".join(("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1]).rstrip()
                      for row in cells)
-
-
-def read_statistics(directory: str) -> Any | None:
-    """The ``DatasetFeatureStatisticsList`` in a dataset directory's ``statistics.pb``; None without one.
-
-    Raises:
-        StatisticsFileError: the file does not parse.
-    """
-    from google.protobuf.message import DecodeError
-    from tensorflow_metadata.proto.v0 import statistics_pb2
-
-    path = storage.join(directory, STATISTICS_PB_NAME)
-    data = storage.read_bytes_or_none(path)
-    if data is None:
-        return None
-    statistics = statistics_pb2.DatasetFeatureStatisticsList()
-    try:
-        statistics.ParseFromString(data)
-    except DecodeError as err:
-        raise StatisticsFileError(path, str(err)) from err
-    return statistics
 
 
 def _feature_name(feature: Any) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dask_fixtures import DASK_RUNNER
 from fixtures_gcs import tiny_images  # noqa: F401  (a pytest fixture)
+from statistics_checks import assert_statistics_match_records
 
 from beam_tfrecord import load_manifest
 from beam_tfrecord.beam.dask_probe import TOKEN_PREFIX, unseen_paths
@@ -20,6 +21,7 @@ def test_a_users_local_cluster_builds_from_and_to_local_paths(dask_address: str,
     build_image_dataset.run([f"--input={tiny_images}", f"--output={out}", "--target_shard_bytes=4000",
                              f"--runner={DASK_RUNNER}", f"--dask_client_address={dask_address}"])
     assert load_manifest(str(out)).num_written == 30
+    assert_statistics_match_records(str(out))  # statistics.pb from the Dask workers' shard writers
     assert not [name for name in os.listdir(tmp_path) if name.startswith(TOKEN_PREFIX)]
 
 

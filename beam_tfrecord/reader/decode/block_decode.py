@@ -33,7 +33,8 @@ class _Mismatch(Exception):
 class _Cursor:
     """One position per record of a block, moved through the wire format together."""
 
-    def __init__(self, block: RecordBlock) -> None:
+    def __init__(self, block: RecordBlock, *, views: bool = False) -> None:
+        self.views = views  # evenly spaced values as views into the block's buffer, not copies
         self.data = block.buffer
         self.last = len(self.data) - 1
         self.pos = block.starts.copy()
@@ -53,6 +54,11 @@ class _Cursor:
         if (first < 0x80).all():  # the common case: one byte
             self.pos += 1
             return first.astype(np.uint64)
+        second = self.data[np.minimum(self.pos + 1, self.last)]
+        one = first < 0x80
+        if (one | (second < 0x80)).all():  # at most two bytes (lengths under 16 KiB): no (records, 10) gather
+            self.pos += np.where(one, 1, 2)
+            return np.where(one, first, (first & 0x7F) | (second.astype(np.uint64) << 7)).astype(np.uint64)
         raw = self.data[np.minimum(self.pos[:, None] + _VARINT_BYTES, self.last)]
         ends = raw < 0x80
         self.require(ends.any(axis=1))
@@ -77,7 +83,7 @@ class _Cursor:
         if len(pos) > 1 and pos[1] > pos[0] and (np.diff(pos) == pos[1] - pos[0]).all():
             strided = np.lib.stride_tricks.as_strided(self.data[pos[0]:], shape=(len(pos), size),
                                                       strides=(int(pos[1] - pos[0]), 1))
-            out = strided.copy()
+            out = strided if self.views else strided.copy()
         else:
             out = self.data[pos[:, None] + np.arange(size)] if size else np.zeros((len(pos), 0), np.uint8)
         self.pos = pos + size
@@ -132,11 +138,11 @@ class FixedLayout:
             return None
         return FixedLayout(schema)
 
-    def parse(self, block: RecordBlock) -> Columns | None:
+    def parse(self, block: RecordBlock, *, views: bool = False) -> Columns | None:
         """The block's columns (images still encoded), or None when a record does not have the layout."""
         if not len(block) or not len(block.buffer):
             return None
-        cursor = _Cursor(block)
+        cursor = _Cursor(block, views=views)
         ends = block.starts + block.lengths
         try:
             cursor.tag(0x0A)  # Example.features
@@ -198,10 +204,13 @@ class BlockDecoder:
         image_decoding: decode ``Image`` features with Pillow; None keeps the encoded bytes.
         verbatim: the records are raw payloads as written (``holds_verbatim_payloads``): each is returned
             whole as the schema's one bytes feature.
+        views: fixed-size columns may be views into the block's buffer (valid while it is): no copies.
     """
 
-    def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None, verbatim: bool = False) -> None:
+    def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None, verbatim: bool = False,
+                 views: bool = False) -> None:
         self.schema = schema
+        self._views = views
         self._verbatim = verbatim
         self._records = RecordDecoder(schema, image_decoding=image_decoding)
         self._layout = FixedLayout.of(schema)
@@ -221,7 +230,7 @@ class BlockDecoder:
         """
         if self._verbatim:
             return {RAW_FEATURE: [bytes(block.record(i)) for i in range(len(block.offsets))]}
-        columns = self._layout.parse(block) if self._layout is not None else None
+        columns = self._layout.parse(block, views=self._views) if self._layout is not None else None
         if columns is None:
             return self.columns([self._records.decode(block.record(i), shard=block.path_of(i), offset=int(offset))
                                  for i, offset in enumerate(block.offsets.tolist())])
