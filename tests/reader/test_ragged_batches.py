@@ -48,7 +48,7 @@ def test_ready_batches_hold_the_same_items_as_examples(all_types):
 def test_ragged_batches_come_from_workers_in_shared_memory(counted):
     dataset = TFRecordIterableDataset(counted.path, split="train", batch_size=64)
     batches = list(DataLoader(dataset, batch_size=None, num_workers=2))
-    assert all(b["key"].values.is_shared() and b["key"].offsets.is_shared() for b in batches)
+    assert all(b["key"].values.is_shared() and b["key"].offsets.is_shared() and b["i"].is_shared() for b in batches)
     keys = [k for b in batches for k in b["key"]]
     assert sorted(keys) == sorted(e["key"] for e in read_numpy(counted.path, split="train"))
     assert [int(i) for b in batches for i in b["i"]] == [int(k.decode()[1:]) for k in keys]

@@ -41,6 +41,14 @@ class _Cursor:
         self.last = len(self.data) - 1
         self.pos = block.starts.copy()
 
+    def own(self, array: np.ndarray) -> np.ndarray:
+        """``array`` copied into the cursor's ``Allocate`` when that is not the default (shared memory)."""
+        if self.allocate is allocate:
+            return array
+        out = self.allocate(array.size, array.dtype).reshape(array.shape)
+        out[...] = array
+        return out
+
     def require(self, condition: Any) -> None:
         """Raises _Mismatch unless ``condition`` (a bool or an array of them) holds everywhere."""
         if not (condition.all() if isinstance(condition, np.ndarray) else condition):
@@ -193,7 +201,7 @@ class FixedLayout:
                 value = _one_bytes(cursor, entry_end)
         else:
             numbers = _numbers(cursor, dtype, count, entry_end)
-            value = numbers if isinstance(feature, FixedList) else numbers[:, 0]
+            value = cursor.own(numbers if isinstance(feature, FixedList) else numbers[:, 0])
         cursor.require(cursor.pos == entry_end)
         return value
 
