@@ -16,7 +16,7 @@ import torch
 import torch.utils.data
 
 from beam_tfrecord.reader.decode.block_decode import Columns
-from beam_tfrecord.reader.decode.ragged import Allocate, allocate, ragged_items
+from beam_tfrecord.reader.decode.ragged import Allocate, allocate, item_index, ragged_items
 
 
 class RaggedBatch:
@@ -40,6 +40,7 @@ class RaggedBatch:
         return len(self.offsets) - 1
 
     def __getitem__(self, index: int) -> Any:
+        index = item_index(index, len(self))
         start, stop = self.offsets[index:index + 2].tolist()
         return self.values.numpy()[start:stop].tobytes() if self.is_bytes else self.values[start:stop]
 
@@ -56,6 +57,7 @@ class RaggedBatch:
 
     def view(self, index: int) -> memoryview:
         """Item ``index`` as a zero-copy ``memoryview`` of ``values`` (CPU tensors only)."""
+        index = item_index(index, len(self))
         start, stop = self.offsets[index:index + 2].tolist()
         return self.values.numpy()[start:stop].data
 

@@ -21,7 +21,9 @@ def test_ragged_array_takes_and_joins_views():
     assert whole.offsets.tolist() == [0, 2, 2, 5, 6] and whole.values.tobytes() == b"abcdef"
     part = whole[1:3]
     assert part.offsets.tolist() == [0, 0, 3] and np.shares_memory(part.values, whole.values)
-    assert list(part) == [b"", b"cde"] and bytes(part.view(1)) == b"cde"
+    assert list(part) == [b"", b"cde"] and bytes(part.view(1)) == b"cde" and part[-1] == b"cde"
+    with pytest.raises(IndexError, match="item 2 of a ragged batch of 2"):
+        part.view(2)
     joined = RaggedArray.concat([whole[:2], whole[2:]])
     assert list(joined) == items and joined.offsets.tolist() == whole.offsets.tolist()
     numbers = RaggedArray.of([np.array([1, 2], np.int64), np.array([], np.int64)], dtype=np.int64, is_bytes=False)
@@ -34,6 +36,7 @@ def test_ready_batches_hold_the_same_items_as_examples(all_types):
     keys, var = batches[0]["key"], batches[0]["var"]
     assert isinstance(keys, RaggedBatch) and isinstance(var, RaggedBatch) and isinstance(batches[0]["img"], RaggedBatch)
     assert keys.values.dtype == torch.uint8 and var.values.dtype == torch.int64 and len(keys) == 8
+    assert keys[-1] == keys[7] == bytes(keys.view(-1))
     assert isinstance(batches[0]["var_s"], list)  # lists of bytes per example stay lists
     assert [k for b in batches for k in b["key"]] == [e["key"] for e in examples]
     assert [bytes(b["b"].view(i)) for b in batches for i in range(len(b["b"]))] == [e["b"] for e in examples]

@@ -45,6 +45,7 @@ class RaggedArray:
                 return RaggedArray.of([self[i] for i in range(start, stop, step)], dtype=self.values.dtype,
                                       is_bytes=self.is_bytes)
             return self.take(start, stop)
+        index = item_index(index, len(self))
         item = self.values[self.offsets[index]:self.offsets[index + 1]]
         return item.tobytes() if self.is_bytes else item
 
@@ -57,6 +58,7 @@ class RaggedArray:
 
     def view(self, index: int) -> memoryview:
         """Item ``index`` as a zero-copy ``memoryview`` of ``values``."""
+        index = item_index(index, len(self))
         return self.values[self.offsets[index]:self.offsets[index + 1]].data
 
     def lengths(self) -> np.ndarray:
@@ -110,6 +112,13 @@ class RaggedArray:
         bases = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         offsets = np.concatenate([[0], *[p.offsets[1:] + base for p, base in zip(parts, bases.tolist())]])
         return RaggedArray(values, offsets.astype(np.int64), is_bytes=parts[0].is_bytes)
+
+
+def item_index(index: int, count: int) -> int:
+    """``index`` (negative from the end) checked against ``count`` items, as a list checks it."""
+    if not -count <= index < count:
+        raise IndexError(f"item {index} of a ragged batch of {count}")
+    return index % count
 
 
 def ragged_items(column: Any, allocate_values: Allocate = allocate) -> RaggedArray | None:
