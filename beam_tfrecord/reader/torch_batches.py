@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 import torch.utils.data
 
 from beam_tfrecord.reader.decode.block_decode import Columns
-from beam_tfrecord.reader.decode.ragged import Allocate, allocate, item_index, ragged_items
+from beam_tfrecord.reader.decode.ragged import Allocate, RaggedArray, allocate, item_index, ragged_items
 
 
 class RaggedBatch:
@@ -25,31 +26,45 @@ class RaggedBatch:
     ``len(batch)`` is its number of items; ``batch[i]`` is item ``i``: ``bytes`` for bytes features (a copy, as
     lists of bytes gave), else a tensor view of ``values``; ``view(i)`` is a zero-copy ``memoryview`` and
     ``image(i)`` decodes an encoded image. Views share memory with ``values``: they stay valid as long as they
-    are referenced (the tensor's storage is kept alive by them), and see any in-place change to ``values``.
-    ``pin_memory()`` and ``to()`` make it work with ``DataLoader(pin_memory=True)`` and devices.
+    are referenced (the tensor's storage is kept alive by them). With ``starts`` (bytes read at 0 workers from a
+    mapped shard), item ``i`` lies at ``starts[i]`` of ``values``, the read-only mapped shard: never write into
+    it. ``pin_memory()`` and ``to()`` (which pack the items first) serve ``DataLoader(pin_memory=True)``.
     """
 
-    __slots__ = ("is_bytes", "offsets", "values")
+    __slots__ = ("is_bytes", "offsets", "starts", "values")
 
-    def __init__(self, values: torch.Tensor, offsets: torch.Tensor, *, is_bytes: bool) -> None:
+    def __init__(self, values: torch.Tensor, offsets: torch.Tensor, *, is_bytes: bool,
+                 starts: torch.Tensor | None = None) -> None:
         self.values = values
         self.offsets = offsets
         self.is_bytes = is_bytes
+        self.starts = starts
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def __getitem__(self, index: int) -> Any:
-        index = item_index(index, len(self))
-        start, stop = self.offsets[index:index + 2].tolist()
+        start, stop = self.bounds(index)
         return self.values.numpy()[start:stop].tobytes() if self.is_bytes else self.values[start:stop]
 
     def __iter__(self) -> Iterator[Any]:
         bounds = self.offsets.tolist()
+        spans: Iterator[tuple[int, int]] = itertools.pairwise(bounds)
+        if self.starts is not None:
+            spans = ((at, at + stop - start) for at, (start, stop) in zip(self.starts.tolist(), spans))
         if self.is_bytes:
             values = self.values.numpy()
-            return (values[start:stop].tobytes() for start, stop in itertools.pairwise(bounds))
-        return (self.values[start:stop] for start, stop in itertools.pairwise(bounds))
+            return (values[start:stop].tobytes() for start, stop in spans)
+        return (self.values[start:stop] for start, stop in spans)
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        """Where item ``index`` lies in ``values``: (start, stop)."""
+        index = item_index(index, len(self))
+        start, stop = self.offsets[index:index + 2].tolist()
+        if self.starts is None:
+            return start, stop
+        at = int(self.starts[index])
+        return at, at + stop - start
 
     def __repr__(self) -> str:
         kind = "bytes" if self.is_bytes else str(self.values.dtype)
@@ -57,8 +72,7 @@ class RaggedBatch:
 
     def view(self, index: int) -> memoryview:
         """Item ``index`` as a zero-copy ``memoryview`` of ``values`` (CPU tensors only)."""
-        index = item_index(index, len(self))
-        start, stop = self.offsets[index:index + 2].tolist()
+        start, stop = self.bounds(index)
         return self.values.numpy()[start:stop].data
 
     def image(self, index: int, *, mode: str = "RGB") -> torch.Tensor:
@@ -77,13 +91,23 @@ class RaggedBatch:
         """The items as a list, as batches gave them with ``ragged=False``."""
         return list(self)
 
+    def packed(self) -> "RaggedBatch":
+        """The items packed into one new tensor (``starts`` None); the batch itself when it is packed already."""
+        if self.starts is None:
+            return self
+        items = RaggedArray(self.values.numpy(), self.offsets.numpy(), is_bytes=self.is_bytes,
+                            starts=self.starts.numpy()).packed()
+        return RaggedBatch(torch.from_numpy(items.values), self.offsets, is_bytes=self.is_bytes)
+
     def pin_memory(self) -> "RaggedBatch":
-        """A copy in pinned memory (what ``DataLoader(pin_memory=True)`` calls)."""
-        return RaggedBatch(self.values.pin_memory(), self.offsets.pin_memory(), is_bytes=self.is_bytes)
+        """A packed copy in pinned memory (what ``DataLoader(pin_memory=True)`` calls)."""
+        packed = self.packed()
+        return RaggedBatch(packed.values.pin_memory(), packed.offsets.pin_memory(), is_bytes=self.is_bytes)
 
     def to(self, device: torch.device | str) -> "RaggedBatch":
-        """The batch with ``values`` and ``offsets`` on ``device``."""
-        return RaggedBatch(self.values.to(device), self.offsets.to(device), is_bytes=self.is_bytes)
+        """The batch, packed, with ``values`` and ``offsets`` on ``device``."""
+        packed = self.packed()
+        return RaggedBatch(packed.values.to(device), packed.offsets.to(device), is_bytes=self.is_bytes)
 
 
 def shared_allocate(size: int, dtype: np.dtype) -> np.ndarray:
@@ -108,6 +132,10 @@ def as_tensor(array: np.ndarray) -> torch.Tensor:
         offset, rest = divmod(array.ctypes.data - flat.data_ptr(), array.itemsize)
         if not rest and flat.dtype == torch.from_numpy(array[:0]).dtype and 0 <= offset <= flat.numel() - array.size:
             return flat[offset:offset + array.size].view(array.shape)
+    if not array.flags.writeable:  # a mapped shard, read-only: handed out as such (RaggedBatch), never written
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(array)
     return torch.from_numpy(array)
 
 
@@ -123,5 +151,7 @@ def tensors(columns: Columns, *, ragged: bool = True, allocate_values: Allocate 
         if items is None:
             out[name] = list(column)
         else:
-            out[name] = RaggedBatch(as_tensor(items.values), torch.from_numpy(items.offsets), is_bytes=items.is_bytes)
+            starts = None if items.starts is None else torch.from_numpy(items.starts)
+            out[name] = RaggedBatch(as_tensor(items.values), torch.from_numpy(items.offsets), is_bytes=items.is_bytes,
+                                    starts=starts)
     return out

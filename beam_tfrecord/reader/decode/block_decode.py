@@ -106,12 +106,19 @@ def _fixed_bytes(cursor: _Cursor, limit: np.ndarray, size: int) -> np.ndarray:
 
 
 def _one_bytes(cursor: _Cursor, limit: np.ndarray) -> RaggedArray:
-    """One BytesList value per record, packed with one copy."""
+    """One BytesList value per record: views into the block's buffer, or packed into the cursor's ``Allocate``."""
     cursor.tag(0x0A)
     lengths = cursor.length(limit)
-    ragged = RaggedArray.gather(cursor.data, cursor.pos, lengths, allocate_values=cursor.allocate)
+    ragged = _items(cursor.data, cursor.pos, lengths, cursor.allocate)
     cursor.pos = cursor.pos + lengths
     return ragged
+
+
+def _items(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray, allocate_values: Allocate) -> RaggedArray:
+    """Bytes items of a block: mapped (views, no copy) with the default ``Allocate``, else packed into its array."""
+    if allocate_values is allocate:
+        return RaggedArray.mapped(buffer, starts, lengths)
+    return RaggedArray.gather(buffer, starts, lengths, allocate_values=allocate_values)
 
 
 def _bytes_lists(cursor: _Cursor, count: int, limit: np.ndarray) -> list[list[bytes]]:
@@ -248,8 +255,7 @@ class BlockDecoder:
             CorruptShardError: when a record is not a valid proto of the schema, naming its shard and offset.
         """
         if self._verbatim:
-            return {RAW_FEATURE: RaggedArray.gather(block.buffer, block.starts, block.lengths,
-                                                    allocate_values=self._allocate)}
+            return {RAW_FEATURE: _items(block.buffer, block.starts, block.lengths, self._allocate)}
         columns = self._layout.parse(block) if self._layout is not None else None
         if columns is None:
             return self.columns([self._records.decode(block.record(i), shard=block.path_of(i), offset=int(offset))

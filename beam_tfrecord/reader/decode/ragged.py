@@ -1,7 +1,7 @@
 """A batch's variable-length values as one flat array plus offsets, the form that crosses processes without pickling.
 
-Item ``i`` is ``values[offsets[i]:offsets[i + 1]]``; views, not copies, hand items out (docs/reading.md, "Ragged
-batches").
+Item ``i`` is ``values[offsets[i]:offsets[i + 1]]`` (packed), or ``lengths`` bytes at ``starts[i]`` of ``values``
+(mapped: ``values`` is the shard's mapping, nothing copied); views hand items out (docs/reading.md, "Ragged batches").
 """
 
 from __future__ import annotations
@@ -21,19 +21,22 @@ def allocate(size: int, dtype: np.dtype) -> np.ndarray:
 
 
 class RaggedArray:
-    """Variable-length items (bytes, or 1-D arrays of one dtype) held as ``values`` and ``offsets``.
+    """Variable-length items (bytes, or 1-D arrays of one dtype) held as ``values``, ``offsets`` and ``starts``.
 
     ``len()`` is the number of items; ``array[i]`` is item ``i``: ``bytes`` (a copy) for bytes items, else a
-    view into ``values``; ``view(i)`` a zero-copy ``memoryview``. Views stay valid while any reference to
-    ``values`` lives (as for ``np.frombuffer``); writing into ``values`` changes them.
+    view into ``values``; ``view(i)`` a zero-copy ``memoryview``. ``starts`` None: packed, item ``i`` at
+    ``offsets[i]``; else item ``i`` at ``starts[i]`` (``values`` is then a read-only mapped shard). Views stay
+    valid while any reference to ``values`` lives (as for ``np.frombuffer``). ``packed()`` copies.
     """
 
-    __slots__ = ("is_bytes", "offsets", "values")
+    __slots__ = ("is_bytes", "offsets", "starts", "values")
 
-    def __init__(self, values: np.ndarray, offsets: np.ndarray, *, is_bytes: bool) -> None:
+    def __init__(self, values: np.ndarray, offsets: np.ndarray, *, is_bytes: bool,
+                 starts: np.ndarray | None = None) -> None:
         self.values = values
         self.offsets = offsets
         self.is_bytes = is_bytes
+        self.starts = starts
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -45,8 +48,7 @@ class RaggedArray:
                 return RaggedArray.of([self[i] for i in range(start, stop, step)], dtype=self.values.dtype,
                                       is_bytes=self.is_bytes)
             return self.take(start, stop)
-        index = item_index(index, len(self))
-        item = self.values[self.offsets[index]:self.offsets[index + 1]]
+        item = self.values[self.bounds(index)]
         return item.tobytes() if self.is_bytes else item
 
     def __iter__(self) -> Iterator[Any]:
@@ -56,10 +58,24 @@ class RaggedArray:
         kind = "bytes" if self.is_bytes else str(self.values.dtype)
         return f"RaggedArray({len(self)} items of {kind}, {len(self.values)} values)"
 
+    def bounds(self, index: int) -> slice:
+        """Where item ``index`` lies in ``values``."""
+        index = item_index(index, len(self))
+        stop = int(self.offsets[index + 1])
+        if self.starts is None:
+            return slice(int(self.offsets[index]), stop)
+        start = int(self.starts[index])
+        return slice(start, start + stop - int(self.offsets[index]))
+
     def view(self, index: int) -> memoryview:
         """Item ``index`` as a zero-copy ``memoryview`` of ``values``."""
-        index = item_index(index, len(self))
-        return self.values[self.offsets[index]:self.offsets[index + 1]].data
+        return self.values[self.bounds(index)].data
+
+    def packed(self, allocate_values: Allocate = allocate) -> "RaggedArray":
+        """The items packed into one array (a copy); the array itself when it is packed already."""
+        if self.starts is None:
+            return self
+        return RaggedArray.gather(self.values, self.starts, self.lengths(), allocate_values=allocate_values)
 
     def lengths(self) -> np.ndarray:
         """Each item's number of values (bytes for bytes items)."""
@@ -72,6 +88,9 @@ class RaggedArray:
     def take(self, start: int, stop: int) -> "RaggedArray":
         """Items ``[start, stop)``: a view of the same values."""
         offsets = self.offsets[start:stop + 1]
+        if self.starts is not None:
+            return RaggedArray(self.values, offsets - (offsets[0] if len(offsets) else 0), is_bytes=self.is_bytes,
+                               starts=self.starts[start:stop])
         first = int(offsets[0]) if len(offsets) else 0
         return RaggedArray(self.values[first:int(offsets[-1]) if len(offsets) else 0], offsets - first,
                            is_bytes=self.is_bytes)
@@ -104,8 +123,31 @@ class RaggedArray:
         return RaggedArray(values, offsets, is_bytes=True)
 
     @staticmethod
+    def mapped(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> "RaggedArray":
+        """Bytes items at ``starts`` / ``lengths`` of ``buffer``, not copied: ``values`` is the whole array
+        ``buffer`` is a window of (a shard's mapping), so that the windows of one shard join without a copy."""
+        root = buffer
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        shift = buffer.ctypes.data - root.ctypes.data
+        if root.ndim != 1 or root.dtype != np.uint8 or not root.flags.c_contiguous or \
+                not 0 <= shift <= len(root) - len(buffer):
+            root, shift = buffer, 0
+        offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return RaggedArray(root, offsets, is_bytes=True, starts=starts + shift)
+
+    @staticmethod
     def concat(parts: Sequence["RaggedArray"], *, allocate_values: Allocate = allocate) -> "RaggedArray":
-        """Parts joined into one (one copy of their values)."""
+        """Parts joined into one: mapped parts of one ``values`` without a copy, else one copy of their values."""
+        first = parts[0]
+        if allocate_values is allocate and first.starts is not None and all(
+                p.values is first.values and p.starts is not None for p in parts):
+            bases = np.cumsum([0] + [int(p.offsets[-1]) for p in parts[:-1]])
+            offsets = np.concatenate([[0], *[p.offsets[1:] + base for p, base in zip(parts, bases.tolist())]])
+            return RaggedArray(first.values, offsets.astype(np.int64), is_bytes=first.is_bytes,
+                               starts=np.concatenate([p.starts for p in parts if p.starts is not None]))
+        parts = [p.packed() for p in parts]
         sizes = np.array([len(p.values) for p in parts], dtype=np.int64)
         values = allocate_values(int(sizes.sum()), parts[0].values.dtype)
         np.concatenate([p.values for p in parts], out=values)
