@@ -106,19 +106,12 @@ def _fixed_bytes(cursor: _Cursor, limit: np.ndarray, size: int) -> np.ndarray:
 
 
 def _one_bytes(cursor: _Cursor, limit: np.ndarray) -> RaggedArray:
-    """One BytesList value per record: views into the block's buffer, or packed into the cursor's ``Allocate``."""
+    """One BytesList value per record: views into the block's buffer (packed once per batch where needed)."""
     cursor.tag(0x0A)
     lengths = cursor.length(limit)
-    ragged = _items(cursor.data, cursor.pos, lengths, cursor.allocate)
+    ragged = RaggedArray.mapped(cursor.data, cursor.pos, lengths)
     cursor.pos = cursor.pos + lengths
     return ragged
-
-
-def _items(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray, allocate_values: Allocate) -> RaggedArray:
-    """Bytes items of a block: mapped (views, no copy) with the default ``Allocate``, else packed into its array."""
-    if allocate_values is allocate:
-        return RaggedArray.mapped(buffer, starts, lengths)
-    return RaggedArray.gather(buffer, starts, lengths, allocate_values=allocate_values)
 
 
 def _bytes_lists(cursor: _Cursor, count: int, limit: np.ndarray) -> list[list[bytes]]:
@@ -255,7 +248,7 @@ class BlockDecoder:
             CorruptShardError: when a record is not a valid proto of the schema, naming its shard and offset.
         """
         if self._verbatim:
-            return {RAW_FEATURE: _items(block.buffer, block.starts, block.lengths, self._allocate)}
+            return {RAW_FEATURE: RaggedArray.mapped(block.buffer, block.starts, block.lengths)}
         columns = self._layout.parse(block) if self._layout is not None else None
         if columns is None:
             return self.columns([self._records.decode(block.record(i), shard=block.path_of(i), offset=int(offset))

@@ -118,8 +118,7 @@ class RaggedArray:
         offsets = np.zeros(len(starts) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         values = allocate_values(int(offsets[-1]), np.dtype(np.uint8))
-        for start, stop, at in zip(starts.tolist(), (starts + lengths).tolist(), offsets[:-1].tolist()):
-            values[at:at + stop - start] = buffer[start:stop]
+        _gather_into(values, buffer, starts, lengths, offsets[:-1])
         return RaggedArray(values, offsets, is_bytes=True)
 
     @staticmethod
@@ -147,13 +146,23 @@ class RaggedArray:
             offsets = np.concatenate([[0], *[p.offsets[1:] + base for p, base in zip(parts, bases.tolist())]])
             return RaggedArray(first.values, offsets.astype(np.int64), is_bytes=first.is_bytes,
                                starts=np.concatenate([p.starts for p in parts if p.starts is not None]))
-        parts = [p.packed() for p in parts]
-        sizes = np.array([len(p.values) for p in parts], dtype=np.int64)
-        values = allocate_values(int(sizes.sum()), parts[0].values.dtype)
-        np.concatenate([p.values for p in parts], out=values)
+        sizes = np.array([int(p.offsets[-1]) for p in parts], dtype=np.int64)
+        values = allocate_values(int(sizes.sum()), first.values.dtype)
         bases = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        for part, base, size in zip(parts, bases.tolist(), sizes.tolist()):
+            if part.starts is None:
+                values[base:base + size] = part.values[:size]
+            else:  # mapped: each item copied once, straight into the joined array
+                _gather_into(values, part.values, part.starts, part.lengths(), part.offsets[:-1] + base)
         offsets = np.concatenate([[0], *[p.offsets[1:] + base for p, base in zip(parts, bases.tolist())]])
         return RaggedArray(values, offsets.astype(np.int64), is_bytes=parts[0].is_bytes)
+
+
+def _gather_into(out: np.ndarray, buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                 at: np.ndarray) -> None:
+    """Copies the items ``lengths`` long at ``starts`` of ``buffer`` to ``at`` of ``out`` (one memcpy each)."""
+    for start, stop, to in zip(starts.tolist(), (starts + lengths).tolist(), at.tolist()):
+        out[to:to + stop - start] = buffer[start:stop]
 
 
 def item_index(index: int, count: int) -> int:
@@ -165,8 +174,8 @@ def item_index(index: int, count: int) -> int:
 
 def ragged_items(column: Any, allocate_values: Allocate = allocate) -> RaggedArray | None:
     """A list column of bytes, or of 1-D numeric arrays, as a ``RaggedArray`` (None when it is neither)."""
-    if isinstance(column, RaggedArray):
-        return column
+    if isinstance(column, RaggedArray):  # a mapped one is packed into an Allocate of its own (shared memory)
+        return column if allocate_values is allocate else column.packed(allocate_values)
     if not isinstance(column, list) or not column:
         return None
     if all(isinstance(item, bytes) for item in column):
