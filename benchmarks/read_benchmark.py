@@ -16,6 +16,12 @@ after mode, after a warm-up round (so every mode reads from the page cache), and
   (h) handoff:  DataLoader(batch_size=None) with 2 workers yielding ready batches of 256 records as
                 tensors, no reading at all (what handing batches from workers to the main process costs)
 
+With ``--litdata``, instead: ours against LitData's ``StreamingDataset`` (each reading its own output of the same
+data, ``optimize()`` for LitData), DataLoader(batch 256) with 0 and 2 workers, interleaved, best of ``--rounds``:
+15,000 256-px JPEGs resized to 128 px (``image_folder_build.py``'s images and recipe), bytes handed out (LitData's
+memoryviews, our ``RaggedBatch``) and decoded to pixels, and ``--records`` small records (32x32x3 uint8 tensors). Run
+it with a Python that has LitData (for this benchmark only, in its own venv: ``image_folder_build.LITDATA_INSTALL``).
+
 and prints records/s and the ratios c/a and c/b (c at batch 1024 and at batch 32 over b at batch
 1024, and c at batch 32 over b at batch 32), t/p at 0 and 2 workers, t at 2 workers over t at 0,
 and h over t at 0 (above 1 only when 2 workers can beat 0 at all). With ``--images``, also (i) the
@@ -26,6 +32,7 @@ not fork a process running TensorFlow's threads), with the same interleaved roun
 
 Run: python benchmarks/read_benchmark.py [--records 200000] [--dir /tmp/bt_read_bench] [--rounds 5]
      [--skip_torch] [--images]
+     /tmp/litdata_venv/bin/python benchmarks/read_benchmark.py --litdata --records 100000 --rounds 3
 """
 
 from __future__ import annotations
@@ -161,6 +168,84 @@ def _ready_batches(num_batches: int) -> Any:
     return ReadyBatches()
 
 
+JPEG_IMAGES = 15_000  # image_folder_build.py's images: 256-px JPEGs, resized to 128 px by both writers
+
+
+def build_versus_litdata(small: str, num_records: int, jpeg: str) -> None:
+    """Our datasets (the small records, the images) and LitData's ``optimize()`` output of the same data."""
+    from image_folder_build import _litdata_child, _make_images
+
+    build(small, num_records)
+    if not os.path.exists(f"{small}-litdata/index.json"):
+        from litdata import optimize
+
+        optimize(fn=_litdata_small, inputs=[(start, num_records) for start in range(0, num_records, CHUNK)],
+                 output_dir=f"{small}-litdata",
+                 num_workers=len(os.sched_getaffinity(0)), chunk_bytes="64MB", verbose=False)
+    images = os.path.join(os.path.dirname(jpeg), f"beam_tfrecord_images_{JPEG_IMAGES}_256")
+    _make_images(images, JPEG_IMAGES)
+    if not already_built(jpeg, JPEG_IMAGES):
+        subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", images, "--output", jpeg,
+                        "--resize", "128x128", "--progress", "none"], check=True)
+    if not os.path.exists(f"{jpeg}-litdata/index.json"):
+        _litdata_child(images, f"{jpeg}-litdata")
+
+
+def _litdata_small(item: tuple[int, int]) -> Iterator[dict[str, Any]]:
+    """LitData's ``fn``: the samples of one chunk of the small dataset (the same pixels and labels as ours)."""
+    for chunk in _chunks(*item, png=False):
+        for sample in chunk:
+            yield {"image": sample.values["image"], "label": sample.values["label"]}
+
+
+def litdata_modes(small: str, jpeg: str) -> tuple[dict[str, Callable[[], Iterable[Any]]],
+                                                   dict[str, Callable[[], Iterable[Any]]]]:
+    """(image modes, small-record modes): ours and LitData's, 0 and 2 workers, bytes and decoded images."""
+    import torch.utils.data
+    from litdata import StreamingDataLoader, StreamingDataset
+
+    from beam_tfrecord.reader.options import ImageDecoding
+    from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
+
+    def ours(path: str, workers: int, decode: bool = False) -> Iterable[Any]:
+        decoding = ImageDecoding() if decode else None
+        dataset = TFRecordIterableDataset(path, batch_size=TORCH_BATCH, image_decoding=decoding)
+        return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+
+    def theirs(path: str, workers: int, decode: bool = False) -> Iterable[Any]:
+        dataset = StreamingDataset(f"{path}-litdata", transform=_decoded if decode else None)
+        return StreamingDataLoader(dataset, batch_size=TORCH_BATCH, num_workers=workers,
+                                   collate_fn=None if decode else _listed)
+
+    images = {f"{who}{kind}{workers}": (lambda f=make, w=workers, d=kind == "d": f(jpeg, w, d))
+              for workers in (0, 2) for kind in ("j", "d") for who, make in (("o", ours), ("l", theirs))}
+    smalls = {f"{who}s{workers}": (lambda f=make, w=workers: f(small, w))
+              for workers in (0, 2) for who, make in (("o", ours), ("l", theirs))}
+    return images, smalls
+
+
+def _decoded(item: dict[str, Any]) -> dict[str, Any]:
+    """LitData's ``transform``: the JPEG decoded with Pillow to (128, 128, 3) uint8, as ``ImageDecoding()`` does."""
+    import io
+
+    import torch
+    from PIL import Image as PILImage
+
+    with PILImage.open(io.BytesIO(item["image"])) as opened:
+        pixels = np.asarray(opened.convert("RGB"), dtype=np.uint8)
+    return {"image": torch.from_numpy(pixels.copy()), "label": item["label"]}
+
+
+def _listed(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """LitData's batches of bytes as it hands them out: each item's memoryview (or bytes) in a list; labels and
+    tensors stacked (torch's default collate cannot take memoryviews)."""
+    from torch.utils.data import default_collate
+
+    out = {name: [item[name] for item in items] for name in items[0]}
+    return {name: values if isinstance(values[0], (bytes, memoryview)) else default_collate(values)
+            for name, values in out.items()}
+
+
 def measure(modes: dict[str, Callable[[], Iterable[Any]]], num_records: int,
             rounds: int) -> dict[str, tuple[float, float]]:
     """(records/s, CPU microseconds per record) of each mode: the best of ``rounds`` full passes.
@@ -184,10 +269,10 @@ def measure(modes: dict[str, Callable[[], Iterable[Any]]], num_records: int,
 
 
 def _child_rates(path: str, files: list[str], num_records: int, rounds: int,
-                 png_path: str | None) -> dict[str, tuple[float, float]]:
+                 png_path: str | None, jpeg: str | None = None) -> dict[str, tuple[float, float]]:
     """The NumPy and PyTorch modes, timed in a child process without TensorFlow (see the module docstring)."""
     request = json.dumps({"path": path, "files": files, "records": num_records, "rounds": rounds,
-                          "png_path": png_path})
+                          "png_path": png_path, "jpeg": jpeg})
     output = subprocess.run([sys.executable, __file__, "--child", request], check=True, capture_output=True,
                             text=True).stdout
     return {name: (rate, cpu) for name, (rate, cpu) in json.loads(output.splitlines()[-1]).items()}
@@ -195,6 +280,12 @@ def _child_rates(path: str, files: list[str], num_records: int, rounds: int,
 
 def _child(request: str) -> None:
     args = json.loads(request)
+    if args.get("jpeg"):
+        images, smalls = litdata_modes(args["path"], args["jpeg"])
+        rates = measure(images, JPEG_IMAGES, args["rounds"])
+        rates.update(measure(smalls, args["records"], args["rounds"]))
+        print(json.dumps(rates))
+        return
     from beam_tfrecord.reader.numpy_reader import read_numpy
 
     modes: dict[str, Callable[[], Iterable[Any]]] = {"n": lambda: read_numpy(args["path"])}
@@ -223,10 +314,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip_torch", action="store_true", help="time only the tf.data readers")
     parser.add_argument("--images", action="store_true",
                         help="also time the PyTorch reader decoding PNG images (a fifth of the records)")
+    parser.add_argument("--litdata", action="store_true",
+                        help="ours against LitData's StreamingDataset on images and small records (needs litdata)")
+    parser.add_argument("--jpeg_dir", default="/tmp/bt_read_jpeg", help="--litdata: our dataset of the JPEGs")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the NumPy/PyTorch timing process
     args = parser.parse_args(argv)
     if args.child:
         _child(args.child)
+        return
+    if args.litdata:
+        versus_litdata(args.dir, args.records, args.jpeg_dir, args.rounds)
         return
 
     build(args.dir, args.records)
@@ -276,6 +373,29 @@ def main(argv: list[str] | None = None) -> None:
               f"handoff only (h) / t 0 workers = {h2 / t0:.2f}")
     if "i0" in rates:
         print(f"PNG images decoded: 2 workers / 0 workers = {rates['i2'][0] / rates['i0'][0]:.2f}")
+    print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs")
+
+
+def versus_litdata(small: str, num_records: int, jpeg: str, rounds: int) -> None:
+    """Prints ours and LitData's rates side by side, and the issue's ratios (issue 49)."""
+    from image_folder_build import LITDATA_INSTALL, litdata_installed
+
+    if not litdata_installed():
+        sys.exit(f"--litdata needs litdata (for this benchmark only, in its own venv: {LITDATA_INSTALL})")
+    build_versus_litdata(small, num_records, jpeg)
+    rates = _child_rates(small, [], num_records, rounds, None, jpeg)
+    print(f"DataLoader batch {TORCH_BATCH}, best of {rounds} epochs, {os.cpu_count()} CPUs; records/s "
+          "(CPU us/record of the main process)")
+    rows = {"j": f"{JPEG_IMAGES} JPEGs 128 px, bytes", "d": f"{JPEG_IMAGES} JPEGs 128 px, decoded",
+            "s": f"{num_records} records 32x32x3 uint8"}
+    print(f"  {'':<34} {'workers':>7} {'ours':>18} {'LitData':>18} {'ours/LitData':>13}")
+    for kind, label in rows.items():
+        for workers in (0, 2):
+            (o, o_cpu), (lit, l_cpu) = rates[f"o{kind}{workers}"], rates[f"l{kind}{workers}"]
+            print(f"  {label:<34} {workers:>7} {o:>10,.0f} ({o_cpu:4.1f}) {lit:>10,.0f} ({l_cpu:4.1f}) "
+                  f"{o / lit:>12.2f}x")
+    print(f"decoded images, ours 2 workers / ours 0 workers = {rates['od2'][0] / rates['od0'][0]:.2f} "
+          f"(LitData: {rates['ld2'][0] / rates['ld0'][0]:.2f})")
     print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from beam_tfrecord.reader.decode.ragged import RaggedArray
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
 from beam_tfrecord.reader.order.mixing import num_examples
@@ -16,8 +17,9 @@ from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.order.slicing import parse_split
 from beam_tfrecord.remote_reads.options import RemoteReads
 
-__all__ = ["ImageDecoding", "PixelType", "ReadPlan", "RemoteReads", "TFRecordIterableDataset", "VarLen", "collate",
-           "num_examples", "parse_split", "plan_read", "read_dataset", "read_numpy"]
+__all__ = ["ImageDecoding", "PixelType", "RaggedArray", "RaggedBatch", "ReadPlan", "RemoteReads",
+           "TFRecordIterableDataset", "VarLen", "collate", "num_examples", "parse_split", "plan_read", "read_dataset",
+           "read_numpy"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,4 +31,8 @@ def __getattr__(name: str) -> Any:
         from beam_tfrecord.reader import torch_dataset
 
         return getattr(torch_dataset, name)
+    if name == "RaggedBatch":
+        from beam_tfrecord.reader.torch_batches import RaggedBatch
+
+        return RaggedBatch
     raise AttributeError(f"module 'beam_tfrecord.reader' has no attribute {name!r}")

@@ -6,11 +6,13 @@ Every record's CRCs and each shard's record count are checked; workers get the s
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from beam_tfrecord.core.record_schema import holds_verbatim_payloads
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.decode.block_decode import BlockDecoder, rows
+from beam_tfrecord.reader.decode.block_decode import BlockDecoder, Columns, rebatch, rows
 from beam_tfrecord.reader.decode.numpy_decode import Example
+from beam_tfrecord.reader.decode.ragged import ragged_items
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
 from beam_tfrecord.reader.order import mixing
 from beam_tfrecord.reader.order.mixing import DatasetPaths, EpochOrder, open_sources
@@ -44,7 +46,7 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
                shuffle: bool = False, seed: int = 0, epoch: int = 0, shuffle_buffer: int = 10_000,
                image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0,
                cache_dir: str | None = None, cache_limit: int | None = None,
-               remote_reads: RemoteReads | None = None) -> Iterator[Example]:
+               remote_reads: RemoteReads | None = None, batch_size: int | None = None) -> Iterator[Any]:
     """Reads a split expression of one dataset, or a weighted mixture of several, as dicts of NumPy values.
 
     The epoch's order depends only on the datasets, the split expression, ``seed``, ``epoch`` and
@@ -73,13 +75,18 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
         remote_reads: how ``gs://`` shards are fetched (``RemoteReads``: connections, range size, bytes
             in flight); ``cache_dir`` and ``cache_limit`` given here take precedence over its own.
+        batch_size: yield batches of this many examples (the last may be smaller) as columns: fixed-shape
+            features as arrays, bytes and variable-length lists as ``RaggedArray`` (flat values and offsets;
+            items are views of them); None: one example at a time.
 
     Raises:
-        ReaderError: on bad options (worker index, start, weights).
+        ReaderError: on bad options (worker index, start, weights, batch size).
         IncompatibleSchemasError: when mixed datasets' schemas differ.
         MissingShardError, CorruptShardError: on missing or damaged shards, naming the shard and offset.
     """
     check_positive("shuffle_buffer", shuffle_buffer)
+    if batch_size is not None:
+        check_positive("batch_size", batch_size)
     reads = reads_with_cache(remote_reads, cache_dir=cache_dir, cache_limit=cache_limit)
     if not 0 <= worker_index < max(num_workers, 1):
         raise ReaderError(f"worker_index must be in [0, {num_workers}), got {worker_index}")
@@ -91,4 +98,14 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
         raise ReaderError(f"{order.total} records cannot give each of {num_workers} workers at least one")
     if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= length(share):
         raise ReaderError(f"start must be in [0, {length(share)}] (this worker's examples), got {start!r}")
-    return mixing.iter_examples(order, take(share, start, length(share)), image_decoding=image_decoding)
+    positions = take(share, start, length(share))
+    if batch_size is None:
+        return mixing.iter_examples(order, positions, image_decoding=image_decoding)
+    return _ragged(rebatch(mixing.iter_columns(order, positions, image_decoding=image_decoding), batch_size))
+
+
+def _ragged(batches: Iterator[Columns]) -> Iterator[Columns]:
+    """Batches whose lists of bytes or of 1-D arrays are packed as ``RaggedArray`` (a mixture's are lists)."""
+    for batch in batches:
+        packed = {name: ragged_items(column) for name, column in batch.items()}
+        yield {name: column if packed[name] is None else packed[name] for name, column in batch.items()}

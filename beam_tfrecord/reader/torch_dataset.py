@@ -18,6 +18,7 @@ import torch.utils.data
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.decode.block_decode import Columns, num_rows, rebatch
 from beam_tfrecord.reader.decode.numpy_decode import Example
+from beam_tfrecord.reader.decode.ragged import Allocate
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
 from beam_tfrecord.reader.order.mixing import (
     DatasetPaths,
@@ -39,6 +40,7 @@ from beam_tfrecord.reader.order.resume import (
     take,
     worker_states,
 )
+from beam_tfrecord.reader.torch_batches import tensors, worker_allocate
 from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
 
 
@@ -90,9 +92,11 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
             ``load_state_dict`` is exact with any).
         batch_size: yield ready batches of this many examples (the last of each epoch's read may be
             smaller) instead of single examples: use ``DataLoader(dataset, batch_size=None)``.
-            Batches are then cut from whole decoded blocks inside the DataLoader workers, faster than
-            collating examples (docs/performance.md, "Reading"); variable-length and bytes features are lists.
-            The workers split the rank's share in whole batches; a state still counts examples.
+            Batches are then cut from whole decoded blocks inside the DataLoader workers, in shared memory,
+            faster than collating examples (docs/performance.md, "Reading"). The workers split the rank's
+            share in whole batches; a state still counts examples.
+        ragged: with ``batch_size``, bytes, strings, encoded images and variable-length lists come as a
+            ``RaggedBatch`` (one flat tensor and offsets, sent from workers without pickling); False: lists.
         cache_dir: a local directory to keep ``gs://`` shards in once read, so a later epoch reads
             them locally; shared safely by the DataLoader workers and the ranks of one machine.
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
@@ -103,7 +107,8 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
     def __init__(self, path: DatasetPaths, *, split: str = "train", rank: int | None = None,
                  world_size: int | None = None, shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 10_000,
                  image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0,
-                 batch_size: int | None = None, cache_dir: str | None = None, cache_limit: int | None = None,
+                 batch_size: int | None = None, ragged: bool = True, cache_dir: str | None = None,
+                 cache_limit: int | None = None,
                  remote_reads: RemoteReads | None = None) -> None:
         super().__init__()
         check_positive("shuffle_buffer", shuffle_buffer)
@@ -111,6 +116,7 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         if batch_size is not None:
             check_positive("batch_size", batch_size)
         self.batch_size = batch_size
+        self.ragged = ragged
         self.rank, self.world_size = _rank_and_world(rank, world_size)
         self.sources = open_sources(path, split=split)
         self.total = sum(epoch_takes(self.sources))
@@ -186,8 +192,9 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         positions = take(stream, skip, length(stream))
         if self.batch_size is None:
             return self._count(iter_examples(order, positions, image_decoding=self.image_decoding))
-        batches = rebatch(iter_columns(order, positions, image_decoding=self.image_decoding), self.batch_size)
-        return self._count_batches(batches)
+        allocate_values = worker_allocate()
+        blocks = iter_columns(order, positions, image_decoding=self.image_decoding, allocate_values=allocate_values)
+        return self._count_batches(rebatch(blocks, self.batch_size, allocate_values), allocate_values)
 
     def _count(self, examples: Iterator[Example]) -> Iterator[Example]:
         """Yields the examples, keeping ``state_dict()`` at the count handed out (what a loader snapshots)."""
@@ -195,23 +202,17 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
             self._yielded += 1
             yield example
 
-    def _count_batches(self, batches: Iterator[Columns]) -> Iterator[dict[str, Any]]:
+    def _count_batches(self, batches: Iterator[Columns], allocate_values: Allocate) -> Iterator[dict[str, Any]]:
         """Yields ready batches as tensors; ``state_dict()`` still counts the examples handed out."""
         for batch in batches:
             self._yielded += num_rows(batch)
-            yield tensors(batch)
+            yield tensors(batch, ragged=self.ragged, allocate_values=allocate_values)
 
 
 def _worker() -> tuple[int, int]:
     """(this DataLoader worker, the number of workers): (0, 1) outside a worker process."""
     info = torch.utils.data.get_worker_info()
     return (info.id, info.num_workers) if info is not None else (0, 1)
-
-
-def tensors(columns: Columns) -> dict[str, Any]:
-    """A batch's columns as ``collate`` gives them: numeric arrays as tensors, anything else as lists."""
-    return {name: torch.from_numpy(column) if isinstance(column, np.ndarray) and column.dtype != object
-            else list(column) for name, column in columns.items()}
 
 
 def collate(examples: Sequence[Example]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader
 
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.order.mixing import num_examples
+from beam_tfrecord.reader.torch_batches import RaggedBatch
 from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset, collate
 
 
@@ -82,7 +83,7 @@ def test_ready_batches_are_whole_batches_of_the_same_examples(counted, num_worke
     batches = list(DataLoader(dataset, batch_size=None, num_workers=num_workers))
     assert len(batches) == len(dataset) == -(-num_examples(counted.path) // 64)
     assert [len(b["i"]) for b in batches[:-1]] == [64] * (len(batches) - 1)  # only the epoch's last is short
-    assert batches[0]["i"].dtype == torch.int64 and isinstance(batches[0]["key"], list)
+    assert batches[0]["i"].dtype == torch.int64 and isinstance(batches[0]["key"], RaggedBatch)
     keys = [k for b in batches for k in b["key"]]
     assert sorted(keys) == sorted(e["key"] for e in TFRecordIterableDataset(counted.path, split="train"))
     assert [int(i) for b in batches for i in b["i"]] == [int(k.decode()[1:]) for k in keys]  # rows stay together

@@ -15,10 +15,12 @@ from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor
 from beam_tfrecord.reader.decode.numpy_decode import Example, RecordDecoder, decode_image
+from beam_tfrecord.reader.decode.ragged import Allocate, RaggedArray, allocate
 from beam_tfrecord.reader.options import ImageDecoding
 
 # One block's columns: an array whose first dimension is the records (numbers, tensors, fixed lists of bytes as
-# object arrays, decoded images), or a list (bytes scalars, encoded images, variable-length and sequence features).
+# object arrays, decoded images), a RaggedArray (bytes scalars and encoded images of a fixed layout), or a list
+# (the same from the protobuf library, variable-length and sequence features).
 Columns = dict[str, Any]
 _VARINT_BYTES = np.arange(10)
 _SHIFTS = (7 * np.arange(10)).astype(np.uint64)
@@ -33,11 +35,20 @@ class _Mismatch(Exception):
 class _Cursor:
     """One position per record of a block, moved through the wire format together."""
 
-    def __init__(self, block: RecordBlock, *, views: bool = False) -> None:
+    def __init__(self, block: RecordBlock, allocate_values: Allocate, *, views: bool = False) -> None:
+        self.allocate = allocate_values
         self.views = views  # evenly spaced values as views into the block's buffer, not copies
         self.data = block.buffer
         self.last = len(self.data) - 1
         self.pos = block.starts.copy()
+
+    def own(self, array: np.ndarray) -> np.ndarray:
+        """``array`` copied into the cursor's ``Allocate`` when that is not the default (shared memory)."""
+        if self.allocate is allocate:
+            return array
+        out = self.allocate(array.size, array.dtype).reshape(array.shape)
+        out[...] = array
+        return out
 
     def require(self, condition: Any) -> None:
         """Raises _Mismatch unless ``condition`` (a bool or an array of them) holds everywhere."""
@@ -77,26 +88,43 @@ class _Cursor:
         self.require(self.pos + length <= limit)
         return length
 
-    def gather(self, size: int) -> np.ndarray:
-        """(records, size) bytes at the positions, moving past them (one strided copy when evenly spaced)."""
+    def gather(self, size: int, *, allocated: bool = False) -> np.ndarray:
+        """(records, size) bytes at the positions, moving past them (one strided copy when evenly spaced);
+        ``allocated``: into an array from the cursor's ``Allocate`` (a column handed out)."""
         pos = self.pos
         if len(pos) > 1 and pos[1] > pos[0] and (np.diff(pos) == pos[1] - pos[0]).all():
             strided = np.lib.stride_tricks.as_strided(self.data[pos[0]:], shape=(len(pos), size),
                                                       strides=(int(pos[1] - pos[0]), 1))
-            out = strided if self.views else strided.copy()
+            if self.views:
+                out = strided
+            else:
+                out = self.allocate(len(pos) * size, np.dtype(np.uint8)).reshape(len(pos), size) if allocated else \
+                    np.empty((len(pos), size), np.uint8)
+                np.copyto(out, strided)
         else:
             out = self.data[pos[:, None] + np.arange(size)] if size else np.zeros((len(pos), 0), np.uint8)
         self.pos = pos + size
         return out
 
 
-def _bytes_values(cursor: _Cursor, count: int, limit: np.ndarray,
-                  size: int | None) -> list[list[bytes]] | np.ndarray:
-    """``count`` BytesList values per record: a (records, size) array when ``size`` is fixed, else lists."""
-    if size is not None and count == 1:
-        cursor.tag(0x0A)
-        cursor.require(cursor.length(limit) == size)
-        return cursor.gather(size)
+def _fixed_bytes(cursor: _Cursor, limit: np.ndarray, size: int) -> np.ndarray:
+    """One BytesList value of ``size`` bytes per record, as (records, size)."""
+    cursor.tag(0x0A)
+    cursor.require(cursor.length(limit) == size)
+    return cursor.gather(size, allocated=True)
+
+
+def _one_bytes(cursor: _Cursor, limit: np.ndarray) -> RaggedArray:
+    """One BytesList value per record: views into the block's buffer (packed once per batch where needed)."""
+    cursor.tag(0x0A)
+    lengths = cursor.length(limit)
+    ragged = RaggedArray.mapped(cursor.data, cursor.pos, lengths)
+    cursor.pos = cursor.pos + lengths
+    return ragged
+
+
+def _bytes_lists(cursor: _Cursor, count: int, limit: np.ndarray) -> list[list[bytes]]:
+    """``count`` BytesList values per record, as lists."""
     values: list[list[bytes]] = [[] for _ in range(len(cursor.pos))]
     for _ in range(count):
         cursor.tag(0x0A)
@@ -126,23 +154,24 @@ class FixedLayout:
     Use ``FixedLayout.of(schema)``, which is None for schemas it does not cover.
     """
 
-    def __init__(self, schema: Schema) -> None:
+    def __init__(self, schema: Schema, allocate_values: Allocate = allocate) -> None:
+        self._allocate = allocate_values
         self._features = sorted(schema.features.items())  # deterministic serialization: map keys in order
         self._keys = {name: np.frombuffer(name.encode("utf-8"), dtype=np.uint8) for name in schema.features}
 
     @staticmethod
-    def of(schema: Schema) -> "FixedLayout | None":
+    def of(schema: Schema, allocate_values: Allocate = allocate) -> "FixedLayout | None":
         fixed = (Scalar, FixedList, ClassLabel, Tensor, Image)
         if schema.sequence_features or not schema.features or \
                 not all(isinstance(f, fixed) for f in schema.features.values()):
             return None
-        return FixedLayout(schema)
+        return FixedLayout(schema, allocate_values)
 
     def parse(self, block: RecordBlock, *, views: bool = False) -> Columns | None:
         """The block's columns (images still encoded), or None when a record does not have the layout."""
         if not len(block) or not len(block.buffer):
             return None
-        cursor = _Cursor(block, views=views)
+        cursor = _Cursor(block, self._allocate, views=views)
         ends = block.starts + block.lengths
         try:
             cursor.tag(0x0A)  # Example.features
@@ -170,19 +199,18 @@ class FixedLayout:
         count = feature.length if isinstance(feature, FixedList) else 1
         if isinstance(feature, Tensor):
             item = np.dtype(feature.dtype.value).newbyteorder("<")
-            raw = _bytes_values(cursor, 1, entry_end, feature.num_elements * item.itemsize)
-            value: Any = raw.view(item).astype(item.newbyteorder("="), copy=False).reshape(  # type: ignore[union-attr]
-                -1, *feature.shape)
+            raw = _fixed_bytes(cursor, entry_end, feature.num_elements * item.itemsize)
+            value: Any = raw.view(item).astype(item.newbyteorder("="), copy=False).reshape(-1, *feature.shape)
         elif dtype in (DType.BYTES, DType.STRING):
-            lists = _bytes_values(cursor, count, entry_end, None)
             if isinstance(feature, FixedList):
+                lists = _bytes_lists(cursor, count, entry_end)
                 value = np.empty((len(lists), count), dtype=object)
                 value[:] = lists
             else:
-                value = [values[0] for values in lists]
+                value = _one_bytes(cursor, entry_end)
         else:
             numbers = _numbers(cursor, dtype, count, entry_end)
-            value = numbers if isinstance(feature, FixedList) else numbers[:, 0]
+            value = cursor.own(numbers if isinstance(feature, FixedList) else numbers[:, 0])
         cursor.require(cursor.pos == entry_end)
         return value
 
@@ -205,15 +233,17 @@ class BlockDecoder:
         verbatim: the records are raw payloads as written (``holds_verbatim_payloads``): each is returned
             whole as the schema's one bytes feature.
         views: fixed-size columns may be views into the block's buffer (valid while it is): no copies.
+        allocate_values: where columns of the fast path go (shared memory in a DataLoader worker).
     """
 
     def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None, verbatim: bool = False,
-                 views: bool = False) -> None:
+                 views: bool = False, allocate_values: Allocate = allocate) -> None:
         self.schema = schema
         self._views = views
         self._verbatim = verbatim
+        self._allocate = allocate_values
         self._records = RecordDecoder(schema, image_decoding=image_decoding)
-        self._layout = FixedLayout.of(schema)
+        self._layout = FixedLayout.of(schema, allocate_values)
         self._stack = {name: _stackable(f, image_decoding) for name, f in schema.features.items()}
         self._stack.update({name: False for name in schema.sequence_features})
         self._images: dict[str, Callable[[bytes], np.ndarray]] = {}
@@ -229,7 +259,7 @@ class BlockDecoder:
             CorruptShardError: when a record is not a valid proto of the schema, naming its shard and offset.
         """
         if self._verbatim:
-            return {RAW_FEATURE: [bytes(block.record(i)) for i in range(len(block.offsets))]}
+            return {RAW_FEATURE: RaggedArray.mapped(block.buffer, block.starts, block.lengths)}
         columns = self._layout.parse(block, views=self._views) if self._layout is not None else None
         if columns is None:
             return self.columns([self._records.decode(block.record(i), shard=block.path_of(i), offset=int(offset))
@@ -238,10 +268,16 @@ class BlockDecoder:
             columns[name] = self._decoded_images(block, name, columns[name], decode)
         return columns
 
-    def _decoded_images(self, block: RecordBlock, name: str, encoded: list[bytes],
+    def _decoded_images(self, block: RecordBlock, name: str, encoded: RaggedArray,
                         decode: Callable[[bytes], np.ndarray]) -> np.ndarray:
-        return np.stack([self._records.guard(decode, data, shard=block.path_of(i), offset=int(offset))
-                         for i, (data, offset) in enumerate(zip(encoded, block.offsets.tolist()))])
+        """The block's images decoded into one preallocated array (records, height, width, channels)."""
+        out: np.ndarray | None = None
+        for i, offset in enumerate(block.offsets.tolist()):
+            pixels = self._records.guard(decode, encoded.view(i), shard=block.path_of(i), offset=int(offset))
+            if out is None:
+                out = self._allocate(len(block) * pixels.size, pixels.dtype).reshape(len(block), *pixels.shape)
+            out[i] = pixels
+        return out if out is not None else np.empty((0,), np.uint8)
 
     def columns(self, examples: list[Example]) -> Columns:
         """Examples (as ``RecordDecoder`` gives them) as columns."""
@@ -265,12 +301,25 @@ def num_rows(columns: Columns) -> int:
     return len(next(iter(columns.values()))) if columns else 0
 
 
-def concat(parts: list[Columns]) -> Columns:
-    """Columns of consecutive blocks (or slices of them) joined into one."""
+def concat(parts: list[Columns], allocate_values: Allocate = allocate) -> Columns:
+    """Columns of consecutive blocks (or slices of them) joined into one (arrays from ``allocate_values``)."""
     if len(parts) == 1:
         return parts[0]
-    return {name: np.concatenate([p[name] for p in parts]) if isinstance(parts[0][name], np.ndarray)
-            else [v for p in parts for v in p[name]] for name in parts[0]}
+    return {name: _joined([p[name] for p in parts], allocate_values) for name in parts[0]}
+
+
+def _joined(parts: list[Any], allocate_values: Allocate) -> Any:
+    """One column of consecutive blocks: arrays and ragged arrays joined as such, anything else as a list."""
+    first = parts[0]
+    if isinstance(first, np.ndarray):
+        if first.dtype == object:
+            return np.concatenate(parts)
+        rows = sum(len(p) for p in parts)
+        out = allocate_values(rows * int(np.prod(first.shape[1:])), first.dtype).reshape(rows, *first.shape[1:])
+        return np.concatenate(parts, out=out)
+    if all(isinstance(p, RaggedArray) for p in parts):
+        return RaggedArray.concat(parts, allocate_values=allocate_values)
+    return [v for p in parts for v in p]
 
 
 def take(columns: Columns, start: int, stop: int) -> Columns:
@@ -278,7 +327,7 @@ def take(columns: Columns, start: int, stop: int) -> Columns:
     return {name: column[start:stop] for name, column in columns.items()}
 
 
-def rebatch(blocks: Iterable[Columns], batch_size: int) -> Iterator[Columns]:
+def rebatch(blocks: Iterable[Columns], batch_size: int, allocate_values: Allocate = allocate) -> Iterator[Columns]:
     """Columns of ``batch_size`` rows cut from a stream of blocks' columns, in order (the last may be smaller)."""
     parts: list[Columns] = []
     held = 0
@@ -287,10 +336,10 @@ def rebatch(blocks: Iterable[Columns], batch_size: int) -> Iterator[Columns]:
         while held + count - start >= batch_size:
             stop = start + batch_size - held
             parts.append(take(columns, start, stop))
-            yield concat(parts)
+            yield concat(parts, allocate_values)
             parts, held, start = [], 0, stop
         if start < count:
             parts.append(take(columns, start, count))
             held += count - start
     if parts:
-        yield concat(parts)
+        yield concat(parts, allocate_values)

@@ -143,7 +143,7 @@ class RecordDecoder:
         return self.guard(self._decode, record, shard=shard, offset=offset)
 
     @staticmethod
-    def guard(decode: Callable[[bytes], Any], record: bytes, *, shard: str, offset: int) -> Any:
+    def guard(decode: Callable[[Any], Any], record: bytes | memoryview, *, shard: str, offset: int) -> Any:
         """``decode(record)``, its errors raised as a CorruptShardError naming the shard and offset."""
         try:
             return decode(record)

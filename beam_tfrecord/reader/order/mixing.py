@@ -22,6 +22,7 @@ from beam_tfrecord.errors import IncompatibleSchemasError, ReaderError
 from beam_tfrecord.reader.decode.block_decode import BlockDecoder, Columns, concat, num_rows, rows
 from beam_tfrecord.reader.decode.block_decode import take as take_rows
 from beam_tfrecord.reader.decode.numpy_decode import Example
+from beam_tfrecord.reader.decode.ragged import Allocate, allocate
 from beam_tfrecord.reader.options import ImageDecoding
 from beam_tfrecord.reader.order.orders import GATHERED_RECORDS, Record, RecordOrder, StoredOrder, generator, make_order
 from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
@@ -255,7 +256,8 @@ def _laid_out(choices: np.ndarray, parts: list[Columns]) -> Columns:
     return out
 
 
-def iter_columns(order: EpochOrder, positions: Ranges, *, image_decoding: ImageDecoding | None) -> Iterator[Columns]:
+def iter_columns(order: EpochOrder, positions: Ranges, *, image_decoding: ImageDecoding | None,
+                 allocate_values: Allocate = allocate) -> Iterator[Columns]:
     """Decodes the examples at ``positions`` of an epoch's order, in that order, a block at a time, as columns.
 
     One dataset: its decoded blocks. A mixture: each dataset's run decoded in blocks, and the rows
@@ -265,7 +267,8 @@ def iter_columns(order: EpochOrder, positions: Ranges, *, image_decoding: ImageD
         MissingShardError, CorruptShardError: on missing or damaged shards, or records that do not match the schema.
     """
     decoders = [BlockDecoder(s.plan.manifest.schema, image_decoding=image_decoding,
-                             verbatim=holds_verbatim_payloads(s.plan.manifest.metadata)) for s in order.sources]
+                             verbatim=holds_verbatim_payloads(s.plan.manifest.metadata),
+                             allocate_values=allocate_values) for s in order.sources]
     for lo, hi in positions:
         if len(order.sources) == 1:
             yield from (decoders[0].decode(block) for block in order.iter_dataset_blocks(0, lo, hi))
