@@ -16,7 +16,6 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.sources.arrays import (
@@ -32,7 +31,7 @@ from beam_tfrecord.sources.kept_records import ReadFreshInputs
 from beam_tfrecord.versions.input_index import IndexedInput, listed_tokens
 from beam_tfrecord.versions.refresh import RefreshPlan
 from pipelines.build_from_arrays import ArrayOptions
-from pipelines.common import DatasetOutputOptions, ProgressOptions, parse_job, require_worker_paths, run_as_command
+from pipelines.common import DatasetOutputOptions, parse_job, require_worker_paths, run_as_command
 from pipelines.drift_options import DriftOptions
 from pipelines.job_options import JobCommand, option_actions
 from pipelines.refresh_driver import (
@@ -40,10 +39,11 @@ from pipelines.refresh_driver import (
     RefreshOptions,
     RefreshSource,
     recorded_command,
+    refresh_groups,
     run_refresh,
     validated_refresh,
 )
-from pipelines.source_options import QualityOptions, SchemaOptions, pinned_or_inferred
+from pipelines.source_options import SchemaOptions, pinned_or_inferred
 
 ARRAYS_JOB = "refresh_arrays"
 ARRAYS_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
@@ -59,10 +59,7 @@ COMMAND = JobCommand(
     description="Refreshes a .npy / .npz dataset into a versioned root: builds ROOT/versions/<id> when the files "
                 "changed (encoding only the samples of new and changed files), then moves ROOT/LATEST to it and "
                 "deletes old versions.",
-    groups=(("refresh", RefreshOptions), ("drift check", DriftOptions),
-            ("input", ArrayOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("duplicates and splits", QualityOptions), ("progress", ProgressOptions),
-            ("Dask cluster", DaskClusterOptions)),
+    groups=refresh_groups(("input", ArrayOptions)),
     refused=tuple(ARRAYS_REJECTED_OPTIONS.items()),
 )
 

@@ -21,6 +21,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.durations import format_duration, parse_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.core.schema import Schema
@@ -43,6 +44,7 @@ from beam_tfrecord.versions.refresh import (
 )
 from pipelines.common import (
     DatasetOutputOptions,
+    ProgressOptions,
     cleaned_up_when_disk_full,
     job_pipeline,
     make_writer,
@@ -50,9 +52,9 @@ from pipelines.common import (
     progress_for,
     quiet_logging,
 )
-from pipelines.drift_options import drift_check, report_drift
+from pipelines.drift_options import DriftOptions, drift_check, report_drift
 from pipelines.job_options import option_actions
-from pipelines.source_options import parse_bool, quality_writer_options
+from pipelines.source_options import QualityOptions, SchemaOptions, parse_bool, quality_writer_options
 
 
 class RefreshOptions(PipelineOptions):
@@ -75,6 +77,14 @@ class RefreshOptions(PipelineOptions):
                                  "the same key, size and mtime, or gs:// generation; a manifest row of the same "
                                  "key and content) and encode only new and changed ones; a full build when "
                                  "LATEST cannot lend its records (--incremental=false: always a full build)")
+
+
+def refresh_groups(source: tuple[str, type[PipelineOptions]]) -> tuple[tuple[str, type[PipelineOptions]], ...]:
+    """A refresh job's ``--help`` groups around its source's (``("input", ArrayOptions)``)."""
+    return (("refresh", RefreshOptions), ("drift check", DriftOptions), source,
+            ("output and sharding", DatasetOutputOptions), ("schema checks", SchemaOptions),
+            ("duplicates and splits", QualityOptions), ("progress", ProgressOptions),
+            ("Dask cluster", DaskClusterOptions))
 
 
 def min_version_age(refresh: RefreshOptions) -> datetime.timedelta:

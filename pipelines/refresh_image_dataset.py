@@ -12,13 +12,12 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.sources.image_folder import image_sample
 from beam_tfrecord.versions.input_index import IndexedInput, content_tokens, index_inputs
 from beam_tfrecord.versions.refresh import RefreshAction, RefreshPlan
 from pipelines.build_image_dataset import ImageFolderBuild, ImageFolderOptions
-from pipelines.common import DatasetOutputOptions, ProgressOptions, parse_job, require_worker_paths, run_as_command
+from pipelines.common import DatasetOutputOptions, parse_job, require_worker_paths, run_as_command
 from pipelines.drift_options import DriftOptions
 from pipelines.job_options import JobCommand, option_actions
 from pipelines.refresh_driver import (
@@ -27,10 +26,11 @@ from pipelines.refresh_driver import (
     RefreshSource,
     min_version_age,
     recorded_command,
+    refresh_groups,
     run_refresh,
     validated_refresh,
 )
-from pipelines.source_options import QualityOptions, SchemaOptions
+from pipelines.source_options import SchemaOptions
 
 __all__ = ["COMMAND", "RefreshAction", "RefreshOptions", "min_version_age", "run"]  # what callers import from here
 
@@ -67,10 +67,7 @@ COMMAND = JobCommand(
     prog="python -m pipelines.refresh_image_dataset",
     description="Refreshes an image-folder dataset into a versioned root: builds ROOT/versions/<id> when the "
                 "inputs changed, then moves ROOT/LATEST to it and deletes old versions.",
-    groups=(("refresh", RefreshOptions), ("drift check", DriftOptions), ("input", ImageFolderOptions),
-            ("output and sharding", DatasetOutputOptions), ("schema checks", SchemaOptions),
-            ("duplicates and splits", QualityOptions),
-            ("progress", ProgressOptions), ("Dask cluster", DaskClusterOptions)),
+    groups=refresh_groups(("input", ImageFolderOptions)),
     refused=tuple(JOB_REJECTED_OPTIONS.items()),
 )
 

@@ -16,7 +16,6 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.samples import FileRef, Sample
 from beam_tfrecord.core.schema import Image
 from beam_tfrecord.job.process_exit import run_and_exit
@@ -31,7 +30,7 @@ from pipelines.build_from_manifest import (
     manifest_reader,
     manifest_schema,
 )
-from pipelines.common import DatasetOutputOptions, ProgressOptions, parse_job, require_worker_paths, run_as_command
+from pipelines.common import DatasetOutputOptions, parse_job, require_worker_paths, run_as_command
 from pipelines.drift_options import DriftOptions
 from pipelines.job_options import JobCommand, option_actions
 from pipelines.refresh_driver import (
@@ -39,10 +38,11 @@ from pipelines.refresh_driver import (
     RefreshOptions,
     RefreshSource,
     recorded_command,
+    refresh_groups,
     run_refresh,
     validated_refresh,
 )
-from pipelines.source_options import QualityOptions, SchemaOptions
+from pipelines.source_options import SchemaOptions
 
 MANIFEST_JOB = "refresh_manifest"
 MANIFEST_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
@@ -60,10 +60,7 @@ COMMAND = JobCommand(
     description="Refreshes a CSV / JSONL / Parquet manifest dataset into a versioned root: builds "
                 "ROOT/versions/<id> when the manifests changed (encoding only new and changed rows), then moves "
                 "ROOT/LATEST to it and deletes old versions.",
-    groups=(("refresh", RefreshOptions), ("drift check", DriftOptions),
-            ("input", ManifestOptions), ("output and sharding", DatasetOutputOptions),
-            ("schema checks", SchemaOptions), ("duplicates and splits", QualityOptions), ("progress", ProgressOptions),
-            ("Dask cluster", DaskClusterOptions)),
+    groups=refresh_groups(("input", ManifestOptions)),
     refused=tuple(MANIFEST_REJECTED_OPTIONS.items()),
 )
 
