@@ -79,8 +79,8 @@ class DatasetOutputOptions(PipelineOptions):
                             help="also write each shard's NVIDIA DALI index (<shard>.idx, listed in the manifest) so "
                                  "DALI's fn.readers.tfrecord reads the dataset without running tfrecord2idx "
                                  "(uncompressed tfrecord shards only)")
-        parser.add_argument("--no_statistics", action="store_true", help="write no statistics.pb (TFDV's feature "
-                            "statistics, computed as the shards are written; the shards are the same)")
+        parser.add_argument("--no_statistics", type=parse_bool, nargs="?", const=True, default=False,
+                            help="write no statistics.pb (feature statistics as TFDV writes them; same shards)")
         parser.add_argument("--salt", default=DEFAULT_SALT, help="hash salt for split assignment and order")
         parser.add_argument("--max_rejected_fraction", type=float, default=0.0,
                             help="publish anyway if at most this fraction of samples is rejected")

@@ -47,7 +47,7 @@ def test_build_gs_to_gs_verify_and_read(runner: list[str], gs_images: str, gcs_b
     assert (report.num_records, report.num_shards) == (30, len(manifest.shards))
     assert len(manifest.shards) > 2
     listed = {p for p, _ in storage.list_files(f"{output}/**")}
-    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES,
+    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES, *filter(None, [manifest.statistics]),
                  *(s.filename for s in manifest.shards)]
     assert listed == {f"{output}/{name}" for name in published}  # no temporary file left
     read = [ex for split in ("train", "validation") for ex in read_numpy(output, split=split)]

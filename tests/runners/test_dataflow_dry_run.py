@@ -104,7 +104,8 @@ def _template_example(parameter: dict, bucket: str) -> str:
                 "resize_method": "bicubic", "reduced_decode": "false", "check_decode": "true", "dataset_name": "images",
                 "splits": "train=0.9,validation=0.1", "target_shard_bytes": "5000", "max_shard_bytes": "20000",
                 "num_shards": "2", "compression": "gzip", "file_format": "tfrecord", "dali_index": "false",
-                "salt": "s1", "shard_writers": "1",
+                "no_statistics": "false", "salt": "s1", "shard_writers": "1", "on_drift": "warn",
+                "drift_thresholds": f"{bucket}/config/drift.json",
                 "max_rejected_fraction": "0.25", "fan_in": "auto", "encode_processes": "1", "spill_run_mib": "16",
                 "keep_versions": "2", "min_version_age": "12h", "incremental": "true",
                 "force": "true", "break_lock": "false", "shared_filesystem": "false"}
@@ -125,6 +126,7 @@ def test_flex_template_parameters_reach_the_staged_job(bucket: str) -> None:
     in the job description the service would receive; the pipeline proto is staged to the emulator."""
     parameters = json.loads(METADATA.read_text())["parameters"]
     given = {p["name"]: _template_example(p, bucket) for p in parameters}
+    storage.write_bytes_atomic(given["drift_thresholds"], b"{}")  # the defaults (docs/drift.md)
     job = dry_run(refresh_image_dataset, [*(f"--{k}={v}" for k, v in given.items()), *dataflow_args(bucket)])
     graph = WriterGraph.of(job.proto_pipeline, "WriteVersion")
     assert_shuffle_writer(graph, refines_splits=False)

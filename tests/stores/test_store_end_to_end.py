@@ -67,7 +67,8 @@ def test_the_build_publishes_exactly_its_files_and_verifies(built: Built) -> Non
     manifest = load_manifest(built.remote)
     report = verify_dataset(built.remote)
     assert (report.num_records, report.num_shards) == (30, len(manifest.shards)) and len(manifest.shards) > 2
-    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES, *(s.filename for s in manifest.shards)]
+    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES,
+                 *filter(None, [manifest.statistics]), *(s.filename for s in manifest.shards)]
     assert {p for p, _ in storage.list_files(f"{built.remote}/**")} == {f"{built.remote}/{n}" for n in published}
 
 

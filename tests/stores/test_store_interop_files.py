@@ -47,7 +47,7 @@ def test_dali_indexes_and_views_are_published_on_the_store(bucket: str) -> None:
     manifest = load_manifest(output)
     assert len(manifest.shards) > 2 and verify_dataset(output).num_records == 300  # indexes checked too
     listed = {p for p, _ in storage.list_files(f"{output}/**")}
-    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES,
+    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES, *filter(None, [manifest.statistics]),
                  *(name for s in manifest.shards for name in (s.filename, s.dali_index))]
     assert listed == {f"{output}/{name}" for name in published}  # no temporary file left
     views = interop_files(manifest)

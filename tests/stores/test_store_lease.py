@@ -92,5 +92,6 @@ def test_two_builds_started_at_once_publish_one_dataset_and_refuse_the_other(buc
                                      f"--target_shard_bytes={winner}", "--runner=DirectRunner",
                                      "--direct_running_mode=in_memory"])
     assert [s.filename for s in manifest.shards] == [s.filename for s in alone.shards]  # the winner's plan
-    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES, *(s.filename for s in manifest.shards)]
+    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES,
+                 *filter(None, [manifest.statistics]), *(s.filename for s in manifest.shards)]
     assert {p for p, _ in storage.list_files(f"{output}/**")} == {f"{output}/{n}" for n in published}  # no lease
