@@ -33,8 +33,9 @@ from beam_tfrecord.versions.refresh import RefreshPlan
 from pipelines.build_from_arrays import ArrayOptions
 from pipelines.common import DatasetOutputOptions, parse_job, require_worker_paths, run_as_command
 from pipelines.drift_options import DriftOptions
-from pipelines.job_options import JobCommand, option_actions
+from pipelines.job_options import JobCommand
 from pipelines.refresh_driver import (
+    REFRESH_REJECTED_OPTIONS,
     PreparedSource,
     RefreshOptions,
     RefreshSource,
@@ -49,8 +50,7 @@ ARRAYS_JOB = "refresh_arrays"
 ARRAYS_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
     ArrayOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions)
 ARRAYS_REJECTED_OPTIONS: dict[str, str] = {
-    "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
-    "resume": "a refresh resumes a killed refresh of the same inputs and options by itself",
+    **REFRESH_REJECTED_OPTIONS,
     "check_decode": "arrays hold no encoded images",
 }
 
@@ -62,12 +62,6 @@ COMMAND = JobCommand(
     groups=refresh_groups(("input", ArrayOptions)),
     refused=tuple(ARRAYS_REJECTED_OPTIONS.items()),
 )
-
-
-def job_option_names() -> list[str]:
-    """Names (without ``--``) of the options a user passes to this job."""
-    return [action.dest for cls in ARRAYS_OPTION_CLASSES for action in option_actions(cls)
-            if action.dest not in ARRAYS_REJECTED_OPTIONS]
 
 
 def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan:

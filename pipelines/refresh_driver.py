@@ -79,6 +79,13 @@ class RefreshOptions(PipelineOptions):
                                  "LATEST cannot lend its records (--incremental=false: always a full build)")
 
 
+# Options every refresh job refuses, with the reason (a job adds its own).
+REFRESH_REJECTED_OPTIONS: dict[str, str] = {
+    "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
+    "resume": "a refresh resumes a killed refresh of the same inputs and options by itself",
+}
+
+
 def refresh_groups(source: tuple[str, type[PipelineOptions]]) -> tuple[tuple[str, type[PipelineOptions]], ...]:
     """A refresh job's ``--help`` groups around its source's (``("input", ArrayOptions)``)."""
     return (("refresh", RefreshOptions), ("drift check", DriftOptions), source,

@@ -21,6 +21,7 @@ from pipelines.common import DatasetOutputOptions, parse_job, require_worker_pat
 from pipelines.drift_options import DriftOptions
 from pipelines.job_options import JobCommand, option_actions
 from pipelines.refresh_driver import (
+    REFRESH_REJECTED_OPTIONS,
     PreparedSource,
     RefreshOptions,
     RefreshSource,
@@ -40,10 +41,9 @@ __all__ = ["COMMAND", "RefreshAction", "RefreshOptions", "min_version_age", "run
 JOB_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
     ImageFolderOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions)
 JOB_REJECTED_OPTIONS: dict[str, str] = {
-    "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
+    **REFRESH_REJECTED_OPTIONS,
     "schema": "the schema comes from the class folder names",
     "chunk_size": "images are one sample per Beam element",
-    "resume": "a refresh resumes a killed refresh of the same inputs and options by itself",
     "near_duplicates": "a refresh's kept records are not images to hash (pipelines.build_image_dataset has it)",
 }
 

@@ -32,8 +32,9 @@ from pipelines.build_from_manifest import (
 )
 from pipelines.common import DatasetOutputOptions, parse_job, require_worker_paths, run_as_command
 from pipelines.drift_options import DriftOptions
-from pipelines.job_options import JobCommand, option_actions
+from pipelines.job_options import JobCommand
 from pipelines.refresh_driver import (
+    REFRESH_REJECTED_OPTIONS,
     PreparedSource,
     RefreshOptions,
     RefreshSource,
@@ -48,8 +49,7 @@ MANIFEST_JOB = "refresh_manifest"
 MANIFEST_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
     ManifestOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions)
 MANIFEST_REJECTED_OPTIONS: dict[str, str] = {
-    "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
-    "resume": "a refresh resumes a killed refresh of the same inputs and options by itself",
+    **REFRESH_REJECTED_OPTIONS,
 }
 # The options that shape a row's sample besides its content: a version built otherwise cannot lend records.
 _SOURCE_OPTIONS = ("key_column", "file_columns", "missing_values", "allowed_root", "restrict_paths", "csv_delimiter",
@@ -63,12 +63,6 @@ COMMAND = JobCommand(
     groups=refresh_groups(("input", ManifestOptions)),
     refused=tuple(MANIFEST_REJECTED_OPTIONS.items()),
 )
-
-
-def job_option_names() -> list[str]:
-    """Names (without ``--``) of the options a user passes to this job."""
-    return [action.dest for cls in MANIFEST_OPTION_CLASSES for action in option_actions(cls)
-            if action.dest not in MANIFEST_REJECTED_OPTIONS]
 
 
 def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan:

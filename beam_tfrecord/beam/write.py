@@ -172,6 +172,8 @@ class WriteTFRecordDataset(beam.PTransform):
                  duplicates: DuplicatesCheck | DuplicatesMode | str | None = None,
                  split_key_fn: SplitKeyFn | None = None) -> None:
         super().__init__()
+        if tuning is not None and not isinstance(tuning, WriterTuning):
+            raise WriterOptionError(f"tuning must be a WriterTuning, got {tuning!r}")
         tuning = tuning or WriterTuning()
         if duplicates is not None and not isinstance(duplicates, DuplicatesCheck):
             duplicates = DuplicatesCheck(DuplicatesMode.parse(duplicates))
@@ -185,9 +187,6 @@ class WriteTFRecordDataset(beam.PTransform):
                 raise WriterOptionError("split_key_fn keeps groups whole in ratio splits (NAME=FRACTION), "
                                         "without resume")
             metadata = {**(metadata or {}), SPLIT_BY_KEY: split_key_name(split_key_fn)}
-        if tuning is not None and not isinstance(tuning, WriterTuning):
-            raise WriterOptionError(f"tuning must be a WriterTuning, got {tuning!r}")
-        tuning = tuning or WriterTuning()
         if not 0.0 <= max_rejected_fraction <= 1.0:
             raise WriterOptionError(f"max_rejected_fraction must be in [0, 1], got {max_rejected_fraction}")
         if expected_inputs is not None and expected_inputs < 0:
