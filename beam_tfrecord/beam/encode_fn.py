@@ -12,6 +12,7 @@ import apache_beam as beam
 
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.duplicates import DigestBuffer, DigestSettings
+from beam_tfrecord.beam.near_duplicates import SignatureBuffer, SignatureSettings
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.encoding.entries import EntryEncoder
@@ -26,9 +27,10 @@ class EncodeSamplesFn(beam.DoFn):
     def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,
                  feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
                  progress_dir: str | None = None, duplicates: DigestSettings | None = None,
-                 placement: GroupPlacement | None = None) -> None:
+                 placement: GroupPlacement | None = None, near: SignatureSettings | None = None) -> None:
         self._schema = schema
         self._duplicates = duplicates
+        self._near = near
         self._placement = placement
         self._progress_dir = progress_dir
         self._salt = salt
@@ -41,13 +43,18 @@ class EncodeSamplesFn(beam.DoFn):
         self._listed = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_planned_from_listed_sizes")
 
     def setup(self) -> None:
+        self._signatures = None if self._near is None else SignatureBuffer(self._near)
+        # the signer takes each image's signature from the transform that decodes it (``ImageSigner``)
+        transforms = self._transforms if self._signatures is None else self._signatures.signer.wrapped(self._transforms)
         self._encoder = EntryEncoder(self._schema, salt=self._salt, max_record_bytes=self._max_record_bytes,
-                                     feature_transforms=self._transforms, reread_min_bytes=self._reread_min_bytes,
+                                     feature_transforms=transforms, reread_min_bytes=self._reread_min_bytes,
                                      placement=self._placement)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
         self._digests = None if self._duplicates is None else DigestBuffer(
             self._duplicates, RecordBuilder(self._schema, self._transforms).build)
-        self._announced: list = []  # digest files started (``beam.duplicates``), emitted with the next outputs
+        # digest and signature files started (``beam.duplicates``, ``beam.near_duplicates``), emitted with the
+        # next outputs
+        self._announced: list = []
 
     def _take_announced(self) -> list:
         announced, self._announced = self._announced, []
@@ -56,6 +63,8 @@ class EncodeSamplesFn(beam.DoFn):
     def _finish_digests(self) -> None:
         if self._digests is not None:
             self._digests.finish()
+        if self._signatures is not None:
+            self._signatures.finish()
 
     def _flush_progress(self) -> None:
         if self._progress is not None:
@@ -75,13 +84,18 @@ class EncodeSamplesFn(beam.DoFn):
         dead: list[DeadLetter] = []
         keys: list[str] = []
         items = element if isinstance(element, list) else [element]
-        for item, outcome in zip(items, outcomes):
+        signatures = self._signatures
+        for item, outcome in zip(items, outcomes):  # ``outcomes`` may be made as they are read: in step
             if type(outcome) is DeadLetter:
                 dead.append(outcome)
+                if signatures is not None:
+                    signatures.signer.clear()
             else:
                 entries.append(outcome)
                 if self._digests is not None:
                     keys.append(item.key)
+                if signatures is not None and type(item) is Sample:  # not an incremental refresh's kept record
+                    self._announced.extend(signatures.add(item))
         if self._digests is not None:
             self._announced.extend(self._digests.add(entries, keys))
         for letter in dead:

@@ -11,6 +11,7 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.duplicates import DigestSettings
+from beam_tfrecord.beam.near_duplicates import SignatureSettings
 from beam_tfrecord.beam.runners.table import traits_of
 from beam_tfrecord.beam.tuning import FanIn
 from beam_tfrecord.core.naming import Compression, FileFormat
@@ -88,6 +89,7 @@ class FanInSettings:
     duplicates: DuplicatesCheck | None = None  # exact duplicates: encoders write digests (``beam.duplicates``)
     split_key_fn: SplitKeyFn | None = None  # records placed by group (``quality.split_groups``)
     statistics: bool = False  # shard writers leave their records' statistics (``beam.shard_statistics``)
+    near_feature: str | None = None  # near duplicates: encoders sign this feature's images (``beam.near_duplicates``)
 
     def encode_options(self) -> dict[str, Any]:
         """Keyword arguments of both sample encoders (``encode_fn.EncodeSamplesFn``)."""
@@ -97,7 +99,9 @@ class FanInSettings:
                         self.duplicates, storage.join(self.temp_dir, "digests")),
                     placement=None if self.split_key_fn is None else GroupPlacement(
                         self.split_key_fn, salt=self.salt,
-                        split_starts=[lo for _, lo, _ in self.splits.ratio_bounds()]))
+                        split_starts=[lo for _, lo, _ in self.splits.ratio_bounds()]),
+                    near=None if self.near_feature is None else SignatureSettings(
+                        self.near_feature, storage.join(self.temp_dir, "signatures")))
 
     def shard_options(self) -> dict[str, Any]:
         """Keyword arguments of both shard writers (``shards.WriteShardFn``), after schema, compression, transforms."""
@@ -117,3 +121,4 @@ class FanInOutputs(NamedTuple):
     summary: beam.PCollection | None
     digest_files: beam.PCollection | None = None  # ``DigestFile``s, when duplicates are checked
     duplicate_groups: beam.PCollection | None = None  # ``DuplicateGroups``, found already (``duplicates=drop``)
+    signature_files: beam.PCollection | None = None  # ``SignatureFile``s, when near duplicates are searched

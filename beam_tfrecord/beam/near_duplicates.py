@@ -1,105 +1,179 @@
-"""FindNearDuplicates: image samples -> the near-duplicate pairs, capped buckets and unhashed images of a build.
+"""Near duplicates in a build: signatures written where images are encoded, pairs found where band values meet.
 
-Hashes are computed in parallel, meet by (band, band value) in the runner's shuffle (no table of every hash on
-one worker), and each bucket gives its pairs once (``quality.near_duplicates.bucket_pairs``).
+Encoders sign each image from the image they decode (``encoding.image_signatures``) and write signature files
+(``quality.near_signatures``); ``FindNearDuplicates`` reads them in parallel, images meet by (band, band value)
+in the runner's shuffle (no table of every hash on one worker), each bucket gives its pairs once
+(``quality.near_duplicates.bucket_pairs``), and a combiner tallies them in bounded memory (``NearTally``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Iterable, Iterator
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindows
-from apache_beam.utils.windowed_value import WindowedValue
 
+from beam_tfrecord import storage
+from beam_tfrecord.beam.one_group import SIGNATURES, START, TaggedStart, by_kind, tag
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.encoding.records import load_file_refs
-from beam_tfrecord.errors import ImageDecodeError, SampleReadError
-from beam_tfrecord.quality.near_duplicates import (
-    ImageSignature,
-    NearDuplicateSettings,
-    band_values,
-    bucket_pairs,
-    image_signature,
+from beam_tfrecord.core.sharding import SplitConfig
+from beam_tfrecord.encoding.image_signatures import ImageSigner
+from beam_tfrecord.quality.near_duplicates import ImageSignature, NearDuplicateSettings, band_values, bucket_pairs
+from beam_tfrecord.quality.near_report import split_pair_namer
+from beam_tfrecord.quality.near_signatures import (
+    SignatureFile,
+    SignatureRows,
+    read_signature_files,
+    write_signature_file,
 )
-from beam_tfrecord.quality.near_report import BUCKET, CAPPED, NOT_HASHED, PAIRS
+from beam_tfrecord.quality.near_tally import NearTally, tally_capped, tally_not_hashed, tally_pairs
 
-_FLUSH_IMAGES = 2_000  # a worker's band entries go out at least every this many images (~1 KB each)
+BUFFER_IMAGES = 1 << 16  # signatures an encoder buffers before writing a file (~6 MB)
+_FILES_PER_TASK = 4  # signature files one search task reads (its band entries go to the shuffle)
 
 
-class HashImagesFn(beam.DoFn):
-    """Samples (or lists of them) -> ``(BUCKET, ((band, band value), [(key, ImageSignature), ...]))``, the images
-    of a bundle gathered by band value (~4x fewer elements to shuffle), and ``(NOT_HASHED, (key, reason))`` for
-    an image that cannot be read or decoded (reported, never skipped silently; the encoder judges the sample)."""
+@dataclasses.dataclass(frozen=True)
+class SignatureSettings:
+    """What an encoder needs to sign images: the feature holding them, and where its files go."""
 
-    def __init__(self, feature: str, bands: int) -> None:
-        self._feature = feature
+    feature: str
+    signatures_dir: str
+
+
+class SignatureBuffer:
+    """One encoder's image signatures: buffered, written to a file announced when its first row arrives.
+
+    ``add`` returns the files it started (to emit: they are on storage once ``finish`` has run, at the end
+    of the bundle).
+    """
+
+    def __init__(self, settings: SignatureSettings) -> None:
+        self._dir = settings.signatures_dir
+        self.signer = ImageSigner(settings.feature)
+        self._rows = SignatureRows()
+        self._file: SignatureFile | None = None
+
+    def add(self, sample: Sample) -> list[SignatureFile]:
+        """Takes the signature of ``sample``, just encoded (``ImageSigner.take``)."""
+        signature = self.signer.take(sample)
+        if signature is None:
+            return []
+        started = []
+        if self._file is None:
+            storage.make_dirs(self._dir)
+            self._file = SignatureFile(storage.join(self._dir, f"{uuid.uuid4().hex}.sig"))
+            started.append(self._file)
+        self._rows.add(sample.key, signature)
+        if len(self._rows) >= BUFFER_IMAGES:
+            self.finish()
+        return started
+
+    def finish(self) -> None:
+        """Writes the buffered signatures to the announced file (a bundle's end, or a full buffer)."""
+        if self._file is not None:
+            write_signature_file(self._file.path, self._rows.signatures())
+        self._rows, self._file = SignatureRows(), None
+
+
+def _search_tasks(group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[int, tuple[str, ...]]]:
+    files = sorted(f.path for f in by_kind(group, (START, SIGNATURES))[SIGNATURES])
+    for number, start in enumerate(range(0, len(files), _FILES_PER_TASK)):
+        yield number, tuple(files[start:start + _FILES_PER_TASK])
+
+
+class _BandEntriesFn(beam.DoFn):
+    """(task, [files]) -> ((band, band value), [(key, signature), ...]) per bucket of its files' images, and
+    ((``_UNHASHED``, task), [the tally of its unhashed images]) (one output: see ``encode_fn``)."""
+
+    def __init__(self, bands: int) -> None:
         self._bands = bands
-        self._buckets: dict[tuple[int, int], list[tuple[str, ImageSignature]]] = {}
-        self._held = 0
 
-    def start_bundle(self) -> None:
-        self._buckets, self._held = {}, 0
-
-    def process(self, element: Sample | list[Sample]) -> Iterator[tuple[str, Any]]:
-        for sample in element if isinstance(element, list) else [element]:
-            value = sample.values.get(self._feature)
-            if value is None:
-                continue  # an optional image left out: nothing to compare
-            try:
-                data = load_file_refs(Sample(sample.key, {self._feature: value})).values[self._feature]
-                if not isinstance(data, bytes):
-                    raise ImageDecodeError(f"sample {sample.key!r}: near duplicates: feature {self._feature!r} "
-                                           f"holds {type(data).__name__}, expected encoded image bytes")
-                signature = image_signature(data, key=sample.key)
-            except (SampleReadError, ImageDecodeError) as err:
-                beam.metrics.Metrics.counter("near_duplicates", "not_hashed").inc()
-                yield NOT_HASHED, (sample.key, str(err)[:300])
-                continue
-            for band, band_value in enumerate(band_values(signature.phash, self._bands)):
-                self._buckets.setdefault((band, band_value), []).append((sample.key, signature))
-            self._held += 1
-            if self._held >= _FLUSH_IMAGES:
-                yield from self._flush()
-
-    def finish_bundle(self) -> Iterator[WindowedValue]:
-        for entry in self._flush():
-            yield GlobalWindows.windowed_value(entry)
-
-    def _flush(self) -> Iterator[tuple[str, Any]]:
-        buckets, self._buckets, self._held = self._buckets, {}, 0
-        for band_key, members in buckets.items():
-            yield BUCKET, (band_key, members)
+    def process(self, task: tuple[int, Iterable[tuple[str, ...]]]) -> Iterator[Any]:
+        buckets: dict[tuple[int, int], list[tuple[str, ImageSignature]]] = {}
+        unhashed: list[tuple[str, str]] = []
+        for signatures in read_signature_files([path for files in task[1] for path in files]):
+            unhashed.extend(signatures.not_hashed)
+            for key, signature in signatures.rows():
+                for band, band_value in enumerate(band_values(signature.phash, self._bands)):
+                    buckets.setdefault((band, band_value), []).append((key, signature))
+        yield from buckets.items()
+        if unhashed:
+            yield (_UNHASHED, task[0]), [tally_not_hashed(unhashed)]
 
 
-def _pairs_of_bucket(bucket: tuple[tuple[int, int], Iterable[list[tuple[str, ImageSignature]]]],
-                     settings: NearDuplicateSettings) -> Iterator[tuple[str, Any]]:
+_UNHASHED = -1  # the band of the entries that carry a task's unhashed images
+
+
+def _bucket_tally(bucket: tuple[tuple[int, int], Iterable[list[tuple[str, ImageSignature]]]],
+                  settings: NearDuplicateSettings, salt: str, ranges: Sequence[tuple[str, int, int]] | None,
+                  cap: int) -> Iterator[NearTally]:
     (band, band_value), parts = bucket
+    if band == _UNHASHED:
+        yield from itertools.chain.from_iterable(parts)
+        return
     found = bucket_pairs(band, itertools.chain.from_iterable(parts), settings)
+    split_pair_of = split_pair_namer(ranges) if ranges is not None else None
     if found.pairs:
-        yield PAIRS, found.pairs
+        yield tally_pairs(found.pairs, salt=salt, split_pair_of=split_pair_of, max_examples=cap)
     if found.capped_size is not None:
-        yield CAPPED, (band, band_value, found.capped_size)
+        yield tally_capped([(band, band_value, found.capped_size)])
+
+
+class MergeTalliesFn(beam.CombineFn):
+    """``NearTally``s -> one (bounded: see ``quality.near_tally``)."""
+
+    def __init__(self, max_examples: int) -> None:
+        self._max_examples = max_examples
+
+    def create_accumulator(self) -> NearTally:
+        return NearTally()
+
+    def add_input(self, tally: NearTally, other: NearTally) -> NearTally:
+        return tally.merge(other, self._max_examples)
+
+    def merge_accumulators(self, tallies: Iterable[NearTally]) -> NearTally:
+        merged = NearTally()
+        for tally in tallies:
+            merged.merge(tally, self._max_examples)
+        return merged
+
+    def extract_output(self, tally: NearTally) -> NearTally:
+        return tally
 
 
 class FindNearDuplicates(beam.PTransform):
-    """Samples -> ``(kind, value)``: ``(PAIRS, (NearPair, ...))`` (a bucket's), ``(CAPPED, (band, band value,
-    images))`` and ``(NOT_HASHED, (key, reason))``, which ``quality.near_report.near_duplicate_report`` reports."""
+    """``SignatureFile``s -> one ``NearTally`` (none when no file was written), which publication reports.
 
-    def __init__(self, settings: NearDuplicateSettings) -> None:
+    Args:
+        settings: how pairs are searched for.
+        salt: the keys' hash salt (a pair's splits).
+        splits: the dataset's; ratio splits place a pair here, count splits only with the plan (the pairs'
+            key hashes wait for it: ``NearTally.waiting``).
+    """
+
+    def __init__(self, settings: NearDuplicateSettings, *, salt: str, splits: SplitConfig) -> None:
         super().__init__()
         self._settings = settings
+        self._salt = salt
+        self._ranges = tuple(splits.ratio_bounds()) if splits.is_ratio else None
+        # before the plan, examples of every split pair are kept together: as many as there are split pairs
+        count = len(splits.specs)
+        self._cap = settings.max_examples * (1 if splits.is_ratio else count * (count + 1) // 2)
 
-    def expand(self, samples: beam.PCollection) -> beam.PCollection:
-        hashed = samples | "Hash" >> beam.ParDo(HashImagesFn(self._settings.feature, self._settings.bands))
-        pairs = (
-            hashed
-            | "Buckets" >> beam.Filter(lambda entry: entry[0] == BUCKET)
-            | "ByBandValue" >> beam.Map(lambda entry: entry[1])  # ((band, value), [(key, signature), ...])
+    def expand(self, files: beam.PCollection) -> beam.PCollection:
+        entries = (
+            (files.pipeline | "StartSearch" >> TaggedStart(), files | "TagSignatures" >> tag(SIGNATURES))
+            | "GatherSignatureFiles" >> beam.Flatten()
+            | "AllSignatureFiles" >> beam.GroupByKey()  # (None, [(kind, SignatureFile)]): the files, not their rows
+            | "SearchTasks" >> beam.FlatMap(_search_tasks)
+            | "ByTask" >> beam.GroupByKey()  # spreads the files over workers
+            | "BandEntries" >> beam.ParDo(_BandEntriesFn(self._settings.bands))
+            # ((band, band value), [(key, signature), ...]), and ((-1, task), [NearTally of unhashed images])
             | "MeetInBuckets" >> beam.GroupByKey()
-            | "Pairs" >> beam.FlatMap(_pairs_of_bucket, self._settings)
+            | "Pairs" >> beam.FlatMap(_bucket_tally, self._settings, self._salt, self._ranges, self._cap)
+            | "Tally" >> beam.CombineGlobally(MergeTalliesFn(self._cap)).without_defaults()
         )
-        not_hashed = hashed | "NotHashed" >> beam.Filter(lambda entry: entry[0] == NOT_HASHED)
-        return (pairs, not_hashed) | "Together" >> beam.Flatten()
+        return entries

@@ -12,7 +12,7 @@ from typing import Any
 import apache_beam as beam
 
 START, RUN, PLAN, SHARD, DEAD = "start", "run", "plan", "shard", "dead"
-NEAR = "near"  # FindNearDuplicates' (kind, value) entries: the near-duplicate report's parts
+NEAR, SIGNATURES = "near", "signatures"  # NearTally, SignatureFile (``beam.near_duplicates``)
 DIGESTS, DUPLICATES = "digests", "duplicates"  # DigestFile, DuplicateGroups (``beam.duplicates``)
 SUMMARY = "summary"  # RecordsSummary: what the records say about the schema (an ``Encoding`` that infers it)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -27,6 +26,8 @@ from beam_tfrecord.core.summary import BucketGrid
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import PipelineInvariantError
 from beam_tfrecord.quality.content import DuplicatesMode
+from beam_tfrecord.quality.digest_files import DigestFile
+from beam_tfrecord.quality.near_signatures import SignatureFile
 
 
 class EncodeToBatchesFn(EncodeSamplesFn):
@@ -54,8 +55,12 @@ def _dead_letters_of(batch: EncodedBatch) -> tuple[DeadLetter, ...]:
     return batch.dead_letters
 
 
-def _digest_files_of(batch: EncodedBatch) -> tuple[Any, ...]:
-    return batch.digest_files
+def _digest_files_of(batch: EncodedBatch) -> list[DigestFile]:
+    return [file for file in batch.digest_files if type(file) is DigestFile]
+
+
+def _signature_files_of(batch: EncodedBatch) -> list[SignatureFile]:
+    return [file for file in batch.digest_files if type(file) is SignatureFile]
 
 
 def _entry_hashes(entries: Sequence[bytes]) -> np.ndarray:
@@ -197,4 +202,6 @@ class ShufflePath(beam.PTransform):
         )
         summary = (batches | "SummarizeRecords" >> settings.encoding.summarize_batches()  # one RecordsSummary
                    if settings.encoding is not None else None)
-        return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files, groups)
+        signature_files = (batches | "SignatureFiles" >> beam.FlatMap(_signature_files_of)
+                           if settings.near_feature is not None else None)
+        return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files, groups, signature_files)

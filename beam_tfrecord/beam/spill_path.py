@@ -19,7 +19,19 @@ from beam_tfrecord.beam.duplicates import DigestSettings, FindDuplicates
 from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
-from beam_tfrecord.beam.one_group import DEAD, DIGESTS, DUPLICATES, RUN, START, SUMMARY, TaggedStart, by_kind, tag
+from beam_tfrecord.beam.near_duplicates import SignatureSettings
+from beam_tfrecord.beam.one_group import (
+    DEAD,
+    DIGESTS,
+    DUPLICATES,
+    RUN,
+    SIGNATURES,
+    START,
+    SUMMARY,
+    TaggedStart,
+    by_kind,
+    tag,
+)
 from beam_tfrecord.beam.plan_dataset import plan_in_one_step
 from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, plan_pieces
@@ -36,11 +48,13 @@ from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesMode
 from beam_tfrecord.quality.digest_files import DigestFile
+from beam_tfrecord.quality.near_signatures import SignatureFile
 from beam_tfrecord.quality.split_groups import GroupPlacement
 from beam_tfrecord.spill.resume import finished_shard, read_reused_hashes, skipped, write_resume_file
 from beam_tfrecord.spill.run_files import RunWriting, read_catalog, read_run_index, shard_entries, write_catalog
 
-_KIND_OF_ENCODED = {SpilledRun: RUN, DeadLetter: DEAD, RecordsSummary: SUMMARY, DigestFile: DIGESTS}
+_KIND_OF_ENCODED = {SpilledRun: RUN, DeadLetter: DEAD, RecordsSummary: SUMMARY, DigestFile: DIGESTS,
+                    SignatureFile: SIGNATURES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +86,11 @@ class EncodeToRunsFn(EncodeSamplesFn):
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
                  run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
                  direct_io: bool, progress_dir: str | None = None, resume: RunsResume | None = None,
-                 duplicates: DigestSettings | None = None, placement: GroupPlacement | None = None) -> None:
+                 duplicates: DigestSettings | None = None, placement: GroupPlacement | None = None,
+                 near: SignatureSettings | None = None) -> None:
         super().__init__(schema, salt=salt, max_record_bytes=max_record_bytes, feature_transforms=feature_transforms,
                          reread_min_bytes=reread_min_bytes, progress_dir=progress_dir, duplicates=duplicates,
-                         placement=placement)
+                         placement=placement, near=near)
         self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
         self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
         self._resume = resume
@@ -206,6 +221,7 @@ class PlannedRuns:
     pieces: Mapping[int, tuple[PieceSpec, ...]] = dataclasses.field(default_factory=dict)  # by shard number
     digest_files: tuple[DigestFile, ...] = ()  # when duplicates are checked (``beam.duplicates``)
     dropped: str | None = None  # the key hashes ``duplicates=drop`` leaves out, sorted (``beam.dropped``)
+    signature_files: tuple[SignatureFile, ...] = ()  # when near duplicates are searched (``beam.near_duplicates``)
 
 
 def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], settings: FanInSettings, runs_dir: str,
@@ -217,13 +233,15 @@ def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], settings: FanI
     One step: on the runners the spill path serves, a pipeline stage per planning round costs more
     than reading the small index files.
     """
-    found = by_kind(group, (START, RUN, DEAD, SUMMARY, DIGESTS, DUPLICATES))
+    found = by_kind(group, (START, RUN, DEAD, SUMMARY, DIGESTS, DUPLICATES, SIGNATURES))
+    signature_files = tuple(found[SIGNATURES])
     runs: list[SpilledRun] = [*found[RUN], *reused]
     dead: list[DeadLetter] = found[DEAD]
     summary = merge_summaries(found[SUMMARY])
     digest_files = tuple(found[DIGESTS])
     if not runs:
-        return PlannedRuns(None, None, tuple(dead), summary, digest_files=digest_files)
+        return PlannedRuns(None, None, tuple(dead), summary, digest_files=digest_files,
+                           signature_files=signature_files)
     runs.sort(key=lambda run: run.path)
     index_of: Callable[[SpilledRun], tuple[np.ndarray, np.ndarray]] = run_index
     dropped, removed = None, dict[int, int]()
@@ -235,7 +253,8 @@ def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], settings: FanI
         check_removed(sum(removed.values()), found[DUPLICATES])
     pieces = plan_pieces(plan, runs, settings.shard_writers, compression=settings.compression,
                          file_format=settings.file_format)
-    return PlannedRuns(plan, write_catalog(runs_dir, runs), tuple(dead), summary, pieces, digest_files, dropped)
+    return PlannedRuns(plan, write_catalog(runs_dir, runs), tuple(dead), summary, pieces, digest_files, dropped,
+                       signature_files)
 
 
 def _shard_tasks(planned: PlannedRuns) -> Iterator[tuple[tuple[int, int], ShardTask]]:
@@ -267,6 +286,10 @@ def _ungrouped(group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[
 
 def _digest_files_planned(planned: PlannedRuns) -> tuple[DigestFile, ...]:
     return planned.digest_files
+
+
+def _signature_files_planned(planned: PlannedRuns) -> tuple[SignatureFile, ...]:
+    return planned.signature_files
 
 
 def _summary_planned(planned: PlannedRuns) -> Iterator[RecordsSummary]:
@@ -356,4 +379,6 @@ class SpillPath(beam.PTransform):
         summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if settings.encoding is not None else None
         digest_files = (planned | "DigestFiles" >> beam.FlatMap(_digest_files_planned)
                         if settings.duplicates is not None and groups is None else None)
-        return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files, groups)
+        signature_files = (planned | "SignatureFiles" >> beam.FlatMap(_signature_files_planned)
+                           if settings.near_feature is not None else None)
+        return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files, groups, signature_files)

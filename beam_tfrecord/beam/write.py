@@ -48,7 +48,8 @@ from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, 
 from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
 from beam_tfrecord.quality.duplicate_counts import DUPLICATES_KEY
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
-from beam_tfrecord.quality.near_report import REPORT_KEY, near_duplicate_report, split_finder
+from beam_tfrecord.quality.near_report import REPORT_KEY, near_duplicate_report
+from beam_tfrecord.quality.near_tally import NearTally
 from beam_tfrecord.quality.split_groups import SPLIT_BY_KEY, SplitKeyFn, split_key_name
 from beam_tfrecord.spill.resume import (
     TEMP_PREFIX,
@@ -84,9 +85,11 @@ def _with_near_duplicates(settings: PublishSettings, near: NearDuplicateSettings
     """The settings with the near-duplicate report in the metadata (when the writer searched for them)."""
     if near is None:
         return settings
-    report = near_duplicate_report(
-        found[NEAR], near, split_of=split_finder(found[PLAN][0] if found[PLAN] else None, settings.salt),
-        split_order=[spec.name for spec in settings.splits.specs], rejected={d.key for d in found[DEAD]})
+    plan = found[PLAN][0] if found[PLAN] else None
+    ranges = ([(split.name, split.hash_lo, split.hash_hi) for split in plan.splits] if plan is not None
+              else settings.splits.ratio_bounds() if settings.splits.is_ratio else [])
+    tally = found[NEAR][0] if found[NEAR] else NearTally()
+    report = near_duplicate_report(tally, near, split_ranges=ranges, salt=settings.salt)
     return dataclasses.replace(settings, metadata={**settings.metadata, REPORT_KEY: report})
 
 
@@ -238,7 +241,8 @@ class WriteTFRecordDataset(beam.PTransform):
             reread_min_bytes=tuning.reread_min_bytes, direct_io=tuning.direct_io, temp_dir=self._temp_dir,
             progress_dir=tuning.progress_dir, encoding=encoding, dali_index=dali_index,
             shard_writers=tuning.shard_phase, duplicates=duplicates, split_key_fn=split_key_fn,
-            statistics=self._with_statistics)
+            statistics=self._with_statistics,
+            near_feature=None if near_duplicates is None else near_duplicates.feature)
         self._publish_settings = PublishSettings(
             output_dir=output_dir, temp_dir=self._temp_dir, run_id=run_id, dataset_name=dataset_name,
             schema=schema, compression=compression, file_format=file_format, salt=salt, sharding=self._sharding,
@@ -292,8 +296,9 @@ class WriteTFRecordDataset(beam.PTransform):
                                     "shuffle path (pass WriterTuning(fan_in=FanIn.SPILL), --fan_in spill)")
         else:
             outputs = samples | "Shuffle" >> ShufflePath(self._fan_in_settings)
-        near = None if self._near_duplicates is None else (
-            samples | "NearDuplicates" >> FindNearDuplicates(self._near_duplicates))
+        near = None if self._near_duplicates is None or outputs.signature_files is None else (
+            outputs.signature_files | "NearDuplicates" >> FindNearDuplicates(
+                self._near_duplicates, salt=self._fan_in_settings.salt, splits=self._splits))  # one NearTally
         return self._publish(samples.pipeline, outputs, near)
 
     def describe_fan_in(self, pipeline: beam.Pipeline) -> str:

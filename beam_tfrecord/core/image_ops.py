@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import io
+from collections.abc import Callable
 from typing import Any
 
 from beam_tfrecord.core.schema import Image, ImageFormat
@@ -122,6 +123,11 @@ class ResizeImage:
         return Image(self.output_format, shape=self.shape)
 
     def __call__(self, data: Any) -> bytes:
+        return self.apply(data)
+
+    def apply(self, data: Any, observe: Callable[[Any], None] | None = None) -> bytes:
+        """The transform (``__call__``), handing the resized Pillow image to ``observe`` before it is
+        re-encoded (the near-duplicate search hashes it there rather than decode the image again)."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise ImageDecodeError(f"expected encoded image bytes to resize, got {type(data).__name__}")
         pil = _pil()
@@ -131,6 +137,8 @@ class ResizeImage:
             converted = image if image.mode == mode else image.convert(mode)  # convert to its own mode: a copy
             resized = (converted if converted.size == size  # resize to its own size: a copy
                        else converted.resize(size, resample=getattr(pil.Resampling, self.method.name)))
+            if observe is not None:
+                observe(resized)
             out = io.BytesIO()  # saved inside the block: ``resized`` may be the decoded image itself
             if self.output_format is ImageFormat.JPEG:
                 resized.save(out, format="JPEG", quality=self.jpeg_quality, optimize=False, progressive=False)

@@ -177,7 +177,7 @@ class EncodedBatch:
 
     entries: tuple[bytes, ...]
     dead_letters: tuple[DeadLetter, ...] = ()
-    digest_files: tuple[Any, ...] = ()  # the digest files started meanwhile (``beam.duplicates``)
+    digest_files: tuple[Any, ...] = ()  # digest and signature files started meanwhile (``beam.duplicates``)
 
     def index(self) -> tuple[np.ndarray, np.ndarray]:
         """(uint64 hashes, int64 framed sizes) of the entries, in entry order."""

@@ -81,7 +81,7 @@ class ImageSignature(NamedTuple):
 
 
 def image_signature(data: bytes, *, key: str) -> ImageSignature:
-    """The pHash (``imagehash.phash``) and colour layout of an encoded image.
+    """The pHash (``imagehash.phash``) and colour layout of an encoded image (``signature_of_image``).
 
     Raises:
         ImageDecodeError: naming ``key``, when Pillow cannot decode ``data``.
@@ -89,12 +89,21 @@ def image_signature(data: bytes, *, key: str) -> ImageSignature:
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.draft("RGB", _DRAFT_SIZE)  # JPEG only: decodes at a reduced scale; others ignore it
-            rgb = image.convert("RGB")
-            bits = imagehash.phash(rgb).hash.ravel()
-            colour = rgb.resize(_LAYOUT, Image.Resampling.BOX).tobytes()
+            return signature_of_image(image)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as err:
         raise ImageDecodeError(f"sample {key!r}: near duplicates: cannot decode the image ({err})") from err
-    return ImageSignature(int("".join("1" if bit else "0" for bit in bits), 2), colour)
+
+
+def signature_of_image(image: Image.Image) -> ImageSignature:
+    """The signature of a decoded image: first reduced by a whole factor (box average) to under twice
+    ``_DRAFT_SIZE``, as a JPEG's reduced decode would (``image_signature``), then hashed."""
+    factor = min(image.size) // _DRAFT_SIZE[0]
+    rgb = image.convert("RGB") if image.mode != "RGB" else image
+    if factor > 1:
+        rgb = rgb.reduce(factor)
+    bits = imagehash.phash(rgb).hash.ravel()
+    colour = rgb.resize(_LAYOUT, Image.Resampling.BOX).tobytes()
+    return ImageSignature(int.from_bytes(np.packbits(bits).tobytes(), "big"), colour)
 
 
 def distance(a: int, b: int) -> int:

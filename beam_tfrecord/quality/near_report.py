@@ -6,28 +6,29 @@ ranges), within each split and across each pair of splits, with up to ``max_exam
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from beam_tfrecord.core.hashing import key_hash
-from beam_tfrecord.core.sharding import DatasetPlan
-from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings, NearPair
+from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
+from beam_tfrecord.quality.near_tally import UNKNOWN, NearTally
 
 REPORT_KEY = "near_duplicates"  # the manifest metadata's key
-BUCKET, PAIRS, CAPPED, NOT_HASHED = "bucket", "pairs", "capped", "not_hashed"  # FindNearDuplicates' kinds
-_MAX_LISTED = 20  # capped buckets and unhashed images named in the report
 
 
-def split_finder(plan: DatasetPlan | None, salt: str) -> Callable[[str], str]:
-    """A published key -> its split, as the writer places it: the split whose hash range holds the key's hash."""
-    ranges = [(split.hash_lo, split.hash_hi, split.name) for split in plan.splits] if plan is not None else []
+def split_pair_namer(ranges: Sequence[tuple[str, int, int]]) -> Callable[[int, int], str]:
+    """Two key hashes -> their split pair's name (``split_pair_name``), by the splits' (name, lo, hi) hash ranges."""
+    starts = np.array([lo for _, lo, _ in ranges], np.uint64)
+    names = [name for name, _, _ in ranges]
+    order = {name: number for number, name in enumerate(names)}
 
-    def split_of(key: str) -> str:
-        hashed = key_hash(key, salt)
-        return next((name for lo, hi, name in ranges if lo <= hashed < hi), "(no split)")
+    def split_pair_of(hash_a: int, hash_b: int) -> str:
+        a, b = np.searchsorted(starts, np.array([hash_a, hash_b], np.uint64), side="right") - 1
+        return split_pair_name(names[a], names[b], order)
 
-    return split_of
+    return split_pair_of
 
 
 def split_pair_name(split_a: str, split_b: str, order: Mapping[str, int]) -> str:
@@ -38,52 +39,42 @@ def split_pair_name(split_a: str, split_b: str, order: Mapping[str, int]) -> str
     return f"{first}/{second}"
 
 
-def near_duplicate_report(entries: Iterable[tuple[str, Any]], settings: NearDuplicateSettings, *,
-                          split_of: Callable[[str], str], split_order: Collection[str],
-                          rejected: Collection[str] = ()) -> dict[str, Any]:
-    """The report of ``FindNearDuplicates``' entries: pairs by split pair, capped buckets, unhashed images.
+def near_duplicate_report(tally: NearTally, settings: NearDuplicateSettings, *,
+                          split_ranges: Sequence[tuple[str, int, int]], salt: str) -> dict[str, Any]:
+    """The report of a build's ``NearTally``: pairs by split pair, capped buckets, unhashed images.
 
     Args:
-        entries: ``(PAIRS, (NearPair, ...))``, ``(CAPPED, (band, value, images))``, ``(NOT_HASHED, (key, reason))``.
+        tally: the build's, merged; its pairs waiting for the plan (count splits) are placed here.
         settings: how the pairs were found (recorded as the method).
-        split_of: a published sample's key -> its split.
-        split_order: the splits, in the dataset's order (how a split pair is named).
-        rejected: keys of rejected samples: their pairs are counted apart (they are in no split).
+        split_ranges: the splits' (name, hash_lo, hash_hi), in the dataset's order.
+        salt: the keys' hash salt (the examples of pairs that waited for the plan are placed by it).
     """
-    order = {name: number for number, name in enumerate(split_order)}
-    counts: collections.Counter[str] = collections.Counter()
-    examples: dict[str, list[NearPair]] = {}
-    capped, not_hashed, with_rejected = [], [], 0
-    in_pairs: set[str] = set()
-    for kind, value in entries:
-        if kind == CAPPED:
-            capped.append(value)
-        elif kind == NOT_HASHED:
-            not_hashed.append(value)
-        else:
-            for pair in value:
-                if pair.key_a in rejected or pair.key_b in rejected:
-                    with_rejected += 1
-                    continue
-                name = split_pair_name(split_of(pair.key_a), split_of(pair.key_b), order)
-                counts[name] += 1
-                examples.setdefault(name, []).append(pair)
-                in_pairs.update((pair.key_a, pair.key_b))
+    order = {name: number for number, name in enumerate(name for name, _, _ in split_ranges)}
+    counts = {name: n for name, n in tally.counts.items() if name != UNKNOWN}
+    examples = {name: list(pairs) for name, pairs in tally.examples.items() if name != UNKNOWN}
+    if tally.waiting and split_ranges:
+        split_pair_of = split_pair_namer(split_ranges)
+        for a, b in np.concatenate(tally.waiting).tolist():
+            name = split_pair_of(a, b)
+            counts[name] = counts.get(name, 0) + 1
+        for pair in tally.examples.get(UNKNOWN, []):
+            name = split_pair_of(key_hash(pair.key_a, salt), key_hash(pair.key_b, salt))
+            examples.setdefault(name, []).append(pair)
+    images, estimated = tally.images_in_pairs()
     within = {name: counts[name] for name in sorted(counts, key=lambda n: order.get(n, len(order))) if "/" not in name}
     across = {name: counts[name] for name in sorted(n for n in counts if "/" in n)}
     report: dict[str, Any] = {
-        "method": settings.method(), "pairs": sum(counts.values()), "images_in_pairs": len(in_pairs),
+        "method": settings.method(), "pairs": sum(counts.values()), "images_in_pairs": images,
         "within_splits": within, "across_splits": across,
         "examples": {name: [[p.key_a, p.key_b, p.distance] for p in sorted(pairs)[:settings.max_examples]]
                      for name, pairs in sorted(examples.items())},
-        "capped_buckets": {"count": len(capped), "examples": [
-            {"band": band, "value": band_value, "images": size}
-            for band, band_value, size in sorted(capped)[:_MAX_LISTED]]},
-        "not_hashed": {"count": len(not_hashed), "examples": [
-            {"key": key, "reason": reason} for key, reason in sorted(not_hashed)[:_MAX_LISTED]]},
+        "capped_buckets": {"count": tally.capped, "examples": [
+            {"band": band, "value": band_value, "images": size} for band, band_value, size in tally.capped_examples]},
+        "not_hashed": {"count": tally.not_hashed, "examples": [
+            {"key": key, "reason": reason} for key, reason in tally.not_hashed_examples]},
     }
-    if with_rejected:
-        report["pairs_with_rejected_samples"] = with_rejected
+    if estimated:
+        report["images_in_pairs_estimated"] = True
     return report
 
 

@@ -4,7 +4,10 @@ import numpy as np
 import pytest
 from near_duplicate_images import COPY_KINDS, distinct_image, jpeg, planted_copy
 
+from beam_tfrecord import SplitConfig
+from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.errors import ImageDecodeError, WriterOptionError
+from beam_tfrecord.quality import near_tally
 from beam_tfrecord.quality.near_duplicates import (
     ImageSignature,
     NearDuplicateSettings,
@@ -15,7 +18,8 @@ from beam_tfrecord.quality.near_duplicates import (
     find_pairs,
     image_signature,
 )
-from beam_tfrecord.quality.near_report import CAPPED, NOT_HASHED, PAIRS, describe_near_duplicates, near_duplicate_report
+from beam_tfrecord.quality.near_report import describe_near_duplicates, near_duplicate_report, split_pair_namer
+from beam_tfrecord.quality.near_tally import UNKNOWN, NearTally, tally_capped, tally_not_hashed, tally_pairs
 
 
 @pytest.fixture(scope="module")
@@ -89,20 +93,47 @@ def test_settings_out_of_range_are_refused():
         NearDuplicateSettings(bands=0)
 
 
-def test_report_counts_pairs_within_and_across_splits():
-    splits = {"a": "train", "b": "test", "c": "train", "d": "train", "x": "test"}
-    entries = [(PAIRS, (NearPair("a", "b", 2), NearPair("a", "c", 0))), (PAIRS, (NearPair("c", "d", 6),)),
-               (PAIRS, (NearPair("b", "x", 4), NearPair("d", "r", 4))), (CAPPED, (1, 0, 1500)),
-               (NOT_HASHED, ("z", "cannot decode"))]
-    report = near_duplicate_report(entries, NearDuplicateSettings(), split_of=splits.__getitem__,
-                                   split_order=["train", "test"], rejected={"r"})
-    assert (report["pairs"], report["images_in_pairs"]) == (4, 5)
-    assert report["within_splits"] == {"train": 2, "test": 1}
-    assert report["across_splits"] == {"train/test": 1}
-    assert report["examples"]["train/test"] == [["a", "b", 2]]
-    assert report["pairs_with_rejected_samples"] == 1
-    assert report["capped_buckets"] == {"count": 1, "examples": [{"band": 1, "value": 0, "images": 1500}]}
+SPLITS = SplitConfig.parse("train=0.5,test=0.5")
+
+
+def _split(key: str) -> str:
+    return next(name for name, lo, hi in SPLITS.ratio_bounds() if lo <= key_hash(key, "s") < hi)
+
+
+def test_report_counts_pairs_within_and_across_splits_before_or_after_the_plan():
+    """Ratio splits tally pairs by split at once; count splits keep their key hashes for the plan: one report."""
+    pairs = [NearPair(f"k{n:02d}", f"k{n + 1:02d}", n % 7) for n in range(60)]
+    expected: dict[str, list[NearPair]] = {}
+    for pair in pairs:
+        a, b = _split(pair.key_a), _split(pair.key_b)
+        expected.setdefault(a if a == b else "train/test", []).append(pair)
+    settings = NearDuplicateSettings()
+    for namer, cap in ((split_pair_namer(SPLITS.ratio_bounds()), 20), (None, 60)):
+        parts = [tally_pairs(pairs[:25], salt="s", split_pair_of=namer, max_examples=cap),
+                 tally_pairs(pairs[25:], salt="s", split_pair_of=namer, max_examples=cap),
+                 tally_capped([(1, 0, 1500)]), tally_not_hashed([("z", "cannot decode")])]
+        tally = parts[0]
+        for part in parts[1:]:
+            tally = tally.merge(part, cap)
+        report = near_duplicate_report(tally, settings, split_ranges=SPLITS.ratio_bounds(), salt="s")
+        assert (report["pairs"], report["images_in_pairs"]) == (60, 61)
+        assert {**report["within_splits"], **report["across_splits"]} == {k: len(v) for k, v in expected.items()}
+        assert report["examples"] == {k: [[p.key_a, p.key_b, p.distance] for p in sorted(v)[:20]]
+                                      for k, v in sorted(expected.items())}
+        assert report["capped_buckets"] == {"count": 1, "examples": [{"band": 1, "value": 0, "images": 1500}]}
+    within = ", ".join(f"{k} {n}" for k, n in report["within_splits"].items())
     assert describe_near_duplicates(report) == (
-        "near duplicates: 4 pairs; across splits: train/test 1; within: train 2, test 1 (pHash distance <= 12 of "
-        "64 bits, alike colours); 1 images not hashed (cannot decode, e.g. 'z'); 1 hash buckets over 1000 images "
-        "were capped: pairs among their other images were not searched")
+        f"near duplicates: 60 pairs; across splits: train/test {len(expected['train/test'])}; within: {within} "
+        "(pHash distance <= 12 of 64 bits, alike colours); 1 images not hashed (cannot decode, e.g. 'z'); 1 hash "
+        "buckets over 1000 images were capped: pairs among their other images were not searched")
+
+
+def test_images_in_pairs_are_estimated_past_the_exact_cap(monkeypatch):
+    monkeypatch.setattr(near_tally, "EXACT_IMAGES", 100)
+    tally = NearTally()
+    for start in range(0, 3000, 500):
+        pairs = [NearPair(f"k{n}", f"k{n}b", 1) for n in range(start, start + 500)]
+        tally = tally.merge(tally_pairs(pairs, salt="s", split_pair_of=None, max_examples=20), 20)
+    count, estimated = tally.images_in_pairs()
+    assert estimated and abs(count - 6000) < 6000 * 0.03
+    assert (sum(tally.counts.values()), len(tally.examples[UNKNOWN]), len(tally.images)) == (3000, 20, 0)
