@@ -8,9 +8,9 @@ and no worker holds every hash. Layout: a header, the rows, the keys' end offset
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +32,54 @@ class DigestFile:
     path: str
 
 
+_GATHER_ROWS = 1 << 16  # keys reordered per numpy gather (bounds its index arrays to ~8 MB with short keys)
+
+
+class KeyColumn(Sequence[str]):
+    """Keys as one UTF-8 blob and each key's end offset: no Python object per key until one is read."""
+
+    def __init__(self, blob: bytes, ends: np.ndarray) -> None:
+        self.blob = blob
+        self.ends = np.asarray(ends, np.int64)
+
+    @classmethod
+    def of(cls, keys: Sequence[str]) -> "KeyColumn":
+        if isinstance(keys, KeyColumn):
+            return keys
+        blob = "".join(keys).encode("utf-8", "surrogatepass")
+        lengths = np.fromiter(map(len, keys), np.int64, len(keys))
+        if len(blob) != int(lengths.sum()):  # not all ASCII: lengths in bytes, key by key
+            lengths = np.fromiter((len(k.encode("utf-8", "surrogatepass")) for k in keys), np.int64, len(keys))
+        return cls(blob, np.cumsum(lengths))
+
+    @classmethod
+    def concatenate(cls, parts: Sequence["KeyColumn"]) -> "KeyColumn":
+        offsets = np.cumsum([0, *(len(p.blob) for p in parts)])
+        return cls(b"".join(p.blob for p in parts),
+                   np.concatenate([p.ends + offset for p, offset in zip(parts, offsets.tolist())] or [[]]))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        start = int(self.ends[index - 1]) if index > 0 else 0
+        return self.blob[start:int(self.ends[index])].decode("utf-8", "surrogatepass")
+
+    def take(self, rows: np.ndarray) -> "KeyColumn":
+        """The keys of ``rows``, in that order (a numpy gather per block of rows)."""
+        starts = self.ends - np.diff(self.ends, prepend=0)
+        data, parts = np.frombuffer(self.blob, np.uint8), []
+        for first in range(0, len(rows), _GATHER_ROWS):
+            block = rows[first:first + _GATHER_ROWS]
+            lengths = self.ends[block] - starts[block]
+            out_starts = np.cumsum(lengths) - lengths
+            index = np.repeat(starts[block] - out_starts, lengths) + np.arange(int(lengths.sum()))
+            parts.append(data[index].tobytes())
+        return KeyColumn(b"".join(parts), np.cumsum(self.ends[rows] - starts[rows]))
+
+
 @dataclasses.dataclass(frozen=True)
 class Digests:
     """Content hashes (as two uint64 halves), key hashes and keys of some records, row by row."""
@@ -39,21 +87,26 @@ class Digests:
     hi: np.ndarray
     lo: np.ndarray
     key_hashes: np.ndarray
-    keys: tuple[str, ...]
+    keys: KeyColumn
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", KeyColumn.of(self.keys))
 
     @classmethod
-    def of(cls, content: bytes, key_digests: Sequence[bytes], keys: Sequence[str]) -> "Digests":
+    def of(cls, content: bytes, key_digests: bytes | Sequence[bytes], keys: Sequence[str]) -> "Digests":
         """From concatenated 16-byte content hashes and 8-byte big-endian key hashes."""
         halves = np.frombuffer(content, dtype=">u8").astype(np.uint64).reshape(-1, 2)
-        key_hashes = np.frombuffer(b"".join(key_digests), dtype=">u8").astype(np.uint64)
-        return cls(halves[:, 0].copy(), halves[:, 1].copy(), key_hashes, tuple(keys))
+        joined = key_digests if isinstance(key_digests, bytes) else b"".join(key_digests)
+        key_hashes = np.frombuffer(joined, dtype=">u8").astype(np.uint64)
+        return cls(halves[:, 0].copy(), halves[:, 1].copy(), key_hashes, KeyColumn.of(keys))
 
     @classmethod
     def concatenate(cls, parts: Sequence["Digests"]) -> "Digests":
         if not parts:
-            return cls(np.zeros(0, np.uint64), np.zeros(0, np.uint64), np.zeros(0, np.uint64), ())
+            empty = np.zeros(0, np.uint64)
+            return cls(empty, empty, empty, KeyColumn(b"", np.zeros(0, np.int64)))
         return cls(np.concatenate([p.hi for p in parts]), np.concatenate([p.lo for p in parts]),
-                   np.concatenate([p.key_hashes for p in parts]), tuple(k for p in parts for k in p.keys))
+                   np.concatenate([p.key_hashes for p in parts]), KeyColumn.concatenate([p.keys for p in parts]))
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -64,19 +117,18 @@ def section_of(hi: np.ndarray) -> np.ndarray:
 
 
 def write_digest_file(path: str, digests: Digests) -> None:
-    """Writes ``digests`` sorted by content hash (then key hash, then key), with its section starts."""
-    order = np.lexsort((digests.key_hashes, digests.lo, digests.hi))
+    """Writes ``digests`` sorted by their content hashes' high halves, with its section starts."""
+    order = np.argsort(digests.hi, kind="stable")  # sections need the high halves in order, nothing more
     rows = np.empty(len(digests), _ROW)
     rows["hi"], rows["lo"], rows["key_hash"] = digests.hi[order], digests.lo[order], digests.key_hashes[order]
     starts = np.searchsorted(section_of(rows["hi"]), np.arange(SECTIONS + 1), side="left").astype("<u8")
-    keys = [digests.keys[i].encode("utf-8", "surrogatepass") for i in order.tolist()]
-    ends = np.cumsum([len(k) for k in keys], dtype=np.int64).astype("<u8") if keys else np.zeros(0, "<u8")
+    keys = digests.keys.take(order)
     with storage.open_write(path) as handle:
         handle.write(_HEADER.pack(_MAGIC, len(rows)))
         handle.write(starts.tobytes())
         handle.write(rows.tobytes())
-        handle.write(ends.tobytes())
-        handle.write(b"".join(keys))
+        handle.write(keys.ends.astype("<u8").tobytes())
+        handle.write(keys.blob)
 
 
 def read_sections(path: str, first: int, end: int) -> Digests:
@@ -97,7 +149,5 @@ def read_sections(path: str, first: int, end: int) -> Digests:
         ends = ends[1:] if lo_row > 0 else ends
         handle.seek(ends_at + count * 8 + key_start)
         blob = handle.read(int(ends[-1]) - key_start if len(ends) else 0)
-    bounds = [0, *(ends - key_start).tolist()]
-    keys = tuple(blob[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(bounds))
     return Digests(rows["hi"].astype(np.uint64), rows["lo"].astype(np.uint64), rows["key_hash"].astype(np.uint64),
-                   keys)
+                   KeyColumn(blob, ends - key_start))

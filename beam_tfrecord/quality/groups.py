@@ -55,7 +55,13 @@ class DuplicateGroups:
 
 def find_groups(digests: Digests) -> DuplicateGroups:
     """The groups of equal content hashes among ``digests`` (any order in: the same groups out)."""
-    order = np.lexsort((digests.key_hashes, digests.lo, digests.hi))
+    by_hi = np.argsort(digests.hi, kind="stable")  # then only rows whose high half repeats are sorted whole
+    sorted_hi = digests.hi[by_hi]
+    repeats = np.zeros(len(by_hi), bool)
+    repeats[1:] = sorted_hi[1:] == sorted_hi[:-1]
+    repeats[:-1] |= repeats[1:]
+    rows = by_hi[repeats]
+    order = rows[np.lexsort((digests.key_hashes[rows], digests.lo[rows], digests.hi[rows]))]
     hi, lo = digests.hi[order], digests.lo[order]
     if len(order) < 2:
         return DuplicateGroups(np.zeros(0, np.int64), np.zeros(0, np.uint64), ())
