@@ -32,7 +32,7 @@ from beam_tfrecord.quality.near_signatures import (
 from beam_tfrecord.quality.near_tally import NearTally, tally_capped, tally_not_hashed, tally_pairs
 
 BUFFER_IMAGES = 1 << 16  # signatures an encoder buffers before writing a file (~6 MB)
-_FILES_PER_TASK = 4  # signature files one search task reads (its band entries go to the shuffle)
+_FILES_PER_TASK = 1  # signature files one search task reads (~180 MB of band entries for 4 files of 65,536)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Near-duplicate images without Beam: the hash of planted copies, the banded search, the report."""
 
+import imagehash
 import numpy as np
 import pytest
 from near_duplicate_images import COPY_KINDS, distinct_image, jpeg, planted_copy
@@ -17,6 +18,7 @@ from beam_tfrecord.quality.near_duplicates import (
     distance,
     find_pairs,
     image_signature,
+    phash,
 )
 from beam_tfrecord.quality.near_report import describe_near_duplicates, near_duplicate_report, split_pair_namer
 from beam_tfrecord.quality.near_tally import UNKNOWN, NearTally, tally_capped, tally_not_hashed, tally_pairs
@@ -26,6 +28,12 @@ from beam_tfrecord.quality.near_tally import UNKNOWN, NearTally, tally_capped, t
 def originals():
     rng = np.random.default_rng(7)
     return [distinct_image(rng) for _ in range(4)]
+
+
+def test_phash_gives_the_bits_of_imagehash(originals):
+    images = [*originals, *(image.convert("L").resize((50, 90)) for image in originals)]
+    expected = [int.from_bytes(np.packbits(imagehash.phash(image).hash.ravel()).tobytes(), "big") for image in images]
+    assert [phash(image) for image in images] == expected
 
 
 @pytest.mark.parametrize("kind, distances", [("jpeg_quality", [0, 2, 0, 0]), ("resize", [2, 0, 0, 2]),
