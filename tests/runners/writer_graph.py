@@ -22,6 +22,7 @@ NOT_PAYLOAD = frozenset({
     "beam_tfrecord.beam.plan_dataset.SummarizeFn",
     "beam_tfrecord.beam.shuffle_path._dead_letters_of",
     "beam_tfrecord.beam.shuffle_path._digest_files_of",  # the digest files' names (exact duplicates), no record
+    "beam_tfrecord.beam.shuffle_path._signature_files_of",  # the signature files' names (near duplicates)
     "beam_tfrecord.beam.shuffle_path.WriteShardFromGroupFn",
 })
 # The planning step whose output (one Cut per split or shard boundary) is read as a list.
