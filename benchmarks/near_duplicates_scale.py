@@ -35,7 +35,7 @@ from beam_tfrecord.beam.near_duplicates import _FILES_PER_TASK, BUFFER_IMAGES, _
 from beam_tfrecord.core.sharding import SplitConfig
 from beam_tfrecord.quality.near_duplicates import ImageSignature, NearDuplicateSettings, NearPair, bucket_pairs
 from beam_tfrecord.quality.near_report import split_pair_namer
-from beam_tfrecord.quality.near_signatures import SignatureRows, write_signature_file
+from beam_tfrecord.quality.near_signatures import SignatureRows, Signatures, write_signature_file
 from beam_tfrecord.quality.near_tally import NearTally, tally_pairs
 
 _TALLY_PAIRS = 10_000  # pairs per bucket tally merged (a bucket's pairs)
@@ -71,8 +71,9 @@ def _search_task(paths: list[str], bands: int) -> int:
     return sum(1 for _ in _BandEntriesFn(bands).process((0, [tuple(paths)])))
 
 
-def _bucket(members: list, settings: NearDuplicateSettings) -> int:
-    return len(bucket_pairs(1, members, settings).pairs)
+def _bucket(signatures: Signatures, settings: NearDuplicateSettings) -> int:
+    """One bucket, as the pairs step gets it: its members listed (the GroupByKey's values), then searched."""
+    return len(bucket_pairs(1, list(signatures.rows()), settings).pairs)
 
 
 def _tallies(pairs: int, ratio: bool) -> NearTally:
@@ -103,7 +104,7 @@ def main() -> None:
             mean = images / 2 ** (64 // settings.bands)
             size = max(2, round(mean))
             rows = _signatures(rng, size, 0).signatures()
-            _, bucket_s, bucket_mb = _measured(_bucket, list(rows.rows()), settings)
+            _, bucket_s, bucket_mb = _measured(_bucket, rows, settings)
             capped = 1.0 - poisson.cdf(settings.max_bucket, mean)
             pairs = int(images * args.pair_fraction)
             simulated = min(pairs, _MAX_SIMULATED_PAIRS)
