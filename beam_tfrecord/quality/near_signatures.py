@@ -16,7 +16,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.errors import PipelineInvariantError
 from beam_tfrecord.quality.near_duplicates import ImageSignature
 
-_MAGIC = b"BTFRSIG1"
+_SIGNATURES_MAGIC = b"BTFRSIG1"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +69,7 @@ class SignatureRows:
 
 def write_signature_file(path: str, signatures: Signatures) -> None:
     with storage.open_write(path) as handle:
-        handle.write(_MAGIC)
+        handle.write(_SIGNATURES_MAGIC)
         handle.write(pickle.dumps((signatures.keys, signatures.phashes.astype("<u8").tobytes(), signatures.colours,
                                    signatures.not_hashed), protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -78,7 +78,8 @@ def read_signature_files(paths: Sequence[str]) -> Iterator[Signatures]:
     for path in paths:
         with storage.open_read(path) as handle:
             data = handle.read()
-        if data[:len(_MAGIC)] != _MAGIC:
-            raise PipelineInvariantError(path, f"a signature file (magic {_MAGIC!r}), got {data[:len(_MAGIC)]!r}")
-        keys, phashes, colours, not_hashed = pickle.loads(data[len(_MAGIC):])
+        magic, body = data[:len(_SIGNATURES_MAGIC)], data[len(_SIGNATURES_MAGIC):]
+        if magic != _SIGNATURES_MAGIC:
+            raise PipelineInvariantError(path, f"a signature file (magic {_SIGNATURES_MAGIC!r}), got {magic!r}")
+        keys, phashes, colours, not_hashed = pickle.loads(body)
         yield Signatures(keys, np.frombuffer(phashes, "<u8").astype(np.uint64), colours, not_hashed)

@@ -19,7 +19,7 @@ from beam_tfrecord.quality.near_duplicates import NearPair
 
 MAX_LISTED = 20  # capped buckets and unhashed images named in the report
 EXACT_IMAGES = 1 << 20  # images in pairs counted exactly (8 MB of key hashes), then estimated
-_HLL_LG_K = 14  # ~0.8% relative error
+_IMAGES_LG_K = 14  # ~0.8% relative error
 UNKNOWN = ""  # the split pair of a pair before the plan (count splits)
 
 
@@ -61,11 +61,11 @@ class NearTally:
             if len(self.images) <= EXACT_IMAGES:
                 return
             hashes, self.images = self.images, np.zeros(0, np.uint64)
-        union = hll_union(_HLL_LG_K)
+        union = hll_union(_IMAGES_LG_K)
         for part in (self.sketch, sketch):
             if part is not None:
                 union.update(hll_sketch.deserialize(part))
-        fresh = hll_sketch(_HLL_LG_K)
+        fresh = hll_sketch(_IMAGES_LG_K)
         for value in np.concatenate([self.images, hashes]).tolist():
             fresh.update(value)
         union.update(fresh)
