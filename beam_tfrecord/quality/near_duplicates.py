@@ -115,6 +115,7 @@ def _dct_matrix(size: int) -> np.ndarray:
 
 _PHASH_SIZE, _PHASH_LOW = 32, 8
 _DCT = _dct_matrix(_PHASH_SIZE)[:_PHASH_LOW]  # only the 8 lowest frequencies are kept
+_MIDDLE = [_PHASH_LOW * _PHASH_LOW // 2 - 1, _PHASH_LOW * _PHASH_LOW // 2]
 
 
 def phash(image: Image.Image) -> int:
@@ -122,8 +123,10 @@ def phash(image: Image.Image) -> int:
     without scipy: a 32x32 grey image, the low 8x8 of its 2-D DCT as two small matrix products, above
     their median. 10x less CPU per image here than the library's call, and no scipy import per worker."""
     grey = image.convert("L").resize((_PHASH_SIZE, _PHASH_SIZE), Image.Resampling.LANCZOS)
-    low = _DCT @ np.asarray(grey, np.float64) @ _DCT.T
-    return int.from_bytes(np.packbits(low > np.median(low)).tobytes(), "big")
+    pixels = np.frombuffer(grey.tobytes(), np.uint8).reshape(_PHASH_SIZE, _PHASH_SIZE).astype(np.float64)
+    low = _DCT @ pixels @ _DCT.T
+    middle = np.sort(low, axis=None)[_MIDDLE]  # np.median's two middle values, without its overhead (~30 us)
+    return int.from_bytes(np.packbits(low > (middle[0] + middle[1]) / 2).tobytes(), "big")
 
 
 def distance(a: int, b: int) -> int:
