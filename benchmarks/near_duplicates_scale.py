@@ -39,7 +39,7 @@ from beam_tfrecord.quality.near_signatures import SignatureRows, Signatures, wri
 from beam_tfrecord.quality.near_tally import NearTally, tally_pairs
 
 _TALLY_PAIRS = 10_000  # pairs per bucket tally merged (a bucket's pairs)
-_MAX_SIMULATED_PAIRS = 2_000_000  # above: the tally's growth is extrapolated (linear or flat, as printed)
+_MAX_SIMULATED_PAIRS = 200_000  # above: the tally's growth is extrapolated (linear or flat, as printed)
 
 
 def _measured(call, *args):
