@@ -85,7 +85,7 @@ class ShardFileWriter:
                  *, direct_io: bool, file_format: FileFormat = DEFAULT_FILE_FORMAT, dali_index: bool = False,
                  statistics: bool = False) -> None:
         self._schema = schema
-        self._statistics = BlockDecoder(schema, views=True) if statistics else None
+        self._statistics = BlockDecoder(schema, views=True, absent_lists=True) if statistics else None
         self._builder = RecordBuilder(schema, feature_transforms)
         self._compression = compression
         self._direct_io = direct_io

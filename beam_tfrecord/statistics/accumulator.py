@@ -79,8 +79,13 @@ class FeatureStats:
         self.undecodable = 0  # images whose header Pillow could not read
 
     def add(self, column: Any) -> None:
-        """Adds one block's column of this feature (records first)."""
-        if isinstance(column, np.ndarray):
+        """Adds one block's column of this feature (records first; None for a record without it)."""
+        if isinstance(column, list) and any(value is None for value in column):  # absent variable-length lists
+            present = [value for value in column if value is not None]
+            self.missing += len(column) - len(present)
+            if present:
+                self.add(present)
+        elif isinstance(column, np.ndarray):
             self._add_array(column)
         elif column and isinstance(column[0], np.ndarray):  # a variable-length list per record
             self.present += len(column)
