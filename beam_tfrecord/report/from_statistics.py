@@ -140,10 +140,10 @@ def collect(path: str) -> DatasetStats:
     """What the report draws of a dataset (local or on a store; a refresh root means its latest version): from
     its ``statistics.pb``, else from one pass over its records (``DatasetStats.source`` says which)."""
     dataset = open_dataset(path)
-    listed = dataset.manifest.statistics
-    statistics = read_statistics(dataset.directory) if listed else None
+    listed, beside = dataset.manifest.statistics, dataset.metadata_dir or dataset.directory  # beside the manifest
+    statistics = read_statistics(beside) if listed else None
     if statistics is None or listed is None:
         return collect_from_records(dataset)
-    data = storage.read_bytes(storage.join(dataset.directory, listed))
+    data = storage.read_bytes(storage.join(beside, listed))
     return DatasetStats(dataset.directory, dataset.manifest, [_split(dataset, d) for d in statistics.datasets],
                         dead_letter_reasons(dataset), first_images(dataset), data, FROM_STATISTICS)
