@@ -9,23 +9,31 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from beam_tfrecord.core import proto
-from beam_tfrecord.core.record_schema import RAW_FEATURE, record_shape
+from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Schema
 from beam_tfrecord.statistics.accumulator import FeatureStats, Kind, SplitStatistics
 
 _KINDS = {"int64_list": (Kind.NUMBER, np.int64), "float_list": (Kind.NUMBER, np.float32),
-          "bytes_list": (Kind.BYTES, object), None: (Kind.BYTES, object)}  # None: a Feature with no value
+          "bytes_list": (Kind.BYTES, None), None: (Kind.BYTES, None)}  # None: a Feature with no value
 _KIND_OF = {DType.INT64: "int64_list", DType.FLOAT32: "float_list"}
 
 
-def _values(kind: str | None, values: Any) -> np.ndarray:
-    if kind is None or kind == "bytes_list":
-        out = np.empty(len(values), object)
-        out[:] = list(values)
-        return out
-    return np.array(values, _KINDS[kind][1])
+def _context(record: bytes) -> Any:
+    """The record's features (an Example's, a SequenceExample's context), or None for a raw payload: what
+    ``record_schema.record_shape`` decides, from one parse."""
+    message = proto.SequenceExample()
+    try:
+        message.ParseFromString(record)
+    except DecodeError:
+        return None
+    size = message.ByteSize()
+    message.DiscardUnknownFields()
+    if message.ByteSize() != size or not (message.context.feature or message.feature_lists.feature_list):
+        return None
+    return message.context.feature
 
 
 class InferredStatistics:
@@ -39,20 +47,27 @@ class InferredStatistics:
 
     def add_records(self, records: Iterable[bytes]) -> None:
         """Adds a block of serialized records."""
-        columns: dict[tuple[str, str | None], list[np.ndarray]] = {}
+        columns: dict[tuple[str, str | None], tuple[list[int], list[Any]]] = {}
         for record in records:
             self.num_examples += 1
-            if record_shape(record) is None:
-                columns.setdefault((RAW_FEATURE, "bytes_list"), []).append(_values("bytes_list", [record]))
+            context = _context(record)
+            if context is None:
+                counts, values = columns.setdefault((RAW_FEATURE, "bytes_list"), ([], []))
+                counts.append(1)
+                values.append(record)
                 continue
-            for name, feature in proto.SequenceExample.FromString(record).context.feature.items():
+            for name, feature in context.items():
                 kind = feature.WhichOneof("kind")
-                columns.setdefault((name, kind), []).append(_values(kind, getattr(feature, kind).value if kind
-                                                                    else ()))
-        for key, column in columns.items():
+                counts, values = columns.setdefault((name, kind), ([], []))
+                stored = getattr(feature, kind).value if kind else ()
+                counts.append(len(stored))
+                values.extend(stored)
+        for key, (counts, values) in columns.items():
+            kind, dtype = _KINDS[key[1]]
             if key not in self.features:
-                self.features[key] = FeatureStats(_KINDS[key[1]][0], integer=key[1] == "int64_list")
-            self.features[key].add(column)
+                self.features[key] = FeatureStats(kind, integer=key[1] == "int64_list")
+            self.features[key].add_lists(np.array(counts, np.int64), values if dtype is None else
+                                         np.array(values, dtype))
 
     def merge(self, other: "InferredStatistics") -> None:
         self.num_examples += other.num_examples
