@@ -95,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             output = args.output or f"{load_manifest(args.dataset).dataset_name}-report"
             written = write_report(args.dataset, output)
-            print(f"wrote {written.html_path} ({len(written.plot_ids)} plots) and {written.statistics_path}")
+            print(f"wrote {written.html_path} ({len(written.plot_ids)} plots) and {written.statistics_path}, "
+                  f"statistics from {written.source}")
         else:
             report = verify_dataset(args.dataset)
             print(f"OK: {report.num_shards} shards, {report.num_records} records, {report.num_bytes} bytes "

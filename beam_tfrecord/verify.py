@@ -54,7 +54,7 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
         if crc32c != shard.crc32c:
             raise CorruptShardError(path, f"file CRC32C {crc32c} differs from the manifest's {shard.crc32c}")
         records += found.num_records
-    check_statistics(dataset_dir, manifest)
+    check_statistics(dataset.metadata_dir or dataset_dir, manifest)  # beside the manifest
     return VerifyReport(num_shards=len(manifest.shards), num_records=records,
                         num_bytes=sum(s.num_bytes for s in manifest.shards))
 

@@ -44,11 +44,11 @@ from pipelines.refresh_driver import (
     run_refresh,
     validated_refresh,
 )
-from pipelines.source_options import SchemaOptions, pinned_or_inferred
+from pipelines.source_options import QualityOptions, SchemaOptions, pinned_or_inferred
 
 ARRAYS_JOB = "refresh_arrays"
 ARRAYS_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
-    ArrayOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions)
+    ArrayOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions, QualityOptions)
 ARRAYS_REJECTED_OPTIONS: dict[str, str] = {
     **REFRESH_REJECTED_OPTIONS,
     "check_decode": "arrays hold no encoded images",

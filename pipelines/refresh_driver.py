@@ -83,6 +83,7 @@ class RefreshOptions(PipelineOptions):
 REFRESH_REJECTED_OPTIONS: dict[str, str] = {
     "output": "the job writes ROOT/versions/<id> under --dataset_root itself",
     "resume": "a refresh resumes a killed refresh of the same inputs and options by itself",
+    "near_duplicates": "a refresh's kept records are not images to hash (pipelines.build_image_dataset has it)",
 }
 
 

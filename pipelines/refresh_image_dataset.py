@@ -31,7 +31,7 @@ from pipelines.refresh_driver import (
     run_refresh,
     validated_refresh,
 )
-from pipelines.source_options import SchemaOptions
+from pipelines.source_options import QualityOptions, SchemaOptions
 
 __all__ = ["COMMAND", "RefreshAction", "RefreshOptions", "min_version_age", "run"]  # what callers import from here
 
@@ -39,12 +39,11 @@ __all__ = ["COMMAND", "RefreshAction", "RefreshOptions", "min_version_age", "run
 # The option classes the job reads, in the order the Flex Template lists them. Options of these
 # classes that the job does not take are listed with the reason; passing one is an error.
 JOB_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
-    ImageFolderOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions)
+    ImageFolderOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions, QualityOptions)
 JOB_REJECTED_OPTIONS: dict[str, str] = {
     **REFRESH_REJECTED_OPTIONS,
     "schema": "the schema comes from the class folder names",
     "chunk_size": "images are one sample per Beam element",
-    "near_duplicates": "a refresh's kept records are not images to hash (pipelines.build_image_dataset has it)",
 }
 
 

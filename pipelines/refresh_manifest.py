@@ -43,11 +43,11 @@ from pipelines.refresh_driver import (
     run_refresh,
     validated_refresh,
 )
-from pipelines.source_options import SchemaOptions
+from pipelines.source_options import QualityOptions, SchemaOptions
 
 MANIFEST_JOB = "refresh_manifest"
 MANIFEST_OPTION_CLASSES: tuple[type[PipelineOptions], ...] = (
-    ManifestOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions)
+    ManifestOptions, SchemaOptions, DatasetOutputOptions, RefreshOptions, DriftOptions, QualityOptions)
 MANIFEST_REJECTED_OPTIONS: dict[str, str] = {
     **REFRESH_REJECTED_OPTIONS,
 }

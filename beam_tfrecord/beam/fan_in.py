@@ -107,7 +107,8 @@ class FanInSettings:
         """Keyword arguments of both shard writers (``shards.WriteShardFn``), after schema, compression, transforms."""
         return dict(dataset_name=self.dataset_name, shards_dir=storage.join(self.temp_dir, "shards"),
                     direct_io=self.direct_io, file_format=self.file_format, progress_dir=self.progress_dir,
-                    dali_index=self.dali_index, statistics=self.statistics)
+                    dali_index=self.dali_index, statistics=self.statistics,
+                    inferred_statistics=self.statistics and self.encoding is not None)
 
 
 class FanInOutputs(NamedTuple):

@@ -12,6 +12,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.beam.beam_names import PrefixLayout
 from beam_tfrecord.core.manifest import DEAD_LETTER_FILENAME, Manifest, ShardInfo
 from beam_tfrecord.errors import BeamTFRecordError
+from beam_tfrecord.statistics import STATISTICS_FILE
 
 
 def named_by_prefix(staged: Manifest, layout: PrefixLayout) -> Manifest:
@@ -33,8 +34,8 @@ def _old_manifest(path: str) -> Manifest | None:
 
 
 def publish_under_prefix(staged: Manifest, layout: PrefixLayout) -> Manifest:
-    """Moves the staged shards (and dead letters) into place, deletes the old dataset's other shards, writes
-    the manifest and removes the staging folder. Returns the manifest written."""
+    """Moves the staged shards (and dead letters and statistics) into place, deletes the old dataset's other
+    shards, writes the manifest and removes the staging folder. Returns the manifest written."""
     old = _old_manifest(layout.manifest_path)
     if old is not None and old.run_id == staged.run_id:  # this run published already; this is a re-execution
         return old
@@ -52,13 +53,14 @@ def publish_under_prefix(staged: Manifest, layout: PrefixLayout) -> Manifest:
     if old is not None:
         stale = {s.filename for s in old.shards} - {s.filename for s in manifest.shards}
         storage.delete_if_exists([layout.shard_path(name) for name in sorted(stale)])
-    dead_letters = storage.join(layout.metadata_dir, DEAD_LETTER_FILENAME)
-    if staged.dead_letters is not None:
-        staged_letters = storage.join(layout.staging_dir, staged.dead_letters)
-        if storage.exists(staged_letters):
-            storage.rename([staged_letters], [dead_letters])
-    else:
-        storage.delete_if_exists([dead_letters])
+    for listed, name in ((staged.dead_letters, DEAD_LETTER_FILENAME), (staged.statistics, STATISTICS_FILE)):
+        beside = storage.join(layout.metadata_dir, name)  # beside the manifest, which names it
+        if listed is not None:
+            staged_file = storage.join(layout.staging_dir, listed)
+            if storage.exists(staged_file):
+                storage.rename([staged_file], [beside])
+        else:
+            storage.delete_if_exists([beside])
     storage.write_bytes_atomic(layout.manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
     storage.delete_tree(layout.staging_dir)
     return manifest

@@ -3,6 +3,7 @@
 A shard (or piece) writer decodes its records a block at a time (``reader.decode.block_decode``) into
 ``statistics.SplitStatistics`` and leaves them beside its file (``<shard>.statistics``); the split of a record
 is known only once planned, so this is the first stage that can count per split. No record is read twice.
+Records that arrive serialized are summarized by feature name and kind instead (``statistics.inferred``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from beam_tfrecord.core.framing import FOOTER_BYTES, HEADER_BYTES
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.reader.decode.block_decode import BlockDecoder
 from beam_tfrecord.statistics.accumulator import SplitStatistics, merge_by_split
+from beam_tfrecord.statistics.inferred import InferredStatistics
 from beam_tfrecord.statistics.tfmd import statistics_proto
 
 STATISTICS_SUFFIX = ".statistics"
@@ -27,10 +29,12 @@ _NO_HEADER, _NO_FOOTER = bytes(HEADER_BYTES), bytes(FOOTER_BYTES)
 
 
 class ShardStatistics:
-    """One shard's statistics, fed its records as the writer writes them (framed, or as parts)."""
+    """One shard's statistics, fed its records as the writer writes them (framed, or as parts); without a
+    ``decoder``, of records whose schema is inferred at publish."""
 
-    def __init__(self, schema: Schema, split: str, decoder: BlockDecoder, path: str) -> None:
-        self.stats = SplitStatistics(split, schema)
+    def __init__(self, schema: Schema, split: str, decoder: BlockDecoder | None, path: str) -> None:
+        self.stats: SplitStatistics | InferredStatistics = \
+            SplitStatistics(split, schema) if decoder is not None else InferredStatistics(split)
         self._decoder = decoder
         self._path = path
         # Views into the writer's read buffers, which are reused only once no view is left (``storage.buffers``):
@@ -56,7 +60,10 @@ class ShardStatistics:
         starts = np.cumsum(framed) - framed + HEADER_BYTES
         block = RecordBlock(self._path, buffer, starts, framed - HEADER_BYTES - FOOTER_BYTES, starts - HEADER_BYTES)
         self._pending, self._pending_bytes = [], 0
-        self.stats.add_columns(self._decoder.decode(block), len(framed))
+        if isinstance(self.stats, InferredStatistics):
+            self.stats.add_records(block.record(i) for i in range(len(framed)))
+        elif self._decoder is not None:
+            self.stats.add_columns(self._decoder.decode(block), len(framed))
 
     def write(self, shard_temp_path: str) -> None:
         """Leaves the statistics beside the shard's temp file (before the shard counts as finished)."""
@@ -72,6 +79,7 @@ def gather_statistics(shards_dir: str, schema: Schema, splits: Sequence[str]) ->
     parts: list[SplitStatistics] = []
     for folder in (shards_dir, storage.join(shards_dir, "pieces")):
         for path, _ in sorted(storage.list_files(storage.join(folder, "*" + STATISTICS_SUFFIX))):
-            parts.append(pickle.loads(storage.read_bytes(path)))
+            part = pickle.loads(storage.read_bytes(path))
+            parts.append(part.to_split(schema) if isinstance(part, InferredStatistics) else part)
     merged = merge_by_split(parts)
     return statistics_proto([merged.get(split) or SplitStatistics(split, schema) for split in splits])

@@ -83,9 +83,12 @@ class ShardFileWriter:
 
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
                  *, direct_io: bool, file_format: FileFormat = DEFAULT_FILE_FORMAT, dali_index: bool = False,
-                 statistics: bool = False) -> None:
+                 statistics: bool = False, inferred_statistics: bool = False) -> None:
         self._schema = schema
-        self._statistics = BlockDecoder(schema, views=True) if statistics else None
+        self._with_statistics = statistics
+        # Records written with their schema are decoded by it; serialized ones are summarized by feature name.
+        self._statistics = BlockDecoder(schema, views=True, absent_lists=True) \
+            if statistics and not inferred_statistics else None
         self._builder = RecordBuilder(schema, feature_transforms)
         self._compression = compression
         self._direct_io = direct_io
@@ -100,7 +103,7 @@ class ShardFileWriter:
         """
         stats = ShardStats()
         record_bytes = 0
-        summary = None if self._statistics is None else \
+        summary = None if not self._with_statistics else \
             ShardStatistics(self._schema, target.spec.split, self._statistics, target.temp_path)
         with raise_typed_when_full(target.temp_path, target.spec.num_record_bytes, partial=target.temp_path):
             # Through the page cache while the machine takes it without writing back (``page_cache_takes``).
@@ -164,9 +167,11 @@ class WriteShardFn(beam.DoFn):
     def __init__(self, schema: Schema, compression: Compression, feature_transforms: Mapping[str, FeatureTransform],
                  *, dataset_name: str, shards_dir: str, direct_io: bool,
                  file_format: FileFormat = DEFAULT_FILE_FORMAT, progress_dir: str | None = None,
-                 dali_index: bool = False, pieces_dir: str | None = None, statistics: bool = False) -> None:
+                 dali_index: bool = False, pieces_dir: str | None = None, statistics: bool = False,
+                 inferred_statistics: bool = False) -> None:
         self._schema = schema
         self._statistics = statistics
+        self._inferred_statistics = inferred_statistics
         self._pieces_dir = pieces_dir or storage.join(shards_dir, "pieces")
         self._dali_index = dali_index
         self._progress_dir = progress_dir
@@ -185,11 +190,12 @@ class WriteShardFn(beam.DoFn):
     def setup(self) -> None:
         self._writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=self._direct_io,
                                        file_format=self._file_format, dali_index=self._dali_index,
-                                       statistics=self._statistics)
+                                       statistics=self._statistics, inferred_statistics=self._inferred_statistics)
         # Pieces through the page cache: their join reads them back at once (``beam.shard_pieces``).
         self._piece_writer = ShardFileWriter(self._schema, self._compression, self._transforms, direct_io=False,
                                              file_format=self._file_format, dali_index=self._dali_index,
-                                             statistics=self._statistics)
+                                             statistics=self._statistics,
+                                             inferred_statistics=self._inferred_statistics)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
 
     def _target(self, spec: ShardSpec) -> ShardTarget:

@@ -233,8 +233,8 @@ class WriteTFRecordDataset(beam.PTransform):
             self._temp_dir, resume_text, self._resume_point.hashes_path if self._resume_point else None)
         if self._resume_point is not None:
             metadata = {**(metadata or {}), "resumed": self._resume_point.metadata()}
-        # Records that arrive serialized have their schema only once published: no statistics for them yet.
-        self._with_statistics = tuning.statistics and encoding is None
+        # Records that arrive serialized have their schema only once published: summarized by feature name.
+        self._with_statistics = tuning.statistics
         self._fan_in_settings = FanInSettings(
             schema=schema, splits=self._splits, sharding=self._sharding, dataset_name=dataset_name,
             compression=compression, file_format=file_format, salt=salt, feature_transforms=self._feature_transforms,

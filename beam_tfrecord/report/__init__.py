@@ -1,5 +1,6 @@
 """``beam-tfrecord report``: a dataset as one self-contained HTML page, plus TFDV statistics.
 
+Drawn from the dataset's ``statistics.pb`` (one pass over the records for a dataset written without it).
 Needs the ``[report]`` extra; neither Beam nor TensorFlow. See docs/report.md.
 """
 
@@ -13,8 +14,9 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.schema import Image
 from beam_tfrecord.describe import describe_manifest
 from beam_tfrecord.report import plots
-from beam_tfrecord.report.stats import DatasetStats, collect
-from beam_tfrecord.report.tfdv import statistics_list
+from beam_tfrecord.report.from_statistics import collect
+from beam_tfrecord.report.stats import FROM_STATISTICS, DatasetStats
+from beam_tfrecord.statistics.tfmd import NUM_RANK_BUCKETS
 
 REPORT_FILENAME = "report.html"
 STATISTICS_FILENAME = "statistics.pb"
@@ -30,6 +32,16 @@ pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.8em; }
 """
 
 
+_NUMBERS = {True: "every value of scalars and lists; up to 8 per record of tensors, by a stride",
+            False: "every value of scalars and lists; up to 16 per record of tensors"}
+_TOP_CLASSES = f" (the {NUM_RANK_BUCKETS} most frequent classes: statistics.pb keeps no more)"
+
+
+def _capped(stats: DatasetStats) -> bool:
+    return stats.source == FROM_STATISTICS and any(len(c) >= NUM_RANK_BUCKETS for s in stats.splits
+                                                   for c in s.classes.values())
+
+
 @dataclasses.dataclass(frozen=True)
 class Report:
     """What ``write_report`` wrote."""
@@ -37,6 +49,7 @@ class Report:
     html_path: str
     statistics_path: str
     plot_ids: tuple[str, ...]
+    source: str  # where the statistics came from: ``stats.FROM_STATISTICS`` or ``stats.FROM_RECORDS``
 
 
 def _figure(plot_id: str, png: bytes, caption: str) -> str:
@@ -55,17 +68,16 @@ def _mime(data: bytes) -> str:
 
 def _samples(feature: str, stats: DatasetStats) -> str:
     """A grid of the first images of each class (of the first split that has any)."""
-    for split in stats.splits:
-        samples = split.images[feature].samples
-        if samples:
-            rows = []
-            for label, images in sorted(samples.items()):
-                tags = "".join(f'<img alt="{html.escape(label or split.name)}" src="data:{_mime(d)};base64,'
-                               f'{base64.b64encode(d).decode("ascii")}">' for d in images)
-                rows.append(f'<div class="samples"><span>{html.escape(label or "(no label)")}</span>{tags}</div>')
-            return (f'<figure class="plot" id="samples-{html.escape(feature)}">{"".join(rows)}<figcaption>'
-                    f"First images of each class in split '{html.escape(split.name)}'</figcaption></figure>")
-    return ""
+    if feature not in stats.samples:
+        return ""
+    split, samples = stats.samples[feature]
+    rows = []
+    for label, images in sorted(samples.items()):
+        tags = "".join(f'<img alt="{html.escape(label or split)}" src="data:{_mime(d)};base64,'
+                       f'{base64.b64encode(d).decode("ascii")}">' for d in images)
+        rows.append(f'<div class="samples"><span>{html.escape(label or "(no label)")}</span>{tags}</div>')
+    return (f'<figure class="plot" id="samples-{html.escape(feature)}">{"".join(rows)}<figcaption>'
+            f"First images of each class in split '{html.escape(split)}'</figcaption></figure>")
 
 
 def render_html(stats: DatasetStats) -> tuple[str, tuple[str, ...]]:
@@ -86,14 +98,15 @@ def render_html(stats: DatasetStats) -> tuple[str, tuple[str, ...]]:
     if labels:
         parts.append("<h2>Class balance</h2>")
         for feature in labels:
-            add(f"classes-{feature}", plots.class_balance(stats, feature), f"Records per class of '{feature}'")
+            add(f"classes-{feature}", plots.class_balance(stats, feature), f"Records per class of '{feature}'"
+                                                                         f"{_TOP_CLASSES if _capped(stats) else ''}")
     numeric = list(stats.splits[0].numeric) if stats.splits else []
     if numeric:
         parts.append("<h2>Numeric features</h2>")
         for feature in numeric:
             add(f"numeric-{feature}", plots.distribution(
                 stats, f"'{feature}'", [(s.name, s.numeric[feature]) for s in stats.splits], xlabel="value"),
-                f"Distribution of '{feature}' (every value of scalars and lists; up to 16 per record of tensors)")
+                f"Distribution of '{feature}' ({_NUMBERS[stats.source == FROM_STATISTICS]})")
     lengths = list(stats.splits[0].lengths) if stats.splits else []
     if lengths:
         parts.append("<h2>Variable lengths</h2>")
@@ -112,6 +125,7 @@ def render_html(stats: DatasetStats) -> tuple[str, tuple[str, ...]]:
             ids.append(f"samples-{feature}")
     parts.append("<h2>Dead letters</h2>")
     add("dead-letters", plots.dead_letters(stats), "Rejected samples by stage and error type")
+    parts.append(f'<p id="source">Statistics from {html.escape(stats.source)}.</p>')
     title = f"Dataset '{manifest.dataset_name}'"
     page = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
@@ -128,8 +142,8 @@ def write_report(dataset: str, output_dir: str) -> Report:
     html_path = storage.join(output_dir, REPORT_FILENAME)
     statistics_path = storage.join(output_dir, STATISTICS_FILENAME)
     storage.write_bytes_atomic(html_path, page.encode("utf-8"))
-    storage.write_bytes_atomic(statistics_path, statistics_list(stats).SerializeToString(deterministic=True))
-    return Report(html_path, statistics_path, ids)
+    storage.write_bytes_atomic(statistics_path, stats.statistics)
+    return Report(html_path, statistics_path, ids, stats.source)
 
 
 __all__ = ["REPORT_FILENAME", "STATISTICS_FILENAME", "Report", "render_html", "write_report"]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from beam_tfrecord.core.units import MiB
-from beam_tfrecord.report.stats import DatasetStats, NumericStats
+from beam_tfrecord.report.stats import DatasetStats, Distribution
 
 _DPI = 96
 _COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860"]
@@ -98,41 +98,64 @@ def class_balance(stats: DatasetStats, feature: str) -> bytes:
     return _png(figure)
 
 
-def distribution(stats: DatasetStats, title: str, per_split: Sequence[tuple[str, NumericStats]],
+_BINS = 40
+
+
+def _edges(distributions: Sequence[Distribution]) -> np.ndarray:
+    """``_BINS`` equal bins over every distribution's range (one unit wide around a single value)."""
+    low = min((d.minimum for d in distributions if d.count), default=0.0)
+    high = max((d.maximum for d in distributions if d.count), default=1.0)
+    if high <= low:
+        low, high = low - 0.5, high + 0.5
+    return np.linspace(low, high, _BINS + 1)
+
+
+def _rebinned(distribution: Distribution, edges: np.ndarray) -> np.ndarray:
+    """The distribution's buckets on ``edges``: each spread uniformly over its width, a point into its bin."""
+    counts = np.zeros(len(edges) - 1)
+    for bucket in distribution.buckets:
+        if bucket.high > bucket.low:
+            overlap = np.minimum(edges[1:], bucket.high) - np.maximum(edges[:-1], bucket.low)
+            counts += bucket.count * np.clip(overlap, 0, None) / (bucket.high - bucket.low)
+        else:
+            counts[min(max(int(np.searchsorted(edges, bucket.low, side="right")) - 1, 0), len(counts) - 1)] += \
+                bucket.count
+    return counts
+
+
+def _stairs(axes, per_split: Sequence[tuple[str, Distribution]], edges: np.ndarray, label, scale: float = 1.0):
+    for color, (split, values) in zip(_COLORS * 4, per_split):
+        if values.count:
+            axes.stairs(_rebinned(values, edges), edges * scale, linewidth=1.5, color=color, label=label(split, values))
+
+
+def distribution(stats: DatasetStats, title: str, per_split: Sequence[tuple[str, Distribution]],
                  *, xlabel: str = "") -> bytes:
     """Histogram of a numeric quantity, one outline per split, with min / mean / max in the legend."""
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(9, 2.8))
-    finite = [v for _, s in per_split for v in s.reservoir.values]
-    bins = np.histogram_bin_edges(finite, bins=40) if finite else 10
-    for color, (split, numeric) in zip(_COLORS * 4, per_split):
-        if not numeric.count:
-            continue
-        axes.hist(numeric.reservoir.values, bins=bins, histtype="step", linewidth=1.5, color=color,
-                  label=f"{split}: min {numeric.minimum:.4g}, mean {numeric.mean:.4g}, max {numeric.maximum:.4g}"
-                        f"{f', {numeric.non_finite} non-finite' if numeric.non_finite else ''}")
+    _stairs(axes, per_split, _edges([d for _, d in per_split]),
+            lambda split, d: f"{split}: min {d.minimum:.4g}, mean {d.mean:.4g}, max {d.maximum:.4g}"
+                             f"{f', {d.non_finite} non-finite' if d.non_finite else ''}")
     axes.set_title(title)
     axes.set_xlabel(xlabel)
-    axes.set_ylabel("count (sampled)" if any(s.reservoir.seen > s.reservoir.capacity for _, s in per_split)
-                    else "count")
+    axes.set_ylabel("count (sampled)" if any(d.sampled for _, d in per_split) else "count")
     axes.legend(fontsize=8)
     return _png(figure)
 
 
 def image_sizes(stats: DatasetStats, feature: str) -> bytes:
-    """Width x height of the images (scatter) and their encoded size (histogram)."""
+    """Widths and heights of the images, and their encoded size (histograms per split)."""
     plt = _pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    for color, split in zip(_COLORS * 4, stats.splits):
-        images = split.images[feature]
-        count = min(len(images.widths.reservoir.values), len(images.heights.reservoir.values))
-        left.scatter(images.widths.reservoir.values[:count], images.heights.reservoir.values[:count], s=8,
-                     alpha=0.5, color=color, label=split.name)
-        right.hist([v / 1024 for v in images.encoded_bytes.reservoir.values], bins=30, histtype="step",
-                   color=color, label=f"{split.name}: mean {images.encoded_bytes.mean / 1024:.1f} KiB")
-    left.set_xlabel("width (px)")
-    left.set_ylabel("height (px)")
-    left.set_title(f"'{feature}': width x height")
+    images = [(split.name, split.images[feature]) for split in stats.splits if feature in split.images]
+    sides = [(f"{name} {side}", getattr(sizes, side + "s")) for name, sizes in images for side in ("width", "height")]
+    _stairs(left, sides, _edges([d for _, d in sides]), lambda label, d: f"{label}: {d.minimum:.0f}-{d.maximum:.0f}")
+    encoded = [(name, sizes.encoded_bytes) for name, sizes in images]
+    _stairs(right, encoded, _edges([d for _, d in encoded]), lambda split, d: f"{split}: mean {d.mean / 1024:.1f} KiB",
+            scale=1 / 1024)
+    left.set_xlabel("pixels")
+    left.set_title(f"'{feature}': widths and heights")
     right.set_xlabel("KiB")
     right.set_title(f"'{feature}': encoded size")
     left.legend(fontsize=8)

@@ -1,6 +1,8 @@
-"""Dataset statistics in one streaming pass, in bounded memory, the same on every run.
+"""What the report draws, per split: from the dataset's ``statistics.pb`` (``from_statistics``), else (a dataset
+written before builds wrote it) from one streaming pass over its records, in bounded memory, the same on every run.
 
-Counts and extremes are exact; histograms come from a seeded reservoir per feature and split. See docs/report.md.
+In that pass counts and extremes are exact; histograms come from a seeded reservoir per feature and split.
+See docs/report.md.
 """
 
 from __future__ import annotations
@@ -18,14 +20,18 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ClassLabel, DType, FixedList, Image, Scalar, Tensor, VarList
-from beam_tfrecord.dataset import LoadedDataset, open_dataset
+from beam_tfrecord.dataset import LoadedDataset
 from beam_tfrecord.reader.numpy_reader import iter_examples
 from beam_tfrecord.reader.order.read_plan import plan_read
+from beam_tfrecord.statistics.measures import Bucket
 
 RESERVOIR = 20_000
 SAMPLES_PER_CLASS = 6
 MAX_SAMPLE_CLASSES = 12
 _TENSOR_VALUES_PER_RECORD = 16
+_RESERVOIR_BINS = 40
+FROM_STATISTICS = "statistics.pb"
+FROM_RECORDS = "a pass over the records (the dataset has no statistics.pb)"
 
 
 class Reservoir:
@@ -81,6 +87,32 @@ class NumericStats:
         return float(np.sqrt(max(self.total_squares / self.count - self.mean**2, 0.0)))
 
 
+    def distribution(self) -> "Distribution":
+        """The reservoir's histogram, scaled to every value it stands for."""
+        values = np.asarray(self.reservoir.values, dtype=np.float64)
+        if not len(values):
+            return Distribution(0, self.minimum, self.mean, self.maximum, self.non_finite, ())
+        counts, edges = np.histogram(values, bins=_RESERVOIR_BINS)
+        scale = self.count / len(values)
+        return Distribution(self.count, self.minimum, self.mean, self.maximum, self.non_finite, tuple(
+            Bucket(low, high, count * scale) for low, high, count in zip(edges[:-1].tolist(), edges[1:].tolist(),
+                                                                         counts.tolist())),
+            sampled=self.reservoir.seen > self.reservoir.capacity)
+
+
+@dataclasses.dataclass(frozen=True)
+class Distribution:
+    """A numeric quantity of one split as plotted: exact count and extremes, and a histogram."""
+
+    count: int
+    minimum: float
+    mean: float
+    maximum: float
+    non_finite: int
+    buckets: tuple[Bucket, ...]
+    sampled: bool = False  # the histogram is of a sample, scaled
+
+
 @dataclasses.dataclass
 class ImageStats:
     widths: NumericStats
@@ -89,6 +121,16 @@ class ImageStats:
     formats: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     unreadable: int = 0
     samples: dict[str, list[bytes]] = dataclasses.field(default_factory=dict)  # class (or "") -> first images
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSizes:
+    """One image feature of one split: widths, heights and encoded sizes, and how many had no readable header."""
+
+    widths: Distribution
+    heights: Distribution
+    encoded_bytes: Distribution
+    unreadable: int
 
 
 @dataclasses.dataclass
@@ -100,20 +142,25 @@ class SplitStats:
     num_bytes: int
     shard_bytes: list[int]
     shard_records: list[int]
-    numeric: dict[str, NumericStats] = dataclasses.field(default_factory=dict)  # scalars, lists, tensors
-    lengths: dict[str, NumericStats] = dataclasses.field(default_factory=dict)  # var lists, sequences
+    numeric: dict[str, Distribution] = dataclasses.field(default_factory=dict)  # scalars, lists, tensors
+    lengths: dict[str, Distribution] = dataclasses.field(default_factory=dict)  # var lists (and sequences)
     classes: dict[str, collections.Counter] = dataclasses.field(default_factory=dict)
-    images: dict[str, ImageStats] = dataclasses.field(default_factory=dict)
+    images: dict[str, ImageSizes] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class DatasetStats:
-    """A dataset's manifest, the statistics of each split and its dead letters by reason."""
+    """A dataset's manifest, what each split holds, its dead letters by reason, the first images of each class
+    (per image feature: the split they are from and the images by class), and its TFDV statistics (serialized)
+    with where they came from (``FROM_STATISTICS`` or ``FROM_RECORDS``)."""
 
     location: str
     manifest: Manifest
     splits: list[SplitStats]
     dead_letters: collections.Counter  # (stage, error type) -> count
+    samples: dict[str, tuple[str, dict[str, list[bytes]]]]
+    statistics: bytes
+    source: str
 
 
 def _numeric(name: str, split: str) -> NumericStats:
@@ -130,11 +177,30 @@ def _image_header(data: bytes) -> tuple[int, int, str] | None:
         return None
 
 
-class _SplitCollector:
+@dataclasses.dataclass
+class RecordPass:
+    """One split as the pass over its records summarized it (what ``tfdv.statistics_list`` reads)."""
+
+    name: str
+    num_records: int
+    numeric: dict[str, NumericStats] = dataclasses.field(default_factory=dict)
+    lengths: dict[str, NumericStats] = dataclasses.field(default_factory=dict)
+    classes: dict[str, collections.Counter] = dataclasses.field(default_factory=dict)
+    images: dict[str, ImageStats] = dataclasses.field(default_factory=dict)
+
+
+def split_sizes(manifest: Manifest, split: str) -> SplitStats:
+    """A split's records and bytes, in all and per shard (from the manifest), nothing more yet."""
+    info = manifest.split(split)
+    return SplitStats(split, info.num_records, info.num_bytes, [s.num_bytes for s in info.shards],
+                      [s.num_records for s in info.shards])
+
+
+class SplitCollector:
+    """One split's pass over its records (a dataset without ``statistics.pb``)."""
+
     def __init__(self, manifest: Manifest, split: str) -> None:
-        info = manifest.split(split)
-        self.stats = SplitStats(split, info.num_records, info.num_bytes, [s.num_bytes for s in info.shards],
-                                [s.num_records for s in info.shards])
+        self.stats = RecordPass(split, manifest.split(split).num_records)
         schema = manifest.schema
         self._labels = {n: f for n, f in schema.features.items() if isinstance(f, ClassLabel)}
         self._first_label = next(iter(self._labels), None)
@@ -182,14 +248,33 @@ class _SplitCollector:
             image.widths.add(float(width))
             image.heights.add(float(height))
             image.formats[fmt] += 1
-            if label not in image.samples and len(image.samples) >= MAX_SAMPLE_CLASSES:
-                continue
-            shown = image.samples.setdefault(label, [])
-            if len(shown) < SAMPLES_PER_CLASS:
-                shown.append(data)
+            add_sample(image.samples, label, data)
+
+    def summary(self, manifest: Manifest) -> SplitStats:
+        """What the report draws of this split."""
+        out = split_sizes(manifest, self.stats.name)
+        out.numeric = {name: s.distribution() for name, s in self.stats.numeric.items()}
+        out.lengths = {name: s.distribution() for name, s in self.stats.lengths.items()}
+        out.classes = dict(self.stats.classes)
+        out.images = {name: ImageSizes(s.widths.distribution(), s.heights.distribution(),
+                                       s.encoded_bytes.distribution(), s.unreadable)
+                      for name, s in self.stats.images.items()}
+        return out
 
 
-def _dead_letter_reasons(dataset: LoadedDataset) -> collections.Counter:
+def add_sample(samples: dict[str, list[bytes]], label: str, data: bytes) -> bool:
+    """Keeps ``data`` if its class has fewer than ``SAMPLES_PER_CLASS`` (of at most ``MAX_SAMPLE_CLASSES``);
+    whether it was kept."""
+    if label not in samples and len(samples) >= MAX_SAMPLE_CLASSES:
+        return False
+    shown = samples.setdefault(label, [])
+    if len(shown) < SAMPLES_PER_CLASS:
+        shown.append(data)
+        return True
+    return False
+
+
+def dead_letter_reasons(dataset: LoadedDataset) -> collections.Counter:
     reasons: collections.Counter = collections.Counter()
     path = dataset.dead_letters_path()
     if path is None:
@@ -209,14 +294,11 @@ def iter_split_examples(directory: str, manifest: Manifest, split: str) -> Itera
     yield from iter_examples(plan_read(directory, split=split, manifest=manifest), verify=True)
 
 
-def collect(path: str) -> DatasetStats:
-    """Reads a dataset (local or gs://; a refresh root means its latest version) and summarizes it."""
-    dataset = open_dataset(path)
-    directory, manifest = dataset.directory, dataset.manifest
-    splits = []
-    for split in manifest.splits:
-        collector = _SplitCollector(manifest, split.name)
-        for example in iter_split_examples(directory, manifest, split.name):
-            collector.add(example)
-        splits.append(collector.stats)
-    return DatasetStats(directory, manifest, splits, _dead_letter_reasons(dataset))
+def first_samples(collected: list[RecordPass]) -> dict[str, tuple[str, dict[str, list[bytes]]]]:
+    """Per image feature, the first split that has images and its first images of each class."""
+    out: dict[str, tuple[str, dict[str, list[bytes]]]] = {}
+    for split in collected:
+        for name, image in split.images.items():
+            if image.samples and name not in out:
+                out[name] = (split.name, image.samples)
+    return out

@@ -1,13 +1,14 @@
-"""The statistics as TFDV's ``DatasetFeatureStatisticsList`` (one dataset per split).
+"""The report's pass over the records as TFDV's ``DatasetFeatureStatisticsList`` (one dataset per split).
 
-Built with the light ``tensorflow-metadata`` package (protobuf only), read by TFDV, Facets and TFDS.
+Only for a dataset without ``statistics.pb`` (written before builds wrote it): the report copies that file
+otherwise. Built with the light ``tensorflow-metadata`` package (protobuf only), read by TFDV, Facets and TFDS.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from beam_tfrecord.report.stats import DatasetStats, NumericStats
+from beam_tfrecord.report.stats import NumericStats, RecordPass
 
 
 def _num_stats(feature, numeric: NumericStats) -> None:
@@ -30,12 +31,12 @@ def _num_stats(feature, numeric: NumericStats) -> None:
         bucket.low_value, bucket.high_value, bucket.sample_count = low, high, count * scale
 
 
-def statistics_list(stats: DatasetStats):
-    """A ``DatasetFeatureStatisticsList`` of the dataset, splits in manifest order."""
+def statistics_list(splits: list[RecordPass]):
+    """A ``DatasetFeatureStatisticsList`` of the splits' summaries, in the order given."""
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
     out = statistics_pb2.DatasetFeatureStatisticsList()
-    for split in stats.splits:
+    for split in splits:
         dataset = out.datasets.add()
         dataset.name = split.name
         dataset.num_examples = split.num_records

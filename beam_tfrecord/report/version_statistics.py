@@ -34,5 +34,5 @@ def statistics_of(dataset_dir: str) -> Any:
         StatisticsFileError: a ``statistics.pb`` that does not parse.
     """
     dataset = open_dataset(dataset_dir)
-    found = read_statistics(dataset.directory)
+    found = read_statistics(dataset.metadata_dir or dataset.directory)  # beside the manifest
     return found if found is not None else statistics_of_records(dataset.manifest.schema, _records(dataset))

@@ -79,18 +79,29 @@ class FeatureStats:
         self.undecodable = 0  # images whose header Pillow could not read
 
     def add(self, column: Any) -> None:
-        """Adds one block's column of this feature (records first)."""
-        if isinstance(column, np.ndarray):
+        """Adds one block's column of this feature (records first; None for a record without it)."""
+        if isinstance(column, list) and any(value is None for value in column):  # absent variable-length lists
+            present = [value for value in column if value is not None]
+            self.missing += len(column) - len(present)
+            if present:
+                self.add(present)
+        elif isinstance(column, np.ndarray):
             self._add_array(column)
         elif column and isinstance(column[0], np.ndarray):  # a variable-length list per record
-            self.present += len(column)
-            self.num_values.add(np.fromiter(map(len, column), np.int64, len(column)))
-            self._add_values(np.concatenate(column) if self.kind in (Kind.NUMBER, Kind.LABEL) else
-                             [v for values in column for v in values])
+            self.add_lists(np.fromiter(map(len, column), np.int64, len(column)),
+                           np.concatenate(column) if self.kind in (Kind.NUMBER, Kind.LABEL) else
+                           [v for values in column for v in values])
         else:  # one bytes value per record
             self.present += len(column)
             self.num_values.add(np.ones(len(column), np.int64))
             self._add_values(column)
+
+    def add_lists(self, counts: np.ndarray, values: Any) -> None:
+        """Adds records of ``counts`` values each, given as their values in a row (an array of numbers, or a
+        list of bytes)."""
+        self.present += len(counts)
+        self.num_values.add(counts)
+        self._add_values(values)
 
     def _add_array(self, column: np.ndarray) -> None:
         rows = column.reshape(len(column), -1)

@@ -16,6 +16,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from statistics_checks import assert_statistics_match_records
 
 from beam_tfrecord import (
     DType,
@@ -34,6 +35,7 @@ from beam_tfrecord.beam.write import FanIn
 from beam_tfrecord.core import proto
 from beam_tfrecord.core.framing import iter_records
 from beam_tfrecord.errors import RecordSchemaError, RejectedSamplesError, ShardingError, WriterOptionError
+from beam_tfrecord.statistics import read_statistics
 from pipelines.common import job_pipeline
 
 NUM_RECORDS = 600
@@ -113,6 +115,20 @@ def _as_lists(example: dict) -> dict:
 
 def _split_ids(out: str, split: str) -> list[int]:
     return [e["id"].item() for e in read_numpy(out, split=split)]
+
+
+@pytest.mark.parametrize("build", ["direct-spill", "dask-spill"])
+def test_statistics_pb_is_that_of_the_records_under_the_schema_inferred_at_publish(builds, build):
+    """Summarized by feature name while the shards are written, made the inferred schema's at publish: the same
+    as computed from the records read back; a record without a feature counts as missing it."""
+    assert_statistics_match_records(builds[build])
+    statistics = read_statistics(builds[build])
+    for split in ("train", "test"):
+        features = {f.path.step[0]: f for f in next(d for d in statistics.datasets if d.name == split).features}
+        ids = _split_ids(builds[build], split)
+        assert [features[n].num_stats.common_stats.num_missing for n in ("maybe", "tokens", "id")] == [
+            sum(i % 3 != 0 for i in ids), sum(i % 5 == 0 for i in ids), 0]
+        assert (features["id"].num_stats.min, features["id"].num_stats.max) == (min(ids), max(ids))
 
 
 @pytest.mark.parametrize("build", ["direct-shuffle", "tf-protos", "dask-spill"])

@@ -52,7 +52,7 @@ def test_shards_take_beams_names_beside_the_prefix_and_the_manifest_hides_from_i
     folder = Path(built).parent
     shards = [f"result-0000{i}-of-00003.tfrecord" for i in range(3)]
     assert sorted(os.listdir(folder)) == [".result.beam-tfrecord", "result", *shards]
-    assert sorted(os.listdir(folder / ".result.beam-tfrecord")) == ["manifest.json"]
+    assert sorted(os.listdir(folder / ".result.beam-tfrecord")) == ["manifest.json", "statistics.pb"]
     assert sorted(glob.glob(built + "-*")) == [str(folder / s) for s in shards]
     assert sorted(glob.glob(str(folder / "*"))) == [built, *[str(folder / s) for s in shards]]
     manifest = load_manifest(built)

@@ -111,7 +111,7 @@ def test_a_user_pipeline_on_beams_dask_runner_runs_on_the_fixed_one(tmp_path, da
     assert _ids(out) == list(range(40))
     assert [s.num_records > 0 for s in load_manifest(out).shards] == [True, True]
     assert sorted(os.listdir(out)) == sorted(["manifest.json", "dataset_info.json", "features.json",
-                                              "croissant.json", "schema.pbtxt",
+                                              "croissant.json", "schema.pbtxt", "statistics.pb",
                                               "data-train.tfrecord-00000-of-00002",
                                               "data-train.tfrecord-00001-of-00002"])
 

@@ -27,7 +27,7 @@ def test_empty_shards_are_published_on_gcs_and_read_as_no_record(gcs_bucket: str
     manifest = load_manifest(output)
     assert sorted(s.num_records for s in manifest.shards) == [0, 0, 1, 1]
     listed = {p for p, _ in storage.list_files(f"{output}/**")}
-    published = ["manifest.json", *tfds_files(manifest), *INTEROP_FILENAMES,
+    published = ["manifest.json", "statistics.pb", *tfds_files(manifest), *INTEROP_FILENAMES,
                  *(s.filename for s in manifest.shards)]
     assert listed == {f"{output}/{name}" for name in published}  # the empty ones too, no temporary file left
     assert verify_dataset(output).num_records == 2
@@ -41,7 +41,8 @@ def test_a_beam_prefix_on_gcs_gets_beams_names_and_refuses_a_prefix_under_an_obj
              | WriteBalancedTFRecord(prefix, num_shards=2, file_name_suffix=".tfrecord"))
     listed = {p for p, _ in storage.list_files(f"{gcs_bucket}/beam/**")}
     assert listed == {f"{prefix}-0000{i}-of-00002.tfrecord" for i in range(2)} | {
-        f"{gcs_bucket}/beam/.result.beam-tfrecord/manifest.json"}  # no staging or temporary object left
+        f"{gcs_bucket}/beam/.result.beam-tfrecord/{name}" for name in ("manifest.json", "statistics.pb")
+    }  # no staging or temporary object left
     assert sorted(int(e["id"]) for e in read_numpy(prefix)) == list(range(5))
     assert verify_dataset(prefix).num_records == 5
     with pytest.raises(OutputPathError, match="is a file"):

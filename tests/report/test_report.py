@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import io
 import json
 import os
 import re
@@ -10,14 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fixtures_gcs import fake_gcs, gcs_bucket  # noqa: F401  (pytest fixtures)
 from interop.conftest import array_record_dataset, tfrecord_dataset  # noqa: F401  (pytest fixtures)
+from PIL import Image as PILImage
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from beam_tfrecord import load_manifest
-from beam_tfrecord.report import REPORT_FILENAME, write_report
-from beam_tfrecord.report.stats import Reservoir
+from beam_tfrecord import load_manifest, read_numpy
+from beam_tfrecord.report import REPORT_FILENAME, render_html, write_report
+from beam_tfrecord.report.from_statistics import collect
+from beam_tfrecord.report.stats import FROM_RECORDS, FROM_STATISTICS, DatasetStats, Reservoir
 
 CLI = str(Path(sys.executable).parent / "beam-tfrecord")
 _HARNESS = """<!DOCTYPE html><html><body><iframe id="r" src="report.html" style="width:1000px;height:4000px"></iframe>
@@ -79,7 +84,8 @@ def test_the_report_renders_every_plot_in_chromium(tmp_path, demo_like):
     done = subprocess.run([CLI, "report", demo_like, "--output", str(output)], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"wrote {output / REPORT_FILENAME} (6 plots)")
+    assert done.stdout == (f"wrote {output / REPORT_FILENAME} (6 plots) and {output / 'statistics.pb'}, "
+                           "statistics from statistics.pb\n")
     figures = _render(output)
     assert [f["id"] for f in figures] == ["shard-sizes", "split-sizes", "classes-label", "image-sizes-image",
                                           "samples-image", "dead-letters"]
@@ -93,32 +99,92 @@ def test_the_report_renders_every_plot_in_chromium(tmp_path, demo_like):
     assert (tmp_path / "report.png").stat().st_size > 50_000
 
 
-def test_the_report_is_deterministic_and_its_statistics_are_tfdv_protos(tmp_path, demo_like):
+def _records(dataset: str, split: str) -> list[dict]:
+    """A split's records, read back independently of the statistics (the NumPy reader)."""
+    return list(read_numpy(dataset, split=split))
+
+
+def _header_size(record: dict) -> tuple[int, int] | None:
+    try:
+        return PILImage.open(io.BytesIO(bytes(record["image"]))).size
+    except OSError:  # the signature-only check let the truncated JPEG in: statistics.pb counts it undecodable
+        return None
+
+
+def test_the_report_draws_the_builds_statistics_pb_and_they_are_the_records(tmp_path, demo_like):
     first, second = write_report(demo_like, str(tmp_path / "a")), write_report(demo_like, str(tmp_path / "b"))
+    assert first.source == FROM_STATISTICS
     assert Path(first.html_path).read_bytes() == Path(second.html_path).read_bytes()
-    assert Path(first.statistics_path).read_bytes() == Path(second.statistics_path).read_bytes()
-    stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(first.statistics_path).read_bytes())
+    assert Path(first.statistics_path).read_bytes() == (Path(demo_like) / "statistics.pb").read_bytes()
+    assert '<p id="source">Statistics from statistics.pb.</p>' in Path(first.html_path).read_text()
     manifest = load_manifest(demo_like)
+    drawn = collect(demo_like)
+    names = manifest.schema.features["label"].names
+    for split in drawn.splits:
+        records = _records(demo_like, split.name)
+        assert split.num_records == len(records) == manifest.split(split.name).num_records
+        assert split.classes["label"] == collections.Counter(names[int(r["label"])] for r in records)
+        sizes = [size for size in map(_header_size, records) if size is not None]
+        encoded = [len(bytes(r["image"])) for r in records]
+        image = split.images["image"]
+        assert (image.widths.count, image.widths.minimum, image.widths.maximum, image.unreadable) == (
+            len(sizes), min(w for w, _ in sizes), max(w for w, _ in sizes), len(records) - len(sizes))
+        assert (image.heights.minimum, image.heights.maximum) == (64, 64)
+        assert (image.encoded_bytes.minimum, image.encoded_bytes.maximum) == (min(encoded), max(encoded))
+        assert image.encoded_bytes.mean == pytest.approx(np.mean(encoded))
+    stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(first.statistics_path).read_bytes())
     assert [(d.name, d.num_examples) for d in stats.datasets] == [(s.name, s.num_records) for s in manifest.splits]
-    train = {"/".join(f.path.step): f for f in stats.datasets[0].features}
-    labels = {v.value: v.frequency for v in train["label"].string_stats.top_values}
-    assert sum(labels.values()) == manifest.split("train").num_records and set(labels) == {"circle", "square",
-                                                                                            "stripes"}
-    width = train["image/width"].num_stats
-    assert (width.min, width.max, width.mean) == (64, 64, 64)
+    first_split, samples = drawn.samples["image"]
+    assert first_split == "train" and sorted(samples) == ["circle", "square", "stripes"]
+    assert all(len(images) == 6 for images in samples.values())
+
+
+_EVERY_PLOT = {"shard-sizes", "split-sizes", "classes-label", "dead-letters", "numeric-count", "numeric-score",
+               "numeric-box", "numeric-ids", "numeric-pixels", "numeric-depth", "numeric-flags", "lengths-tags",
+               "lengths-ids", "image-sizes-photo", "image-sizes-mask", "samples-photo", "samples-mask"}
+
+
+def _check_drawn(dataset: str, stats: DatasetStats) -> None:
+    """What the report draws of the interop dataset is what its records hold."""
+    names = load_manifest(dataset).schema.features["label"].names
+    for split in stats.splits:
+        records = _records(dataset, split.name)
+        counts = [int(r["count"]) for r in records]
+        drawn = split.numeric["count"]
+        assert (drawn.count, drawn.minimum, drawn.maximum) == (len(records), min(counts), max(counts))
+        assert drawn.mean == pytest.approx(np.mean(counts))
+        assert sum(b.count for b in drawn.buckets) == pytest.approx(len(records))
+        tags = [len(r["tags"]) for r in records]
+        lengths = split.lengths["tags"]
+        assert (lengths.count, lengths.minimum, lengths.maximum) == (len(records), min(tags), max(tags)) \
+            == (len(records), 0, 3)
+        assert split.classes["label"] == collections.Counter(names[int(r["label"])] for r in records)
 
 
 def test_every_feature_type_gets_its_plot(tmp_path, tfrecord_dataset):
     report = write_report(tfrecord_dataset, str(tmp_path / "report"))
-    assert set(report.plot_ids) == {
-        "shard-sizes", "split-sizes", "classes-label", "dead-letters",
-        "numeric-count", "numeric-score", "numeric-box", "numeric-ids", "numeric-pixels", "numeric-depth",
-        "numeric-flags", "lengths-tags", "lengths-ids", "image-sizes-photo", "image-sizes-mask",
-        "samples-photo", "samples-mask"}
+    assert report.source == FROM_STATISTICS and set(report.plot_ids) == _EVERY_PLOT
     figures = _render(tmp_path / "report")
     assert {f["id"] for f in figures} == set(report.plot_ids) and all(f["images"] for f in figures)
     assert all(width > 0 for f in figures for width in f["images"])
-    stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(Path(report.statistics_path).read_bytes())
+    _check_drawn(tfrecord_dataset, collect(tfrecord_dataset))
+
+
+def test_a_dataset_without_statistics_pb_is_read_once_instead(tmp_path, tfrecord_dataset):
+    """An older version (no statistics.pb, none in its manifest): the report reads its records, says so, and
+    draws the same counts and extremes."""
+    older = tmp_path / "older"
+    shutil.copytree(tfrecord_dataset, older)
+    (older / "statistics.pb").unlink()
+    manifest = json.loads((older / "manifest.json").read_text())
+    del manifest["statistics"]
+    (older / "manifest.json").write_text(json.dumps(manifest))
+    drawn = collect(str(older))
+    page, plot_ids = render_html(drawn)
+    assert drawn.source == FROM_RECORDS and set(plot_ids) == _EVERY_PLOT
+    assert f"Statistics from {FROM_RECORDS}." in page
+    _check_drawn(str(older), drawn)
+    stats = statistics_pb2.DatasetFeatureStatisticsList.FromString(drawn.statistics)  # what the report writes
     tags = {"/".join(f.path.step): f for f in stats.datasets[0].features}["tags/length"].num_stats
     assert (tags.min, tags.max) == (0, 3)
 

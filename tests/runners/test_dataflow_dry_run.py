@@ -108,7 +108,8 @@ def _template_example(parameter: dict, bucket: str) -> str:
                 "drift_thresholds": f"{bucket}/config/drift.json",
                 "max_rejected_fraction": "0.25", "fan_in": "auto", "encode_processes": "1", "spill_run_mib": "16",
                 "keep_versions": "2", "min_version_age": "12h", "incremental": "true",
-                "force": "true", "break_lock": "false", "shared_filesystem": "false"}
+                "force": "true", "break_lock": "false", "shared_filesystem": "false",
+                "duplicates": "report", "duplicates_exclude": "image", "split_by": "label"}
     value = examples[parameter["name"]]
     assert all(re.fullmatch(regex, value) for regex in parameter.get("regexes", [])), parameter["name"]
     return value

@@ -234,15 +234,16 @@ class BlockDecoder:
             whole as the schema's one bytes feature.
         views: fixed-size columns may be views into the block's buffer (valid while it is): no copies.
         allocate_values: where columns of the fast path go (shared memory in a DataLoader worker).
+        absent_lists: a variable-length list absent from a record is None, not empty (for statistics).
     """
 
     def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None, verbatim: bool = False,
-                 views: bool = False, allocate_values: Allocate = allocate) -> None:
+                 views: bool = False, allocate_values: Allocate = allocate, absent_lists: bool = False) -> None:
         self.schema = schema
         self._views = views
         self._verbatim = verbatim
         self._allocate = allocate_values
-        self._records = RecordDecoder(schema, image_decoding=image_decoding)
+        self._records = RecordDecoder(schema, image_decoding=image_decoding, absent_lists=absent_lists)
         self._layout = FixedLayout.of(schema, allocate_values)
         self._stack = {name: _stackable(f, image_decoding) for name, f in schema.features.items()}
         self._stack.update({name: False for name in schema.sequence_features})

@@ -40,12 +40,16 @@ def _array(dtype: DType, values: Any) -> np.ndarray:
     return out
 
 
-def _plain_decoder(name: str, feature: Scalar | FixedList | VarList | ClassLabel) -> _Decoder:
+def _plain_decoder(name: str, feature: Scalar | FixedList | VarList | ClassLabel, *,
+                   absent_lists: bool = False) -> _Decoder:
     dtype = DType.INT64 if isinstance(feature, ClassLabel) else feature.dtype
+    absent_is_none = absent_lists and isinstance(feature, VarList)
     length = 1 if isinstance(feature, (Scalar, ClassLabel)) else getattr(feature, "length", None)
     default = getattr(feature, "default", None)
 
     def decode(stored: Any) -> Any:
+        if stored is None and absent_is_none:
+            return None
         values = _values(dtype, stored) if stored is not None else []
         if not values and default is not None:
             values = list(default) if isinstance(feature, FixedList) else [default]
@@ -117,21 +121,25 @@ def _step_decoder(name: str, feature: Feature) -> Callable[[Any], Any]:
     return decode
 
 
-def make_decoder(feature_name: str, feature: Feature, decoding: ImageDecoding | None) -> _Decoder:
-    """The function that turns one stored tf.train.Feature (or None) into its NumPy value."""
+def make_decoder(feature_name: str, feature: Feature, decoding: ImageDecoding | None, *,
+                 absent_lists: bool = False) -> _Decoder:
+    """The function that turns one stored tf.train.Feature (or None) into its NumPy value (None for an absent
+    variable-length list with ``absent_lists``: told apart from an empty one, as statistics count it missing)."""
     if isinstance(feature, Tensor):
         return _tensor_decoder(feature_name, feature)
     if isinstance(feature, Image):
         return _image_decoder(feature_name, feature, decoding)
-    return _plain_decoder(feature_name, feature)
+    return _plain_decoder(feature_name, feature, absent_lists=absent_lists)
 
 
 class RecordDecoder:
     """Decodes serialized records of one schema. Build once, call ``decode`` per record."""
 
-    def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None) -> None:
+    def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None,
+                 absent_lists: bool = False) -> None:
         self.schema = schema
-        self._context = [(n, make_decoder(n, f, image_decoding)) for n, f in schema.features.items()]
+        self._context = [(n, make_decoder(n, f, image_decoding, absent_lists=absent_lists))
+                         for n, f in schema.features.items()]
         self._sequence = [(n, _step_decoder(n, f)) for n, f in schema.sequence_features.items()]
 
     def decode(self, record: bytes, *, shard: str, offset: int) -> Example:
