@@ -103,12 +103,17 @@ def test_length_crcs_of_distinct_lengths_are_checked_each():
     from beam_tfrecord.core.framing import frame
     from beam_tfrecord.errors import CorruptShardError
 
-    records = [b"x" * n for n in range(1, 9)]  # every length distinct: one CRC per stored length
-    stream = bytearray(b"".join(frame(r) for r in records))
-    block, _ = split_frames(np.frombuffer(bytes(stream), dtype=np.uint8), name="s")
-    assert [block.record(i) for i in range(len(block))] == records
-    third = sum(len(frame(r)) for r in records[:2])
-    stream[third + 8] ^= 1  # the third record's length CRC
-    with pytest.raises(CorruptShardError) as info:
-        split_frames(np.frombuffer(bytes(stream), dtype=np.uint8), name="s")
-    assert info.value.offset == third and "length CRC mismatch" in info.value.reason
+    # Every length distinct, one past the table of known lengths' CRCs (1 << 16): each stored length is checked.
+    records = [b"x" * n for n in range(1, 9)] + [b"y" * 70_000, b"z"]
+    stream = bytes(b"".join(frame(r) for r in records))
+    starts = np.cumsum([0] + [len(frame(r)) for r in records])
+    for _ in range(2):  # the second time with the lengths' CRCs known
+        block, used = split_frames(np.frombuffer(stream, dtype=np.uint8), name="s")
+        assert [block.record(i) for i in range(len(block))] == records and used == len(stream)
+    for record, at, reason in [(2, 8, "length CRC mismatch"), (8, 8, "length CRC mismatch"),
+                               (8, 12 + 69_999, "data CRC mismatch"), (3, 12, "data CRC mismatch")]:
+        damaged = bytearray(stream)
+        damaged[starts[record] + at] ^= 1
+        with pytest.raises(CorruptShardError) as info:
+            split_frames(np.frombuffer(bytes(damaged), dtype=np.uint8), name="s")
+        assert (info.value.offset, info.value.reason) == (starts[record], reason)
