@@ -23,6 +23,8 @@ _ROLES = {
     # Reading with tf.data.
     "tf": ["tensorflow>=2.21,<2.22"],
     "torch": ["torch>=2.1"],
+    # JPEGs decoded by the NumPy and PyTorch readers with simplejpeg (libjpeg-turbo): ~3x Pillow, the same pixels.
+    "fast_jpeg": ["simplejpeg>=1.8,<2"],
     # --file_format array_record, and the random-access readers of such datasets.
     "array_record": ["array-record>=0.8,<0.9"],
     "parquet": ["pyarrow>=14"],
