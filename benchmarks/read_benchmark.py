@@ -198,9 +198,10 @@ def _litdata_small(item: tuple[int, int]) -> Iterator[dict[str, Any]]:
             yield {"image": sample.values["image"], "label": sample.values["label"]}
 
 
-def litdata_modes(small: str, jpeg: str) -> tuple[dict[str, Callable[[], Iterable[Any]]],
-                                                   dict[str, Callable[[], Iterable[Any]]]]:
-    """(image modes, small-record modes): ours and LitData's, 0 and 2 workers, bytes and decoded images."""
+def litdata_modes(small: str, jpeg: str, worker_sessions: bool = False) -> tuple[
+        dict[str, Callable[[], Iterable[Any]]], dict[str, Callable[[], Iterable[Any]]]]:
+    """(image modes, small-record modes): ours and LitData's, 0 and 2 workers, bytes and decoded images
+    (``worker_sessions``: each DataLoader worker in a session of its own, ``_own_session``)."""
     import torch.utils.data
     from litdata import StreamingDataLoader, StreamingDataset
 
@@ -210,12 +211,14 @@ def litdata_modes(small: str, jpeg: str) -> tuple[dict[str, Callable[[], Iterabl
     def ours(path: str, workers: int, decode: bool = False) -> Iterable[Any]:
         decoding = ImageDecoding() if decode else None
         dataset = TFRecordIterableDataset(path, batch_size=TORCH_BATCH, image_decoding=decoding)
-        return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers)
+        return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers, worker_init_fn=init)
 
     def theirs(path: str, workers: int, decode: bool = False) -> Iterable[Any]:
         dataset = StreamingDataset(f"{path}-litdata", transform=_decoded if decode else None)
         return StreamingDataLoader(dataset, batch_size=TORCH_BATCH, num_workers=workers,
-                                   collate_fn=None if decode else _listed)
+                                   collate_fn=None if decode else _listed, worker_init_fn=init)
+
+    init = _own_session if worker_sessions else None
 
     images = {f"{who}{kind}{workers}": (lambda f=make, w=workers, d=kind == "d": f(jpeg, w, d))
               for workers in (0, 2) for kind in ("j", "d") for who, make in (("o", ours), ("l", theirs))}
@@ -224,13 +227,30 @@ def litdata_modes(small: str, jpeg: str) -> tuple[dict[str, Callable[[], Iterabl
     return images, smalls
 
 
+def _own_session(_: int) -> None:
+    """A DataLoader worker's ``worker_init_fn`` with ``--worker_sessions``: the worker starts a session of its own.
+
+    Linux's autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) shares the CPU between sessions,
+    not processes: on a machine busy with other sessions, a loader's workers together get one session's share,
+    whatever their number, so 2 workers cannot beat 0. In sessions of their own, each worker gets a share, as each
+    gets a core on an idle machine. Applied to LitData's workers and ours alike.
+    """
+    os.setsid()
+
+
 def _decoded(item: dict[str, Any]) -> dict[str, Any]:
-    """LitData's ``transform``: the JPEG decoded with Pillow to (128, 128, 3) uint8, as ``ImageDecoding()`` does."""
+    """LitData's ``transform``: the JPEG decoded to (128, 128, 3) uint8 by the decoder ``ImageDecoding()`` uses
+    (simplejpeg when installed, else Pillow: ``JPEG_DECODER``), so that the readers are compared, not decoders."""
     import io
 
     import torch
     from PIL import Image as PILImage
 
+    from beam_tfrecord.reader.decode.jpeg import simplejpeg
+
+    if simplejpeg is not None:
+        return {"image": torch.from_numpy(simplejpeg.decode_jpeg(item["image"], colorspace="RGB")),
+                "label": item["label"]}
     with PILImage.open(io.BytesIO(item["image"])) as opened:
         pixels = np.asarray(opened.convert("RGB"), dtype=np.uint8)
     return {"image": torch.from_numpy(pixels.copy()), "label": item["label"]}
@@ -269,10 +289,11 @@ def measure(modes: dict[str, Callable[[], Iterable[Any]]], num_records: int,
 
 
 def _child_rates(path: str, files: list[str], num_records: int, rounds: int,
-                 png_path: str | None, jpeg: str | None = None) -> dict[str, tuple[float, float]]:
+                 png_path: str | None, jpeg: str | None = None,
+                 worker_sessions: bool = False) -> dict[str, tuple[float, float]]:
     """The NumPy and PyTorch modes, timed in a child process without TensorFlow (see the module docstring)."""
     request = json.dumps({"path": path, "files": files, "records": num_records, "rounds": rounds,
-                          "png_path": png_path, "jpeg": jpeg})
+                          "png_path": png_path, "jpeg": jpeg, "worker_sessions": worker_sessions})
     output = subprocess.run([sys.executable, __file__, "--child", request], check=True, capture_output=True,
                             text=True).stdout
     return {name: (rate, cpu) for name, (rate, cpu) in json.loads(output.splitlines()[-1]).items()}
@@ -281,7 +302,7 @@ def _child_rates(path: str, files: list[str], num_records: int, rounds: int,
 def _child(request: str) -> None:
     args = json.loads(request)
     if args.get("jpeg"):
-        images, smalls = litdata_modes(args["path"], args["jpeg"])
+        images, smalls = litdata_modes(args["path"], args["jpeg"], args["worker_sessions"])
         rates = measure(images, JPEG_IMAGES, args["rounds"])
         rates.update(measure(smalls, args["records"], args["rounds"]))
         print(json.dumps(rates))
@@ -317,13 +338,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--litdata", action="store_true",
                         help="ours against LitData's StreamingDataset on images and small records (needs litdata)")
     parser.add_argument("--jpeg_dir", default="/tmp/bt_read_jpeg", help="--litdata: our dataset of the JPEGs")
+    parser.add_argument("--worker_sessions", action="store_true",
+                        help="--litdata: each DataLoader worker in a session of its own (see _own_session)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # the NumPy/PyTorch timing process
     args = parser.parse_args(argv)
     if args.child:
         _child(args.child)
         return
     if args.litdata:
-        versus_litdata(args.dir, args.records, args.jpeg_dir, args.rounds)
+        versus_litdata(args.dir, args.records, args.jpeg_dir, args.rounds, args.worker_sessions)
         return
 
     build(args.dir, args.records)
@@ -376,14 +399,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs")
 
 
-def versus_litdata(small: str, num_records: int, jpeg: str, rounds: int) -> None:
+def versus_litdata(small: str, num_records: int, jpeg: str, rounds: int, worker_sessions: bool = False) -> None:
     """Prints ours and LitData's rates side by side, and the issue's ratios (issue 49)."""
     from image_folder_build import LITDATA_INSTALL, litdata_installed
 
     if not litdata_installed():
         sys.exit(f"--litdata needs litdata (for this benchmark only, in its own venv: {LITDATA_INSTALL})")
     build_versus_litdata(small, num_records, jpeg)
-    rates = _child_rates(small, [], num_records, rounds, None, jpeg)
+    rates = _child_rates(small, [], num_records, rounds, None, jpeg, worker_sessions)
     print(f"DataLoader batch {TORCH_BATCH}, best of {rounds} epochs, {os.cpu_count()} CPUs; records/s "
           "(CPU us/record of the main process)")
     rows = {"j": f"{JPEG_IMAGES} JPEGs 128 px, bytes", "d": f"{JPEG_IMAGES} JPEGs 128 px, decoded",
@@ -394,9 +417,13 @@ def versus_litdata(small: str, num_records: int, jpeg: str, rounds: int) -> None
             (o, o_cpu), (lit, l_cpu) = rates[f"o{kind}{workers}"], rates[f"l{kind}{workers}"]
             print(f"  {label:<34} {workers:>7} {o:>10,.0f} ({o_cpu:4.1f}) {lit:>10,.0f} ({l_cpu:4.1f}) "
                   f"{o / lit:>12.2f}x")
+    from beam_tfrecord.reader.decode.jpeg import simplejpeg
+
+    print(f"JPEGs decoded by {'simplejpeg' if simplejpeg is not None else 'Pillow'} in both readers")
     print(f"decoded images, ours 2 workers / ours 0 workers = {rates['od2'][0] / rates['od0'][0]:.2f} "
           f"(LitData: {rates['ld2'][0] / rates['ld0'][0]:.2f})")
-    print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs")
+    print(f"load average during the run: {os.getloadavg()[1]:.1f} (5 min) on {os.cpu_count()} CPUs; workers "
+          f"{'each in a session of its own' if worker_sessions else 'in the loader session'}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Iterator
 
-import google_crc32c
+import crc32c
 import numpy as np
 
 from beam_tfrecord.core.framing import FOOTER_BYTES, HEADER_BYTES, mask_crcs, masked_crc
@@ -150,18 +151,9 @@ def split_frames(view: np.ndarray, *, name: str, base_offset: int = 0, verify: b
 
 def _check_crcs(view: np.ndarray, headers: np.ndarray, data: np.ndarray, lengths: np.ndarray, *,
                 name: str, base_offset: int) -> None:
-    """Checks every record's length CRC (once per distinct length) and data CRC, naming the first bad one."""
-    distinct, which = np.unique(lengths, return_inverse=True)
-    if 4 * len(distinct) < len(lengths):
-        expected = np.array([masked_crc(_LENGTH.pack(int(n))) for n in distinct], dtype=np.uint32)[which]
-    else:  # mostly distinct lengths (images): each stored length's CRC, in C as the data's below
-        expected = mask_crcs(np.fromiter(map(google_crc32c.value, map(view.__getitem__, map(
-            slice, headers.tolist(), (headers + 8).tolist()))), dtype=np.uint64, count=len(headers)))
-    bad_length = np.flatnonzero(_stored(view, headers + 8, 4, "<u4") != expected)
-    # google-crc32c takes read-only NumPy slices (no copy); map() keeps the per-record loop in C.
-    found = np.fromiter(map(google_crc32c.value, map(view.__getitem__, map(slice, data.tolist(),
-                                                                            (data + lengths).tolist()))),
-                        dtype=np.uint64, count=len(data))
+    """Checks every record's length CRC (from ``_length_crcs``) and data CRC, naming the first bad one."""
+    bad_length = np.flatnonzero(_stored(view, headers + 8, 4, "<u4") != _length_crcs(lengths))
+    found = np.fromiter(_data_crcs(view, data.tolist(), (data + lengths).tolist()), dtype=np.uint64, count=len(data))
     bad_data = np.flatnonzero(_stored(view, data + lengths, 4, "<u4") != mask_crcs(found))
     # The first bad record, and its length's CRC first (a front-to-back read checks it before the data's).
     first_length = bad_length[0] if len(bad_length) else len(headers)
@@ -170,3 +162,35 @@ def _check_crcs(view: np.ndarray, headers: np.ndarray, data: np.ndarray, lengths
         raise CorruptShardError(name, "length CRC mismatch", base_offset + int(headers[first_length]))
     if first_data < len(headers):
         raise CorruptShardError(name, "data CRC mismatch", base_offset + int(headers[first_data]))
+
+
+def _data_crcs(view: np.ndarray, starts: list[int], stops: list[int]) -> Iterator[int]:
+    """The CRC32C of each ``view[start:stop]``: one C call per record, the loop kept in C by ``map``.
+
+    ``crc32c`` takes memoryview slices, cheaper than the NumPy slices google-crc32c needs (both compute in
+    hardware, as fast per byte): 1.00 against 1.34 CPU us per 7 KB record, 0.52 of them the CRC itself.
+    """
+    return map(crc32c.crc32c, map(view.data.__getitem__, map(slice, starts, stops)))
+
+
+_TABLED_LENGTHS = 1 << 16  # lengths whose masked CRC is kept once computed (256 KB)
+_length_table = np.zeros(_TABLED_LENGTHS, dtype=np.uint32)
+_length_known = np.zeros(_TABLED_LENGTHS, dtype=bool)
+
+
+def _length_crcs(lengths: np.ndarray) -> np.ndarray:
+    """The masked CRC of each record length's 8 bytes, computed once per length below ``_TABLED_LENGTHS`` in the
+    process (images' lengths are mostly distinct within a block, but recur across blocks), else once per block."""
+    tabled = lengths < _TABLED_LENGTHS  # lengths are at most a view's size: never negative
+    small = lengths[tabled]
+    missing = np.unique(small[~_length_known[small]]).tolist()
+    if missing:  # filled before it is marked known: a concurrent reader sees either nothing or the value
+        _length_table[missing] = [masked_crc(_LENGTH.pack(n)) for n in missing]
+        _length_known[missing] = True
+    if len(small) == len(lengths):
+        return _length_table[lengths]
+    out = np.empty(len(lengths), dtype=np.uint32)
+    out[tabled] = _length_table[small]
+    distinct, which = np.unique(lengths[~tabled], return_inverse=True)
+    out[~tabled] = np.array([masked_crc(_LENGTH.pack(n)) for n in distinct.tolist()], dtype=np.uint32)[which]
+    return out

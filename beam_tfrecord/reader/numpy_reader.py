@@ -101,7 +101,8 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
     positions = take(share, start, length(share))
     if batch_size is None:
         return mixing.iter_examples(order, positions, image_decoding=image_decoding)
-    return _ragged(rebatch(mixing.iter_columns(order, positions, image_decoding=image_decoding), batch_size))
+    return _ragged(rebatch(mixing.iter_columns(order, positions, image_decoding=image_decoding, batch_rows=batch_size),
+                           batch_size))
 
 
 def _ragged(batches: Iterator[Columns]) -> Iterator[Columns]:

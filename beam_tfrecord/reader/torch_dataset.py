@@ -193,7 +193,8 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         if self.batch_size is None:
             return self._count(iter_examples(order, positions, image_decoding=self.image_decoding))
         allocate_values = worker_allocate()
-        blocks = iter_columns(order, positions, image_decoding=self.image_decoding, allocate_values=allocate_values)
+        blocks = iter_columns(order, positions, image_decoding=self.image_decoding, allocate_values=allocate_values,
+                              batch_rows=self.batch_size)
         return self._count_batches(rebatch(blocks, self.batch_size, allocate_values), allocate_values)
 
     def _count(self, examples: Iterator[Example]) -> Iterator[Example]:

@@ -103,12 +103,63 @@ def test_length_crcs_of_distinct_lengths_are_checked_each():
     from beam_tfrecord.core.framing import frame
     from beam_tfrecord.errors import CorruptShardError
 
-    records = [b"x" * n for n in range(1, 9)]  # every length distinct: one CRC per stored length
-    stream = bytearray(b"".join(frame(r) for r in records))
-    block, _ = split_frames(np.frombuffer(bytes(stream), dtype=np.uint8), name="s")
-    assert [block.record(i) for i in range(len(block))] == records
-    third = sum(len(frame(r)) for r in records[:2])
-    stream[third + 8] ^= 1  # the third record's length CRC
-    with pytest.raises(CorruptShardError) as info:
-        split_frames(np.frombuffer(bytes(stream), dtype=np.uint8), name="s")
-    assert info.value.offset == third and "length CRC mismatch" in info.value.reason
+    # Every length distinct, one past the table of known lengths' CRCs (1 << 16): each stored length is checked.
+    records = [b"x" * n for n in range(1, 9)] + [b"y" * 70_000, b"z"]
+    stream = bytes(b"".join(frame(r) for r in records))
+    starts = np.cumsum([0] + [len(frame(r)) for r in records])
+    for _ in range(2):  # the second time with the lengths' CRCs known
+        block, used = split_frames(np.frombuffer(stream, dtype=np.uint8), name="s")
+        assert [block.record(i) for i in range(len(block))] == records and used == len(stream)
+    for record, at, reason in [(2, 8, "length CRC mismatch"), (8, 8, "length CRC mismatch"),
+                               (8, 12 + 69_999, "data CRC mismatch"), (3, 12, "data CRC mismatch")]:
+        damaged = bytearray(stream)
+        damaged[starts[record] + at] ^= 1
+        with pytest.raises(CorruptShardError) as info:
+            split_frames(np.frombuffer(bytes(damaged), dtype=np.uint8), name="s")
+        assert (info.value.offset, info.value.reason) == (starts[record], reason)
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory):
+    """40 JPEGs (16x16) and labels of a fixed layout, in shards of a few KB: batches of 16 span shards."""
+    import io
+
+    from PIL import Image as PILImage
+
+    from beam_tfrecord import ClassLabel, Image, ImageFormat, Schema
+    from tests.reader.conftest import write_dataset
+
+    rng = np.random.default_rng(0)
+
+    def jpeg(pixels: np.ndarray) -> bytes:
+        out = io.BytesIO()
+        PILImage.fromarray(pixels).save(out, format="JPEG", quality=90)
+        return out.getvalue()
+
+    schema = Schema(features={"image": Image(ImageFormat.JPEG, (16, 16, 3)), "label": ClassLabel(("a", "b"))})
+    samples = {f"k{i:02d}": {"image": jpeg(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)), "label": i % 2}
+               for i in range(40)}
+    return write_dataset(str(tmp_path_factory.mktemp("jpegs")), schema, samples, splits="train=1.0",
+                         target_shard_bytes=8000)
+
+
+def test_decoded_image_batches_fill_one_buffer_each_and_cross_from_workers_in_shared_memory(jpegs):
+    decoding = ImageDecoding(fast_jpeg=False)
+    examples = list(TFRecordIterableDataset(jpegs, image_decoding=decoding))
+    assert len(shard_paths(jpegs, load_manifest(jpegs), "train")) >= 3
+    for workers in (0, 2):
+        batches = list(DataLoader(TFRecordIterableDataset(jpegs, batch_size=16, image_decoding=decoding),
+                                  batch_size=None, num_workers=workers))
+        if workers:  # worker 0 reads the first two batches, worker 1 the last; the loader takes them in turn
+            assert [len(b["image"]) for b in batches] == [16, 8, 16]
+            batches = [batches[0], batches[2], batches[1]]
+        assert all(torch.equal(image, torch.from_numpy(e["image"])) and int(label) == e["label"]
+                   for image, label, e in zip(torch.cat([b["image"] for b in batches]),
+                                              torch.cat([b["label"] for b in batches]), examples, strict=True))
+        # Pieces of several shards in one batch are rows of the batch's own buffer (in a worker, the shared
+        # tensor of 16 rows), not views of a block's, and not copies.
+        assert all(b["image"].untyped_storage().nbytes() == (16 if workers else len(b["image"])) * 16 * 16 * 3
+                   for b in batches)
+        assert all(b["image"].is_shared() for b in batches) == (workers == 2)
+    numpy_batches = list(read_numpy(jpegs, batch_size=16, image_decoding=decoding))
+    assert np.array_equal(np.concatenate([b["image"] for b in numpy_batches]), np.stack([e["image"] for e in examples]))

@@ -14,6 +14,7 @@ import numpy as np
 from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor
+from beam_tfrecord.reader.decode.batch_rows import BatchRows, adjacent
 from beam_tfrecord.reader.decode.numpy_decode import Example, RecordDecoder, decode_image
 from beam_tfrecord.reader.decode.ragged import Allocate, RaggedArray, allocate
 from beam_tfrecord.reader.options import ImageDecoding
@@ -238,7 +239,8 @@ class BlockDecoder:
     """
 
     def __init__(self, schema: Schema, *, image_decoding: ImageDecoding | None = None, verbatim: bool = False,
-                 views: bool = False, allocate_values: Allocate = allocate, absent_lists: bool = False) -> None:
+                 views: bool = False, allocate_values: Allocate = allocate, absent_lists: bool = False,
+                 batch_rows: int | None = None) -> None:
         self.schema = schema
         self._views = views
         self._verbatim = verbatim
@@ -248,10 +250,13 @@ class BlockDecoder:
         self._stack = {name: _stackable(f, image_decoding) for name, f in schema.features.items()}
         self._stack.update({name: False for name in schema.sequence_features})
         self._images: dict[str, Callable[[bytes], np.ndarray]] = {}
+        self._rows: dict[str, BatchRows] = {}
         if image_decoding is not None:
             for name, feature in schema.features.items():
                 if isinstance(feature, Image):
                     self._images[name] = decode_image(name, feature, image_decoding)
+                    if batch_rows is not None:
+                        self._rows[name] = BatchRows(batch_rows, allocate_values)
 
     def decode(self, block: RecordBlock) -> Columns:
         """The block's columns, in the order of its records.
@@ -273,10 +278,12 @@ class BlockDecoder:
                         decode: Callable[[bytes], np.ndarray]) -> np.ndarray:
         """The block's images decoded into one preallocated array (records, height, width, channels)."""
         out: np.ndarray | None = None
+        rows = self._rows.get(name)
         for i, offset in enumerate(block.offsets.tolist()):
             pixels = self._records.guard(decode, encoded.view(i), shard=block.path_of(i), offset=int(offset))
             if out is None:
-                out = self._allocate(len(block) * pixels.size, pixels.dtype).reshape(len(block), *pixels.shape)
+                out = rows.take(len(block), pixels) if rows is not None else self._allocate(
+                    len(block) * pixels.size, pixels.dtype).reshape(len(block), *pixels.shape)
             out[i] = pixels
         return out if out is not None else np.empty((0,), np.uint8)
 
@@ -315,6 +322,9 @@ def _joined(parts: list[Any], allocate_values: Allocate) -> Any:
     if isinstance(first, np.ndarray):
         if first.dtype == object:
             return np.concatenate(parts)
+        joined = adjacent(parts)
+        if joined is not None:
+            return joined
         rows = sum(len(p) for p in parts)
         out = allocate_values(rows * int(np.prod(first.shape[1:])), first.dtype).reshape(rows, *first.shape[1:])
         return np.concatenate(parts, out=out)

@@ -14,8 +14,20 @@ import numpy as np
 
 from beam_tfrecord.core import proto
 from beam_tfrecord.core.image_ops import PIL_MODES
-from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor, VarList
+from beam_tfrecord.core.schema import (
+    ClassLabel,
+    DType,
+    Feature,
+    FixedList,
+    Image,
+    ImageFormat,
+    Scalar,
+    Schema,
+    Tensor,
+    VarList,
+)
 from beam_tfrecord.errors import CorruptShardError
+from beam_tfrecord.reader.decode.jpeg import fast_jpeg_decoder
 from beam_tfrecord.reader.options import ImageDecoding, PixelType
 
 _NUMPY = {DType.INT64: np.int64, DType.FLOAT32: np.float32}
@@ -77,18 +89,24 @@ def _tensor_decoder(name: str, feature: Tensor) -> _Decoder:
     return decode
 
 
+_MAY_BE_JPEG = (ImageFormat.JPEG, ImageFormat.ANY)
+
+
 def decode_image(name: str, feature: Image, decoding: ImageDecoding) -> Callable[[bytes], np.ndarray]:
     """The function that decodes (and resizes) one encoded image of a feature to its pixel array."""
     shape = decoding.output_shape(name, feature)
+    fast = fast_jpeg_decoder(shape) if decoding.fast_jpeg and feature.format in _MAY_BE_JPEG else None
 
     def decode(data: bytes) -> np.ndarray:
-        from PIL import Image as PILImage  # lazily: only when images are decoded
+        pixels = fast(data) if fast is not None else None
+        if pixels is None:
+            from PIL import Image as PILImage  # lazily: only when images are decoded
 
-        with PILImage.open(io.BytesIO(data)) as opened:
-            image = opened.convert(PIL_MODES[shape[2]])
-            if image.size != (shape[1], shape[0]):
-                image = image.resize((shape[1], shape[0]), PILImage.Resampling.BILINEAR)
-            pixels = np.asarray(image, dtype=np.uint8).reshape(shape)
+            with PILImage.open(io.BytesIO(data)) as opened:
+                image = opened.convert(PIL_MODES[shape[2]])
+                if image.size != (shape[1], shape[0]):
+                    image = image.resize((shape[1], shape[0]), PILImage.Resampling.BILINEAR)
+                pixels = np.asarray(image, dtype=np.uint8).reshape(shape)
         return pixels.astype(np.float32) / 255.0 if decoding.pixel_type is PixelType.FLOAT32 else pixels
 
     return decode

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -19,6 +19,7 @@ from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.core.record_schema import holds_verbatim_payloads
 from beam_tfrecord.core.schema import Schema, feature_to_json
 from beam_tfrecord.errors import IncompatibleSchemasError, ReaderError
+from beam_tfrecord.reader.decode.batch_rows import cut_blocks
 from beam_tfrecord.reader.decode.block_decode import BlockDecoder, Columns, concat, num_rows, rows
 from beam_tfrecord.reader.decode.block_decode import take as take_rows
 from beam_tfrecord.reader.decode.numpy_decode import Example
@@ -257,22 +258,29 @@ def _laid_out(choices: np.ndarray, parts: list[Columns]) -> Columns:
 
 
 def iter_columns(order: EpochOrder, positions: Ranges, *, image_decoding: ImageDecoding | None,
-                 allocate_values: Allocate = allocate) -> Iterator[Columns]:
+                 allocate_values: Allocate = allocate, batch_rows: int | None = None) -> Iterator[Columns]:
     """Decodes the examples at ``positions`` of an epoch's order, in that order, a block at a time, as columns.
 
-    One dataset: its decoded blocks. A mixture: each dataset's run decoded in blocks, and the rows
+    One dataset: its decoded blocks (with ``batch_rows``, cut at batch boundaries, images decoded into one buffer
+    per batch: ``BatchRows``). A mixture: each dataset's run decoded in blocks, and the rows
     of each stretch of ``GATHERED_RECORDS`` positions laid out in the interleaving's order.
 
     Raises:
         MissingShardError, CorruptShardError: on missing or damaged shards, or records that do not match the schema.
     """
+    single = len(order.sources) == 1
     decoders = [BlockDecoder(s.plan.manifest.schema, image_decoding=image_decoding,
                              verbatim=holds_verbatim_payloads(s.plan.manifest.metadata),
-                             allocate_values=allocate_values) for s in order.sources]
+                             allocate_values=allocate_values, batch_rows=batch_rows if single else None)
+                for s in order.sources]
+    if single:
+        blocks: Iterable[RecordBlock] = (block for lo, hi in positions
+                                         for block in order.iter_dataset_blocks(0, lo, hi))
+        if batch_rows is not None and image_decoding is not None:
+            blocks = cut_blocks(blocks, batch_rows)
+        yield from map(decoders[0].decode, blocks)
+        return
     for lo, hi in positions:
-        if len(order.sources) == 1:
-            yield from (decoders[0].decode(block) for block in order.iter_dataset_blocks(0, lo, hi))
-            continue
         streams = [_Rows(decoders[number].decode(block) for block in order.iter_dataset_blocks(number, first, stop))
                    for number, (first, stop) in enumerate(order.dataset_ranges(lo, hi))]
         try:
