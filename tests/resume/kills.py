@@ -16,11 +16,12 @@ def files_exist(pattern: str) -> Callable[[], bool]:
     return lambda: bool(glob.glob(pattern))
 
 
-def kill_when(command: Sequence[str], moment: Callable[[], bool], *, seconds: float = 120, pause: float = 0.0,
+def kill_when(command: Sequence[str], moment: Callable[[], bool], *, seconds: float = 600, pause: float = 0.0,
               poll: float = 0.02, cwd: str | Path | None = None) -> None:
     """Runs ``command`` and SIGKILLs it ``pause`` seconds after ``moment()`` holds (or after ``seconds``).
 
-    Fails when the job ends by itself first: a kill after the end proves nothing.
+    Fails when the job ends by itself first: a kill after the end proves nothing. ``seconds`` only bounds a
+    hung job: on a loaded machine a job on an object store took 175 s to its first finished run.
     """
     job = subprocess.Popen(list(command), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -49,18 +49,24 @@ def _upload(local_dir: str, remote_dir: str) -> None:
                 out.write(path.read_bytes())
 
 
+@pytest.fixture(scope="module")
+def local_build(tiny_images: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The reference: the images built on local disk, from an input root named as on the stores (raw/images)."""
+    local_input = str(tmp_path_factory.mktemp("raw") / "images")
+    _upload(tiny_images, local_input)
+    local = str(tmp_path_factory.mktemp("local") / "images")
+    build_image_dataset.run(["--input", local_input, "--output", local, *OPTIONS])
+    return local
+
+
 @pytest.fixture(scope="module", params=list(STORES))
-def built(request: pytest.FixtureRequest, tiny_images: str, tmp_path_factory: pytest.TempPathFactory) -> Built:
+def built(request: pytest.FixtureRequest, tiny_images: str, local_build: str) -> Built:
     request.getfixturevalue(STORES[request.param])
     bucket = _new_bucket(request.param)
     _upload(tiny_images, f"{bucket}/raw/images")
-    local = str(tmp_path_factory.mktemp("local") / "images")
-    local_input = str(tmp_path_factory.mktemp("raw") / "images")
-    _upload(tiny_images, local_input)  # the same relative paths under an input root of the same name
-    build_image_dataset.run(["--input", local_input, "--output", local, *OPTIONS])
     remote = f"{bucket}/datasets/images"
     build_image_dataset.run(["--input", f"{bucket}/raw/images", "--output", remote, *OPTIONS])
-    return Built(local, remote)
+    return Built(local_build, remote)
 
 
 def test_the_build_publishes_exactly_its_files_and_verifies(built: Built) -> None:
@@ -125,14 +131,21 @@ def test_a_refresh_on_the_store_skips_unchanged_inputs_and_moves_latest(bucket_f
 RUNNERS = {"multi-processing": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
                                  "--direct_num_workers=2"],
            "portable-loopback": ["--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"]}
+CROSSED = {"multi-processing": ("s3", "az"), "portable-loopback": ("az", "s3")}  # (input's store, output's store)
 
 
 @pytest.mark.parametrize("runner", list(RUNNERS))
-def test_other_runners_write_the_same_bytes(built: Built, runner: str) -> None:
+def test_other_runners_read_one_store_and_write_the_other_with_the_same_bytes(
+        runner: str, tiny_images: str, local_build: str, request: pytest.FixtureRequest) -> None:
     """The DirectRunner's worker processes and the portable runner's LOOPBACK workers (the Fn API path of
-    Flink and Dataflow) inherit the store's variables and make their own clients."""
-    output = built.remote.replace("/datasets/images", f"/datasets/{runner}")
-    manifest = build_image_dataset.run(["--input", built.remote.replace("/datasets/images", "/raw/images"),
-                                        "--output", output, *OPTIONS[:3], *RUNNERS[runner]])
+    Flink and Dataflow) inherit both stores' variables and make their own clients: each store is read by one
+    runner and written by the other (one job per runner: a job's workers cost ~10 s to start here)."""
+    stores = CROSSED[runner]
+    for store in stores:
+        request.getfixturevalue(STORES[store])
+    raw, output = f"{_new_bucket(stores[0])}/raw/images", f"{_new_bucket(stores[1])}/datasets/{runner}"
+    _upload(tiny_images, raw)
+    manifest = build_image_dataset.run(["--input", raw, "--output", output, *OPTIONS[:3], *RUNNERS[runner]])
+    assert [s.filename for s in manifest.shards] == [s.filename for s in load_manifest(local_build).shards]
     for shard in manifest.shards:
-        assert storage.read_bytes(f"{output}/{shard.filename}") == Path(built.local, shard.filename).read_bytes()
+        assert storage.read_bytes(f"{output}/{shard.filename}") == Path(local_build, shard.filename).read_bytes()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import threading
+from pathlib import Path
 
 import pytest
 from test_lease import _try  # the same racing acquire as locally and on gs://
@@ -67,7 +68,8 @@ def test_a_stale_lease_is_taken_over_and_a_live_one_only_with_break_lock(bucket:
     assert LeaseHolder.from_bytes(storage.read_bytes(lease.lease_path(out))).run_id == "breaker"
 
 
-def test_two_builds_started_at_once_publish_one_dataset_and_refuse_the_other(bucket: str, tiny_images: str) -> None:
+def test_two_builds_started_at_once_publish_one_dataset_and_refuse_the_other(bucket: str, tiny_images: str,
+                                                                           tmp_path: Path) -> None:
     output = f"{bucket}/datasets/contended"
     shard_targets = (6000, 20000)  # different shard plans: a mixed output would show shards of both
     start = threading.Barrier(len(shard_targets))
@@ -88,7 +90,7 @@ def test_two_builds_started_at_once_publish_one_dataset_and_refuse_the_other(buc
     winner = shard_targets[1 - results.index(refused[0])]
     manifest = load_manifest(output)
     assert manifest.num_written == 30 and verify_dataset(output).num_records == 30
-    alone = build_image_dataset.run(["--input", tiny_images, "--output", f"{bucket}/datasets/alone",
+    alone = build_image_dataset.run(["--input", tiny_images, "--output", str(tmp_path / "alone"),  # plans: any store
                                      f"--target_shard_bytes={winner}", "--runner=DirectRunner",
                                      "--direct_running_mode=in_memory"])
     assert [s.filename for s in manifest.shards] == [s.filename for s in alone.shards]  # the winner's plan
