@@ -1,7 +1,8 @@
 """The examples of README.md and docs/*.md, run as written.
 
-Python blocks run (each in a fresh interpreter, in page order); bash
-blocks run when an HTML comment ``<!-- run -->`` precedes them. A block that cannot run here is
+Python blocks run in page order, each in a fresh namespace (one interpreter per page, so Beam and
+TensorFlow are imported once per page, not once per block: a block that needs another's variables
+fails); bash blocks run when an HTML comment ``<!-- run -->`` precedes them. A block that cannot run here is
 preceded by ``<!-- not run: REASON -->``, and the reason is checked to be there. Everything runs in
 a scratch folder holding what ``scripts/demo.sh`` makes (``.demo/images`` and ``.demo/dataset``),
 with ``/tmp/bt-readme`` and ``/tmp/demo`` mapped to fresh folders.
@@ -10,6 +11,7 @@ with ``/tmp/bt-readme`` and ``/tmp/demo`` mapped to fresh folders.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -76,18 +78,46 @@ def test_every_command_block_runs_or_says_why_not():
             assert len(block.reason) >= 20, f"{block.page}:{block.line}: say why the block cannot run"
 
 
+# Runs each block (a JSON list of [line, code] on stdin) as `python -c` would, in a fresh namespace and the
+# page's folder; stops at the first that raises, naming its line.
+_RUN_BLOCKS = """
+import json, os, sys, traceback
+here = os.getcwd()
+for line, code in json.load(sys.stdin):
+    os.chdir(here)
+    try:
+        exec(compile(code, f"<block at line {line}>", "exec"), {"__name__": "__main__"})
+    except BaseException as error:
+        if isinstance(error, SystemExit) and error.code in (None, 0):
+            continue
+        traceback.print_exc()
+        print(f"BLOCK FAILED: line {line}", file=sys.stderr)
+        sys.exit(1)
+"""
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.run for b in blocks(p))], ids=lambda p: p.name)
 def test_page_examples_run(page: Path, scratch: Path, tmp_path: Path):
     outputs, demo = tmp_path / "out", tmp_path / "demo"
     demo.mkdir()
+    python: list[tuple[int, str]] = []
+
+    def run_python() -> None:
+        if python:
+            done = subprocess.run([sys.executable, "-c", _RUN_BLOCKS], input=json.dumps(python), cwd=scratch,
+                                  env=_environment(), capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, f"{page.name} (python) failed:\n{done.stderr[-3000:]}"
+            python.clear()
+
     for block in blocks(page):
         if not block.run:
             continue
         code = block.code.replace("/tmp/bt-readme", str(outputs)).replace("/tmp/demo", str(demo))
         if block.lang == "python":
-            done = subprocess.run([sys.executable, "-c", code], cwd=scratch, env=_environment(), capture_output=True,
-                                  text=True, timeout=600)
-        else:
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=scratch, env=_environment(),
-                                  capture_output=True, text=True, timeout=600)
+            python.append((block.line, code))
+            continue
+        run_python()  # the python blocks before this bash block, in page order
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=scratch, env=_environment(),
+                              capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{block.page}:{block.line} ({block.lang}) failed:\n{done.stderr[-3000:]}"
+    run_python()
