@@ -1,10 +1,10 @@
 """Beam's DaskRunner, fixed to end a job or fail it with a reason (``--runner`` of a user's pipeline and the jobs).
 
-Three changes to Beam 2.77's: a ParDo's outputs live as long as its task's result (Beam's kept them
-in the task's arguments, memory Dask can neither measure nor spill); each worker gives its freed
-``malloc`` memory back near its limit (``GiveMemoryBack``), so a pause for memory lifts; and the result
-waits with the stall watchdog (``dask_watch.wait_for_dask``), removing the writers' temporary files
-when the cluster stalls. The writers choose it for a user's pipeline (``use_fixed_dask_runner``).
+Four changes to Beam 2.77's: every branch runs (Beam's computed only the last transform's: of two writers,
+one published nothing, silently; ``_leaf_bags``); a ParDo's outputs live as long as its task's result (Beam's
+kept them in the task's arguments, memory Dask can neither measure nor spill); each worker gives its freed
+``malloc`` memory back near its limit (``GiveMemoryBack``); and the result waits with the stall watchdog
+(``dask_watch.wait_for_dask``), removing the writers' temporary files when the cluster stalls.
 """
 
 from __future__ import annotations
@@ -122,6 +122,26 @@ def _writer_temp_dir(transform: Any) -> str | None:
     return temp_dir if isinstance(temp_dir, str) else None
 
 
+def _nothing(partition: Iterable[Any]) -> list[Any]:
+    """A leaf's partition, run for its effects: nothing of it is kept as the task's result."""
+    for _ in partition:
+        pass
+    return []
+
+
+def _leaf_bags(bags: dict[Any, Any]) -> list[Any]:
+    """The Dask bags of the transforms (``AppliedPTransform``) whose outputs no other transform reads."""
+    read = {value.producer for node in bags for value in node.inputs if hasattr(value, "producer")}
+    read |= {side.pvalue.producer for node in bags for side in node.side_inputs}
+    found: dict[int, Any] = {}
+    for node, bag in bags.items():
+        if node not in read:
+            for each in bag if isinstance(bag, list) else [bag]:
+                if hasattr(each, "map_partitions"):
+                    found[id(each)] = each
+    return list(found.values())
+
+
 def _pipeline_of(pvalueish: Any) -> Any:
     if isinstance(pvalueish, dict):
         pvalueish = list(pvalueish.values())
@@ -210,8 +230,28 @@ class DaskRunner(beam_dask_runner.DaskRunner):
             with Client(address=dask_options.address, scheduler_file=dask_options.scheduler_file) as client:
                 _register_give_memory_back(client)
         with _fixed_translation():
-            result = super().run_pipeline(pipeline, options)
+            client, futures = self._compute_every_leaf(pipeline, options)
         if not (dask_options.address or dask_options.scheduler_file):  # the cluster Beam's runner just started
-            _register_give_memory_back(result.client)
+            _register_give_memory_back(client)
         stall = options.get_all_options().get("dask_stall_timeout_seconds") or DEFAULT_STALL_TIMEOUT_SECONDS
-        return DaskJobResult(result.client, result.futures, stall_timeout_seconds=stall, temp_dirs=temp_dirs)
+        return DaskJobResult(client, futures, stall_timeout_seconds=stall, temp_dirs=temp_dirs)
+
+    def _compute_every_leaf(self, pipeline: Any, options: Any) -> tuple[Any, list[Any]]:
+        """Beam's ``run_pipeline``, but computing every leaf's bag, not just the last transform's.
+
+        Beam's computes ``list(bags.values())[-1]``: a transform no later one reads from (a second
+        writer's publish step, any side branch) never ran. Each leaf's partitions are emptied
+        (``_nothing``): a job's outputs are its writes, not elements gathered to the client.
+        """
+        import dask
+        from distributed import Client
+
+        dask_options = options.view_as(beam_dask_runner.DaskOptions).get_all_options(drop_default=True,
+                                                                                   current_only=True)
+        bag_kwargs = beam_dask_runner.DaskOptions._extract_bag_kwargs(dask_options)
+        client = Client(**dask_options)
+        pipeline.replace_all(beam_dask_runner.dask_overrides())
+        visitor = self.to_dask_bag_visitor(bag_kwargs)
+        pipeline.visit(visitor)
+        leaves = [bag.map_partitions(_nothing) for bag in _leaf_bags(visitor.bags)]  # type: ignore[attr-defined]
+        return client, list(client.compute(list(dask.optimize(*leaves))))
