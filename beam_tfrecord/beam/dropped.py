@@ -6,6 +6,7 @@ them; the shuffle path takes them out of the encoded batches. The plan sees the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -77,4 +78,5 @@ def batch_without(batch: EncodedBatch, dropped: np.ndarray) -> EncodedBatch:
         return batch
     hashes, _ = batch.index()
     out = skipped(hashes, dropped).tolist()
-    return EncodedBatch(tuple(e for e, o in zip(batch.entries, out) if not o), batch.dead_letters)
+    # replaced, not rebuilt: a subclass's fields (``SummarizedBatch.summary``) stay
+    return dataclasses.replace(batch, entries=tuple(e for e, o in zip(batch.entries, out) if not o))

@@ -82,6 +82,11 @@ class DigestBuffer:
             self.finish()
         return started
 
+    @property
+    def is_open(self) -> bool:
+        """Whether a file is started (announced) and takes the next digests."""
+        return self._file is not None
+
     def _rebuilt(self, entry: bytes) -> bytes:
         """A REFERENCE entry's record, built again from its sample (its files read again)."""
         built = self._rebuild(pickle.loads(entry_reference(entry)[1]))
@@ -94,6 +99,42 @@ class DigestBuffer:
         if self._file is not None:
             write_digest_file(self._file.path, Digests.concatenate(self._parts))
         self._parts, self._count, self._file = [], 0, None
+
+
+_RECORDS_PER_ADD = 4096  # records that arrive one at a time, handed to the buffer in chunks
+
+
+class RecordDigests:
+    """A ``DigestBuffer`` fed one record at a time (``WriteBalancedTFRecord``'s encoders), in chunks.
+
+    A record that finds no file open goes to the buffer at once, so the file it starts is announced from
+    ``process``; the others wait for their chunk. Build in ``start_bundle``; call ``finish`` at the bundle's end.
+    """
+
+    def __init__(self, settings: DigestSettings) -> None:
+        self._buffer = DigestBuffer(settings, rebuild=None)  # record entries only: nothing to rebuild
+        self._entries: list[bytes] = []
+        self._keys: list[str] = []
+
+    def add(self, entry: bytes, key: str) -> list[DigestFile]:
+        """Adds one record entry and its key; returns the digest files it started (to emit)."""
+        if not self._buffer.is_open:
+            return self._buffer.add([entry], [key])
+        self._entries.append(entry)
+        self._keys.append(key)
+        if len(self._entries) < _RECORDS_PER_ADD:
+            return []
+        return self._flush()
+
+    def _flush(self) -> list[DigestFile]:
+        started = self._buffer.add(self._entries, self._keys)
+        self._entries, self._keys = [], []
+        return started
+
+    def finish(self) -> None:
+        if self._flush():  # records wait only while a file is open: they never start one
+            raise PipelineInvariantError("digests", "a digest file started at the end of a bundle")
+        self._buffer.finish()
 
 
 _Task = tuple[int, int, tuple[str, ...]]  # (first section, end section, every digest file)

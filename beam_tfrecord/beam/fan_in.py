@@ -52,9 +52,10 @@ class Encoding(Protocol):
     """
 
     def to_runs_fn(self, *, runs_dir: str, run_bytes: int, direct_io: bool, salt: str,
-                   max_record_bytes: int) -> beam.DoFn: ...
+                   max_record_bytes: int, duplicates: DigestSettings | None = None) -> beam.DoFn: ...
 
-    def to_batches_fn(self, *, salt: str, max_record_bytes: int) -> beam.DoFn: ...
+    def to_batches_fn(self, *, salt: str, max_record_bytes: int, duplicates: DigestSettings | None = None
+                      ) -> beam.DoFn: ...
 
     def summarize_batches(self) -> beam.PTransform:
         """The shuffle path's batches -> their merged ``RecordsSummary`` (none for no record)."""
@@ -95,13 +96,17 @@ class FanInSettings:
         """Keyword arguments of both sample encoders (``encode_fn.EncodeSamplesFn``)."""
         return dict(salt=self.salt, max_record_bytes=self.sharding.cap, feature_transforms=self.feature_transforms,
                     reread_min_bytes=self.reread_min_bytes, progress_dir=self.progress_dir,
-                    duplicates=None if self.duplicates is None else DigestSettings(
-                        self.duplicates, storage.join(self.temp_dir, "digests")),
+                    duplicates=self.digest_settings(),
                     placement=None if self.split_key_fn is None else GroupPlacement(
                         self.split_key_fn, salt=self.salt,
                         split_starts=[lo for _, lo, _ in self.splits.ratio_bounds()]),
                     near=None if self.near_feature is None else SignatureSettings(
                         self.near_feature, storage.join(self.temp_dir, "signatures")))
+
+    def digest_settings(self) -> DigestSettings | None:
+        """Where and how encoders write digests (None: duplicates are not checked)."""
+        return None if self.duplicates is None else DigestSettings(self.duplicates,
+                                                                   storage.join(self.temp_dir, "digests"))
 
     def shard_options(self) -> dict[str, Any]:
         """Keyword arguments of both shard writers (``shards.WriteShardFn``), after schema, compression, transforms."""

@@ -15,6 +15,7 @@ import apache_beam as beam
 from google.protobuf.message import Message
 
 from beam_tfrecord.beam import METRICS_NAMESPACE
+from beam_tfrecord.beam.duplicates import DigestSettings, RecordDigests
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import content_hash, key_hash
 from beam_tfrecord.core.record_schema import (
@@ -32,6 +33,7 @@ from beam_tfrecord.core.sample_encoder import describe_value
 from beam_tfrecord.core.samples import DeadLetter, Stage
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import SampleError, WriterOptionError
+from beam_tfrecord.quality.digest_files import DigestFile
 from beam_tfrecord.spill.run_files import RunWriting
 
 # The element -> its key (a stable id), for records whose content is not the right key.
@@ -72,10 +74,11 @@ def record_bytes(element: Any) -> bytes | None:
 
 @dataclasses.dataclass(frozen=True)
 class PlacedRecord:
-    """One record, ready for the plan: its entry (hash, kind and framed record) and its shape."""
+    """One record, ready for the plan: its entry (hash, kind and framed record), its shape and its key."""
 
     entry: bytes
     shape: RecordShape
+    key: str = ""
 
 
 class RecordEntryMaker:
@@ -129,7 +132,7 @@ class RecordEntryMaker:
             error = SampleError(key, None, f"a record of at most {self._max_record_bytes} bytes (the hard shard-size "
                                            "cap)", f"{size} bytes")
             return DeadLetter.from_error(key, Stage.ENCODE, error)
-        return PlacedRecord(make_record_entry(hashed, data), shape)
+        return PlacedRecord(make_record_entry(hashed, data), shape, key)
 
     def _key(self, element: Any) -> str:
         key = self._key_fn(element)  # type: ignore[misc]
@@ -147,10 +150,12 @@ class SummarizedBatch(EncodedBatch):
 
 
 class _EncodeRecordsFn(beam.DoFn):
-    """What both DoFns share: the entry maker, a summary tracker per bundle, the counters."""
+    """What both DoFns share: the entry maker, a summary tracker (and digests) per bundle, the counters."""
 
-    def __init__(self, *, payload: Payload, salt: str, max_record_bytes: int, key_fn: KeyFn | None) -> None:
+    def __init__(self, *, payload: Payload, salt: str, max_record_bytes: int, key_fn: KeyFn | None,
+                 duplicates: DigestSettings | None = None) -> None:
         self._options = dict(payload=payload, salt=salt, max_record_bytes=max_record_bytes, key_fn=key_fn)
+        self._duplicates = duplicates
         self._encoded = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_encoded")
         self._rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_rejected")
         self._raw = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_stored_as_raw_payloads")
@@ -160,17 +165,23 @@ class _EncodeRecordsFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._tracker = SummaryTracker()
+        self._digests = None if self._duplicates is None else RecordDigests(self._duplicates)
 
-    def _make(self, element: Any) -> tuple[PlacedRecord | DeadLetter, RecordsSummary | None]:
-        """One element's outcome, and the bundle's summary if it changed."""
+    def finish_bundle(self) -> None:
+        if self._digests is not None:
+            self._digests.finish()
+
+    def _make(self, element: Any) -> tuple[PlacedRecord | DeadLetter, RecordsSummary | None, list[DigestFile]]:
+        """One element's outcome, the bundle's summary if it changed, and the digest files it started."""
         outcome = self._maker.make(element)
         if type(outcome) is DeadLetter:
             self._rejected.inc()
-            return outcome, None
+            return outcome, None, []
         self._encoded.inc()
         if outcome.shape is RAW_SHAPE:
             self._raw.inc()
-        return outcome, self._tracker.add(outcome.shape)
+        started = [] if self._digests is None else self._digests.add(outcome.entry, outcome.key)
+        return outcome, self._tracker.add(outcome.shape), started
 
 
 class EncodeRecordsToRunsFn(_EncodeRecordsFn):
@@ -178,8 +189,9 @@ class EncodeRecordsToRunsFn(_EncodeRecordsFn):
     with samples. Output: ``SpilledRun`` (announced when it starts), ``DeadLetter``, ``RecordsSummary``."""
 
     def __init__(self, *, runs_dir: str, run_bytes: int, direct_io: bool, payload: Payload, salt: str,
-                 max_record_bytes: int, key_fn: KeyFn | None) -> None:
-        super().__init__(payload=payload, salt=salt, max_record_bytes=max_record_bytes, key_fn=key_fn)
+                 max_record_bytes: int, key_fn: KeyFn | None, duplicates: DigestSettings | None = None) -> None:
+        super().__init__(payload=payload, salt=salt, max_record_bytes=max_record_bytes, key_fn=key_fn,
+                         duplicates=duplicates)
         self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
 
     def setup(self) -> None:
@@ -193,11 +205,12 @@ class EncodeRecordsToRunsFn(_EncodeRecordsFn):
         super().start_bundle()
         self._spiller = self._run_writing.spiller()
 
-    def process(self, element: Any) -> Iterator[SpilledRun | DeadLetter | RecordsSummary]:
-        outcome, summary = self._make(element)
+    def process(self, element: Any) -> Iterator[SpilledRun | DeadLetter | RecordsSummary | DigestFile]:
+        outcome, summary, digest_files = self._make(element)
         if type(outcome) is DeadLetter:
             yield outcome
             return
+        yield from digest_files
         started = self._spiller.add(outcome.entry)
         if started is not None:
             yield started
@@ -206,17 +219,18 @@ class EncodeRecordsToRunsFn(_EncodeRecordsFn):
 
     def finish_bundle(self) -> None:
         self._spiller.finish()  # the bundle counts only once its runs are on storage
+        super().finish_bundle()
 
 
 class EncodeRecordsToBatchesFn(_EncodeRecordsFn):
     """Shuffle path: one ``SummarizedBatch`` per record. Side-effect free, so a runner may run it again."""
 
     def process(self, element: Any) -> Iterator[SummarizedBatch]:
-        outcome, summary = self._make(element)
+        outcome, summary, digest_files = self._make(element)
         if type(outcome) is DeadLetter:
             yield SummarizedBatch((), (outcome,))
         else:
-            yield SummarizedBatch((outcome.entry,), summary=summary)
+            yield SummarizedBatch((outcome.entry,), digest_files=tuple(digest_files), summary=summary)
 
 
 class MergeSummariesFn(beam.CombineFn):
@@ -262,13 +276,15 @@ class RecordsEncoding:
     key_fn: KeyFn | None = None
 
     def to_runs_fn(self, *, runs_dir: str, run_bytes: int, direct_io: bool, salt: str,
-                   max_record_bytes: int) -> beam.DoFn:
+                   max_record_bytes: int, duplicates: DigestSettings | None = None) -> beam.DoFn:
         return EncodeRecordsToRunsFn(runs_dir=runs_dir, run_bytes=run_bytes, direct_io=direct_io, payload=self.payload,
-                                     salt=salt, max_record_bytes=max_record_bytes, key_fn=self.key_fn)
+                                     salt=salt, max_record_bytes=max_record_bytes, key_fn=self.key_fn,
+                                     duplicates=duplicates)
 
-    def to_batches_fn(self, *, salt: str, max_record_bytes: int) -> beam.DoFn:
+    def to_batches_fn(self, *, salt: str, max_record_bytes: int, duplicates: DigestSettings | None = None
+                      ) -> beam.DoFn:
         return EncodeRecordsToBatchesFn(payload=self.payload, salt=salt, max_record_bytes=max_record_bytes,
-                                        key_fn=self.key_fn)
+                                        key_fn=self.key_fn, duplicates=duplicates)
 
     def summarize_batches(self) -> beam.PTransform:
         return SummarizeBatches()

@@ -160,7 +160,8 @@ class ShufflePath(beam.PTransform):
     def _encode_to_batches_fn(self) -> beam.DoFn:
         settings = self._settings
         if settings.encoding is not None:
-            return settings.encoding.to_batches_fn(salt=settings.salt, max_record_bytes=settings.sharding.cap)
+            return settings.encoding.to_batches_fn(salt=settings.salt, max_record_bytes=settings.sharding.cap,
+                                                   duplicates=settings.digest_settings())
         return EncodeToBatchesFn(settings.schema, **settings.encode_options())
 
     def expand(self, samples: beam.PCollection) -> FanInOutputs:

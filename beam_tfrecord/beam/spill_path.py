@@ -322,7 +322,8 @@ class SpillPath(beam.PTransform):
         if settings.encoding is not None:  # records are already encoded: no pool (see ``encode_processes``)
             return settings.encoding.to_runs_fn(runs_dir=runs_dir, run_bytes=self._run_bytes,
                                                 direct_io=settings.direct_io, salt=settings.salt,
-                                                max_record_bytes=settings.sharding.cap)
+                                                max_record_bytes=settings.sharding.cap,
+                                                duplicates=settings.digest_settings())
         return self._in_pool_if_asked(pipeline, EncodeToRunsFn(
             settings.schema, runs_dir=runs_dir, run_bytes=self._run_bytes, direct_io=settings.direct_io,
             resume=self._resume, **settings.encode_options()))

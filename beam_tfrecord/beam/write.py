@@ -221,10 +221,10 @@ class WriteTFRecordDataset(beam.PTransform):
             "reread_min_bytes": tuning.reread_min_bytes, "encoding": encoding_digest(
                 schema_json=schema.to_json(), transforms=self._feature_transforms, salt=salt)})
         self._resume_point = self._resume_point_of(output_dir, resume, resume_text)
-        if duplicates is not None and (self._resume_point is not None or encoding is not None):
-            if duplicates.mode is not DuplicatesMode.REPORT or encoding is not None:
-                raise WriterOptionError(f"duplicates={duplicates.mode.value!r} needs Sample inputs and a build "
-                                        "that is not resumed (a resumed one encodes only part of its records)")
+        if duplicates is not None and self._resume_point is not None:
+            if duplicates.mode is not DuplicatesMode.REPORT:
+                raise WriterOptionError(f"duplicates={duplicates.mode.value!r} needs a build that is not resumed "
+                                        "(a resumed one encodes only part of its records)")
             metadata = {**(metadata or {}), DUPLICATES_KEY: {"skipped": "a resumed build encodes part of its records"}}
             duplicates = self._duplicates = None
         run_id = self._resume_point.run_id if self._resume_point else uuid.uuid4().hex[:12]

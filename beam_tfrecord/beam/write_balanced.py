@@ -31,6 +31,7 @@ from beam_tfrecord.core.record_schema import PAYLOAD_METADATA_KEY, RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.errors import ShardingError, WriterOptionError
+from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
 
 # The schema of raw payloads, and of a dataset of no record (what an empty one is published with).
 RAW_SCHEMA = Schema({RAW_FEATURE: Scalar(DType.BYTES)})
@@ -48,6 +49,21 @@ def sharding_of(*, num_shards: int, target_shard_bytes: int, max_shard_bytes: in
         max_shard_bytes = max(_NUM_SHARDS_CAP_BYTES, target_shard_bytes)
     return ShardingConfig(target_shard_bytes=target_shard_bytes, max_shard_bytes=max_shard_bytes,
                           num_shards=num_shards or None)
+
+
+def _duplicates_check(duplicates: DuplicatesCheck | DuplicatesMode | str | None, key_fn: KeyFn | None,
+                      payload: Payload) -> DuplicatesCheck | None:
+    """The drop-in's duplicates check: features left out only of Examples; ``drop`` needs keys."""
+    if duplicates is None:
+        return None
+    check = duplicates if isinstance(duplicates, DuplicatesCheck) else DuplicatesCheck(DuplicatesMode.parse(duplicates))
+    if check.excluded and payload is not Payload.EXAMPLE:
+        raise WriterOptionError(f"duplicates: excluded features {list(check.excluded)} need payload=Payload.EXAMPLE "
+                                f"(every record an Example), got {payload}")
+    if check.mode is DuplicatesMode.DROP and key_fn is None:
+        raise WriterOptionError("duplicates='drop' needs key_fn: without keys, equal records share their key "
+                                "hash and one cannot be kept apart from the others")
+    return check
 
 
 class WriteBalancedTFRecord(beam.PTransform):
@@ -103,6 +119,10 @@ class WriteBalancedTFRecord(beam.PTransform):
         tuning: how the write runs (memory, processes, I/O, temp folder, shared filesystem;
             ``WriterTuning``), as ``WriteTFRecordDataset``'s. It never changes the bytes written; its
             ``temp_dir`` defaults to a hidden folder beside the output.
+        duplicates: check exact duplicates, by a hash of each whole record: ``"report"`` counts them
+            (manifest ``duplicates``), ``"fail"`` publishes nothing (``DuplicatesFoundError``), ``"drop"``
+            keeps the record of smallest key hash of each group (needs ``key_fn``). A ``DuplicatesCheck``
+            may leave features out of the hash (an id feature ``key_fn`` reads; ``Payload.EXAMPLE``).
 
     Raises:
         WriterOptionError, ShardingError: at construction, naming the argument out of range.
@@ -119,7 +139,8 @@ class WriteBalancedTFRecord(beam.PTransform):
                  key_fn: KeyFn | None = None, splits: SplitConfig | str | None = None, salt: str = DEFAULT_SALT,
                  payload: Payload | None = None, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
                  metadata: Mapping[str, Any] | None = None, dali_index: bool = False,
-                 tuning: WriterTuning | None = None) -> None:
+                 tuning: WriterTuning | None = None,
+                 duplicates: DuplicatesCheck | DuplicatesMode | str | None = None) -> None:
         super().__init__()
         if (file_path_prefix is None) == (output_dir is None):
             raise WriterOptionError(f"give file_path_prefix (files named as WriteToTFRecord names them) or "
@@ -155,6 +176,7 @@ class WriteBalancedTFRecord(beam.PTransform):
                                     "output_dir's shards are named NAME-SPLIT.tfrecord-SSSSS-of-NNNNN")
         self._window_error = window_template_error(shard_name_template)
         payload = payload or (Payload.AUTO if self._layout is None else Payload.VERBATIM)
+        check = _duplicates_check(duplicates, key_fn, payload)
         self._write = WriteTFRecordDataset(
             target_dir, schema=RAW_SCHEMA,
             dataset_name=dataset_name, splits=split_config,
@@ -164,7 +186,7 @@ class WriteBalancedTFRecord(beam.PTransform):
             max_rejected_fraction=max_rejected_fraction, dali_index=dali_index,
             metadata={**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value},
             command=("WriteBalancedTFRecord",), encoding=RecordsEncoding(payload, check_key_fn(key_fn)),
-            tuning=tuning)
+            tuning=tuning, duplicates=check)
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         require_bounded(records, writer=type(self).__name__)
