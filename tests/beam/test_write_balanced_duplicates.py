@@ -1,5 +1,5 @@
 """WriteBalancedTFRecord's exact duplicates (issue 48): planted copies counted exactly on the DirectRunner (both
-fan-in paths) and in its worker processes, ``drop`` byte-identical on each path, ``fail`` publishing nothing."""
+fan-in paths), ``drop`` byte-identical on each path, ``fail`` publishing nothing."""
 
 from __future__ import annotations
 
