@@ -68,8 +68,12 @@ class KeyColumn(Sequence[str]):
         return self.blob[start:int(self.ends[index])].decode("utf-8", "surrogatepass")
 
     def take(self, rows: np.ndarray) -> "KeyColumn":
-        """The keys of ``rows``, in that order (a numpy gather per block of rows)."""
-        starts = self.ends - np.diff(self.ends, prepend=0)
+        """The keys of ``rows``, in that order (a numpy gather per block of rows; one, when all are as long)."""
+        lengths = np.diff(self.ends, prepend=0)
+        if len(lengths) and (width := int(lengths[0])) > 0 and bool((lengths == width).all()):  # numbered keys
+            fixed = np.frombuffer(self.blob, f"V{width}")  # each key one fixed-width item
+            return KeyColumn(fixed[rows].tobytes(), np.arange(1, len(rows) + 1, dtype=np.int64) * width)
+        starts = self.ends - lengths
         data, parts = np.frombuffer(self.blob, np.uint8), []
         for first in range(0, len(rows), _GATHER_ROWS):
             block = rows[first:first + _GATHER_ROWS]

@@ -12,7 +12,14 @@ from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.errors import WriterOptionError
 from beam_tfrecord.quality.content import ContentHasher, DuplicatesMode
-from beam_tfrecord.quality.digest_files import SECTIONS, Digests, read_sections, section_of, write_digest_file
+from beam_tfrecord.quality.digest_files import (
+    SECTIONS,
+    Digests,
+    KeyColumn,
+    read_sections,
+    section_of,
+    write_digest_file,
+)
 from beam_tfrecord.quality.duplicate_counts import DuplicateCounts, count_duplicates, describe_duplicates
 from beam_tfrecord.quality.groups import find_groups
 from beam_tfrecord.quality.split_groups import ColumnSplitKey, GroupPlacement
@@ -98,3 +105,10 @@ def test_a_groups_records_land_in_its_split_and_still_spread():
         by_user.setdefault(sample.values["user"], set()).add(s)
     assert all(len(s) == 1 for s in by_user.values()) and {*split.tolist()} == {0, 1, 2}
     assert len(set(placed.tolist())) == 1000  # a group's records still have their own places
+
+
+def test_keys_are_taken_in_row_order_whether_all_as_long_or_not():
+    for keys in (["k2é", "k0é", "k1é"], ["a", "bcd", "", "éé"]):
+        taken = KeyColumn.of(keys).take(np.array([2, 0, 1, 2]))
+        assert list(taken) == [keys[2], keys[0], keys[1], keys[2]]
+        assert taken.ends.tolist() == np.cumsum([len(keys[i].encode()) for i in (2, 0, 1, 2)]).tolist()
