@@ -171,15 +171,17 @@ def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
 # ----- the driver -----
 
 def _schedule(variants: list[str], repeats: int) -> list[str]:
-    """Run order: (b) once, first; then the repeats of the others interleaved (a, c, a, c, ...).
+    """Run order: (b) once, first; then the repeats of the others interleaved, every other repeat reversed
+    (a, c, c, a, a, c, ...).
 
     Interleaving exposes (a) and (c) to the same machine state: after (b) frees ~16 GB, or as
-    the page cache fills, the next runs pay for fresh memory (~2.6 s per GB here), and a block
-    of (c) runs after a block of (a) runs would carry that drift alone.
+    the page cache fills, the next runs pay for fresh memory (~2.6 s per GB here). Reversing every other
+    repeat keeps a drifting load from landing on whichever variant always runs second.
     """
     order = [v for v in variants if v == "b_naive_beam"]
-    for _ in range(repeats):
-        order += [v for v in variants if v != "b_naive_beam"]
+    others = [v for v in variants if v != "b_naive_beam"]
+    for repeat in range(repeats):
+        order += others if repeat % 2 == 0 else others[::-1]
     return order
 
 
