@@ -22,13 +22,12 @@ import math
 import os
 import sys
 import tempfile
-import time
-import tracemalloc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np
+from duplicates_scale import _measured  # (result, CPU seconds, peak MiB), as the exact duplicates' simulation measures
 from scipy.stats import poisson
 
 from beam_tfrecord.beam.near_duplicates import _FILES_PER_TASK, BUFFER_IMAGES, _BandEntriesFn
@@ -40,17 +39,6 @@ from beam_tfrecord.quality.near_tally import NearTally, tally_pairs
 
 _TALLY_PAIRS = 10_000  # pairs per bucket tally merged (a bucket's pairs)
 _MAX_SIMULATED_PAIRS = 200_000  # above: the tally's growth is extrapolated (linear or flat, as printed)
-
-
-def _measured(call, *args):
-    start = time.process_time()
-    result = call(*args)
-    seconds = time.process_time() - start
-    tracemalloc.start()
-    call(*args)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return result, seconds, peak / 2**20
 
 
 def _signatures(rng: np.random.Generator, count: int, first: int) -> SignatureRows:
