@@ -34,7 +34,7 @@ if [ ! -f "$STAMP" ] && [ ! -f "$(stamp_of all,test,ecosystem)" ]; then
   "$PYTHON" -m venv "$VENV"
   LOG="$VENV/install.log"
   if ! { "$VENV/bin/pip" install --disable-pip-version-check "uv>=0.9,<1" \
-         && "$VENV/bin/uv" pip install --compile-bytecode --python "$VENV/bin/python" $(uv_options_from_pip_config) \
+         && "$VENV/bin/uv" pip install --python "$VENV/bin/python" $(uv_options_from_pip_config) \
               "torch==2.13.0" -e "$ROOT[$EXTRAS]"; } >"$LOG" 2>&1; then
     grep -v "is ignored" "$LOG" | tail -40 >&2
     echo "installation failed; the full log is $LOG" >&2
