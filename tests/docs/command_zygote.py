@@ -1,0 +1,134 @@
+"""A fork server for the pages' commands: Beam, TensorFlow and PyTorch imported once, each command in a fork.
+
+The docs test puts ``python`` and ``beam-tfrecord`` shims first on PATH; each sends its argv, folder,
+environment and stdin/stdout/stderr to this server, which forks a child that runs the command as a fresh
+``python -m``/``-c``/console script would (own process, own exit code, atexit handlers run) but without
+paying ~3 s of imports per command. Any other ``python`` invocation runs the real interpreter.
+Run: ``python command_zygote.py SOCKET_PATH`` (prints ``ready`` when it listens).
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import importlib.metadata
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+# What the pages' commands import (measured: 6-8 s of CPU together); imported once, shared by every fork.
+PRELOAD = ("apache_beam", "apache_beam.runners.direct.direct_runner", "apache_beam.runners.portability.fn_api_runner",
+           "tensorflow", "torch", "pyarrow.parquet", "PIL.Image", "beam_tfrecord", "beam_tfrecord.cli",
+           "beam_tfrecord.reader", "pipelines.common")
+_SHIM = """#!{python} -IS
+import json, os, socket, sys
+argv = [{name!r}, *sys.argv[1:]]
+if argv[0] == "python" and not (len(argv) > 2 and argv[1] in ("-m", "-c")):
+    os.execv({python!r}, [{python!r}, *argv[1:]])
+with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as server:
+    server.connect({socket_path!r})
+    request = {{"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}}
+    socket.send_fds(server, [json.dumps(request).encode()], [0, 1, 2])
+    sys.exit(int(server.recv(64) or b"255"))
+"""
+
+
+def write_shims(folder: Path, socket_path: str, python: str) -> None:
+    """Writes the ``python`` and ``beam-tfrecord`` shims that send their command to the server."""
+    for name in ("python", "beam-tfrecord"):
+        shim = folder / name
+        shim.write_text(_SHIM.format(python=python, name=name, socket_path=socket_path))
+        shim.chmod(0o755)
+
+
+def _run(argv: list[str]) -> None:
+    """Runs the command as the interpreter would, in this (forked) process."""
+    if argv[0] == "beam-tfrecord":
+        (entry,) = importlib.metadata.entry_points(group="console_scripts", name="beam-tfrecord")
+        sys.argv = argv
+        sys.exit(entry.load()())
+    flag, target, *rest = argv[1:]
+    if flag == "-m":
+        sys.argv, sys.path[0] = [target, *rest], os.getcwd()
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    else:
+        sys.argv, sys.path[0] = ["-c", *rest], ""
+        exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+
+
+def _exit_code(run: Callable[[], object]) -> int:
+    """Runs the command; what ``python`` would exit with (an uncaught exception: its traceback, 1)."""
+    try:
+        run()
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        return 1
+    return 0
+
+
+def _start_child(connection: socket.socket, listener: socket.socket) -> int:
+    """Forks; the child takes the shim's stdio, folder and environment, runs its command and exits."""
+    message, fds, _, _ = socket.recv_fds(connection, 1 << 22, 3)
+    request = json.loads(message)
+    pid = os.fork()
+    if pid:
+        for fd in fds:
+            os.close(fd)
+        return pid
+    listener.close()
+    connection.close()
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    code = _exit_code(lambda: _run(request["argv"]))
+    # The interpreter's own exit, minus tearing down every module: that would touch, and so copy, the
+    # whole heap shared with the server (12 s with TensorFlow and PyTorch loaded).
+    threading._shutdown()  # type: ignore[attr-defined]  # waits for non-daemon threads, as the interpreter does
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
+def serve(socket_path: str) -> None:
+    """Accepts commands until killed; a finished child's exit status goes back to its shim."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    gc.freeze()  # a child's collections then skip (and do not copy) the server's objects
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(socket_path)
+    listener.listen(16)
+    print("ready", flush=True)
+    running: dict[int, socket.socket] = {}
+    while True:
+        if select.select([listener], [], [], 0.02)[0]:
+            connection, _ = listener.accept()
+            running[_start_child(connection, listener)] = connection
+        for pid in list(running):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                code = os.waitstatus_to_exitcode(status)
+                connection = running.pop(pid)
+                connection.send(str(code if code >= 0 else 128 - code).encode())
+                connection.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
