@@ -9,6 +9,7 @@ manifests, for ratio and exact-count splits.
 """
 
 import os
+from pathlib import Path
 
 import apache_beam as beam
 import numpy as np
@@ -57,44 +58,46 @@ def _chunk(index: int) -> list[Sample]:
                                     "text": "x"})]  # one dead letter per chunk
 
 
-def _build(out: str, options: list[str], *, direct_io: bool = True, fan_in: FanIn = FanIn.AUTO,
-           splits: str = RATIO_SPLITS, encode_processes: int = 1) -> None:
+def _writer(out: str, *, direct_io: bool = True, fan_in: FanIn = FanIn.AUTO, splits: str = RATIO_SPLITS,
+            encode_processes: int = 1) -> WriteTFRecordDataset:
+    return WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse(splits),
+                                sharding=ShardingConfig(target_shard_bytes=60_000), max_rejected_fraction=0.05,
+                                tuning=WriterTuning(spill_run_bytes=40_000, direct_io=direct_io, fan_in=fan_in,
+                                                    encode_processes=encode_processes))
+
+
+def _build(root: Path, options: list[str], writers: dict[str, dict]) -> dict[str, str]:
+    """One pipeline on ``options``: the chunks, written by one writer per name (its options); name -> folder."""
     with job_pipeline(PipelineOptions(options)) as pipeline:
-        _ = (pipeline
-             | beam.Create(range(30))
-             | beam.Map(_chunk)
-             | WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse(splits),
-                                    sharding=ShardingConfig(target_shard_bytes=60_000), max_rejected_fraction=0.05,
-                                    tuning=WriterTuning(spill_run_bytes=40_000, direct_io=direct_io, fan_in=fan_in,
-                                                        encode_processes=encode_processes)))
+        chunks = pipeline | beam.Create(range(30)) | beam.Map(_chunk)
+        for name, writer_options in writers.items():
+            _ = chunks | f"Write {name}" >> _writer(str(root / name), **writer_options)
+    return {name: str(root / name) for name in writers}
 
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory, dask_address):
+    """Each runner's start (worker processes, a job server) is paid once: the writers that differ only in their
+    own options share one pipeline (the same input, the same bundles as a pipeline of their own)."""
     root = tmp_path_factory.mktemp("determinism")
-    modes = {**MODES, "dask": [*MODES["dask"], f"--dask_client_address={dask_address}"]}  # the session's cluster
-    built = {}
-    for name, options in modes.items():
-        built[name] = str(root / name)
-        _build(built[name], options)
-    built["direct-in-memory-again"] = str(root / "again")
-    _build(built["direct-in-memory-again"], MODES["direct-in-memory"])
-    built["encode-pool"] = str(root / "encode-pool")  # 2 encoding processes, started at once
-    _build(built["encode-pool"], MODES["direct-in-memory"], encode_processes=2)
-    built["buffered-io"] = str(root / "buffered-io")  # page cache instead of O_DIRECT: same bytes
-    _build(built["buffered-io"], MODES["direct-in-memory"], direct_io=False)
+    direct = MODES["direct-in-memory"]
+    built = _build(root, direct, {
+        "direct-in-memory": {},
+        "encode-pool": {"encode_processes": 2},  # 2 encoding processes, started at once
+        "buffered-io": {"direct_io": False},  # page cache instead of O_DIRECT: same bytes
+        "direct-shuffle": {"fan_in": FanIn.SHUFFLE},
+        "count-spill": {"fan_in": FanIn.SPILL, "splits": COUNT_SPLITS},
+        "count-shuffle": {"fan_in": FanIn.SHUFFLE, "splits": COUNT_SPLITS}})
+    built |= _build(root, direct, {"direct-in-memory-again": {}})  # a second run of the same job
     for takes in (True, False):  # every run and shard through the page cache, or none (this process's runner)
-        built[f"page-cache-{takes}"] = str(root / f"page-cache-{takes}")
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(direct_io, "page_cache_takes", lambda num_bytes, share=0.5, takes=takes: takes)
-            _build(built[f"page-cache-{takes}"], MODES["direct-in-memory"])
-    built["direct-shuffle"] = str(root / "direct-shuffle")
-    _build(built["direct-shuffle"], MODES["direct-in-memory"], fan_in=FanIn.SHUFFLE)
-    for name, options, fan_in in [("count-spill", MODES["direct-in-memory"], FanIn.SPILL),
-                                  ("count-shuffle", MODES["direct-in-memory"], FanIn.SHUFFLE),
-                                  ("count-dask", modes["dask"], FanIn.AUTO)]:
-        built[name] = str(root / name)
-        _build(built[name], options, fan_in=fan_in, splits=COUNT_SPLITS)
+            built |= _build(root, direct, {f"page-cache-{takes}": {}})
+    for name in ("direct-multi-processing", "portable-loopback"):
+        built |= _build(root, MODES[name], {name: {}})
+    # The session's cluster; the spill path Dask's AUTO picks, for ratio and count splits.
+    built |= _build(root, [*MODES["dask"], f"--dask_client_address={dask_address}"],
+                    {"dask": {}, "count-dask": {"splits": COUNT_SPLITS}})
     return built
 
 

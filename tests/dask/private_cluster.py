@@ -92,7 +92,10 @@ def private_cluster(hidden: Path, *, workers: int = 2) -> Iterator[PrivateCluste
                                        env=env, stdout=logs, stderr=logs) for _ in range(workers)]
         with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
             client.wait_for_workers(workers, timeout=90)
-            yield PrivateCluster(client.scheduler.address, hidden)
+            try:
+                yield PrivateCluster(client.scheduler.address, hidden)
+            finally:
+                client.shutdown()  # the scheduler closes its workers at once (SIGTERM's nannies take seconds each)
     finally:
         for process in reversed(processes):
             process.terminate()
