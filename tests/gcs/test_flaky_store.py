@@ -65,6 +65,10 @@ class _Quiet:
 
 @pytest.fixture(scope="module")
 def flaky_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlakyGcs]:
+    """The emulator behind the proxy; google-cloud-storage's back-off from 20 ms instead of 1 s: its length is not
+    under test (the faults, the retries and the preconditions are), and at 1 s a build waited ~20 s on it."""
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
     work = tmp_path_factory.mktemp("flaky-gcs")
     proxy_port, emulator_port = free_port(), free_port()
     process = launch_fake_gcs(work, port=emulator_port, external_url=f"http://127.0.0.1:{proxy_port}")
@@ -74,7 +78,9 @@ def flaky_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlakyGcs]:
     os.environ.update(emulator_env(work, proxy.url))
     gcs.client.cache_clear()  # a client made earlier in this process points at another emulator
     try:
-        yield FlakyGcs(proxy)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(gcs, "retry_policy", lambda: DEFAULT_RETRY.with_delay(initial=0.02, maximum=0.5))
+            yield FlakyGcs(proxy)
     finally:
         proxy.stop()
         process.kill()
@@ -95,10 +101,11 @@ def flaky_bucket(flaky_gcs: FlakyGcs, request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="module")
 def flaky_dask_address(flaky_gcs: FlakyGcs) -> Iterator[str]:
-    """Two worker processes started after the environment points at the proxy (they inherit it)."""
+    """Two in-process workers (threads): they see the proxy and the fixture's back-off; workers in their own
+    processes without a shared disk: tests/dask/test_no_shared_disk.py."""
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         yield cluster.scheduler_address
 
 
