@@ -16,10 +16,10 @@ _ROLES = {
     # --near_duplicates: perceptual hashes of images (pHash) from ImageHash.
     "near_duplicates": ["imagehash>=4.3,<5"],
     # s3:// and S3-compatible stores (MinIO, R2, Ceph); conditional writes (If-None-Match/If-Match) need boto3
-    # >= 1.36. obstore: the readers' ranged reads (less CPU per byte than boto3's and azure-storage-blob's).
-    "s3": ["boto3>=1.36", "obstore>=0.12,<0.13"],
+    # >= 1.36. The readers' ranged reads go through obstore (a core dependency).
+    "s3": ["boto3>=1.36"],
     # Azure Blob Storage (az://, abfs://, azfs://); azure-identity: managed identities and `az login` when no key.
-    "azure": ["azure-storage-blob>=12.20", "azure-identity>=1.15", "obstore>=0.12,<0.13"],
+    "azure": ["azure-storage-blob>=12.20", "azure-identity>=1.15"],
     # Reading with tf.data.
     "tf": ["tensorflow>=2.21,<2.22"],
     "torch": ["torch>=2.1"],
@@ -80,6 +80,8 @@ setup(
         "crc32c>=2.4,<3",
         "mmh3>=4,<6",  # exact duplicates' content hash (MurmurHash3 x64 128): ~9x BLAKE2b's speed on 3 KB records
         "google-cloud-storage>=2.14",
+        # The readers' ranged reads of gs:// (and of s3:// and Azure): HTTP outside the GIL, less CPU per byte.
+        "obstore>=0.12,<0.13",
         # schema.pbtxt (beam_tfrecord.interop): protobuf classes only, ~0.25 MB with absl-py.
         "tensorflow-metadata>=1.14",
     ],

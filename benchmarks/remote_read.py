@@ -18,8 +18,9 @@ interleaved rounds after a warm-up round (best pass kept), it times one epoch:
   opened:  the reader made and read on the local copy, the open timed with the epoch
   cached:  the reader made and read on the store with ``cache_dir`` filled by the warm-up, the open timed
   ranges:  16 threads reading the same objects in 8 MiB ranges with the backend's ``ranged_reader``
-           (gs: google-cloud-storage; s3 and az: obstore), no parsing (what the store gives)
-  sdk / obstore: the same ranges through the other client (s3: boto3; az: azure-storage-blob; gs: obstore)
+           (obstore), no parsing (what the store gives)
+  sdk:     the same ranges through the store's Python SDK (gs: google-cloud-storage; s3: boto3;
+           az: azure-storage-blob)
 
 and prints the targets of issue 46 per store and reader: remote / min(local, ranges) >= 0.8; the reader's
 CPU seconds (this process) of the remote epoch / the local one <= 1.5; cached / opened >= 0.9; and this
@@ -94,18 +95,14 @@ def build_images(path: str, count: int, image_bytes: int) -> None:
 def start_store(store: str, work: Path, *, latency_s: float,
                 bytes_per_s: float) -> tuple[list[subprocess.Popen], str, str]:
     """The emulator and the shaping proxy in front of it (each its own process): (processes, emulator, proxy URL)."""
-    from fixtures_gcs import fake_gcs_binary, free_port
+    from fixtures_gcs import free_port, launch_fake_gcs
     from fixtures_stores import launch_azurite, launch_moto
     from flaky_proxy import wait_until_listening
 
     emulator_port, proxy_port = free_port(), free_port()
     proxy_url = f"http://127.0.0.1:{proxy_port}"
-    if store == "gs":  # -public-host: the XML API's /BUCKET/OBJECT (obstore's reads) answered through the proxy
-        emulator = subprocess.Popen(
-            [str(fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(emulator_port),
-             "-backend", "memory", "-external-url", proxy_url, "-public-host", f"127.0.0.1:{proxy_port}",
-             "-log-level", "warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_until_listening(f"http://127.0.0.1:{emulator_port}", timeout_seconds=20)
+    if store == "gs":  # the proxy's address: its XML API (obstore's reads) answered through the proxy
+        emulator = launch_fake_gcs(work, port=emulator_port, external_url=proxy_url)
     else:
         emulator = (launch_moto if store == "s3" else launch_azurite)(work, emulator_port)
     proxy = subprocess.Popen([sys.executable, "-c", _PROXY, os.path.join(ROOT, "tests", "gcs"),
@@ -193,29 +190,49 @@ class Ranges:
         self.client = client
 
     def __iter__(self) -> Iterator[int]:
-        read = {"backend": backend_reader, "sdk": sdk_reader, "obstore": obstore_reader}[self.client]
+        read = {"backend": backend_reader, "sdk": sdk_reader}[self.client]
         yield parallel_ranges(self.objects, read(self.objects[0][0], 16))
 
 
 def backend_reader(path: str, connections: int) -> RangedRead:
-    """The storage backend's ranged reads, as the readers fetch (gs: google-cloud-storage; s3, az: obstore)."""
+    """The storage backend's ranged reads, as the readers fetch (obstore on every store)."""
     from beam_tfrecord import storage
 
     return storage.backend_for(path).ranged_reader(connections)
 
 
 def sdk_reader(path: str, connections: int) -> RangedRead:
-    """Ranged reads through the store's Python SDK (s3: boto3; az: azure-storage-blob), for the comparison."""
+    """Ranged reads through the store's Python SDK (gs: google-cloud-storage; s3: boto3; az: azure-storage-blob),
+    for the comparison."""
+    if path.startswith("gs://"):
+        return gcs_sdk_ranges(connections)
     from beam_tfrecord.storage import azure_blob, s3
 
     return (s3 if path.startswith("s3://") else azure_blob).sdk_ranges(connections)
 
 
-def obstore_reader(path: str, connections: int) -> RangedRead:
-    """gs:// ranged reads through obstore (google-cloud-storage's are the backend's), for the comparison."""
-    from beam_tfrecord.storage import gcs_backend, obstore_reads
+def gcs_sdk_ranges(connections: int) -> RangedRead:
+    """google-cloud-storage's ranged reads as the readers made them before obstore: ``connections`` pooled,
+    the answer read in one call (``single_shot_download``), no checksum, the stored bytes."""
+    import io
 
-    return obstore_reads.gcs_ranges(connections, fallback=gcs_backend.GcsBackend().ranged_reader(connections))
+    import requests.adapters
+    from google.cloud.storage import Client
+
+    from beam_tfrecord.storage import gcs
+
+    client = Client()
+    client._http.mount("http://", requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=connections))
+    client._http.mount("https://", requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=connections))
+
+    def read(path: str, start: int, stop: int) -> bytes:
+        bucket, name = gcs.split(path)
+        out = io.BytesIO()
+        client.bucket(bucket).blob(name).download_to_file(out, start=start, end=stop - 1, raw_download=True,
+                                                          checksum=None, single_shot_download=True)
+        return out.getbuffer()  # type: ignore[return-value]  # a view, not a copy
+
+    return read
 
 
 def parallel_ranges(paths: list[tuple[str, int]], read: RangedRead, *, connections: int = 16,
@@ -316,8 +333,7 @@ def measure_store(store: str, workloads: dict[str, str], readers: list[str], arg
             shard_bytes = sum(s.num_bytes for s in manifest.split("train").shards)
             objects = [(f"{remote[name]}/{s.filename}", s.num_bytes) for s in manifest.split("train").shards]
             cache_dir = str(work / f"cache-{name}")
-            clients = {"ranges": Ranges(objects), **({"obstore": Ranges(objects, client="obstore")} if store == "gs"
-                                                     else {"sdk": Ranges(objects, client="sdk")})}
+            clients = {"ranges": Ranges(objects), "sdk": Ranges(objects, client="sdk")}
             modes: dict[str, Mode] = {mode: ("bytes", lambda ranges=ranges: ranges, False)
                                       for mode, ranges in clients.items()}
             expected = dict.fromkeys(clients, shard_bytes)

@@ -5,7 +5,7 @@ wheel on 127.0.0.1 (random free port, in-memory backend) and points every Google
 this process *and of its child processes* at it through environment variables:
 
 - ``STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT``: google-cloud-storage (used by Beam's
-  GcsFileSystem) sends every request to the emulator.
+  GcsFileSystem) and the readers' obstore ranged reads send every request to the emulator.
 - ``GOOGLE_APPLICATION_CREDENTIALS=<dummy file>``: Beam always asks for Application Default
   Credentials first and retries ~20 s per process when there are none. The file is an
   ``authorized_user`` entry with a placeholder access token that expires in 2999, so no token
@@ -117,15 +117,18 @@ _running: _Running | None = None
 def launch_fake_gcs(work: Path, *, port: int, external_url: str | None = None) -> subprocess.Popen:
     """Starts fake-gcs-server on 127.0.0.1:``port`` and waits until it answers.
 
-    ``external_url`` is the address it writes into the URLs it hands out (resumable upload
-    sessions): a proxy in front of it passes its own, so that every request goes through it.
+    ``external_url`` is the address clients reach it at: it writes it into the URLs it hands out (resumable
+    upload sessions) and serves the XML API (``/BUCKET/OBJECT``: obstore's ranged reads) only to requests
+    whose Host is that address (``-public-host``). A proxy in front of it passes its own.
     """
     url = f"http://127.0.0.1:{port}"
+    external_url = external_url or url
     log_path = work / f"fake-gcs-server-{port}.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [str(fake_gcs_binary()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-             "-backend", "memory", "-external-url", external_url or url, "-log-level", "warn"],
+             "-backend", "memory", "-external-url", external_url,
+             "-public-host", external_url.removeprefix("http://"), "-log-level", "warn"],
             stdout=log, stderr=subprocess.STDOUT)
     _wait_ready(process, url, log_path)
     return process

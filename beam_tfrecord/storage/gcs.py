@@ -12,8 +12,6 @@ import base64
 import functools
 import io
 import logging
-import os
-import threading
 from types import TracebackType
 from typing import Any
 
@@ -45,65 +43,6 @@ def client() -> Any:
     from google.cloud.storage import Client
 
     return Client()
-
-
-_POOLED: dict[tuple[int, int, str | None], Any] = {}
-_POOLED_LOCK = threading.Lock()
-
-
-def pooled_client(connections: int) -> Any:
-    """A client of this process whose HTTP session keeps ``connections`` connections open (for parallel reads).
-
-    requests' default pool keeps 10 connections per host: more threads than that would open and
-    drop a connection per request. One client per process and pool size: a forked process (a
-    DataLoader worker) makes its own instead of sharing its parent's sockets.
-    """
-    import requests.adapters
-
-    key = (os.getpid(), connections, os.environ.get("STORAGE_EMULATOR_HOST"))  # an emulator's address: its own
-    with _POOLED_LOCK:
-        if key not in _POOLED:
-            from google.cloud.storage import Client
-
-            made = Client()
-            for prefix in ("http://", "https://"):
-                made._http.mount(prefix, requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=connections))
-            _POOLED[key] = made
-        return _POOLED[key]
-
-
-class _Kept:
-    """A write-only stream that keeps the buffers it is given, without copying them (a download's answer)."""
-
-    def __init__(self) -> None:
-        self.parts: list[bytes] = []
-
-    def write(self, data: bytes) -> int:
-        self.parts.append(data)
-        return len(data)
-
-    def value(self) -> bytes:
-        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
-
-
-def read_range(path: str, start: int, stop: int, *, through: Any | None = None) -> bytes:
-    """Bytes ``[start, stop)`` of the object at ``path`` as stored, in one ranged GET, retried (``retry_policy``).
-
-    Args:
-        path: a ``gs://`` object.
-        start, stop: the byte range (a range past the end gives fewer bytes).
-        through: the client to send it with (``pooled_client``); default: this process's ``client()``.
-    """
-    bucket, name = split(path)
-    target = (through or client()).bucket(bucket).blob(name)  # a Blob per call: calls run in parallel threads
-    kept = _Kept()
-    # checksum=None: a range has no object checksum to compare (records and files are checked by the readers).
-    # single_shot_download: the answer read in one call rather than in 8 KB steps, which cost 2.5x the
-    # CPU (0.5 s against 0.2 s per 300 MB on 16 threads, measured): a range is meant to fit in memory.
-    # Written to ``kept`` rather than download_as_bytes' BytesIO: two copies of every byte fewer.
-    target.download_to_file(kept, start=start, end=stop - 1, raw_download=True, checksum=None,
-                            single_shot_download=True, retry=retry_policy())
-    return kept.value()
 
 
 def blob(path: str) -> Any:

@@ -1,4 +1,5 @@
-"""``gs://``: the ``GcsBackend``, every request through ``storage.gcs`` (retried, preconditioned writes).
+"""``gs://``: the ``GcsBackend``; ranged reads through obstore, every other request through ``storage.gcs``
+(google-cloud-storage: retried, preconditioned writes, generations).
 
 Content tokens are ``"<size>:g<generation>"`` (every upload makes a new generation), stored in existing
 input indexes: never change them. See docs/operations.md#storage.
@@ -10,8 +11,8 @@ import datetime
 import time
 from typing import Any, BinaryIO, cast
 
-from beam_tfrecord.storage import gcs
-from beam_tfrecord.storage.backend import RangedRead, RangedView, StorageBackend, StoredFile, VersionedBytes
+from beam_tfrecord.storage import gcs, obstore_reads
+from beam_tfrecord.storage.backend import RangedView, StorageBackend, StoredFile, VersionedBytes
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
 
 
@@ -28,20 +29,8 @@ def _stored(path: str, found: Any) -> StoredFile:
     return StoredFile(path, size, _updated_seconds(found.updated), f"{size}:g{int(found.generation)}")
 
 
-def _ranges_through(through: Any) -> RangedRead:
-    def read(path: str, start: int, stop: int) -> bytes:
-        from google.api_core.exceptions import NotFound
-
-        try:
-            return gcs.read_range(path, start, stop, through=through)
-        except NotFound as err:
-            raise FileNotFoundError(f"{path}: no such object") from err
-
-    return read
-
-
 class GcsBackend(StorageBackend):
-    """Google Cloud Storage through google-cloud-storage (one client per process)."""
+    """Google Cloud Storage: ranged reads through obstore, the rest through google-cloud-storage (one client each)."""
 
     fetched_in_ranges = True
 
@@ -63,10 +52,10 @@ class GcsBackend(StorageBackend):
             return None
 
     def read_range(self, path: str, start: int, stop: int) -> bytes:
-        return _ranges_through(None)(path, start, stop)
+        return bytes(obstore_reads.gcs_ranges(1)(path, start, stop))
 
     def ranged_reader(self, connections: int) -> RangedView:
-        return _ranges_through(gcs.pooled_client(connections))  # this process's pool of ``connections``
+        return obstore_reads.gcs_ranges(connections)  # this process's store of ``connections`` per bucket
 
     def open_write(self, path: str) -> BinaryIO:
         return cast(BinaryIO, gcs.GcsWriter(path))

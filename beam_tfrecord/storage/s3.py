@@ -80,7 +80,7 @@ def _ranges_through(through: Any) -> RangedRead:
 
 
 def sdk_ranges(connections: int) -> RangedRead:
-    """Ranged reads through boto3 (where obstore is not installed; and benchmarks/remote_read.py's comparison)."""
+    """Ranged reads through boto3 (benchmarks/remote_read.py's comparison with obstore)."""
     return _ranges_through(client(connections))
 
 
@@ -153,7 +153,7 @@ class S3Backend(StorageBackend):
         return _ranges_through(client())(path, start, stop)
 
     def ranged_reader(self, connections: int) -> RangedView:
-        return obstore_reads.s3_ranges(client(connections), connections, fallback=sdk_ranges(connections))
+        return obstore_reads.s3_ranges(client(connections), connections)
 
     def open_write(self, path: str) -> BinaryIO:
         return _S3Upload(path)  # type: ignore[return-value]  # a BufferedIOBase

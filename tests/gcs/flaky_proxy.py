@@ -43,6 +43,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -169,8 +170,8 @@ class FlakyProxy:
         """The fault for the next request, or None to forward it; counted."""
         with self._lock:
             self.requests += 1
-            if method == "GET" and "alt=media" in path:
-                self.media_reads[path.partition("?")[0]] += 1
+            if method == "GET" and ("alt=media" in path or not path.startswith("/storage/")):  # JSON or XML API
+                self.media_reads[urllib.parse.unquote(path.partition("?")[0])] += 1  # obstore escapes "-", "."
             for i, (kind, wanted_method, part) in enumerate(self._scripted):
                 if method == wanted_method and part in path:
                     del self._scripted[i]
