@@ -33,10 +33,17 @@ SCRIPT = textwrap.dedent("""
         pass  # BODY
         return f"{i} {getattr(j, 'set_by_launcher', 'no')} {os.getpid()} {os.environ.get('WORKER_ID', '')}"
 
-    options = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
-    with beam.Pipeline(runner=LocalBatchRunner(), argv=options) as p:
-        (p | beam.Create(range(40)) | beam.Reshuffle() | beam.Map(report)
-           | beam.io.WriteToText(out, shard_name_template="", num_shards=1))
+    def run(out):
+        options = ["--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+        with beam.Pipeline(runner=LocalBatchRunner(), argv=options) as p:
+            (p | beam.Create(range(40)) | beam.Reshuffle() | beam.Map(report)
+               | beam.io.WriteToText(out, shard_name_template="", num_shards=1))
+
+    run(out)
+    if sys.argv[2:3] == ["--then-turned-off"]:  # a second run, its workers not forked: into sys.argv[3]
+        from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV
+        os.environ[FORK_WORKERS_ENV] = "0"
+        run(sys.argv[3])
     print("client", os.getpid())
 """)
 
@@ -52,34 +59,42 @@ def _reports(path) -> list[list[str]]:
     return sorted((line.split() for line in path.read_text().splitlines()), key=lambda r: int(r[0]))
 
 
-@pytest.mark.parametrize("fork, forked", [("1", "yes"), ("0", "no")], ids=["forked", "turned-off"])
-def test_workers_are_forked_from_the_launching_process_unless_turned_off(tmp_path, fork, forked):
-    out = tmp_path / "out.txt"
-    done = _run(tmp_path, SCRIPT, fork, str(out))
+@pytest.fixture(scope="module")
+def forked_then_not(tmp_path_factory) -> tuple[int, dict[str, list[list[str]]]]:
+    """One launching process runs the pipeline twice: its workers forked, then with forking turned off
+    (one interpreter start for both cases); its pid, and each run's reports."""
+    folder = tmp_path_factory.mktemp("forked-then-not")
+    outs = {"yes": folder / "forked.txt", "no": folder / "turned-off.txt"}
+    done = _run(folder, SCRIPT, "1", str(outs["yes"]), "--then-turned-off", str(outs["no"]))
     assert done.returncode == 0, done.stderr[-3000:]
-    reports = _reports(out)
+    return int(done.stdout.split()[-1]), {forked: _reports(out) for forked, out in outs.items()}
+
+
+@pytest.mark.parametrize("forked", ["yes", "no"], ids=["forked", "turned-off"])
+def test_workers_are_forked_from_the_launching_process_unless_turned_off(forked_then_not, forked):
+    client, runs = forked_then_not
+    reports = runs[forked]
     assert [int(r[0]) for r in reports] == list(range(40))
     assert {r[1] for r in reports} == {forked}
-    client = int(done.stdout.split()[-1])
     assert client not in {int(r[2]) for r in reports}  # worker processes, not the launching one
 
 
 def test_no_fork_server_once_other_threads_run(tmp_path):
-    """A thread of the launching process could hold a lock the fork would copy held: Beam's own
-    command line is used then, and the pipeline still runs."""
-    script = SCRIPT.replace('json.set_by_launcher = "yes"', textwrap.dedent("""
-        json.set_by_launcher = "yes"
+    """A thread of the launching process could hold a lock the fork would copy held: no fork server
+    then, and the run takes Beam's own command line (the path the turned-off case above runs whole)."""
+    script = textwrap.dedent("""
         import threading
         from beam_tfrecord.beam.runners import forked_workers
+        with forked_workers.worker_fork_server() as server:
+            print("alone", server is not None)
         stop = threading.Event()
         threading.Thread(target=stop.wait, daemon=True).start()
         with forked_workers.worker_fork_server() as server:
-            assert server is None
-    """))
-    out = tmp_path / "out.txt"
-    done = _run(tmp_path, script, "1", str(out))
+            print("threads", server is None)
+    """)
+    done = _run(tmp_path, script, "1")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert {r[1] for r in _reports(out)} == {"no"}
+    assert done.stdout.split() == ["alone", "True", "threads", "True"]
 
 
 def test_a_worker_that_fails_fails_the_pipeline_with_its_error(tmp_path):

@@ -3,7 +3,6 @@ than give it back and fault fresh pages in again: counted as the minor page faul
 allocates and frees big blocks, in a worker process (forked or started with a command line) and in
 a plain process with and without ``keep_freed_memory``."""
 
-import os
 import platform
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import textwrap
 
 import pytest
 
-from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV, fork_workers_enabled
+from beam_tfrecord.beam.runners.forked_workers import fork_workers_enabled
 
 # Allocates and frees 8 MiB in four 2 MiB blocks, ROUNDS times, touching every page; prints the
 # minor page faults of the rounds after the first. Freed, 8 MiB at the top of the heap is more than
@@ -45,14 +44,12 @@ def _python(script: str, *args: str, env: dict | None = None) -> str:
 @needs_glibc
 def test_a_process_that_keeps_freed_memory_does_not_fault_it_in_again():
     script = CHURN + textwrap.dedent("""
-        import sys
         from beam_tfrecord.beam.runners.worker_memory import keep_freed_memory
-        if sys.argv[1] == "keep":
-            assert keep_freed_memory()
+        print(churn_faults())  # the default first, then in the same process after keep_freed_memory
+        assert keep_freed_memory()
         print(churn_faults())
     """)
-    given_back = int(_python(script, "default"))
-    kept = int(_python(script, "keep"))
+    given_back, kept = map(int, _python(script).split())
     assert given_back > PAGES_CHURNED // 2  # the default gives the memory back, and faults it in again
     assert kept < PAGES_CHURNED // 50
 
@@ -61,6 +58,7 @@ PIPELINE = CHURN + textwrap.dedent("""
     import os
     import sys
     import apache_beam as beam
+    from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV
     from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
     from beam_tfrecord.beam.runners.local_workers import use_local_workers
 
@@ -68,24 +66,37 @@ PIPELINE = CHURN + textwrap.dedent("""
         import os  # in the worker
         return f"{os.getpid()} {churn_faults()}"
 
-    pipeline = beam.Pipeline(runner=LocalBatchRunner())
-    use_local_workers(pipeline, 2)
-    with pipeline:
-        (pipeline | beam.Create(range(4)) | beam.Reshuffle() | beam.Map(report)
-         | beam.io.WriteToText(sys.argv[1], shard_name_template="", num_shards=1))
+    for fork, out in zip(sys.argv[1::2], sys.argv[2::2]):  # one run per (forking, output)
+        os.environ[FORK_WORKERS_ENV] = fork
+        pipeline = beam.Pipeline(runner=LocalBatchRunner())
+        use_local_workers(pipeline, 2)
+        with pipeline:
+            (pipeline | beam.Create(range(4)) | beam.Reshuffle() | beam.Map(report)
+             | beam.io.WriteToText(out, shard_name_template="", num_shards=1))
     print(os.getpid())
 """)
 
 
+@pytest.fixture(scope="module")
+def worker_faults(tmp_path_factory) -> tuple[int, dict[str, list[list[str]]]]:
+    """One launching process runs the pipeline with its workers forked (where Linux allows), then
+    started with a command line (one interpreter start for both); its pid and each run's reports."""
+    folder = tmp_path_factory.mktemp("worker-memory")
+    runs = {"forked": "1", "started": "0"} if fork_workers_enabled() else {"started": "0"}
+    args = [arg for name, fork in runs.items() for arg in (fork, str(folder / f"{name}.txt"))]
+    client = int(_python(PIPELINE, *args).split()[-1])
+    return client, {name: [line.split() for line in (folder / f"{name}.txt").read_text().splitlines()]
+                    for name in runs}
+
+
 @needs_glibc
 @pytest.mark.parametrize("fork", [
-    pytest.param("1", marks=pytest.mark.skipif(not fork_workers_enabled(), reason="forking needs Linux")),
-    "0",
-], ids=["forked", "started"])
-def test_the_local_worker_processes_keep_freed_memory(tmp_path, fork):
-    out = tmp_path / "faults.txt"
-    client = int(_python(PIPELINE, str(out), env={**os.environ, FORK_WORKERS_ENV: fork}).split()[-1])
-    reports = [line.split() for line in out.read_text().splitlines()]
+    pytest.param("forked", marks=pytest.mark.skipif(not fork_workers_enabled(), reason="forking needs Linux")),
+    "started",
+])
+def test_the_local_worker_processes_keep_freed_memory(worker_faults, fork):
+    client, runs = worker_faults
+    reports = runs[fork]
     assert len(reports) == 4
     assert client not in {int(pid) for pid, _ in reports}  # run by worker processes
     assert all(int(faults) < PAGES_CHURNED // 50 for _, faults in reports), reports

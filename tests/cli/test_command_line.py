@@ -1,8 +1,15 @@
-"""What a user meets on the command line: --help, typos refused, every file accounted, progress."""
+"""What a user meets on the command line: --help, typos refused, every file accounted, progress.
+
+Most cases call the command's ``main`` in this process (its output read from the file descriptors):
+a fresh interpreter costs ~3 s of Beam imports and is what the command line is not about. Through a
+real process: the console script's top-level help and one typo (its exit code), an unreadable file
+(capabilities dropped) and the progress bar (a pseudo-terminal).
+"""
 
 from __future__ import annotations
 
 import collections
+import importlib
 import json
 import os
 import re
@@ -17,9 +24,10 @@ from cli_tty import run_on_tty
 from fixtures_gcs import tiny_images  # noqa: F401  (pytest fixture)
 from PIL import Image as PILImage
 
-from beam_tfrecord import ImageDecoding, image_format_of, load_manifest, read_numpy
+from beam_tfrecord import ImageDecoding, cli, image_format_of, load_manifest, read_numpy
 from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
+from pipelines.common import run_as_command
 from pipelines.make_sample_images import write_sample_images
 
 BIN = Path(sys.executable).parent
@@ -30,6 +38,23 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=300)
 
 
+def _in_process(capfd: pytest.CaptureFixture[str], *argv: str) -> subprocess.CompletedProcess:
+    """``argv`` (``CLI ...`` or ``python -m pipelines.JOB ...``) run by the command's own ``main`` in this
+    process, as its console script or ``__main__`` runs it: its exit code, stdout and stderr."""
+    capfd.readouterr()  # what earlier steps printed is not the command's
+    try:
+        if argv[0] == CLI:
+            code = cli.main(list(argv[1:]))
+        else:
+            assert argv[:2] == (sys.executable, "-m"), argv
+            job = importlib.import_module(argv[2])
+            code = run_as_command(job.run, list(argv[3:]), prog=job.COMMAND.prog)
+    except SystemExit as ended:  # --help, or an option refused
+        code = ended.code if isinstance(ended.code, int) else 1
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(list(argv), code, out, err)
+
+
 @pytest.mark.parametrize("command, first_option", [
     ([CLI, "build"], "--input"),
     ([CLI, "build-manifest"], "--manifest"),
@@ -37,8 +62,9 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     ([sys.executable, "-m", "pipelines.build_image_dataset"], "--input"),
     ([sys.executable, "-m", "pipelines.refresh_image_dataset"], "--dataset_root"),
 ])
-def test_help_lists_every_option_by_group_and_points_to_beam(command, first_option):
-    done = _run(*command, "--help")
+def test_help_lists_every_option_by_group_and_points_to_beam(command, first_option, capfd, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")  # argparse wraps the help as in a process without a terminal
+    done = _in_process(capfd, *command, "--help")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     groups = [line for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
@@ -59,28 +85,31 @@ def test_top_level_help_names_each_command():
         assert command in done.stdout
 
 
-@pytest.mark.parametrize("command, typo, expected", [
+@pytest.mark.parametrize("command, typo, expected, as_process", [
     ([CLI, "build", "--input", "IMGS", "--output", "OUT"], "--taget_shard_bytes=1000",
-     "beam-tfrecord build: unknown option --taget_shard_bytes; did you mean --target_shard_bytes?"),
+     "beam-tfrecord build: unknown option --taget_shard_bytes; did you mean --target_shard_bytes?", True),
     ([CLI, "build", "--input", "IMGS", "--output", "OUT"], "--runer=DirectRunner",
-     "beam-tfrecord build: unknown option --runer; did you mean --runner?"),
+     "beam-tfrecord build: unknown option --runer; did you mean --runner?", False),
     ([sys.executable, "-m", "pipelines.refresh_image_dataset", "--input", "IMGS"], "--root=ROOT",
-     "python -m pipelines.refresh_image_dataset: unknown option --root; did you mean --dataset_root?"),
+     "python -m pipelines.refresh_image_dataset: unknown option --root; did you mean --dataset_root?", False),
     ([CLI, "build-manifest", "--manifest", "x.csv", "--output", "OUT"], "--frobnicate",
-     "beam-tfrecord build-manifest: unknown option --frobnicate"),
-])
-def test_unknown_options_are_refused_with_the_closest_known_one(tmp_path, command, typo, expected):
-    done = subprocess.run([*command, typo], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+     "beam-tfrecord build-manifest: unknown option --frobnicate", False),
+], ids=["console-script-process", "runner", "python-m-refresh", "no-close-option"])
+def test_unknown_options_are_refused_with_the_closest_known_one(tmp_path, command, typo, expected, as_process,
+                                                                 capfd, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done = (subprocess.run([*command, typo], capture_output=True, text=True, timeout=300) if as_process else
+            _in_process(capfd, *command, typo))
     assert done.returncode == 2
     assert done.stderr.splitlines()[0] == expected
     assert "--help` lists the options" in done.stderr
     assert not (tmp_path / "OUT").exists()
 
 
-def test_beam_pipeline_options_pass_through(tmp_path, tiny_images):
+def test_beam_pipeline_options_pass_through(tmp_path, tiny_images, capfd):
     out = tmp_path / "ds"
-    done = _run(CLI, "build", "--input", tiny_images, "--output", str(out), "--runner=DirectRunner",
-                "--direct_num_workers=1", "--project=unused-project", "--temp_location=/tmp", "--progress=none")
+    done = _in_process(capfd, CLI, "build", "--input", tiny_images, "--output", str(out), "--runner=DirectRunner",
+                       "--direct_num_workers=1", "--project=unused-project", "--temp_location=/tmp", "--progress=none")
     assert done.returncode == 0, done.stderr
     assert load_manifest(str(out)).num_written == 30
 
@@ -113,10 +142,10 @@ def untidy_folder(tmp_path) -> Path:
     return root
 
 
-def test_every_file_is_written_rejected_with_a_reason_or_reported_as_skipped(tmp_path, untidy_folder):
+def test_every_file_is_written_rejected_with_a_reason_or_reported_as_skipped(tmp_path, untidy_folder, capfd):
     out = tmp_path / "ds"
-    done = _run(CLI, "build", "--input", str(untidy_folder), "--output", str(out), "--max_rejected_fraction=0.1",
-                "--progress=none")
+    done = _in_process(capfd, CLI, "build", "--input", str(untidy_folder), "--output", str(out),
+                       "--max_rejected_fraction=0.1", "--progress=none")
     assert done.returncode == 0, done.stderr
     manifest = load_manifest(str(out))
     # 44 JPEGs + the dangling link + the two links of the loop: every image file is an input.
@@ -169,14 +198,14 @@ def test_a_file_without_read_permission_is_a_dead_letter(tmp_path):
     assert "Permission denied" in dead["message"], dead["message"]
 
 
-def test_a_folder_mixing_jpeg_and_png_builds_and_reads_back(tmp_path):
+def test_a_folder_mixing_jpeg_and_png_builds_and_reads_back(tmp_path, capfd):
     root = tmp_path / "mixed"
     for label in ("a", "b"):
         (root / label).mkdir(parents=True)
         for i in range(6):
             (_jpeg if i % 2 else _png)(root / label / f"{i}.{'jpg' if i % 2 else 'png'}", i)
     out = tmp_path / "ds"
-    done = _run(CLI, "build", "--input", str(root), "--output", str(out), "--progress=none")
+    done = _in_process(capfd, CLI, "build", "--input", str(root), "--output", str(out), "--progress=none")
     assert done.returncode == 0, done.stderr
     manifest = load_manifest(str(out))
     assert manifest.schema.features["image"].format is ImageFormat.ANY
@@ -195,19 +224,20 @@ def test_a_folder_mixing_jpeg_and_png_builds_and_reads_back(tmp_path):
                                   np.sort(np.stack(images).reshape(12, -1), axis=0))
 
 
-def test_an_explicit_single_format_still_rejects_the_other_one(tmp_path):
+def test_an_explicit_single_format_still_rejects_the_other_one(tmp_path, capfd):
     root = tmp_path / "mixed"
     (root / "a").mkdir(parents=True)
     _jpeg(root / "a" / "0.jpg", 0)
     _png(root / "a" / "1.png", 1)
-    done = _run(CLI, "build", "--input", str(root), "--output", str(tmp_path / "ds"), "--image_format=jpeg")
+    done = _in_process(capfd, CLI, "build", "--input", str(root), "--output", str(tmp_path / "ds"),
+                       "--image_format=jpeg")
     assert done.returncode == 1
     assert "a/1.png" in done.stderr and "expected jpeg image bytes" in done.stderr
 
 
-def test_progress_lines_when_not_a_terminal_leave_the_summary_whole(tmp_path, tiny_images):
-    done = _run(CLI, "build", "--input", tiny_images, "--output", str(tmp_path / "ds"),
-                "--progress=log", "--progress_interval_seconds=0.05")
+def test_progress_lines_when_not_a_terminal_leave_the_summary_whole(tmp_path, tiny_images, capfd):
+    done = _in_process(capfd, CLI, "build", "--input", tiny_images, "--output", str(tmp_path / "ds"),
+                       "--progress=log", "--progress_interval_seconds=0.05")
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("progress: ")]
     assert lines, done.stderr
@@ -218,13 +248,13 @@ def test_progress_lines_when_not_a_terminal_leave_the_summary_whole(tmp_path, ti
 
 def test_progress_bar_on_a_terminal_is_cleared_before_the_summary(tmp_path):
     images = tmp_path / "imgs"
-    write_sample_images(str(images), per_class=300, size=48, seed=1)
+    write_sample_images(str(images), per_class=100, size=32, seed=1)  # the bar redraws every 0.25 s
     code, raw = run_on_tty([CLI, "build", "--input", str(images), "--output", str(tmp_path / "ds"),
                             "--target_shard_bytes=100000"])
     text = raw.decode("utf-8", errors="replace")
     assert code == 0, text[-2000:]
     frames = [frame for frame in text.split("\r") if "samples (" in frame]
-    assert frames and "/900 samples (0 rejected) | shards " in frames[-1]
+    assert frames and "/300 samples (0 rejected) | shards " in frames[-1]
     before_summary, summary = text.split("dataset 'data' at ", 1)
     assert before_summary.rstrip(" ").endswith("\r")  # the bar's last frame was blanked out
-    assert "900 records written" in summary and "samples (" not in summary
+    assert "300 records written" in summary and "samples (" not in summary

@@ -1,8 +1,9 @@
 """The NumPy reader and the PyTorch dataset run where apache_beam and tensorflow cannot be imported.
 
-Each case runs in a fresh interpreter whose import system refuses ``apache_beam``, ``tensorflow``
-and ``tensorflow_datasets`` (a meta-path finder installed before anything else), reading a
-local dataset and one copied to a real GCS emulator, in both file formats.
+One fresh interpreter whose import system refuses ``apache_beam``, ``tensorflow`` and
+``tensorflow_datasets`` (a meta-path finder installed before anything else) reads, in turn, a local
+dataset and one copied to a real GCS emulator, in both file formats (module fixture: one interpreter
+start and one torch import for the four cases).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
-from fixtures_gcs import fake_gcs, gcs_bucket  # noqa: F401  (pytest fixtures)
+from fixtures_gcs import fake_gcs  # noqa: F401  (pytest fixture)
 
 from beam_tfrecord import load_manifest, read_numpy
 
@@ -38,25 +40,33 @@ for name in BLOCKED:
 import torch.utils.data
 from beam_tfrecord import read_numpy, TFRecordIterableDataset, load_manifest, num_examples, verify_dataset
 
-path = sys.argv[1]
-examples = list(read_numpy(path, split="train[:50%]"))
-shuffled = list(read_numpy(path, split="train", shuffle=True, seed=1, num_workers=2, worker_index=1))
-loader = torch.utils.data.DataLoader(TFRecordIterableDataset(path, split="train", rank=0, world_size=2),
-                                     batch_size=None, num_workers=0)
-torch_counts = [int(e["count"]) for e in loader]
-leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
-print(json.dumps({"counts": [int(e["count"]) for e in examples], "shuffled": len(shuffled),
-                  "torch": torch_counts, "num_examples": num_examples(path, split="train"),
-                  "verified": verify_dataset(path).num_records, "leaked": leaked}))
+for path in sys.argv[1:]:
+    examples = list(read_numpy(path, split="train[:50%]"))
+    shuffled = list(read_numpy(path, split="train", shuffle=True, seed=1, num_workers=2, worker_index=1))
+    loader = torch.utils.data.DataLoader(TFRecordIterableDataset(path, split="train", rank=0, world_size=2),
+                                         batch_size=None, num_workers=0)
+    torch_counts = [int(e["count"]) for e in loader]
+    leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
+    print(json.dumps({"path": path, "counts": [int(e["count"]) for e in examples], "shuffled": len(shuffled),
+                      "torch": torch_counts, "num_examples": num_examples(path, split="train"),
+                      "verified": verify_dataset(path).num_records, "leaked": leaked}))
 '''
 
 
-def _run_without_beam_and_tf(path: str) -> dict:
+@pytest.fixture(scope="module")
+def read_without_beam_and_tf(fake_gcs, tfrecord_dataset, array_record_dataset) -> dict[str, dict]:
+    """What the script read from each of the four datasets, by "local-FORMAT" and "gcs-FORMAT"."""
+    bucket = fake_gcs.create_bucket(f"bt-light-readers-{time.monotonic_ns() % 10**6}")
+    paths = {}
+    for fmt, local in (("tfrecord", tfrecord_dataset), ("array_record", array_record_dataset)):
+        fake_gcs.upload_tree(local, f"{bucket}/{fmt}")
+        paths[f"local-{fmt}"], paths[f"gcs-{fmt}"] = local, f"{bucket}/{fmt}"
     script = f"BLOCKED = {_BLOCKED!r}\n" + _SCRIPT
-    done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=300,
-                          env={**os.environ})
+    done = subprocess.run([sys.executable, "-c", script, *paths.values()], capture_output=True, text=True,
+                          timeout=300, env={**os.environ})
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    read = {line["path"]: line for line in map(json.loads, done.stdout.strip().splitlines()[-len(paths):])}
+    return {case: read[path] for case, path in paths.items()}
 
 
 def _expected(path: str) -> dict:
@@ -65,9 +75,10 @@ def _expected(path: str) -> dict:
 
 
 @pytest.mark.parametrize("fmt", ["tfrecord", "array_record"])
-def test_local_dataset_reads_without_beam_or_tensorflow(fmt, tfrecord_dataset, array_record_dataset):
+def test_local_dataset_reads_without_beam_or_tensorflow(fmt, tfrecord_dataset, array_record_dataset,
+                                                       read_without_beam_and_tf):
     path = tfrecord_dataset if fmt == "tfrecord" else array_record_dataset
-    got, expected = _run_without_beam_and_tf(path), _expected(path)
+    got, expected = read_without_beam_and_tf[f"local-{fmt}"], _expected(path)
     assert got["leaked"] == []
     assert got["counts"] == expected["counts"] and got["num_examples"] == expected["num_examples"]
     assert got["shuffled"] == expected["num_examples"] // 2 and len(got["torch"]) == expected["num_examples"] // 2
@@ -75,11 +86,9 @@ def test_local_dataset_reads_without_beam_or_tensorflow(fmt, tfrecord_dataset, a
 
 
 @pytest.mark.parametrize("fmt", ["tfrecord", "array_record"])
-def test_gcs_dataset_reads_without_beam_or_tensorflow(fmt, fake_gcs, gcs_bucket, tfrecord_dataset,
-                                                      array_record_dataset):
+def test_gcs_dataset_reads_without_beam_or_tensorflow(fmt, tfrecord_dataset, array_record_dataset,
+                                                      read_without_beam_and_tf):
     local = tfrecord_dataset if fmt == "tfrecord" else array_record_dataset
-    remote = f"{gcs_bucket}/{fmt}"
-    fake_gcs.upload_tree(local, remote)
-    got, expected = _run_without_beam_and_tf(remote), _expected(local)
+    got, expected = read_without_beam_and_tf[f"gcs-{fmt}"], _expected(local)
     assert got["leaked"] == []
     assert got["counts"] == expected["counts"] and got["verified"] == load_manifest(local).num_written
