@@ -12,7 +12,7 @@ import itertools
 import operator
 import pickle
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -56,8 +56,10 @@ class DigestBuffer:
         self._dir = settings.digests_dir
         self._hasher = ContentHasher(settings.check.excluded)
         self._rebuild = rebuild
-        self._parts: list[Digests] = []
-        self._count = 0
+        # content hashes and key hashes as bytes, keys as str: made numpy columns once, when the file is written
+        self._content: list[bytes] = []
+        self._key_hashes: list[bytes] = []
+        self._keys: list[str] = []
         self._file: DigestFile | None = None
 
     def add(self, entries: Sequence[bytes], keys: Sequence[str]) -> list[DigestFile]:
@@ -75,10 +77,10 @@ class DigestBuffer:
         else:
             records = [memoryview(entry)[_RECORD_AT:-_FRAME_FOOTER] if entry[HASH_BYTES] == RECORD
                        else self._rebuilt(entry) for entry in entries]
-        content = self._hasher.digests(records)
-        self._parts.append(Digests.of(content, b"".join(map(_KEY_HASH, entries)), keys))
-        self._count += len(entries)
-        if self._count >= BUFFER_DIGESTS:
+        self._content.append(self._hasher.digests(records))
+        self._key_hashes.append(b"".join(map(_KEY_HASH, entries)))
+        self._keys.extend(keys)
+        if len(self._keys) >= BUFFER_DIGESTS:
             self.finish()
         return started
 
@@ -97,8 +99,9 @@ class DigestBuffer:
     def finish(self) -> None:
         """Writes the buffered digests to the announced file (a bundle's end, or a full buffer)."""
         if self._file is not None:
-            write_digest_file(self._file.path, Digests.concatenate(self._parts))
-        self._parts, self._count, self._file = [], 0, None
+            write_digest_file(self._file.path, Digests.of(b"".join(self._content), b"".join(self._key_hashes),
+                                                          self._keys))
+        self._content, self._key_hashes, self._keys, self._file = [], [], [], None
 
 
 _RECORDS_PER_ADD = 4096  # records that arrive one at a time, handed to the buffer in chunks
@@ -141,8 +144,16 @@ _Task = tuple[int, int, tuple[str, ...]]  # (first section, end section, every d
 
 
 def _finding_tasks(group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[int, _Task]]:
+    return _tasks_of(by_kind(group, (START, DIGESTS))[DIGESTS])
+
+
+def _tasks_listed(element: Any, files_of: Callable[[Any], Iterable[DigestFile]]) -> Iterator[tuple[int, _Task]]:
+    return _tasks_of(files_of(element))
+
+
+def _tasks_of(digest_files: Iterable[DigestFile]) -> Iterator[tuple[int, _Task]]:
     """(task number, (first section, end section, every digest file)): as many tasks as files, up to SECTIONS."""
-    files = sorted(f.path for f in by_kind(group, (START, DIGESTS))[DIGESTS])
+    files = sorted(f.path for f in digest_files)
     if not files:
         return
     tasks = min(len(files), SECTIONS)
@@ -167,6 +178,27 @@ class FindDuplicates(beam.PTransform):
             | "GatherDigests" >> beam.Flatten()
             | "AllDigests" >> beam.GroupByKey()  # (None, [(kind, DigestFile)]): the files, not their rows
             | "Tasks" >> beam.FlatMap(_finding_tasks)
+            | "ByTask" >> beam.GroupByKey()  # spreads the tasks over workers
+            | "FindGroups" >> beam.FlatMap(_find_in_sections)
+        )
+
+
+class FindDuplicatesAmong(beam.PTransform):
+    """One element that lists every ``DigestFile`` (``files_of(element)``: the spill path's plan) ->
+    ``DuplicateGroups``, as ``FindDuplicates`` finds them, with no stage to gather the files first.
+
+    Args:
+        files_of: the element -> the build's digest files.
+    """
+
+    def __init__(self, files_of: Callable[[Any], Iterable[DigestFile]]) -> None:
+        super().__init__()
+        self._files_of = files_of
+
+    def expand(self, listing: beam.PCollection) -> beam.PCollection:
+        return (
+            listing
+            | "Tasks" >> beam.FlatMap(_tasks_listed, self._files_of)
             | "ByTask" >> beam.GroupByKey()  # spreads the tasks over workers
             | "FindGroups" >> beam.FlatMap(_find_in_sections)
         )

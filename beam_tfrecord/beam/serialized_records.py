@@ -34,6 +34,7 @@ from beam_tfrecord.core.samples import DeadLetter, Stage
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import SampleError, WriterOptionError
 from beam_tfrecord.quality.digest_files import DigestFile
+from beam_tfrecord.quality.split_groups import RecordGroupPlacement
 from beam_tfrecord.spill.run_files import RunWriting
 
 # The element -> its key (a stable id), for records whose content is not the right key.
@@ -90,13 +91,16 @@ class RecordEntryMaker:
         max_record_bytes: the hard shard cap; a larger (framed) record is a dead letter.
         key_fn: the element's key; None places records by a content hash of their bytes (a dead
             letter is then named ``content:<hash>``).
+        placement: places each record by its group (``split_key_fn``) and key; None: by its key.
     """
 
-    def __init__(self, *, payload: Payload, salt: str, max_record_bytes: int, key_fn: KeyFn | None) -> None:
+    def __init__(self, *, payload: Payload, salt: str, max_record_bytes: int, key_fn: KeyFn | None,
+                 placement: RecordGroupPlacement | None = None) -> None:
         self._payload = payload
         self._salt = salt
         self._max_record_bytes = max_record_bytes
         self._key_fn = key_fn
+        self._placement = placement
 
     def make(self, element: Any) -> PlacedRecord | DeadLetter:
         """The element's record, placed and looked at, or its dead letter."""
@@ -115,6 +119,11 @@ class RecordEntryMaker:
             key = f"content:{hashed:016x}"
         else:
             hashed = key_hash(key, self._salt)
+        if self._placement is not None:
+            try:
+                hashed = int.from_bytes(self._placement.digest(element, key), "big")
+            except Exception as err:  # whatever a user's split_key_fn raises is this element's problem
+                return DeadLetter.from_error(key, Stage.VALIDATE, err)
         shape = None if self._payload is Payload.RAW else record_shape(data)
         unnameable = None if shape is None else unnameable_feature(shape)
         if unnameable is not None:
@@ -153,8 +162,9 @@ class _EncodeRecordsFn(beam.DoFn):
     """What both DoFns share: the entry maker, a summary tracker (and digests) per bundle, the counters."""
 
     def __init__(self, *, payload: Payload, salt: str, max_record_bytes: int, key_fn: KeyFn | None,
-                 duplicates: DigestSettings | None = None) -> None:
-        self._options = dict(payload=payload, salt=salt, max_record_bytes=max_record_bytes, key_fn=key_fn)
+                 duplicates: DigestSettings | None = None, placement: RecordGroupPlacement | None = None) -> None:
+        self._options = dict(payload=payload, salt=salt, max_record_bytes=max_record_bytes, key_fn=key_fn,
+                             placement=placement)
         self._duplicates = duplicates
         self._encoded = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_encoded")
         self._rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_rejected")
@@ -189,9 +199,10 @@ class EncodeRecordsToRunsFn(_EncodeRecordsFn):
     with samples. Output: ``SpilledRun`` (announced when it starts), ``DeadLetter``, ``RecordsSummary``."""
 
     def __init__(self, *, runs_dir: str, run_bytes: int, direct_io: bool, payload: Payload, salt: str,
-                 max_record_bytes: int, key_fn: KeyFn | None, duplicates: DigestSettings | None = None) -> None:
+                 max_record_bytes: int, key_fn: KeyFn | None, duplicates: DigestSettings | None = None,
+                 placement: RecordGroupPlacement | None = None) -> None:
         super().__init__(payload=payload, salt=salt, max_record_bytes=max_record_bytes, key_fn=key_fn,
-                         duplicates=duplicates)
+                         duplicates=duplicates, placement=placement)
         self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
 
     def setup(self) -> None:
@@ -270,21 +281,23 @@ class RecordsEncoding:
     Attributes:
         payload: what the records are.
         key_fn: the element's key, or None for a content hash.
+        placement: places records by their group (``split_key_fn``); None: by their key.
     """
 
     payload: Payload = Payload.AUTO
     key_fn: KeyFn | None = None
+    placement: RecordGroupPlacement | None = None
 
     def to_runs_fn(self, *, runs_dir: str, run_bytes: int, direct_io: bool, salt: str,
                    max_record_bytes: int, duplicates: DigestSettings | None = None) -> beam.DoFn:
         return EncodeRecordsToRunsFn(runs_dir=runs_dir, run_bytes=run_bytes, direct_io=direct_io, payload=self.payload,
                                      salt=salt, max_record_bytes=max_record_bytes, key_fn=self.key_fn,
-                                     duplicates=duplicates)
+                                     duplicates=duplicates, placement=self.placement)
 
     def to_batches_fn(self, *, salt: str, max_record_bytes: int, duplicates: DigestSettings | None = None
                       ) -> beam.DoFn:
         return EncodeRecordsToBatchesFn(payload=self.payload, salt=salt, max_record_bytes=max_record_bytes,
-                                        key_fn=self.key_fn, duplicates=duplicates)
+                                        key_fn=self.key_fn, duplicates=duplicates, placement=self.placement)
 
     def summarize_batches(self) -> beam.PTransform:
         return SummarizeBatches()

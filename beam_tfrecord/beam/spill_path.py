@@ -15,7 +15,7 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.dropped import check_removed, dropped_hashes, entries_without, index_without, write_dropped
-from beam_tfrecord.beam.duplicates import DigestSettings, FindDuplicates
+from beam_tfrecord.beam.duplicates import DigestSettings, FindDuplicatesAmong
 from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
@@ -353,7 +353,7 @@ class SpillPath(beam.PTransform):
         groups = None
         if settings.duplicates is not None and settings.duplicates.mode is DuplicatesMode.DROP:
             # the plan waits for the duplicate groups: it plans the kept records only
-            groups = gathered | "DigestFilesOf" >> beam.FlatMap(_digest_files_in) | "FindDuplicates" >> FindDuplicates()
+            groups = gathered | "FindDuplicates" >> FindDuplicatesAmong(_digest_files_in)
             gathered = ((gathered | "Ungroup" >> beam.FlatMap(_ungrouped), groups | "TagGroups" >> tag(DUPLICATES))
                         | "GatherGroups" >> beam.Flatten()
                         | "WithGroups" >> beam.GroupByKey())
@@ -378,8 +378,8 @@ class SpillPath(beam.PTransform):
         plan = planned | "PlanOf" >> beam.Map(_plan_of)
         dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
         summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if settings.encoding is not None else None
-        digest_files = (planned | "DigestFiles" >> beam.FlatMap(_digest_files_planned)
-                        if settings.duplicates is not None and groups is None else None)
+        if settings.duplicates is not None and groups is None:  # the plan lists every digest file
+            groups = planned | "FindDuplicates" >> FindDuplicatesAmong(_digest_files_planned)
         signature_files = (planned | "SignatureFiles" >> beam.FlatMap(_signature_files_planned)
                            if settings.near_feature is not None else None)
-        return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files, groups, signature_files)
+        return FanInOutputs(plan, shard_infos, dead_letters, summary, None, groups, signature_files)

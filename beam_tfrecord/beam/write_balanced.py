@@ -32,6 +32,7 @@ from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.errors import ShardingError, WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
+from beam_tfrecord.quality.split_groups import RecordGroupPlacement, SplitKeyFn
 
 # The schema of raw payloads, and of a dataset of no record (what an empty one is published with).
 RAW_SCHEMA = Schema({RAW_FEATURE: Scalar(DType.BYTES)})
@@ -123,6 +124,10 @@ class WriteBalancedTFRecord(beam.PTransform):
             (manifest ``duplicates``), ``"fail"`` publishes nothing (``DuplicatesFoundError``), ``"drop"``
             keeps the record of smallest key hash of each group (needs ``key_fn``). A ``DuplicatesCheck``
             may leave features out of the hash (an id feature ``key_fn`` reads; ``Payload.EXAMPLE``).
+        split_key_fn: the element -> its group (str or bytes: a user or patient id feature it reads, as
+            ``key_fn`` reads the key): the splits hash it instead of the key, so every record of a group
+            lands in one split (ratio splits); the manifest's ``split_by`` names the function. A record it
+            fails on, or whose group is of another type, is a dead letter naming the record.
 
     Raises:
         WriterOptionError, ShardingError: at construction, naming the argument out of range.
@@ -140,7 +145,8 @@ class WriteBalancedTFRecord(beam.PTransform):
                  payload: Payload | None = None, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
                  metadata: Mapping[str, Any] | None = None, dali_index: bool = False,
                  tuning: WriterTuning | None = None,
-                 duplicates: DuplicatesCheck | DuplicatesMode | str | None = None) -> None:
+                 duplicates: DuplicatesCheck | DuplicatesMode | str | None = None,
+                 split_key_fn: SplitKeyFn | None = None) -> None:
         super().__init__()
         if (file_path_prefix is None) == (output_dir is None):
             raise WriterOptionError(f"give file_path_prefix (files named as WriteToTFRecord names them) or "
@@ -177,6 +183,10 @@ class WriteBalancedTFRecord(beam.PTransform):
         self._window_error = window_template_error(shard_name_template)
         payload = payload or (Payload.AUTO if self._layout is None else Payload.VERBATIM)
         check = _duplicates_check(duplicates, key_fn, payload)
+        placement = None  # a bad split_key_fn, or splits that are not ratios: WriteTFRecordDataset's error
+        if callable(split_key_fn) and split_config.is_ratio:
+            placement = RecordGroupPlacement(split_key_fn, salt=salt,
+                                             split_starts=[lo for _, lo, _ in split_config.ratio_bounds()])
         self._write = WriteTFRecordDataset(
             target_dir, schema=RAW_SCHEMA,
             dataset_name=dataset_name, splits=split_config,
@@ -185,8 +195,8 @@ class WriteBalancedTFRecord(beam.PTransform):
             compression=compression_of(compression_type, self._layout), salt=salt,
             max_rejected_fraction=max_rejected_fraction, dali_index=dali_index,
             metadata={**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value},
-            command=("WriteBalancedTFRecord",), encoding=RecordsEncoding(payload, check_key_fn(key_fn)),
-            tuning=tuning, duplicates=check)
+            command=("WriteBalancedTFRecord",), encoding=RecordsEncoding(payload, check_key_fn(key_fn), placement),
+            tuning=tuning, duplicates=check, split_key_fn=split_key_fn)  # it checks split_key_fn, names it
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         require_bounded(records, writer=type(self).__name__)

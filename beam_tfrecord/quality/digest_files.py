@@ -1,4 +1,4 @@
-"""Digest files: records' content hashes, key hashes and keys, sorted by content hash, in sections.
+"""Digest files: records' content hashes, key hashes and keys, in sections of the content hash.
 
 An encoder writes one per buffer of records; the task that finds duplicates among content hashes in
 sections [first, end) reads that part of every file (three ranged reads), so equal hashes meet there
@@ -121,11 +121,12 @@ def section_of(hi: np.ndarray) -> np.ndarray:
 
 
 def write_digest_file(path: str, digests: Digests) -> None:
-    """Writes ``digests`` sorted by their content hashes' high halves, with its section starts."""
-    order = np.argsort(digests.hi, kind="stable")  # sections need the high halves in order, nothing more
+    """Writes ``digests`` section after section (in input order within one), with the sections' starts."""
+    sections = section_of(digests.hi).astype(np.uint16)
+    order = np.argsort(sections, kind="stable")  # a radix sort of 16-bit sections: the finding task sorts
     rows = np.empty(len(digests), _ROW)
     rows["hi"], rows["lo"], rows["key_hash"] = digests.hi[order], digests.lo[order], digests.key_hashes[order]
-    starts = np.searchsorted(section_of(rows["hi"]), np.arange(SECTIONS + 1), side="left").astype("<u8")
+    starts = np.searchsorted(sections[order], np.arange(SECTIONS + 1), side="left").astype("<u8")
     keys = digests.keys.take(order)
     with storage.open_write(path) as handle:
         handle.write(_HEADER.pack(_MAGIC, len(rows)))

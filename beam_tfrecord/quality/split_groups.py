@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from beam_tfrecord.core.hashing import HASH_SPACE, key_digests
+from beam_tfrecord.core.sample_encoder import describe_value
 from beam_tfrecord.errors import SampleError
 
 SPLIT_BY_KEY = "split_by"  # the manifest metadata entry: what decided the splits (a column or a function's name)
@@ -66,10 +67,12 @@ class GroupPlacement:
 
     def digests(self, samples: Sequence[Any]) -> list[bytes]:
         """Each sample's placing hash as 8 big-endian bytes (how a run entry starts)."""
-        groups = key_digests([_text(self._fn(sample)) for sample in samples], self._salt)
-        keys = key_digests([sample.key for sample in samples], self._salt)
+        return self.place([_text(self._fn(sample)) for sample in samples], [sample.key for sample in samples])
+
+    def place(self, group_values: Sequence[str], keys: Sequence[str]) -> list[bytes]:
+        """The placing hash (8 big-endian bytes) of each record of a group value (as text) and a key."""
         out = []
-        for group, key in zip(groups, keys):
+        for group, key in zip(key_digests(list(group_values), self._salt), key_digests(list(keys), self._salt)):
             whole = int.from_bytes(group, "big")
             split = int(np.searchsorted(self._starts, np.uint64(whole), side="right")) - 1
             placed = (whole & ~_MASK) | (int.from_bytes(key, "big") & _MASK)
@@ -77,3 +80,27 @@ class GroupPlacement:
                 placed = whole  # the group's range crosses a split boundary: its records share one hash
             out.append(placed.to_bytes(8, "big"))
         return out
+
+
+class RecordGroupPlacement:
+    """``GroupPlacement`` for records that arrive serialized (``WriteBalancedTFRecord``): its ``split_key_fn``
+    reads the element (a record's bytes or message, as ``key_fn`` does) and returns its group as str or bytes.
+
+    Args:
+        split_key_fn: an element -> its group value (str or bytes).
+        salt: the build's hash salt.
+        split_starts: the ratio splits' first hashes, ascending (the first is 0).
+    """
+
+    def __init__(self, split_key_fn: SplitKeyFn, *, salt: str, split_starts: Sequence[int]) -> None:
+        self.split_key_fn = split_key_fn
+        self._placement = GroupPlacement(split_key_fn, salt=salt, split_starts=split_starts)
+
+    def digest(self, element: Any, key: str) -> bytes:
+        """The element's placing hash (8 big-endian bytes); raises what ``split_key_fn`` raises, and SampleError
+        (naming ``key``) for a group value that is not str or bytes."""
+        value = self.split_key_fn(element)
+        if not isinstance(value, (str, bytes)):
+            raise SampleError(key, None, "split_key_fn to return the record's group as str or bytes",
+                              describe_value(value))
+        return self._placement.place([_text(value)], [key])[0]
