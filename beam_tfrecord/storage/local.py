@@ -120,6 +120,26 @@ class LocalBackend(StorageBackend):
         os.remove(aside)
 
 
+def _files_under(literal: str) -> list[str]:
+    """Every file whose path starts with ``literal``: a folder's whole tree, or in a folder only the entries
+    named from the literal's last part on (``/data/train-`` walks ``/data/train-*`` and no sibling's tree)."""
+    if literal.endswith(os.sep) or os.path.isdir(literal):
+        roots, names = [literal], []
+    else:
+        parent, stem = os.path.split(literal)
+        try:
+            with os.scandir(parent or ".") as entries:
+                chosen = [entry for entry in entries if entry.name.startswith(stem)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        # As os.walk classifies them: a folder (not a link to one) is walked; a link to a folder is neither.
+        roots = [os.path.join(parent, e.name) for e in chosen if e.is_dir() and not e.is_symlink()]
+        names = [os.path.join(parent, e.name) for e in chosen if not e.is_dir()]
+    for root in roots:  # a pattern relative to the working directory gives "x.csv", not "./x.csv"
+        names += [os.path.join(folder, name) for folder, _, files in os.walk(root) for name in files]
+    return names
+
+
 def _listed(pattern: str, *, include_broken: bool) -> list[tuple[str, int, os.stat_result | None]]:
     """(path, size, stat) of the files matching ``pattern``, sorted; unsizable ones (-1, None) if asked."""
     literal = literal_prefix(pattern)
@@ -127,10 +147,7 @@ def _listed(pattern: str, *, include_broken: bool) -> list[tuple[str, int, os.st
     if os.path.isfile(literal) or os.path.islink(literal):
         candidates = [literal]
     else:
-        root = literal if literal.endswith(os.sep) or os.path.isdir(literal) else os.path.dirname(literal)
-        candidates = [os.path.join(folder, name) for folder, _, names in os.walk(root or ".") for name in names]
-        if not root:  # a pattern relative to the working directory: match "x.csv", not "./x.csv"
-            candidates = [os.path.relpath(path) for path in candidates]
+        candidates = _files_under(literal)
     out: list[tuple[str, int, os.stat_result | None]] = []
     for path in candidates:
         if not _matches(regex, path):
