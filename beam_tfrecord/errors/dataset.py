@@ -71,6 +71,15 @@ class MissingShardError(CorruptShardError, FileNotFoundError):
         super().__init__(shard, "listed in the manifest but missing from storage")
 
 
+class ShardChangedError(BeamTFRecordError):
+    """A shard changed or was removed after a DataLoader worker read it, before the main process took its batch.
+
+    A worker sends bytes of a local shard as a reference (path, size, mtime, inode) that the main process maps;
+    the message names the shard and both identities. It takes the message alone, so that a DataLoader, which
+    re-raises a worker's error by its type and message, raises it as such.
+    """
+
+
 class StatisticsFileError(BeamTFRecordError, ValueError):
     """A dataset's ``statistics.pb`` is missing, does not parse, or disagrees with its manifest.
 

@@ -1,23 +1,28 @@
 """Ready batches as tensors: ``RaggedBatch`` for variable-length features, stacked tensors for the rest.
 
-Inside a DataLoader worker, columns are allocated in shared memory, so a batch reaches the main process as
-tensor handles, not pickled bytes (docs/reading.md, "Ragged batches").
+Inside a DataLoader worker, a batch (``WorkerBatch``) reaches the main process without its bytes being pickled:
+bytes of a mapped local shard as a reference the main process maps, other columns in the worker's reused shared
+memory slots (``torch_slots``), small ones pickled (docs/reading.md, "Ragged batches").
 """
 
 from __future__ import annotations
 
 import io
 import itertools
+import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 import torch.utils.data
 
+from beam_tfrecord.errors import ShardChangedError
 from beam_tfrecord.reader.decode.block_decode import Columns
+from beam_tfrecord.reader.decode.mapped_files import MappedFile, map_file, mapped_file
 from beam_tfrecord.reader.decode.ragged import Allocate, RaggedArray, allocate, item_index, ragged_items
+from beam_tfrecord.reader.torch_slots import SMALL_BYTES, SlotPool, rebuild, worker_pool
 
 
 class RaggedBatch:
@@ -28,17 +33,23 @@ class RaggedBatch:
     ``image(i)`` decodes an encoded image. Views share memory with ``values``: they stay valid as long as they
     are referenced (the tensor's storage is kept alive by them). With ``starts`` (bytes read at 0 workers from a
     mapped shard), item ``i`` lies at ``starts[i]`` of ``values``, the read-only mapped shard: never write into
-    it. ``pin_memory()`` and ``to()`` (which pack the items first) serve ``DataLoader(pin_memory=True)``.
+    it (``file`` names it when the batch crosses processes). ``pin_memory()`` and ``to()`` (which pack the items
+    first) serve ``DataLoader(pin_memory=True)``.
     """
 
-    __slots__ = ("is_bytes", "offsets", "starts", "values")
+    __slots__ = ("file", "is_bytes", "offsets", "starts", "values")
 
     def __init__(self, values: torch.Tensor, offsets: torch.Tensor, *, is_bytes: bool,
-                 starts: torch.Tensor | None = None) -> None:
+                 starts: torch.Tensor | None = None, file: MappedFile | None = None) -> None:
         self.values = values
         self.offsets = offsets
         self.is_bytes = is_bytes
         self.starts = starts
+        self.file = file
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as the mapped file's name and the spans when ``file`` is set, else packed (no whole shard)."""
+        return _rebuilt, (_payload(self, None),)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -110,16 +121,10 @@ class RaggedBatch:
         return RaggedBatch(packed.values.to(device), packed.offsets.to(device), is_bytes=self.is_bytes)
 
 
-def shared_allocate(size: int, dtype: np.dtype) -> np.ndarray:
-    """A 1-D array in shared memory: a DataLoader worker hands its tensor to the main process without a copy."""
-    torch_dtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-    storage = torch.empty(0, dtype=torch_dtype)._typed_storage()._new_shared(size)
-    return torch.empty(0, dtype=torch_dtype).set_(storage).numpy()
-
-
 def worker_allocate() -> Allocate:
-    """Shared memory inside a DataLoader worker, ordinary memory elsewhere."""
-    return shared_allocate if torch.utils.data.get_worker_info() is not None else allocate
+    """A DataLoader worker's slots (``SlotPool.allocate``), ordinary memory elsewhere."""
+    pool = worker_pool()
+    return pool.allocate if pool is not None else allocate
 
 
 def as_tensor(array: np.ndarray) -> torch.Tensor:
@@ -139,9 +144,12 @@ def as_tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-def tensors(columns: Columns, *, ragged: bool = True, allocate_values: Allocate = allocate) -> dict[str, Any]:
+def tensors(columns: Columns, *, ragged: bool = True, allocate_values: Allocate = allocate,
+            refer: Callable[[np.ndarray], MappedFile | None] | None = None) -> dict[str, Any]:
     """A batch's columns as tensors: numeric arrays stacked; bytes and variable-length lists as ``RaggedBatch``
-    (with ``ragged``), else lists; anything else (sequence features, fixed lists of bytes) as lists."""
+    (with ``ragged``), else lists; anything else (sequence features, fixed lists of bytes) as lists. Items in a
+    mapped shard stay there with the default ``allocate_values``, or when ``refer`` names the shard's file (the
+    batch then crosses processes as a reference); else they are packed into an array of ``allocate_values``."""
     out: dict[str, Any] = {}
     for name, column in columns.items():
         if isinstance(column, np.ndarray) and column.dtype != object:
@@ -150,8 +158,96 @@ def tensors(columns: Columns, *, ragged: bool = True, allocate_values: Allocate 
         items = ragged_items(column, allocate_values) if ragged else None
         if items is None:
             out[name] = list(column)
-        else:
-            starts = None if items.starts is None else torch.from_numpy(items.starts)
-            out[name] = RaggedBatch(as_tensor(items.values), torch.from_numpy(items.offsets), is_bytes=items.is_bytes,
-                                    starts=starts)
+            continue
+        file = None
+        if items.starts is not None and allocate_values is not allocate:
+            file = refer(items.values) if refer is not None else None
+            if file is None:
+                items = items.packed(allocate_values)
+        starts = None if items.starts is None else torch.from_numpy(items.starts)
+        out[name] = RaggedBatch(as_tensor(items.values), torch.from_numpy(items.offsets), is_bytes=items.is_bytes,
+                                starts=starts, file=file)
     return out
+
+
+def shard_reference(evictable: str | None) -> Callable[[np.ndarray], MappedFile | None]:
+    """``tensors``' ``refer`` in a DataLoader worker: the file of a shard's mapping, unless it lies under
+    ``evictable`` (a cache directory with a limit, whose shards may be removed while their batches travel)."""
+    under = os.path.join(os.path.realpath(evictable), "") if evictable is not None else None
+
+    def refer(values: np.ndarray) -> MappedFile | None:
+        file = mapped_file(values)
+        return None if file is None or (under is not None and file.path.startswith(under)) else file
+
+    return refer
+
+
+class WorkerBatch(dict[str, Any]):
+    """A batch as a DataLoader worker yields it: pickled column by column (``_payload``), so that its bytes
+    cross as references and slots; the main process gets a plain ``dict``."""
+
+    def __copy__(self) -> "WorkerBatch":  # DataLoader's default_convert copies a mapping, then updates it
+        return WorkerBatch(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        pool = worker_pool()
+        return _rebuilt_batch, ({name: _payload(value, pool) for name, value in self.items()},)
+
+
+def _payload(value: Any, pool: SlotPool | None) -> tuple[Any, ...]:
+    """How one column crosses: a mapped file's spans, a slot, a small array pickled, a tensor (torch's way)."""
+    if isinstance(value, RaggedBatch):
+        if value.file is not None and value.starts is not None:
+            return "mapped", value.file, value.offsets.numpy(), value.starts.numpy(), value.is_bytes
+        packed = value.packed()
+        return "ragged", _payload(packed.values, pool), packed.offsets.numpy(), packed.is_bytes
+    if isinstance(value, torch.Tensor) and value.device.type == "cpu" and not value.requires_grad:
+        reference = pool.reference(value) if pool is not None else None
+        if reference is not None:
+            return "slot", reference
+        if value.nbytes < SMALL_BYTES:
+            return "array", value.numpy()
+    return "value", value
+
+
+def _rebuilt(payload: tuple[Any, ...]) -> Any:
+    """The column ``_payload`` described, in this process."""
+    kind = payload[0]
+    if kind == "mapped":
+        _, file, offsets, starts, is_bytes = payload
+        return RaggedBatch(_mapped_tensor(file), torch.from_numpy(offsets), is_bytes=is_bytes,
+                           starts=torch.from_numpy(starts), file=file)
+    if kind == "ragged":
+        _, values, offsets, is_bytes = payload
+        return RaggedBatch(_rebuilt(values), torch.from_numpy(offsets), is_bytes=is_bytes)
+    if kind == "slot":
+        return rebuild(*payload[1])
+    if kind == "array":
+        return torch.from_numpy(payload[1])
+    return payload[1]
+
+
+def _rebuilt_batch(payloads: dict[str, tuple[Any, ...]]) -> Any:
+    """A worker's batch in the main process; a shard changed on the way: an error the DataLoader raises."""
+    try:
+        return {name: _rebuilt(payload) for name, payload in payloads.items()}
+    except ShardChangedError:
+        from torch._utils import ExceptionWrapper  # what a DataLoader re-raises, also from its pin_memory thread
+
+        return ExceptionWrapper(where="in the main process, taking a batch from a DataLoader worker")
+
+
+_mapped_tensors: dict[MappedFile, tuple[np.ndarray, torch.Tensor]] = {}
+
+
+def _mapped_tensor(file: MappedFile) -> torch.Tensor:
+    """The whole mapped ``file`` as a read-only uint8 tensor (one per mapping, kept while it is kept)."""
+    array = map_file(file)
+    held = _mapped_tensors.get(file)
+    if held is not None and held[0] is array:
+        return held[1]
+    if len(_mapped_tensors) >= 16:
+        _mapped_tensors.clear()
+    tensor = as_tensor(array)
+    _mapped_tensors[file] = (array, tensor)
+    return tensor

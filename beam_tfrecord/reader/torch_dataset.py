@@ -40,7 +40,7 @@ from beam_tfrecord.reader.order.resume import (
     take,
     worker_states,
 )
-from beam_tfrecord.reader.torch_batches import tensors, worker_allocate
+from beam_tfrecord.reader.torch_batches import WorkerBatch, shard_reference, tensors, worker_allocate
 from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
 
 
@@ -204,10 +204,15 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
             yield example
 
     def _count_batches(self, batches: Iterator[Columns], allocate_values: Allocate) -> Iterator[dict[str, Any]]:
-        """Yields ready batches as tensors; ``state_dict()`` still counts the examples handed out."""
+        """Yields ready batches as tensors (in a DataLoader worker, ``WorkerBatch``es: shards' bytes as references,
+        other columns in reused shared memory); ``state_dict()`` still counts the examples handed out."""
+        in_worker = torch.utils.data.get_worker_info() is not None
+        refer = shard_reference(self.reads.cache_dir if self.reads.cache_limit is not None else None) \
+            if in_worker else None
         for batch in batches:
             self._yielded += num_rows(batch)
-            yield tensors(batch, ragged=self.ragged, allocate_values=allocate_values)
+            out = tensors(batch, ragged=self.ragged, allocate_values=allocate_values, refer=refer)
+            yield WorkerBatch(out) if in_worker else out
 
 
 def _worker() -> tuple[int, int]:

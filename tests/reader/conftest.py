@@ -128,6 +128,23 @@ def write_dataset(out_dir: str, schema: Schema, samples: dict[str, dict], *, spl
 
 
 @pytest.fixture(scope="session")
+def jpegs(tmp_path_factory):
+    """40 JPEGs (16x16) and labels of a fixed layout, in shards of a few KB: batches of 16 span shards."""
+    rng = np.random.default_rng(0)
+
+    def jpeg(pixels: np.ndarray) -> bytes:
+        out = io.BytesIO()
+        PILImage.fromarray(pixels).save(out, format="JPEG", quality=90)
+        return out.getvalue()
+
+    schema = Schema(features={"image": Image(ImageFormat.JPEG, (16, 16, 3)), "label": ClassLabel(("a", "b"))})
+    samples = {f"k{i:02d}": {"image": jpeg(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)), "label": i % 2}
+               for i in range(40)}
+    return write_dataset(str(tmp_path_factory.mktemp("jpegs")), schema, samples, splits="train=1.0",
+                         target_shard_bytes=8000)
+
+
+@pytest.fixture(scope="session")
 def all_types(tmp_path_factory) -> BuiltDataset:
     """120 samples of every feature type, in uneven shards of a few KB, split train=0.8,test=0.2."""
     samples = all_types_values(120)

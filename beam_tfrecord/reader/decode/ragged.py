@@ -140,8 +140,7 @@ class RaggedArray:
     def concat(parts: Sequence["RaggedArray"], *, allocate_values: Allocate = allocate) -> "RaggedArray":
         """Parts joined into one: mapped parts of one ``values`` without a copy, else one copy of their values."""
         first = parts[0]
-        if allocate_values is allocate and first.starts is not None and all(
-                p.values is first.values and p.starts is not None for p in parts):
+        if first.starts is not None and all(p.values is first.values and p.starts is not None for p in parts):
             bases = np.cumsum([0] + [int(p.offsets[-1]) for p in parts[:-1]])
             offsets = np.concatenate([[0], *[p.offsets[1:] + base for p, base in zip(parts, bases.tolist())]])
             return RaggedArray(first.values, offsets.astype(np.int64), is_bytes=first.is_bytes,
@@ -174,8 +173,8 @@ def item_index(index: int, count: int) -> int:
 
 def ragged_items(column: Any, allocate_values: Allocate = allocate) -> RaggedArray | None:
     """A list column of bytes, or of 1-D numeric arrays, as a ``RaggedArray`` (None when it is neither)."""
-    if isinstance(column, RaggedArray):  # a mapped one is packed into an Allocate of its own (shared memory)
-        return column if allocate_values is allocate else column.packed(allocate_values)
+    if isinstance(column, RaggedArray):  # a mapped one stays so: the caller packs it where it must
+        return column
     if not isinstance(column, list) or not column:
         return None
     if all(isinstance(item, bytes) for item in column):
