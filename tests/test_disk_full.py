@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from beam_tfrecord.verify import verify_dataset
+
 DISK_MIB = 20
 ARRAY_BYTES = 4 << 20  # 1,024 float32 rows of 1,024: the spill runs and the shards are ~4.1 MB each
 SHARD_BYTES = 1_000_000  # 5 shards
@@ -38,7 +40,8 @@ def _mount_refusal(where: Path) -> str | None:
 
 
 def _script(disk: Path, out_dir: Path, command: list[str], filler_mib: int) -> str:
-    """Mounts the tmpfs, fills it, builds, records; frees space, builds again, verifies, records."""
+    """Mounts the tmpfs, fills it, builds, records; frees space, builds again, records, and copies what it
+    published to ``out_dir/published`` (verified there by the test: no third interpreter in the namespace)."""
     q = shlex.quote
     build = " ".join(q(a) for a in command)
     record = (f"find {q(str(disk))} -type f | sort > {q(str(out_dir))}/files-$1; "
@@ -52,9 +55,8 @@ head -c {filler_mib}m /dev/zero > {q(str(disk))}/filler
 record 1
 rm {q(str(disk))}/filler
 {build} > {q(str(out_dir))}/out-2 2> {q(str(out_dir))}/err-2; echo $? > {q(str(out_dir))}/rc-2
-{q(sys.executable)} -m beam_tfrecord.cli verify {q(str(disk / "out"))} > {q(str(out_dir))}/verify 2>&1
-echo $? > {q(str(out_dir))}/rc-verify
 record 2
+cp -a {q(str(disk / "out"))} {q(str(out_dir / "published"))}
 umount {q(str(disk))}
 """
 
@@ -80,7 +82,7 @@ def test_disk_full_fails_typed_publishes_nothing_cleans_up_and_rerun_succeeds(
     done = subprocess.run(["unshare", "--mount", "sh", "-c", _script(disk, out_dir, command, filler_mib)],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr
-    read = {name: (out_dir / name).read_text() for name in os.listdir(out_dir)}
+    read = {name: (out_dir / name).read_text() for name in os.listdir(out_dir) if name != "published"}
 
     # The failed build: exit 1, its last line names the error, the path and the bytes needed.
     assert read["rc-1"].strip() == "1", read["err-1"][-3000:]
@@ -96,7 +98,8 @@ def test_disk_full_fails_typed_publishes_nothing_cleans_up_and_rerun_succeeds(
 
     # With space freed, the same command publishes a dataset that verifies.
     assert read["rc-2"].strip() == "0", read["err-2"][-3000:]
-    assert read["rc-verify"].strip() == "0" and "OK: 5 shards, 1024 records" in read["verify"], read["verify"]
+    report = verify_dataset(str(out_dir / "published"))
+    assert (report.num_shards, report.num_records) == (5, 1024), report
     files = read["files-2"].split()
     assert str(disk / "out" / "manifest.json") in files and not any(".tmp-" in f for f in files), files
 
@@ -146,7 +149,7 @@ def test_refresh_on_a_full_disk_leaves_no_unfinished_version_and_rerun_publishes
     done = subprocess.run(["unshare", "--mount", "sh", "-c", _script(disk, out_dir, command, DISK_MIB - 1)],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr
-    read = {name: (out_dir / name).read_text() for name in os.listdir(out_dir)}
+    read = {name: (out_dir / name).read_text() for name in os.listdir(out_dir) if name != "published"}
 
     assert read["rc-1"].strip() == "1", read["err-1"][-3000:]
     last_line = read["err-1"].strip().splitlines()[-1]
@@ -155,7 +158,7 @@ def test_refresh_on_a_full_disk_leaves_no_unfinished_version_and_rerun_publishes
     assert read["files-1"].split() == [str(disk / "filler")], read["files-1"]  # no version, no LATEST, no lease
 
     assert read["rc-2"].strip() == "0", read["err-2"][-3000:]
-    assert read["rc-verify"].strip() == "0" and "24 records" in read["verify"], read["verify"]
+    assert verify_dataset(str(out_dir / "published")).num_records == 24  # the root's LATEST version
     files = read["files-2"].split()
     assert str(disk / "out" / "LATEST") in files and not any(".tmp-" in f for f in files), files
 
@@ -198,18 +201,22 @@ print(json.dumps([kept, exists, deleted, list(list_versions(root).complete)]))
     assert json.loads(done.stdout) == [[], False, [old], [new]]
 
 
-def _python_on_a_small_disk(tmp_path: Path, mib: int, code: str, *args: str) -> dict:
-    """Runs ``code`` (argv: the disk, then ``args``) on a tmpfs of ``mib`` MiB mounted in a private
-    namespace; returns the JSON of its last line. Skips where the mount is not allowed."""
+def _python_on_small_disks(tmp_path: Path, mib: int, code: str, args: list[str]) -> list[dict]:
+    """Runs ``code``'s ``case(disk, arg)`` once per ``arg``, each on its own tmpfs of ``mib`` MiB, all mounted in
+    one private namespace and run by one interpreter (its imports paid once); returns their JSON results. Skips
+    where the mount is not allowed."""
     refusal = _mount_refusal(tmp_path / "probe")
     if refusal:
         pytest.skip(refusal)
-    disk = tmp_path / "disk"
-    disk.mkdir()
+    disks = [tmp_path / f"disk-{n}" for n in range(len(args))]
     q = shlex.quote
-    script = (f"mount -t tmpfs -o size={mib}m tmpfs {q(str(disk))} || exit 90; "
-              f"{q(sys.executable)} -c {q(code)} {q(str(disk))} {' '.join(map(q, args))}; code=$?; "
-              f"umount {q(str(disk))}; exit $code")
+    for disk in disks:
+        disk.mkdir()
+    mounts = "".join(f"mount -t tmpfs -o size={mib}m tmpfs {q(str(disk))} || exit 90; " for disk in disks)
+    program = code + "\nprint(json.dumps([case(disk, arg) for disk, arg in zip(sys.argv[1::2], sys.argv[2::2])]))\n"
+    pairs = " ".join(f"{q(str(disk))} {q(arg)}" for disk, arg in zip(disks, args))
+    script = (f"{mounts}{q(sys.executable)} -c {q(program)} {pairs}; code=$?; "
+              + "".join(f"umount {q(str(disk))}; " for disk in disks) + "exit $code")
     done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert done.returncode == 0, done.stderr
@@ -229,54 +236,62 @@ from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.errors import DiskFullError
 
-disk, with_bad_row = sys.argv[1], sys.argv[2] == "1"
-schema = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING)})
-splits, sharding = SplitConfig.parse("train=1.0"), ShardingConfig(target_shard_bytes=4_000)
-rows = [Sample(f"row-{i:04d}", {"id": i, "text": "words " * (i % 13)}) for i in range(400)]
-rows += [Sample("bad", {"id": "seven", "text": "x"})] if with_bad_row else []
-encode = EncodeToRunsFn(schema, runs_dir=f"{disk}/tmp/runs", run_bytes=3_000, direct_io=True, salt="s",
-                        max_record_bytes=sharding.cap, feature_transforms={}, reread_min_bytes=0)
-encode.setup()
-encode.start_bundle()
-out = list(encode.process(rows))
-encode.finish_bundle()
-encode.teardown()
-runs = [o for o in out if isinstance(o, SpilledRun)]
-dead = [o for o in out if isinstance(o, DeadLetter)]
-indexes = [RunIndex.from_bytes(r.path, open(r.index_path, "rb").read()) for r in runs]
-plan = plan_dataset(np.concatenate([i.hashes for i in indexes]), np.concatenate([i.framed_sizes for i in indexes]),
-                    splits, sharding)
-shards = WriteShardFromRunsFn(schema, Compression.NONE, {}, dataset_name="d", shards_dir=f"{disk}/tmp/shards",
-                              direct_io=True)
-shards.setup()
-infos = [shards.write_from_runs(spec, runs) for spec in plan.shards]
-try:
-    with open(f"{disk}/filler", "wb") as filler:
-        while True:
-            filler.write(bytes(1 << 12))
-except OSError:
-    pass
-settings = PublishSettings(output_dir=f"{disk}/ds", temp_dir=f"{disk}/tmp", run_id="run-1", dataset_name="d",
-                           schema=schema, compression=Compression.NONE, salt="s", sharding=sharding,
-                           max_rejected_fraction=0.01, command=("test",), metadata={}, splits=splits)
-try:
-    publish(settings, plan, infos, dead)
-    error = None
-except DiskFullError as err:
-    error = str(err)
-left = sorted(os.path.relpath(os.path.join(d, n), disk) for d, _, names in os.walk(disk) for n in names)
-print(json.dumps({"error": error, "left": left, "shards": len(infos)}))
+def case(disk, arg):
+    with_bad_row = arg == "1"
+    schema = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING)})
+    splits, sharding = SplitConfig.parse("train=1.0"), ShardingConfig(target_shard_bytes=4_000)
+    rows = [Sample(f"row-{i:04d}", {"id": i, "text": "words " * (i % 13)}) for i in range(400)]
+    rows += [Sample("bad", {"id": "seven", "text": "x"})] if with_bad_row else []
+    encode = EncodeToRunsFn(schema, runs_dir=f"{disk}/tmp/runs", run_bytes=3_000, direct_io=True, salt="s",
+                            max_record_bytes=sharding.cap, feature_transforms={}, reread_min_bytes=0)
+    encode.setup()
+    encode.start_bundle()
+    out = list(encode.process(rows))
+    encode.finish_bundle()
+    encode.teardown()
+    runs = [o for o in out if isinstance(o, SpilledRun)]
+    dead = [o for o in out if isinstance(o, DeadLetter)]
+    indexes = [RunIndex.from_bytes(r.path, open(r.index_path, "rb").read()) for r in runs]
+    plan = plan_dataset(np.concatenate([i.hashes for i in indexes]),
+                        np.concatenate([i.framed_sizes for i in indexes]), splits, sharding)
+    shards = WriteShardFromRunsFn(schema, Compression.NONE, {}, dataset_name="d", shards_dir=f"{disk}/tmp/shards",
+                                  direct_io=True)
+    shards.setup()
+    infos = [shards.write_from_runs(spec, runs) for spec in plan.shards]
+    try:
+        with open(f"{disk}/filler", "wb") as filler:
+            while True:
+                filler.write(bytes(1 << 12))
+    except OSError:
+        pass
+    settings = PublishSettings(output_dir=f"{disk}/ds", temp_dir=f"{disk}/tmp", run_id="run-1", dataset_name="d",
+                               schema=schema, compression=Compression.NONE, salt="s", sharding=sharding,
+                               max_rejected_fraction=0.01, command=("test",), metadata={}, splits=splits)
+    try:
+        publish(settings, plan, infos, dead)
+        error = None
+    except DiskFullError as err:
+        error = str(err)
+    left = sorted(os.path.relpath(os.path.join(d, n), disk) for d, _, names in os.walk(disk) for n in names)
+    return {"error": error, "left": left, "shards": len(infos)}
 """
+
+
+@pytest.fixture(scope="module")
+def published_on_full_disks(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict]:
+    """Both publication cases (with and without a bad row), run by one interpreter: ``{with_bad_row: result}``."""
+    results = _python_on_small_disks(tmp_path_factory.mktemp("publish"), 2, _PUBLISH_ON_A_FULL_DISK, ["0", "1"])
+    return dict(zip([False, True], results))
 
 
 @pytest.mark.parametrize("with_bad_row, full_at", [(False, "croissant.json"), (True, "dead_letters.jsonl")],
                          ids=["views-before-the-manifest", "dead-letters"])
 def test_publishing_on_a_full_disk_unpublishes_and_removes_the_shards_moved_in(
-        tmp_path: Path, with_bad_row: bool, full_at: str) -> None:
+        published_on_full_disks: dict[bool, dict], with_bad_row: bool, full_at: str) -> None:
     """The shards are written, then the disk fills: the first file publication writes (the dead-letter
     file, or croissant.json, the first view written before the manifest) fails, and the shards already
     renamed into the dataset directory go."""
-    result = _python_on_a_small_disk(tmp_path, 2, _PUBLISH_ON_A_FULL_DISK, str(int(with_bad_row)))
+    result = published_on_full_disks[with_bad_row]
     assert result["error"] and f"/ds/{full_at}" in result["error"], result
     assert result["left"] == ["filler"] and result["shards"] > 3, result
 
@@ -288,32 +303,40 @@ from beam_tfrecord.core.runs import make_record_entry
 from beam_tfrecord.errors import DiskFullError
 from beam_tfrecord.spill.run_files import RunSpiller
 
-disk, holds = sys.argv[1], sys.argv[2] == "1"
-with direct_io.open_write(f"{disk}/probe", direct=True) as probe:
-    o_direct = isinstance(probe, direct_io.DirectWriter)
-os.remove(f"{disk}/probe")
-with open(f"{disk}/filler", "wb") as filler:
-    filler.write(bytes(3 << 20))  # 1 MiB left
-rng = random.Random(1)
-entries = [make_record_entry(rng.getrandbits(64), rng.randbytes(20_000)) for _ in range(150)]  # 3 MB
-error = None
-with concurrent.futures.ThreadPoolExecutor(max_workers=1) as writer:
-    spiller = RunSpiller(f"{disk}/runs", run_bytes=2 << 20, direct=True, writer=writer,
-                         page_cache_holds=lambda num_bytes: holds)
-    try:
-        runs = spiller.add_many(entries)
-        spiller.finish()
-    except DiskFullError as err:
-        error = str(err)
-left = sorted(os.path.relpath(os.path.join(d, n), disk) for d, _, names in os.walk(disk) for n in names)
-print(json.dumps({"o_direct": o_direct, "error": error, "left": left}))
+def case(disk, arg):
+    holds = arg == "1"
+    with direct_io.open_write(f"{disk}/probe", direct=True) as probe:
+        o_direct = isinstance(probe, direct_io.DirectWriter)
+    os.remove(f"{disk}/probe")
+    with open(f"{disk}/filler", "wb") as filler:
+        filler.write(bytes(3 << 20))  # 1 MiB left
+    rng = random.Random(1)
+    entries = [make_record_entry(rng.getrandbits(64), rng.randbytes(20_000)) for _ in range(150)]  # 3 MB
+    error = None
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as writer:
+        spiller = RunSpiller(f"{disk}/runs", run_bytes=2 << 20, direct=True, writer=writer,
+                             page_cache_holds=lambda num_bytes: holds)
+        try:
+            runs = spiller.add_many(entries)
+            spiller.finish()
+        except DiskFullError as err:
+            error = str(err)
+    left = sorted(os.path.relpath(os.path.join(d, n), disk) for d, _, names in os.walk(disk) for n in names)
+    return {"o_direct": o_direct, "error": error, "left": left}
 """
 
 
+@pytest.fixture(scope="module")
+def spilled_on_full_disks(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict]:
+    """Both spill cases (through the page cache, and O_DIRECT), run by one interpreter: ``{holds: result}``."""
+    results = _python_on_small_disks(tmp_path_factory.mktemp("spill"), 4, _SPILL_ON_A_FULL_DISK, ["1", "0"])
+    return dict(zip([True, False], results))
+
+
 @pytest.mark.parametrize("holds", [True, False], ids=["through-the-page-cache", "o-direct"])
-def test_a_spill_run_on_a_full_disk_fails_typed_and_is_removed_however_it_is_written(tmp_path: Path,
-                                                                                      holds: bool) -> None:
-    result = _python_on_a_small_disk(tmp_path, 4, _SPILL_ON_A_FULL_DISK, str(int(holds)))
+def test_a_spill_run_on_a_full_disk_fails_typed_and_is_removed_however_it_is_written(
+        spilled_on_full_disks: dict[bool, dict], holds: bool) -> None:
+    result = spilled_on_full_disks[holds]
     if not holds and not result["o_direct"]:
         pytest.skip("this kernel's tmpfs refuses O_DIRECT")
     suffix = ".cached.run" if holds else "-00000.run"

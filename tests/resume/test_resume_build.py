@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import glob
 import random
-import subprocess
 import sys
 from pathlib import Path
 
@@ -44,7 +43,9 @@ def _finished_records(out: str) -> int:
     return sum(len(index.hashes) for index in finished_runs(out))
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# A pause of 1.9 s into about 4 s of encoding; the kill at the first finished run (no pause) is
+# test_the_job_resumes_with_resume_and_says_what_it_reused's.
+@pytest.mark.parametrize("seed", [2])
 def test_a_build_killed_at_a_random_moment_resumes_with_the_clean_bytes(clean, tmp_path: Path, seed: int) -> None:
     out = str(tmp_path / "ds")
     kill_when([sys.executable, resume_job.__file__, out], files_exist(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}"),
@@ -129,23 +130,25 @@ def test_resume_needs_what_makes_it_safe(tmp_path: Path) -> None:
                              tuning=WriterTuning(fan_in=FanIn.SHUFFLE))
 
 
-def test_the_job_resumes_with_resume_and_says_what_it_reused(tmp_path: Path) -> None:
-    """``--resume`` from the command line after a SIGKILL: the summary line and the manifest's metadata."""
+def test_the_job_resumes_with_resume_and_says_what_it_reused(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``--resume`` after a SIGKILL of the command: the summary line and the manifest's metadata. The clean
+    and the resumed builds run the job's ``run`` on the same arguments in this process (the kill needs one)."""
+    from pipelines import build_image_dataset
     from pipelines.make_sample_images import write_sample_images
 
     images, out, ref = tmp_path / "images", tmp_path / "ds", tmp_path / "ref"
     write_sample_images(str(images), per_class=400, size=64, seed=3)
     args = ["--input", str(images), "--resize", "64x64", "--spill_run_mib=1", "--progress=none",
             "--direct_num_workers=1"]
-    command = [sys.executable, "-m", "pipelines.build_image_dataset", *args]
-    subprocess.run([*command, "--output", str(ref)], check=True, capture_output=True, timeout=300)
-    kill_when([*command, "--output", str(out)], files_exist(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}"))
+    build_image_dataset.run([*args, "--output", str(ref)])
+    kill_when([sys.executable, "-m", "pipelines.build_image_dataset", *args, "--output", str(out)],
+              files_exist(f"{out}/{TEMP_PREFIX}*/runs/*{INDEX_SUFFIX}"))
     finished = _finished_records(str(out))
-    done = subprocess.run([*command, "--output", str(out), "--resume"], capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    capsys.readouterr()
+    build_image_dataset.run([*args, "--output", str(out), "--resume"])
     resumed = load_manifest(str(out)).metadata["resumed"]
     assert resumed["reused_records"] == finished > 0
     assert (f"  resumed run {resumed['from_run']}: {finished} records reused from {resumed['reused_runs']} "
-            "finished spill runs") in done.stdout
+            "finished spill runs") in capsys.readouterr().out
     assert _shard_bytes(str(out)) == _shard_bytes(str(ref))

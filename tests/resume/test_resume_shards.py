@@ -98,14 +98,21 @@ def test_a_shard_not_exactly_as_recorded_is_written_again(shard: tuple[str, Shar
     assert not Path(path + REUSED_SHARD_SUFFIX).exists()
 
 
+@pytest.fixture(scope="module")
+def one_writer(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The clean build of ``resume_job --pieces`` by one writer, made once for both moments."""
+    clean = str(tmp_path_factory.mktemp("one-writer") / "clean")
+    resume_job.build(clean, resume=False, seconds=0.0, shard_bytes=resume_job.PIECES_SHARD_BYTES)
+    return clean
+
+
 @pytest.mark.parametrize("moment", [
     pytest.param("pieces/*.piece-*", id="killed-while-writing-pieces"),
     pytest.param("*train*-of-00001", id="killed-while-joining-them"),  # the train shard's file: made by its join
 ])
-def test_a_build_killed_while_writing_or_joining_pieces_resumes_to_the_one_writer_bytes(tmp_path: Path,
-                                                                                         moment: str) -> None:
-    clean, out = str(tmp_path / "clean"), str(tmp_path / "ds")
-    resume_job.build(clean, resume=False, seconds=0.0, shard_bytes=resume_job.PIECES_SHARD_BYTES)  # one writer
+def test_a_build_killed_while_writing_or_joining_pieces_resumes_to_the_one_writer_bytes(tmp_path: Path, moment: str,
+                                                                                         one_writer: str) -> None:
+    clean, out = one_writer, str(tmp_path / "ds")
     kill_when([sys.executable, resume_job.__file__, out, "--pieces"],
               files_exist(f"{out}/{TEMP_PREFIX}*/shards/{moment}"), seconds=180, poll=0.005, cwd=tmp_path)
     assert not Path(out, "manifest.json").exists()
