@@ -144,10 +144,7 @@ def _listed(pattern: str, *, include_broken: bool) -> list[tuple[str, int, os.st
     """(path, size, stat) of the files matching ``pattern``, sorted; unsizable ones (-1, None) if asked."""
     literal = literal_prefix(pattern)
     regex = glob_regex(pattern)
-    if os.path.isfile(literal) or os.path.islink(literal):
-        candidates = [literal]
-    else:
-        candidates = _files_under(literal)
+    candidates = [literal] if os.path.isfile(literal) or os.path.islink(literal) else _files_under(literal)
     out: list[tuple[str, int, os.stat_result | None]] = []
     for path in candidates:
         if not _matches(regex, path):
