@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.processes import process_exists
 from beam_tfrecord.errors import OutputLockedError  # defined in errors; still importable from here
 
 LEASE_FILENAME = ".beam-tfrecord.lock"
@@ -50,7 +51,7 @@ class LeaseHolder:
             return cls("unknown", "unknown", -1, "unknown")
 
     def is_stale(self, stale_after: datetime.timedelta, now: datetime.datetime | None = None) -> bool:
-        if self.host == socket.gethostname() and self.pid > 0 and not _process_exists(self.pid):
+        if self.host == socket.gethostname() and self.pid > 0 and not process_exists(self.pid):
             return True
         try:
             started = datetime.datetime.fromisoformat(self.started_at)
@@ -58,15 +59,6 @@ class LeaseHolder:
             return False  # unknown start: only --break_lock takes it over
         return (now or datetime.datetime.now(datetime.timezone.utc)) - started > stale_after
 
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 import torch.utils.data
 
+from beam_tfrecord.core.processes import process_exists
+
 SMALL_BYTES = 64 << 10  # arrays below this are plain memory, pickled with the batch (a segment costs more)
 _SLOTS = 8  # slots per worker: the batches in flight (prefetch), the one held, the one being built, blocks
 _SLOT_GRAIN = 1 << 16
@@ -141,7 +143,7 @@ def rebuild(key: str, pool: torch.Tensor | None, index: int, generation: int, se
         if pool is None:
             raise RuntimeError(f"a batch names slot {index} of DataLoader worker pool {key}, which this process "
                                "was never sent (a batch handed on from another process?)")
-        for other in [k for k, r in _received.items() if not _alive(r.pid)]:
+        for other in [k for k, r in _received.items() if not process_exists(r.pid)]:
             del _received[other]
         received = _received[key] = _Received(pool, int(key.split("-")[0]))
         received.flags[0] = 1
@@ -155,12 +157,3 @@ def rebuild(key: str, pool: torch.Tensor | None, index: int, generation: int, se
     weakref.finalize(array, _release, received.flags, index).atexit = False
     return torch.from_numpy(array.reshape(shape))
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
