@@ -24,6 +24,7 @@ NAMES = (
     "OutputPathError",  # added with WriteBalancedTFRecord's file_path_prefix (issue 47)
     "DriftHeldError", "DriftThresholdsError", "StatisticsFileError",  # the drift check (issue 50)
     "DuplicatesFoundError",  # duplicates=fail (issue 48)
+    "ShardChangedError",  # a shard changed under a DataLoader worker's reference (issue 49)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 
