@@ -30,7 +30,7 @@ stamp_of() { echo "$VENV/.installed-$(cat "$ROOT/setup.py" <(echo "$1") | sha256
 STAMP="$(stamp_of "$EXTRAS")"
 # A venv set up for the tests (the most extras) serves the demo as it is.
 if [ ! -f "$STAMP" ] && [ ! -f "$(stamp_of all,test,ecosystem)" ]; then
-  echo "setting up $VENV (first run: about 2 minutes)..." >&2
+  echo "setting up $VENV (first run: about 30 s)..." >&2
   "$PYTHON" -m venv "$VENV"
   LOG="$VENV/install.log"
   if ! { "$VENV/bin/pip" install --disable-pip-version-check "uv>=0.9,<1" \
