@@ -130,7 +130,7 @@ def _files_under(literal: str) -> list[str]:
         try:
             with os.scandir(parent or ".") as entries:
                 chosen = [entry for entry in entries if entry.name.startswith(stem)]
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError:  # absent or unreadable: nothing listed, as os.walk does
             return []
         # As os.walk classifies them: a folder (not a link to one) is walked; a link to a folder is neither.
         roots = [os.path.join(parent, e.name) for e in chosen if e.is_dir() and not e.is_symlink()]
