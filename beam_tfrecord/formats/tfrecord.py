@@ -5,8 +5,6 @@ A read that reaches the shard's end checks its record count against the manifest
 
 from __future__ import annotations
 
-import mmap
-import os
 import struct
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
@@ -26,6 +24,7 @@ from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter, TFDataFiles
+from beam_tfrecord.formats.mapping import map_whole
 from beam_tfrecord.remote_reads.fetched import FetchedShard
 from beam_tfrecord.storage import direct_io
 
@@ -172,10 +171,7 @@ class _MappedWindows:
     """Windows of a local file mapped into memory: views, no copies (kept alive by the blocks using them)."""
 
     def __init__(self, path: str) -> None:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-        self._view = np.frombuffer(mapped, dtype=np.uint8)
+        self._view = map_whole(path)  # names its file: a DataLoader worker's batch refers to it (``mapped_file``)
 
     def window(self, offset: int, size: int) -> np.ndarray:
         return self._view[offset:offset + size]

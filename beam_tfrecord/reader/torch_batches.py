@@ -19,8 +19,9 @@ import torch
 import torch.utils.data
 
 from beam_tfrecord.errors import ShardChangedError
+from beam_tfrecord.formats.mapping import MappedFile, mapped_file
 from beam_tfrecord.reader.decode.block_decode import Columns
-from beam_tfrecord.reader.decode.mapped_files import MappedFile, map_file, mapped_file
+from beam_tfrecord.reader.decode.mapped_files import map_file
 from beam_tfrecord.reader.decode.ragged import Allocate, RaggedArray, allocate, item_index, ragged_items
 from beam_tfrecord.reader.torch_slots import SMALL_BYTES, SlotPool, rebuild, worker_pool
 

@@ -3,6 +3,7 @@ shared-memory slots; the same bytes as at 0 workers, a held batch never overwrit
 
 import os
 import re
+import shutil
 
 import pytest
 
@@ -75,16 +76,23 @@ def test_a_held_batch_stays_intact_while_its_worker_reuses_slots(jpegs, monkeypa
     assert _contents(held) == expected[0]  # ...and the held batch is as it came
 
 
-def test_a_shard_changed_after_a_worker_read_it_is_named(damaged_copy):
+@pytest.mark.parametrize("change", ["touched", "replaced"])
+def test_a_shard_changed_after_a_worker_read_it_is_named(damaged_copy, change):
     root, path, _ = damaged_copy
     loader = iter(DataLoader(TFRecordIterableDataset(root, split="test", batch_size=16), batch_size=None,
                              num_workers=1))
     first = next(loader)
     assert first["key"].file is not None and first["key"].file.path == os.path.realpath(path)
-    status = os.stat(path)
-    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000_000))  # same bytes, another mtime
+    read = os.stat(path)
+    if change == "touched":  # same bytes, same file, another mtime
+        os.utime(path, ns=(read.st_atime_ns, read.st_mtime_ns + 1_000_000_000))
+    else:  # same bytes and mtime, another file renamed over it (as writers publish)
+        shutil.copy2(path, path + ".new")
+        os.replace(path + ".new", path)
+    now = os.stat(path)
+    assert (now.st_mtime_ns, now.st_ino) != (read.st_mtime_ns, read.st_ino)
     message = (f"shard '{os.path.realpath(path)}' changed after a DataLoader worker read it, before the main process "
-               f"took its batch: read as {status.st_size} bytes, mtime_ns {status.st_mtime_ns}, inode {status.st_ino}, "
-               f"now {status.st_size} bytes, mtime_ns {status.st_mtime_ns + 1_000_000_000}, inode {status.st_ino}")
+               f"took its batch: read as {read.st_size} bytes, mtime_ns {read.st_mtime_ns}, inode {read.st_ino}, "
+               f"now {now.st_size} bytes, mtime_ns {now.st_mtime_ns}, inode {now.st_ino}")
     with pytest.raises(ShardChangedError, match=re.escape(message)):
         next(loader)
