@@ -1,7 +1,7 @@
 """Memory on Beam's DaskRunner is bounded by the engine's settings, not by the data.
 
 A LocalCluster of two worker processes, each capped by ``memory_limit`` as real clusters' workers
-are, builds a dataset 1.5 times the size of the cluster's memory: no worker is restarted or paused
+are, builds a dataset 1.3 times the size of the cluster's memory: no worker is restarted or paused
 for long, the process tree's peak RSS stays under the cluster's memory, and the shards are the
 DirectRunner's, byte for byte. A cluster that cannot make progress (workers paused or killed for
 memory) fails the job with ``ClusterStalledError`` naming the limit, instead of hanging.
@@ -85,7 +85,7 @@ def _shards(out: str) -> list[tuple[str, int, str]]:
 @pytest.mark.slow
 def test_a_capped_cluster_builds_more_than_its_memory_byte_identically(tmp_path: Path) -> None:
     cluster_memory = 2 * CAPPED_WORKER_MEMORY
-    elements = -(-3 * cluster_memory // (2 * RECORD_BYTES * PER_ELEMENT))
+    elements = -(-13 * cluster_memory // (10 * RECORD_BYTES * PER_ELEMENT))  # 1.3x: more than the bound below
     reference = str(tmp_path / "direct")
     _build(reference, ["--runner=DirectRunner"], elements)
 
@@ -96,10 +96,10 @@ def test_a_capped_cluster_builds_more_than_its_memory_byte_identically(tmp_path:
         _build(out, options, elements)
 
     data_bytes = sum(size for _, size, _ in _shards(out))
-    assert data_bytes >= 1.5 * cluster_memory > cluster_memory + 256 * MiB  # more than the bound below
+    assert data_bytes >= 1.3 * cluster_memory > cluster_memory + 256 * MiB  # more than the bound below
     assert _shards(out) == _shards(reference)
     # Client (this pytest process, ~0.6 GB with TensorFlow imported by earlier tests) plus the workers,
-    # each under its cap: the peak follows the settings, never the 1.5 GiB of data.
+    # each under its cap: the peak follows the settings, never the 1.3 GiB of data.
     client = psutil.Process().memory_info().rss
     assert rss.peak <= client + cluster_memory + 256 * MiB, (rss.peak / MiB, client / MiB)
 
