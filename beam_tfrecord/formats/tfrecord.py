@@ -185,27 +185,36 @@ class _MappedWindows:
 
 class _ChunkWindows:
     """Windows of a fetched shard's ranges (``FetchedShard.chunks``): views of a range when a window
-    lies inside one, else of the rest of one joined with the next (one copy of the stream in all)."""
+    lies inside one, else the rest of one joined with as much of the next as the window takes (not the
+    whole next range: 4 MiB copied per range boundary, not the 8 MiB range)."""
 
     def __init__(self, chunks: Iterator[bytes | memoryview]) -> None:
         self._chunks = chunks
-        self._held = np.empty(0, dtype=np.uint8)
+        self._held = np.empty(0, dtype=np.uint8)  # the last window's bytes: a view of a range, or joined
         self._offset = 0  # the stream offset of ``_held``
+        self._chunk = self._held  # the last range taken, and its stream offset
+        self._chunk_offset = 0
 
     def window(self, offset: int, size: int) -> np.ndarray:
         begin = offset - self._offset
-        if begin + size > len(self._held):
-            parts = [self._held[begin:]]
-            held = len(parts[0])
-            while held < size:
-                chunk = next(self._chunks, None)
-                if chunk is None:
-                    break
-                parts.append(np.frombuffer(chunk, dtype=np.uint8))
-                held += len(chunk)
-            self._held = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            self._offset, begin = offset, 0
-        return self._held[begin:begin + size]
+        if begin + size <= len(self._held):
+            return self._held[begin:begin + size]
+        if offset >= self._chunk_offset:  # all in the last range taken (``_held`` ends inside it)
+            parts = [self._chunk[offset - self._chunk_offset:]]
+        else:
+            parts = [self._held[begin:self._chunk_offset - self._offset], self._chunk]
+        held = self._chunk_offset + len(self._chunk) - offset
+        while held < size:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._chunk, self._chunk_offset = np.frombuffer(chunk, dtype=np.uint8), offset + held
+            parts.append(self._chunk[:size - held])
+            held += len(parts[-1])
+        parts = [part for part in parts if len(part)]
+        self._held = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else self._chunk[:0]
+        self._offset = offset
+        return self._held[:size]
 
     def __enter__(self) -> "_ChunkWindows":
         return self
@@ -259,6 +268,7 @@ class TFRecordFormat(ShardFormat):
     file_format = FileFormat.TFRECORD
     random_access = False
     readers = ("read_dataset", "read_numpy", "TFRecordIterableDataset")
+    streams_fetched = True
 
     def open_writer(self, path: str, *, compression: Compression, direct_io: bool) -> ShardWriter:
         return TFRecordShardWriter(path, compression=compression, direct=direct_io)

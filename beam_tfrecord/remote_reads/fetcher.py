@@ -27,10 +27,12 @@ class ShardFetcher:
         reads: connections, range size, bytes in flight and cache.
         side_by_side: groups of shards (numbers in ``shards``) the reader reads side by side: their
             ranges are read ahead in turn (the first range of each, then the second...).
+        whole_shards: the reader waits for whole shards (``local_file``); False: it takes each front to
+            back, range by range (``chunks``, ``stream``), and the ranges are cut for that (``_streamed_starts``).
     """
 
     def __init__(self, shards: Sequence[RemoteShard], reads: RemoteReads, *,
-                 side_by_side: Sequence[Sequence[int]] = ()) -> None:
+                 side_by_side: Sequence[Sequence[int]] = (), whole_shards: bool = True) -> None:
         self._shards = list(shards)
         self._reads = reads
         self._cache = ShardCache(reads.cache_dir, limit_bytes=reads.cache_limit) if reads.cache_dir else None
@@ -47,6 +49,7 @@ class ShardFetcher:
         last = len(self._shards) - 1
         self._starts = [_range_starts(shard.num_bytes, reads.range_bytes, connections=reads.connections,
                                       steps=0 if number in first else min(number, last - number))
+                        if whole_shards else _streamed_starts(shard.num_bytes, reads.range_bytes, ramp=number in first)
                         for number, shard in enumerate(self._shards)]
         self._ends = [dict(zip(starts, [*starts[1:], shard.num_bytes]))
                       for starts, shard in zip(self._starts, self._shards)]
@@ -214,9 +217,31 @@ def _range_starts(num_bytes: int, range_bytes: int, *, connections: int, steps: 
     return list(range(0, num_bytes, size))
 
 
-def shard_fetcher(shards: Sequence[RemoteShard], reads: RemoteReads, *,
-                  side_by_side: Sequence[Sequence[int]] = ()) -> ShardFetcher | None:
-    """A fetcher of the shards when any is on ``gs://``; None when all are read as before (local paths)."""
+def _streamed_starts(num_bytes: int, range_bytes: int, *, ramp: bool) -> list[int]:
+    """Where the ranges of a shard read front to back start: equal ranges of at most ``range_bytes``; with
+    ``ramp`` (the read's first shards) ``FIRST_STREAMED_RANGE_BYTES`` first, doubled range after range.
+
+    Fewer requests than ``_range_starts``' cuts of whole shards: a stream waits for one range, not a shard.
+    Against those cuts, an epoch of 313 MB from moto's S3 through the shaping proxy took 0.3 CPU s less in
+    the store and 0.03-0.1 less in read_numpy (0.55-0.61 against 0.61-0.66; interleaved, one run).
+    """
+    if not ramp:
+        size = max(1, -(-num_bytes // max(1, -(-num_bytes // range_bytes))))
+        return list(range(0, num_bytes, size))
+    starts: list[int] = []
+    start, size = 0, min(range_bytes, FIRST_STREAMED_RANGE_BYTES)
+    while start < num_bytes:
+        starts.append(start)
+        start, size = start + size, min(2 * size, range_bytes)
+    return starts
+
+
+FIRST_STREAMED_RANGE_BYTES = 1 << 20
+
+
+def shard_fetcher(shards: Sequence[RemoteShard], reads: RemoteReads, *, side_by_side: Sequence[Sequence[int]] = (),
+                  whole_shards: bool = True) -> ShardFetcher | None:
+    """A fetcher of the shards when any is on a store read in ranges; None when all are local paths."""
     if not any(fetched_remotely(shard.path) for shard in shards):
         return None
-    return ShardFetcher(shards, reads, side_by_side=side_by_side)
+    return ShardFetcher(shards, reads, side_by_side=side_by_side, whole_shards=whole_shards)

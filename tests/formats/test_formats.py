@@ -86,3 +86,20 @@ def test_a_shard_with_fewer_records_than_listed_is_corrupt(tmp_path, file_format
     with pytest.raises(CorruptShardError, match="manifest"):  # opening or reading may notice
         with fmt.open_reader(path, listed, compression=compression) as reader:
             list(reader.iter_records(0, len(RECORDS) + 1))
+
+
+@pytest.mark.parametrize("cuts", [[], [10], [3, 4, 40], [1, 2, 3, 60, 61]])
+def test_windows_of_fetched_ranges_are_the_stream_bytes_whatever_the_cuts(cuts):
+    import itertools
+
+    from beam_tfrecord.formats.tfrecord import _ChunkWindows
+
+    data = bytes(range(64))
+    bounds = [0, *cuts, len(data)]
+    windows = _ChunkWindows(iter([memoryview(data[a:b]).toreadonly() for a, b in itertools.pairwise(bounds)]))
+    got, offset = [], 0
+    for size, used in [(8, 8), (8, 5), (16, 0), (32, 30), (8, 8), (20, 0)]:  # used 0: a widened window
+        view = windows.window(offset, size)
+        got.append(bytes(view))
+        offset += used
+    assert got == [data[0:8], data[8:16], data[13:29], data[13:45], data[43:51], data[51:64]]

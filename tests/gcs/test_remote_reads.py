@@ -274,3 +274,20 @@ def test_a_worker_share_that_cuts_shards_reads_the_same_records_from_gs(reader: 
         options = {"num_workers": 3, "worker_index": worker}
         remote = READERS[reader](copies.remote, remote_reads=SMALL_READS[variant], **options)
         assert remote == READERS[reader](copies.local, **options) and len(remote) == 30
+
+
+def test_a_streamed_shard_is_cut_in_equal_ranges_and_the_reads_first_ramps_up() -> None:
+    from beam_tfrecord.core.naming import FileFormat
+    from beam_tfrecord.formats import shard_format
+    from beam_tfrecord.remote_reads.fetcher import _range_starts, _streamed_starts
+
+    mib = 1 << 20
+    assert _streamed_starts(20 * mib + 3, 8 * mib, ramp=False) == [0, 6990508, 13981016]  # 3 of <= 8 MiB
+    assert _streamed_starts(20 * mib + 3, 8 * mib, ramp=True) == [0, mib, 3 * mib, 7 * mib, 15 * mib]
+    assert _streamed_starts(5000, 1000, ramp=True) == _streamed_starts(5000, 1000, ramp=False) == [0, 1000, 2000,
+                                                                                                   3000, 4000]
+    assert _streamed_starts(0, 8 * mib, ramp=False) == _streamed_starts(0, 8 * mib, ramp=True) == []
+    # a whole-shard reader's first shard: one range per connection, so that the whole shard comes soon
+    assert len(_range_starts(20 * mib, 8 * mib, connections=16, steps=0)) == 16
+    assert (shard_format(FileFormat.TFRECORD).streams_fetched, shard_format(FileFormat.ARRAY_RECORD).streams_fetched) \
+        == (True, False)
