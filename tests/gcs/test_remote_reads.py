@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,6 +117,35 @@ def test_the_second_epoch_reads_from_the_cache(variant: str, datasets: dict[str,
         assert read(copies.remote, remote_reads=SMALL_READS[variant], cache_dir=str(tmp_path)) == expected
     assert _delta(before, "cache_hits") == 3 * num_shards
     assert _delta(before, "ranges") == 0 and _delta(before, "cache_misses") == 0
+
+
+def _descriptors_into(directory: str) -> list[str]:
+    """What this process's open descriptors of files in ``directory`` name (a removed file: "... (deleted)")."""
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # a descriptor closed since the listing
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [target for target in targets if target.startswith(directory + os.sep)]
+
+
+def test_a_tf_dataset_made_from_the_cache_reads_its_shards_when_the_cache_loses_them(
+        datasets: dict[str, Copies], tmp_path: Path) -> None:
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    copies = datasets["tfrecord"]
+    cache = str(tmp_path / "cache")
+    expected = _numpy_keys(copies.local)
+    assert _numpy_keys(copies.remote, remote_reads=SMALL_READS["tfrecord"], cache_dir=cache) == expected  # fills it
+    dataset = read_dataset(copies.remote, split=SPLIT, batch_size=16, cache_dir=cache)
+    assert len(_descriptors_into(cache)) == len(load_manifest(copies.local).shards)  # every entry held
+    shutil.rmtree(cache)  # evicted (or the cache emptied) after the dataset was made
+    before = _fetched()
+    for _ in range(2):  # every pass: the bytes the dataset was made with, nothing fetched
+        assert [key.decode() for batch in dataset for key in batch["key"].numpy().tolist()] == expected
+    assert _delta(before, "ranges") == 0
+    del dataset
+    gc.collect()
+    assert _descriptors_into(cache) == []  # closed with the dataset
 
 
 def test_the_cache_keeps_the_most_recently_read_shards_within_its_limit(datasets: dict[str, Copies],
