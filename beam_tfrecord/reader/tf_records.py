@@ -21,7 +21,7 @@ from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.tf_generated import generated
 from beam_tfrecord.reader.tf_spec import tf  # imports TensorFlow quietly
 from beam_tfrecord.remote_reads.cache import ShardCache
-from beam_tfrecord.remote_reads.fetched import FetchedShard
+from beam_tfrecord.remote_reads.fetched import FetchedShard, MemoryFiles
 from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
 
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
@@ -161,7 +161,7 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
     across shards, CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
     ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
     generator's last is done). TensorFlow's reader checks every record's CRCs. The private files are
-    in memory (``FetchedShard.local_file(in_memory=True)``) when ``_OPEN_FILES`` of the largest shard
+    in memory (``MemoryFiles``, each written over by a later shard) when ``_OPEN_FILES`` of the largest shard
     fit in ``reads.bytes_in_flight``, on the temporary directory's disk otherwise.
     """
     segments = plan.segments
@@ -174,6 +174,7 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
         if fetcher is None:
             raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
         writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetched-files")
+        memory = MemoryFiles() if in_memory else None
         ahead: collections.deque[tuple[int, FetchedShard | None, concurrent.futures.Future[str] | str | None]] = (
             collections.deque())
         done: collections.deque[FetchedShard] = collections.deque()
@@ -186,7 +187,7 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
                 fetched = fetcher.open(number)
                 local: concurrent.futures.Future[str] | str | None = None
                 if fetched is not None:  # a cache hit is its entry's path already, no thread needed
-                    local = fetched.cached or writer.submit(fetched.local_file, in_memory=in_memory)
+                    local = fetched.cached or writer.submit(fetched.local_file, memory=memory)
                 ahead.append((number, fetched, local))
 
         try:
@@ -212,6 +213,8 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
             for fetched in done:
                 fetched.close()
             fetcher.close()
+            if memory is not None:
+                memory.close()
 
     if whole:  # the paths as the reader's own input: one flat_map per record, as from local files, not two
         return read(generated(files, tf.TensorSpec([], tf.string)))

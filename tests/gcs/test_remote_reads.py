@@ -270,6 +270,7 @@ def _memfd_names() -> list[str]:
 def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight(
         bytes_in_flight: int, where: str, datasets: dict[str, Copies], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    from beam_tfrecord.remote_reads import fetched
     from beam_tfrecord.remote_reads.fetched import FetchedShard
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where private copies on disk go
@@ -282,6 +283,9 @@ def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight
         return path
 
     monkeypatch.setattr(FetchedShard, "local_file", observed)
+    created: list[str] = []  # in-memory files made: written over by later shards, not one per shard
+    monkeypatch.setattr(fetched, "_MEMFD_CREATE",
+                        lambda name, flags: created.append(name) or os.memfd_create(name, flags))
     copies = datasets["tfrecord"]
     shards = load_manifest(copies.local).shards
     assert 4000 < max(s.num_bytes for s in shards) * 7 <= 1 << 20  # 7 copies at most are open at once
@@ -290,6 +294,7 @@ def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight
     assert len(made) == len(shards)
     if where == "memory":
         assert all(name.startswith("/memfd:beam-tfrecord-shard-") for name in made), made
+        assert 0 < len(created) < len(shards)
     else:
         assert made == [str(tmp_path)] * len(shards)
     left_on_disk = [name for name in os.listdir(tmp_path) if name.startswith("beam-tfrecord-shard-")]
