@@ -84,8 +84,9 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     ``gs://`` shards are fetched by ``shard_fetch`` (parallel ranged reads ahead of the reader; TensorFlow's
     own GCS filesystem reads one sequential stream per shard, and cannot be pointed at an emulator), so
     ``num_parallel_reads`` does not apply there (``reads.connections`` does): in stored order each
-    fetched shard is a local file (``fetched_files``); shuffled, and for a format tf.data has no reader
-    for (ArrayRecord: ``tf_data_files`` is None) wherever it is, the format's own reader feeds blocks
+    fetched shard is a local file (``fetched_files``), or, all in the cache when the dataset is made, the
+    entries held open (``_held_cache_entries``) are read as local files; shuffled, and for a format tf.data
+    has no reader for (ArrayRecord: ``tf_data_files`` is None) wherever it is, the format's own reader feeds blocks
     through ``tf_generated.generated`` (``block_records``; not ``from_generator``, whose op slows every
     later read of the process: see ``tf_generated``).
 
