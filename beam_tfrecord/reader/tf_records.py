@@ -8,8 +8,10 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import itertools
+import os
 import random
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -18,8 +20,9 @@ from beam_tfrecord.formats import TFDataFiles
 from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.tf_generated import generated
 from beam_tfrecord.reader.tf_spec import tf  # imports TensorFlow quietly
-from beam_tfrecord.remote_reads.fetched import FetchedShard
-from beam_tfrecord.remote_reads.options import RemoteReads, fetched_remotely
+from beam_tfrecord.remote_reads.cache import ShardCache
+from beam_tfrecord.remote_reads.fetched import FetchedShard, MemoryFiles
+from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
 
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
 FilesReader = Callable[[tf.Tensor | str | list[str] | tf.data.Dataset], tf.data.Dataset]
@@ -38,22 +41,24 @@ def default_parallel_reads(plan: ReadPlan, shuffle: bool) -> int:
     return _MAX_PARALLEL_READS if shuffle or remote else 1
 
 
-def _chain(plan: ReadPlan, read: FilesReader) -> tf.data.Dataset:
+def _chain(plan: ReadPlan, read: FilesReader, paths: Sequence[str] | None = None) -> tf.data.Dataset:
     """The plan's records read one shard after the other, with as few dataset stages as possible.
 
     Runs of whole shards become one dataset over their files (exactly the raw reader); only partial
-    shards get ``skip``/``take``, each a stage that costs per record.
+    shards get ``skip``/``take``, each a stage that costs per record. ``paths``: each segment's local
+    file, when not the plan's own path.
     """
     pieces: list[tf.data.Dataset] = []
     whole: list[str] = []
-    for segment in plan.segments:
+    for number, segment in enumerate(plan.segments):
+        path = plan.path(segment) if paths is None else paths[number]
         if segment.skip == 0 and segment.reaches_end:
-            whole.append(plan.path(segment))
+            whole.append(path)
             continue
         if whole:
             pieces.append(read(whole))
             whole = []
-        piece = read(plan.path(segment))
+        piece = read(path)
         piece = piece.skip(segment.skip) if segment.skip else piece
         pieces.append(piece if segment.reaches_end else piece.take(segment.take))
     if whole:
@@ -79,8 +84,9 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     ``gs://`` shards are fetched by ``shard_fetch`` (parallel ranged reads ahead of the reader; TensorFlow's
     own GCS filesystem reads one sequential stream per shard, and cannot be pointed at an emulator), so
     ``num_parallel_reads`` does not apply there (``reads.connections`` does): in stored order each
-    fetched shard is a local file (``fetched_files``); shuffled, and for a format tf.data has no reader
-    for (ArrayRecord: ``tf_data_files`` is None) wherever it is, the format's own reader feeds blocks
+    fetched shard is a local file (``fetched_files``), or, all in the cache when the dataset is made, the
+    entries held open (``_held_cache_entries``) are read as local files; shuffled, and for a format tf.data
+    has no reader for (ArrayRecord: ``tf_data_files`` is None) wherever it is, the format's own reader feeds blocks
     through ``tf_generated.generated`` (``block_records``; not ``from_generator``, whose op slows every
     later read of the process: see ``tf_generated``).
 
@@ -93,13 +99,52 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     if files is None or (remote and shuffle_files):
         records = block_records(plan, shuffle=shuffle_files, seed=seed, reads=reads)
     elif remote:
-        records = fetched_files(plan, files_reader(files), reads or RemoteReads())
+        held = _held_cache_entries(plan, reads or RemoteReads())
+        if held is None:
+            records = fetched_files(plan, files_reader(files), reads or RemoteReads())
+        else:  # all cached: read as local files are, without a generator (its graph alone took 30 ms to build)
+            records = _chain(plan, files_reader(files), [f"/proc/self/fd/{descriptor}" for descriptor in held])
+            weakref.finalize(records, _close_all, held)
     else:
         records = _read_segments(plan, files_reader(files), shuffle_files=shuffle_files, seed=seed,
                                  num_parallel_reads=num_parallel_reads)
     if verify_count:
         records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
     return records
+
+
+# A dataset read from the cache holds a descriptor of each shard's entry as long as it lives: at most this many.
+_MAX_HELD_ENTRIES = 256
+_DESCRIPTOR_PATHS = os.path.isdir("/proc/self/fd")  # a descriptor read by path (Linux)
+
+
+def _held_cache_entries(plan: ReadPlan, reads: RemoteReads) -> list[int] | None:
+    """A read-only descriptor of every segment's cache entry (each a cache hit), or None when one is not cached.
+
+    Held by the dataset (closed when it is collected), its passes read the same bytes as the manifest's
+    shards (an entry is named by their CRC32C and size) even when the cache evicts or replaces them
+    meanwhile. None too without a cache, beyond ``_MAX_HELD_ENTRIES`` shards, or without ``/proc/self/fd``.
+    """
+    segments = plan.segments
+    if reads.cache_dir is None or not _DESCRIPTOR_PATHS or not 0 < len(segments) <= _MAX_HELD_ENTRIES:
+        return None
+    cache = ShardCache(reads.cache_dir, limit_bytes=reads.cache_limit)
+    held: list[int] = []
+    for segment in segments:
+        shard = RemoteShard(plan.path(segment), segment.shard.num_bytes, segment.shard.crc32c)
+        descriptor = cache.open_entry(shard.key) if fetched_remotely(shard.path) else None
+        if descriptor is None:
+            _close_all(held)
+            return None
+        held.append(descriptor)
+    COUNTERS.add("cache_hits", len(held))
+    return held
+
+
+def _close_all(descriptors: list[int]) -> None:
+    for descriptor in descriptors:
+        os.close(descriptor)
+    descriptors.clear()
 
 
 # Shards made local files ahead of tf.data's reader, on a thread of their own (local disk, not memory: at most
@@ -117,7 +162,7 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
     across shards, CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
     ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
     generator's last is done). TensorFlow's reader checks every record's CRCs. The private files are
-    in memory (``FetchedShard.local_file(in_memory=True)``) when ``_OPEN_FILES`` of the largest shard
+    in memory (``MemoryFiles``, each written over by a later shard) when ``_OPEN_FILES`` of the largest shard
     fit in ``reads.bytes_in_flight``, on the temporary directory's disk otherwise.
     """
     segments = plan.segments
@@ -130,6 +175,7 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
         if fetcher is None:
             raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
         writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetched-files")
+        memory = MemoryFiles() if in_memory else None
         ahead: collections.deque[tuple[int, FetchedShard | None, concurrent.futures.Future[str] | str | None]] = (
             collections.deque())
         done: collections.deque[FetchedShard] = collections.deque()
@@ -142,7 +188,7 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
                 fetched = fetcher.open(number)
                 local: concurrent.futures.Future[str] | str | None = None
                 if fetched is not None:  # a cache hit is its entry's path already, no thread needed
-                    local = fetched.cached or writer.submit(fetched.local_file, in_memory=in_memory)
+                    local = fetched.cached or writer.submit(fetched.local_file, memory=memory)
                 ahead.append((number, fetched, local))
 
         try:
@@ -168,6 +214,8 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
             for fetched in done:
                 fetched.close()
             fetcher.close()
+            if memory is not None:
+                memory.close()
 
     if whole:  # the paths as the reader's own input: one flat_map per record, as from local files, not two
         return read(generated(files, tf.TensorSpec([], tf.string)))

@@ -67,6 +67,16 @@ class ShardCache:
             return None
         return path
 
+    def open_entry(self, key: CacheKey) -> int | None:
+        """A read-only descriptor of the entry, marked as just used, or None when it is not cached. Its bytes stay
+        readable through it when the entry is evicted or replaced later (their disk space is freed at its close)."""
+        try:
+            descriptor = os.open(self.entry_path(key), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        os.utime(descriptor)
+        return descriptor
+
     def partial_path(self, key: CacheKey) -> str:
         """A fresh temporary name in the directory to write an entry under before ``commit``."""
         return os.path.join(self.directory, f"{PARTIAL_PREFIX}{uuid.uuid4().hex[:12]}-{key.filename}")

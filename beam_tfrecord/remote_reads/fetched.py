@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -17,6 +18,41 @@ from beam_tfrecord.remote_reads.options import COUNTERS, RemoteShard
 
 # In-memory files, read by path through /proc/self/fd (Linux); None where either is missing.
 _MEMFD_CREATE = getattr(os, "memfd_create", None) if os.path.isdir("/proc/self/fd") else None
+
+
+class MemoryFiles:
+    """Anonymous in-memory files (``memfd_create``) for private copies: each is given back when its shard is
+    closed and written over by a later one, its pages reused rather than freed and allocated again (writing and
+    reading 336 MB in 20 MB files took 0.22 CPU-s so, 0.34 with a new file each). ``close()`` frees them."""
+
+    def __init__(self) -> None:
+        self._free: list[int] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self) -> int:
+        """A descriptor of an in-memory file, positioned at its start."""
+        with self._lock:
+            descriptor = self._free.pop() if self._free else None
+        if descriptor is None:
+            descriptor = _MEMFD_CREATE("beam-tfrecord-shard-copy", os.MFD_CLOEXEC)  # type: ignore[misc]
+        os.lseek(descriptor, 0, os.SEEK_SET)
+        return descriptor
+
+    def give_back(self, descriptor: int) -> None:
+        """The file is no longer read: a later ``take`` writes over it (closed now if these are closed)."""
+        with self._lock:
+            if not self._closed:
+                self._free.append(descriptor)
+                return
+        os.close(descriptor)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            free, self._free = self._free, []
+        for descriptor in free:
+            os.close(descriptor)
 
 
 class RangeSource(Protocol):
@@ -40,8 +76,8 @@ class FetchedShard:
 
     ``stream()`` reads it front to back (checking the CRC32C at the end, and writing the cache entry
     as it goes); ``local_file()`` gives a local path of the whole shard (the cache entry, or a
-    private copy removed by ``close()``: a temporary file, or with ``in_memory`` an anonymous
-    in-memory file, ``memfd_create``, named by its ``/proc/self/fd`` path). A cache hit is a local
+    private copy removed by ``close()``: a temporary file, or with ``memory`` an anonymous
+    in-memory file of ``MemoryFiles``, named by its ``/proc/self/fd`` path). A cache hit is a local
     file from the start.
     """
 
@@ -56,6 +92,7 @@ class FetchedShard:
         self._partial_path: str | None = None
         self._private: str | None = None  # a private temporary copy to remove on close
         self._memory_fd: int | None = None  # the in-memory file of a private copy held in memory
+        self._memory: MemoryFiles | None = None  # where it came from
 
     @property
     def path(self) -> str:
@@ -85,10 +122,10 @@ class FetchedShard:
         """A readable file object over ``chunks()``."""
         return _ChunkStream(self.chunks())
 
-    def local_file(self, *, in_memory: bool = False) -> str:
+    def local_file(self, *, memory: MemoryFiles | None = None) -> str:
         """A local path holding the whole shard (fetched now if needed), valid in this process until ``close()``.
 
-        ``in_memory``: a private copy (no cache) is an in-memory file rather than one in the temporary
+        ``memory``: a private copy (no cache) is an in-memory file of it rather than one in the temporary
         directory, where the system has them (Linux): no page of it is allocated by the disk's
         filesystem or written back to the disk (an epoch of 313 MB from gs:// took 0.97 CPU seconds
         with the copies on tmpfs, the memory these files live in, 1.27 s through an ext4 ``/tmp``),
@@ -96,21 +133,21 @@ class FetchedShard:
         ``close()``: the caller bounds how many are open.
         """
         if self.cached is None:
-            self._begin_copy(private=True, in_memory=in_memory)
+            self._begin_copy(private=True, memory=memory)
             for _ in self.chunks():
                 pass
             if self.cached is None:
                 raise ReaderError(f"{self.path}: no local copy was made")  # unreachable: chunks() made one
         return self.cached
 
-    def _begin_copy(self, *, private: bool, in_memory: bool = False) -> None:
+    def _begin_copy(self, *, private: bool, memory: MemoryFiles | None = None) -> None:
         if self._partial is not None:
             return
         cache = self._fetcher.cache
         if cache is not None:
             self._partial_path = cache.partial_path(self.shard.key)
-        elif private and in_memory and _MEMFD_CREATE is not None:
-            self._memory_fd = _MEMFD_CREATE(f"beam-tfrecord-shard-{os.path.basename(self.path)}", os.MFD_CLOEXEC)
+        elif private and memory is not None and _MEMFD_CREATE is not None:
+            self._memory, self._memory_fd = memory, memory.take()
             self._partial_path = f"/proc/self/fd/{self._memory_fd}"
             self._partial = open(self._memory_fd, "wb", closefd=False)  # noqa: SIM115  (closed as below)
             return
@@ -127,6 +164,8 @@ class FetchedShard:
         if self._partial is not None:
             self._partial.close()
             self._partial = None
+        if self._memory_fd is not None:  # written over an earlier copy: its end goes
+            os.ftruncate(self._memory_fd, self._position)
         if found != self.shard.crc32c:
             self._drop_partial()
             raise CorruptShardError(self.path, f"file CRC32C {found} differs from the manifest's {self.shard.crc32c}")
@@ -148,9 +187,10 @@ class FetchedShard:
         if self._partial is not None:
             self._partial.close()
             self._partial = None
-        if self._memory_fd is not None:  # the in-memory file goes with its descriptor
-            os.close(self._memory_fd)
-            self._memory_fd = None
+        if self._memory_fd is not None:  # the in-memory file: back to its MemoryFiles
+            if self._memory is not None:
+                self._memory.give_back(self._memory_fd)
+            self._memory_fd = self._memory = None
             self._partial_path = self._private = None
             return
         if self._partial_path is not None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -115,6 +117,35 @@ def test_the_second_epoch_reads_from_the_cache(variant: str, datasets: dict[str,
         assert read(copies.remote, remote_reads=SMALL_READS[variant], cache_dir=str(tmp_path)) == expected
     assert _delta(before, "cache_hits") == 3 * num_shards
     assert _delta(before, "ranges") == 0 and _delta(before, "cache_misses") == 0
+
+
+def _descriptors_into(directory: str) -> list[str]:
+    """What this process's open descriptors of files in ``directory`` name (a removed file: "... (deleted)")."""
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # a descriptor closed since the listing
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [target for target in targets if target.startswith(directory + os.sep)]
+
+
+def test_a_tf_dataset_made_from_the_cache_reads_its_shards_when_the_cache_loses_them(
+        datasets: dict[str, Copies], tmp_path: Path) -> None:
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    copies = datasets["tfrecord"]
+    cache = str(tmp_path / "cache")
+    expected = _numpy_keys(copies.local)
+    assert _numpy_keys(copies.remote, remote_reads=SMALL_READS["tfrecord"], cache_dir=cache) == expected  # fills it
+    dataset = read_dataset(copies.remote, split=SPLIT, batch_size=16, cache_dir=cache)
+    assert len(_descriptors_into(cache)) == len(load_manifest(copies.local).shards)  # every entry held
+    shutil.rmtree(cache)  # evicted (or the cache emptied) after the dataset was made
+    before = _fetched()
+    for _ in range(2):  # every pass: the bytes the dataset was made with, nothing fetched
+        assert [key.decode() for batch in dataset for key in batch["key"].numpy().tolist()] == expected
+    assert _delta(before, "ranges") == 0
+    del dataset
+    gc.collect()
+    assert _descriptors_into(cache) == []  # closed with the dataset
 
 
 def test_the_cache_keeps_the_most_recently_read_shards_within_its_limit(datasets: dict[str, Copies],
@@ -239,6 +270,7 @@ def _memfd_names() -> list[str]:
 def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight(
         bytes_in_flight: int, where: str, datasets: dict[str, Copies], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    from beam_tfrecord.remote_reads import fetched
     from beam_tfrecord.remote_reads.fetched import FetchedShard
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where private copies on disk go
@@ -251,6 +283,9 @@ def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight
         return path
 
     monkeypatch.setattr(FetchedShard, "local_file", observed)
+    created: list[str] = []  # in-memory files made: written over by later shards, not one per shard
+    monkeypatch.setattr(fetched, "_MEMFD_CREATE",
+                        lambda name, flags: created.append(name) or os.memfd_create(name, flags))
     copies = datasets["tfrecord"]
     shards = load_manifest(copies.local).shards
     assert 4000 < max(s.num_bytes for s in shards) * 7 <= 1 << 20  # 7 copies at most are open at once
@@ -259,10 +294,36 @@ def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight
     assert len(made) == len(shards)
     if where == "memory":
         assert all(name.startswith("/memfd:beam-tfrecord-shard-") for name in made), made
+        assert 0 < len(created) <= 7  # at most seven open at once, whatever the number of shards
     else:
         assert made == [str(tmp_path)] * len(shards)
     left_on_disk = [name for name in os.listdir(tmp_path) if name.startswith("beam-tfrecord-shard-")]
     assert _memfd_names() == [] and left_on_disk == []  # all closed at the end of the epoch
+
+
+def test_an_in_memory_copy_written_over_an_earlier_shard_holds_exactly_the_later_one(
+        datasets: dict[str, Copies]) -> None:
+    from beam_tfrecord.remote_reads.fetched import MemoryFiles
+    from beam_tfrecord.remote_reads.fetcher import shard_fetcher
+    from beam_tfrecord.remote_reads.options import RemoteShard
+
+    copies = datasets["tfrecord"]
+    shards = sorted(load_manifest(copies.local).shards, key=lambda s: -s.num_bytes)[:2]  # the larger first
+    assert shards[0].num_bytes > shards[1].num_bytes
+    fetcher = shard_fetcher([RemoteShard(f"{copies.remote}/{s.filename}", s.num_bytes, s.crc32c) for s in shards],
+                            SMALL_READS["tfrecord"])
+    assert fetcher is not None
+    memory = MemoryFiles()
+    with fetcher:
+        paths = []
+        for number, shard in enumerate(shards):
+            fetched = fetcher.open(number)
+            assert fetched is not None
+            paths.append(fetched.local_file(memory=memory))
+            assert Path(paths[-1]).read_bytes() == Path(copies.local, shard.filename).read_bytes()
+            fetched.close()
+    memory.close()
+    assert paths[0] == paths[1] and _memfd_names() == []  # the same file, written over, then freed
 
 
 @pytest.mark.parametrize("variant", ["tfrecord", "tfrecord-gzip"])
