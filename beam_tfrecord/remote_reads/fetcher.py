@@ -28,7 +28,8 @@ class ShardFetcher:
         side_by_side: groups of shards (numbers in ``shards``) the reader reads side by side: their
             ranges are read ahead in turn (the first range of each, then the second...).
         whole_shards: the reader waits for whole shards (``local_file``); False: it takes each front to
-            back, range by range (``chunks``, ``stream``), and the ranges are cut for that (``_streamed_starts``).
+            back, range by range (``chunks``, ``stream``), and the ranges are cut for that (``_streamed_starts``;
+            tf.data's fetched files take these cuts too: ``tf_records.fetched_files``).
     """
 
     def __init__(self, shards: Sequence[RemoteShard], reads: RemoteReads, *,
