@@ -21,7 +21,7 @@ from apache_beam.runners.common import DoFnInvoker
 from apache_beam.runners.dask import dask_runner as beam_dask_runner
 from apache_beam.runners.dask import transform_evaluator
 from apache_beam.runners.runner import PipelineState
-from distributed import WorkerPlugin
+from distributed import WorkerPlugin, get_client
 from distributed.core import Status
 
 from beam_tfrecord import storage
@@ -43,6 +43,7 @@ def apply_dofn_to_bundle(items: Iterable[Any], do_fn_invoker_args: list[Any], do
     of two, a 1.9 GB one needed 9.4 GB; with this, a 0.4 GiB build holds ~270 MB per worker, flat.
     Beam's also drops what ``finish_bundle`` emits (``tests/dask/test_dask_defects.py`` shows both).
     """
+    _give_worker_its_client()
     invoker = DoFnInvoker.create_invoker(*do_fn_invoker_args, **do_fn_invoker_kwargs)
     invoker.invoke_setup()
     invoker.invoke_start_bundle()
@@ -53,6 +54,17 @@ def apply_dofn_to_bundle(items: Iterable[Any], do_fn_invoker_args: list[Any], do
     results = [value.value for value in tagged_receivers.values]
     tagged_receivers.values.clear()
     return results
+
+
+def _give_worker_its_client() -> None:
+    """Makes this Dask worker's client (once per worker process; nothing outside a worker).
+
+    Beam's side inputs compute a Dask bag inside the task, which needs a client on the worker: on a worker
+    where no task had made one yet, ``AsList`` failed with "Requested dask.distributed scheduler but no
+    Client active", at random (tests/beam/test_read_dataset.py, on the suite's shared cluster).
+    """
+    with contextlib.suppress(ValueError):
+        get_client()
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ example once (real DataLoader worker processes, torchdata's StatefulDataLoader).
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 
 import pytest
 
@@ -18,10 +19,17 @@ from beam_tfrecord.reader.order.resume import rank_share
 from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset, collate
 
 BATCH = 8
+# DataLoader workers start from a fork server, not forked from pytest: this process wrote and read ArrayRecord
+# files, and riegeli's background cleaner (its thread and mutex) does not survive a fork. A forked worker opening an
+# ArrayRecord file crashed now and then (SIGSEGV in absl::Mutex::UnlockSlow from riegeli::BackgroundCleaner, from a
+# core dump; docs/reading.md, "From workers").
+WORKERS = multiprocessing.get_context("forkserver")
+WORKERS.set_forkserver_preload(["torch", "beam_tfrecord.reader.torch_dataset"])
 
 
 def _loader(dataset, num_workers: int):
-    return stateful.StatefulDataLoader(dataset, batch_size=BATCH, num_workers=num_workers, collate_fn=collate)
+    return stateful.StatefulDataLoader(dataset, batch_size=BATCH, num_workers=num_workers, collate_fn=collate,
+                                      multiprocessing_context=WORKERS if num_workers else None)
 
 
 def _consume(dataset, num_workers: int, batches: int) -> tuple[list[bytes], dict]:
@@ -167,9 +175,9 @@ def test_ready_batches_resume_with_another_worker_count_and_batch_size(keyed_a, 
     def keys(loader) -> list[bytes]:
         return [key for batch in loader for key in batch["key"]]
 
-    uninterrupted = keys(DataLoader(dataset(8), batch_size=None, num_workers=2))
+    uninterrupted = keys(DataLoader(dataset(8), batch_size=None, num_workers=2, multiprocessing_context=WORKERS))
     assert sorted(uninterrupted) == sorted(e["key"] for e in read_numpy(mixture, shuffle=True, seed=6))
-    loader = stateful.StatefulDataLoader(dataset(8), batch_size=None, num_workers=2)
+    loader = stateful.StatefulDataLoader(dataset(8), batch_size=None, num_workers=2, multiprocessing_context=WORKERS)
     consumed: list[bytes] = []
     for batch in itertools.islice(loader, 5):
         assert len(batch["key"]) == 8 and batch["i"].shape == (8,)
@@ -177,7 +185,7 @@ def test_ready_batches_resume_with_another_worker_count_and_batch_size(keyed_a, 
     resumed = dataset(16)
     resumed.load_state_dict(loader.state_dict())
     assert len(resumed) == -(-(300 - 40) // 16)
-    batches = list(DataLoader(resumed, batch_size=None, num_workers=1))
+    batches = list(DataLoader(resumed, batch_size=None, num_workers=1, multiprocessing_context=WORKERS))
     assert len(batches) == len(resumed) and [len(b["key"]) for b in batches[:-1]] == [16] * (len(batches) - 1)
     rest = [key for batch in batches for key in batch["key"]]
     assert len(consumed + rest) == len(set(consumed + rest)) and sorted(consumed + rest) == sorted(uninterrupted)
