@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -63,8 +64,14 @@ def _give_worker_its_client() -> None:
     where no task had made one yet, ``AsList`` failed with "Requested dask.distributed scheduler but no
     Client active", at random (tests/beam/test_read_dataset.py, on the suite's shared cluster).
     """
-    with contextlib.suppress(ValueError):
-        get_client()
+    global _client_made_in
+    if _client_made_in != os.getpid():  # get_client() also logs an event on the scheduler: once, not per bundle
+        with contextlib.suppress(ValueError):
+            get_client()
+        _client_made_in = os.getpid()
+
+
+_client_made_in: int | None = None  # the process that made its worker client
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ import grain
 import pytest
 import torch.utils.data
 from array_record.python.array_record_module import ArrayRecordReader
+from fork_server import FORK_SERVER  # this process used ArrayRecord: no forked workers
 
 from beam_tfrecord import load_manifest, read_numpy, verify_dataset
 from beam_tfrecord.core.framing import iter_records
@@ -79,7 +80,8 @@ def test_torch_dataloader_workers_split_the_rank_share(array_record_dataset):
     for rank in range(2):
         dataset = TFRecordIterableDataset(array_record_dataset, split="train[:80%]", shuffle=True, seed=9,
                                           rank=rank, world_size=2)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2,
+                                             multiprocessing_context=FORK_SERVER)
         got = _keys(loader)
         assert len(got) == len(dataset)
         expected = _keys(read_numpy(array_record_dataset, split="train[:80%]", shuffle=True, seed=9,

@@ -4,13 +4,13 @@ example once (real DataLoader worker processes, torchdata's StatefulDataLoader).
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 
 import pytest
 
 torch = pytest.importorskip("torch")
 stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
+from fork_server import FORK_SERVER as WORKERS  # this process used ArrayRecord: no forked workers
 from torch.utils.data import DataLoader
 
 from beam_tfrecord.errors import ReaderError
@@ -19,12 +19,6 @@ from beam_tfrecord.reader.order.resume import rank_share
 from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset, collate
 
 BATCH = 8
-# DataLoader workers start from a fork server, not forked from pytest: this process wrote and read ArrayRecord
-# files, and riegeli's background cleaner (its thread and mutex) does not survive a fork. A forked worker opening an
-# ArrayRecord file crashed now and then (SIGSEGV in absl::Mutex::UnlockSlow from riegeli::BackgroundCleaner, from a
-# core dump; docs/reading.md, "From workers").
-WORKERS = multiprocessing.get_context("forkserver")
-WORKERS.set_forkserver_preload(["torch", "beam_tfrecord.reader.torch_dataset"])
 
 
 def _loader(dataset, num_workers: int):
