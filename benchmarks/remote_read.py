@@ -3,11 +3,12 @@
 Each store of ``--stores`` (gs: fake-gcs-server; s3: moto's server; az: Azurite) holds the datasets in
 turn; every request reaches it through the shaping proxy of ``tests/gcs/flaky_proxy.py`` (its own
 process, 127.0.0.1 only): ``--latency_ms`` before each answer's first byte and ``--connection_mb_s``
-per connection, what a real bucket gives one connection. Two workloads, built once locally with the
+per connection, what a real bucket gives one connection. Three workloads, built once locally with the
 project's writer (16 shards each):
 
   small:  ``--records`` CIFAR-like records (3.1 KB: a 32x32x3 uint8 Tensor and a ClassLabel)
   images: ``--images`` records of one ~``--image_kb`` KB encoded image (random bytes, not decoded) and a label
+  array:  the small records in ArrayRecord shards (each reader waits for a whole fetched shard)
 
 For each workload and reader (read_numpy per example; TFRecordIterableDataset with ready batches of
 256, DataLoader(batch_size=None, num_workers=0)'s loop; read_dataset(batch_size=256)), in
@@ -27,7 +28,7 @@ CPU seconds (this process) of the remote epoch / the local one <= 1.5; cached / 
 process's CPU seconds per GB of each ranges client; then every store's figures side by side.
 
 Run: python benchmarks/remote_read.py [--stores gs,s3,az] [--records 100000] [--images 2000] [--image_kb 150]
-     [--workloads small,images] [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50]
+     [--workloads small,images,array] [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50]
      [--dir /tmp/bt_remote_read]
 """
 
@@ -55,6 +56,7 @@ import psutil
 from measure import already_built
 
 from beam_tfrecord import ClassLabel, DType, Sample, Scalar, Schema
+from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.storage.backend import RangedRead
 
@@ -281,19 +283,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--connection_mb_s", type=float, default=50.0)
     parser.add_argument("--dir", default="/tmp/bt_remote_read")
     parser.add_argument("--readers", default=",".join(READERS))
-    parser.add_argument("--workloads", default="small,images")
+    parser.add_argument("--workloads", default="small,images,array")
     args = parser.parse_args(argv)
     readers = [r for r in args.readers.split(",") if r]
 
     from read_benchmark import build as build_small
 
     workloads = {"small": os.path.join(args.dir, f"small-{args.records}"),
-                 "images": os.path.join(args.dir, f"images-{args.images}x{args.image_kb}k")}
+                 "images": os.path.join(args.dir, f"images-{args.images}x{args.image_kb}k"),
+                 "array": os.path.join(args.dir, f"array-{args.records}")}
     workloads = {name: path for name, path in workloads.items() if name in args.workloads.split(",")}
     if "small" in workloads:
         build_small(workloads["small"], args.records)
     if "images" in workloads:
         build_images(workloads["images"], args.images, args.image_kb * 1000)
+    if "array" in workloads:
+        build_small(workloads["array"], args.records, FileFormat.ARRAY_RECORD)
     print(f"proxy: {args.latency_ms:g} ms to first byte, {args.connection_mb_s:g} MB/s per connection; "
           f"rounds: {args.rounds} (+1 warm-up), best pass kept")
     table: list[str] = []
