@@ -22,7 +22,7 @@ from beam_tfrecord.reader.tf_generated import generated
 from beam_tfrecord.reader.tf_spec import tf  # imports TensorFlow quietly
 from beam_tfrecord.remote_reads.cache import ShardCache
 from beam_tfrecord.remote_reads.fetched import FetchedShard, MemoryFiles
-from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
+from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, fetched_remotely
 
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
 FilesReader = Callable[[tf.Tensor | str | list[str] | tf.data.Dataset], tf.data.Dataset]
@@ -130,8 +130,7 @@ def _held_cache_entries(plan: ReadPlan, reads: RemoteReads) -> list[int] | None:
         return None
     cache = ShardCache(reads.cache_dir, limit_bytes=reads.cache_limit)
     held: list[int] = []
-    for segment in segments:
-        shard = RemoteShard(plan.path(segment), segment.shard.num_bytes, segment.shard.crc32c)
+    for shard in plan.remote_shards(segments):
         descriptor = cache.open_entry(shard.key) if fetched_remotely(shard.path) else None
         if descriptor is None:
             _close_all(held)
