@@ -9,6 +9,7 @@ Run: nice -n 10 python benchmarks/remote_read_cuts.py --workloads array [any rem
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -49,29 +50,39 @@ class Equal:
 
 def measure(modes: dict[str, remote_read.Mode], expected: dict[str, int], rounds: int,
             store: list[Any]) -> dict[str, tuple[float, float, float]]:
-    """``remote_read.measure`` with an ``equal`` twin of every ``remote`` mode; prints every round of both."""
+    """``remote_read.measure`` on ``ranges``, ``local`` and ``remote`` modes, each ``remote`` followed by its
+    ``equal`` twin; prints every round of both and the median ratios (the others' figures are NaN)."""
+    timed: dict[str, remote_read.Mode] = {"ranges": modes["ranges"]}
     for name in [n for n in modes if n.startswith("remote ")]:
         reader, epochs, _ = modes[name]
         twin = "equal " + name.split(" ", 1)[1]
-        modes[twin] = (reader, lambda epochs=epochs: Equal(epochs()), False)
+        timed.update({"local " + name.split(" ", 1)[1]: modes["local " + name.split(" ", 1)[1]], name: modes[name],
+                      twin: (reader, lambda epochs=epochs: Equal(epochs()), False)})
         expected[twin] = expected[name]
-    rows: dict[str, list[str]] = {name: [] for name in modes if name.split(" ")[0] in ("remote", "equal")}
-    best = {name: (float("inf"), 0.0, 0.0) for name in modes}
+    rounds_of: dict[str, list[tuple[float, float, int]]] = {name: [] for name in timed}
     for round_index in range(rounds + 1):
-        for name, (reader, epochs, open_timed) in modes.items():
-            epoch = None if open_timed else epochs()
+        for name, (reader, epochs, _) in timed.items():
+            epoch = epochs()
             requests, started, own = COUNTERS.snapshot().get("ranges", 0), time.perf_counter(), time.process_time()
-            got = remote_read.count(reader, epochs() if epoch is None else epoch)
+            got = remote_read.count(reader, epoch)
             elapsed, cpu = time.perf_counter() - started, time.process_time() - own
             if got != expected[name]:
                 raise RuntimeError(f"{name}: {got} instead of {expected[name]}")
-            if round_index and name in rows:
-                requests = COUNTERS.snapshot().get("ranges", 0) - requests
-                rows[name].append(f"{got / elapsed:>8,.0f}/s {cpu:5.2f} CPU-s {requests:4d} GETs")
-            if round_index and elapsed < best[name][0]:
-                best[name] = (elapsed, cpu, 0.0)
-    for name, cells in rows.items():
-        print(f"  rounds {name:13s}: " + " | ".join(cells))
+            if round_index:
+                rounds_of[name].append((got / elapsed, cpu, COUNTERS.snapshot().get("ranges", 0) - requests))
+    for name, figures in rounds_of.items():
+        if name.split(" ")[0] in ("remote", "equal"):
+            print(f"  rounds {name:13s}: " + " | ".join(f"{rate:>8,.0f}/s {cpu:5.2f} CPU-s {gets:4d} GETs"
+                                                        for rate, cpu, gets in figures))
+    for name in [n for n in timed if n.startswith("remote ")]:
+        twin = "equal " + name.split(" ", 1)[1]
+        pairs = list(zip(rounds_of[twin], rounds_of[name]))
+        print(f"  equal/whole {name[7:]:5s}: records/s median {statistics.median(e[0] / w[0] for e, w in pairs):.2f}, "
+              f"CPU-s median {statistics.median(e[1] / w[1] for e, w in pairs):.2f} (per round, paired)")
+    nan = float("nan")
+    best = {name: (nan, nan, 0.0) for name in modes}
+    best.update({name: (expected[name] / max(f[0] for f in figures), min(f[1] for f in figures), 0.0)
+                 for name, figures in rounds_of.items()})
     return best
 
 
