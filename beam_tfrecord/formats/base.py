@@ -132,14 +132,11 @@ class ShardFormat(abc.ABC):
         file_format: the manifest's name for it (the registry's key).
         random_access: readers can read a record by index (what a true global shuffle needs).
         readers: this package's readers that read it, named as a user calls them.
-        streams_fetched: its reader takes a fetched shard front to back (``FetchedShard.chunks``), not
-            as a whole local file (``local_file``).
     """
 
     file_format: ClassVar[FileFormat]
     random_access: ClassVar[bool]
     readers: ClassVar[tuple[str, ...]]
-    streams_fetched: ClassVar[bool] = False
 
     @abc.abstractmethod
     def open_writer(self, path: str, *, compression: Compression, direct_io: bool) -> ShardWriter:

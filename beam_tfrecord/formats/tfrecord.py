@@ -268,7 +268,6 @@ class TFRecordFormat(ShardFormat):
     file_format = FileFormat.TFRECORD
     random_access = False
     readers = ("read_dataset", "read_numpy", "TFRecordIterableDataset")
-    streams_fetched = True
 
     def open_writer(self, path: str, *, compression: Compression, direct_io: bool) -> ShardWriter:
         return TFRecordShardWriter(path, compression=compression, direct=direct_io)

@@ -170,10 +170,7 @@ def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.d
 
     def files() -> Iterator[str | tuple[str, int, int]]:
         """Each segment's local path, with its skip and take unless ``whole``."""
-        # Cut as a stream's ranges (equal, at most range_bytes), though tf.data waits for whole files: fewer
-        # requests. Interleaved quiet runs, 100k small / 2k image records: s3 59-60k -> 68-77k records/s and
-        # 1.56k -> 1.94-2.30k; az images 1.55-1.76k -> 2.04-2.06k; gs even (its emulator's requests are cheap).
-        fetcher = plan.fetcher(segments, reads, whole_shards=False)
+        fetcher = plan.fetcher(segments, reads)
         if fetcher is None:
             raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
         writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetched-files")

@@ -27,13 +27,10 @@ class ShardFetcher:
         reads: connections, range size, bytes in flight and cache.
         side_by_side: groups of shards (numbers in ``shards``) the reader reads side by side: their
             ranges are read ahead in turn (the first range of each, then the second...).
-        whole_shards: the reader waits for whole shards (``local_file``); False: it takes each front to
-            back, range by range (``chunks``, ``stream``), and the ranges are cut for that (``_streamed_starts``;
-            tf.data's fetched files take these cuts too: ``tf_records.fetched_files``).
     """
 
     def __init__(self, shards: Sequence[RemoteShard], reads: RemoteReads, *,
-                 side_by_side: Sequence[Sequence[int]] = (), whole_shards: bool = True) -> None:
+                 side_by_side: Sequence[Sequence[int]] = ()) -> None:
         self._shards = list(shards)
         self._reads = reads
         self._cache = ShardCache(reads.cache_dir, limit_bytes=reads.cache_limit) if reads.cache_dir else None
@@ -47,10 +44,7 @@ class ShardFetcher:
         self._settled: set[tuple[int, int]] = set()  # ranges taken or given up: never requested again
         self._held_bytes = 0
         first = set(side_by_side[0]) if side_by_side else {0}
-        last = len(self._shards) - 1
-        self._starts = [_range_starts(shard.num_bytes, reads.range_bytes, connections=reads.connections,
-                                      steps=0 if number in first else min(number, last - number))
-                        if whole_shards else _streamed_starts(shard.num_bytes, reads.range_bytes, ramp=number in first)
+        self._starts = [range_starts(shard.num_bytes, reads.range_bytes, ramp=number in first)
                         for number, shard in enumerate(self._shards)]
         self._ends = [dict(zip(starts, [*starts[1:], shard.num_bytes]))
                       for starts, shard in zip(self._starts, self._shards)]
@@ -199,50 +193,34 @@ class ShardFetcher:
         self._read_ahead()
 
 
-MIN_FIRST_RANGE_BYTES = 256 << 10
+FIRST_RANGE_BYTES = 1 << 20  # the first range of a read's first shard: its first records after one small answer
 
 
-def _range_starts(num_bytes: int, range_bytes: int, *, connections: int, steps: int) -> list[int]:
-    """Where a shard's ranges start: every ``range_bytes``, but smaller near the start and end of a read.
+def range_starts(num_bytes: int, range_bytes: int, *, ramp: bool) -> list[int]:
+    """Where a shard's ranges start: equal ranges of at most ``range_bytes``; with ``ramp`` (the shards a read
+    begins with) ``FIRST_RANGE_BYTES`` first, doubled range after range up to ``range_bytes``.
 
-    Large ranges cost the fewest requests, so the least CPU and latency per byte: cutting every
-    shard into one range per connection (2 MiB at least) made a whole read of 313 MB in 20 MB shards
-    take 0.95 s instead of 0.72 s behind 40 ms and 50 MB/s per connection. But ``connections`` large
-    ranges span several shards, which then arrive together, while a reader that needs whole shards
-    (ArrayRecord, tf.data's local files) waits. So the shards ``steps`` from the read's start or end
-    are cut into ``connections`` ranges doubled ``steps`` times (256 KiB at least): the first shard
-    arrives after one small answer, the next ones one after the other, and the last ones do not all
-    land at the end.
-    """
-    size = min(range_bytes, max(MIN_FIRST_RANGE_BYTES, -(-num_bytes // connections) << min(steps, 32)))
-    return list(range(0, num_bytes, size))
-
-
-def _streamed_starts(num_bytes: int, range_bytes: int, *, ramp: bool) -> list[int]:
-    """Where the ranges of a shard read front to back start: equal ranges of at most ``range_bytes``; with
-    ``ramp`` (the read's first shards) ``FIRST_STREAMED_RANGE_BYTES`` first, doubled range after range.
-
-    Fewer requests than ``_range_starts``' cuts of whole shards: a stream waits for one range, not a shard.
-    Against those cuts, an epoch of 313 MB from moto's S3 through the shaping proxy took 0.3 CPU s less in
-    the store and 0.03-0.1 less in read_numpy (0.55-0.61 against 0.61-0.66; interleaved, one run).
+    One rule for every reader, whether it takes a shard front to back (``FetchedShard.chunks``) or waits for
+    it whole (``local_file``: ArrayRecord, tf.data's files). Against cuts that shrank near a read's start and
+    end for the whole-shard readers: 50 requests instead of 86 for 320 MB in 16 shards, and ArrayRecord read
+    as fast for as little CPU (gs, s3, az x numpy, torch, tf: records/s x0.95-1.21, CPU-s x0.89-1.11, medians
+    of 5 interleaved rounds, ``benchmarks/remote_read.py``'s ``array`` workload); TFRecord through tf.data's
+    files faster (s3 59-60k -> 68-77k records/s).
     """
     if not ramp:
         size = max(1, -(-num_bytes // max(1, -(-num_bytes // range_bytes))))
         return list(range(0, num_bytes, size))
     starts: list[int] = []
-    start, size = 0, min(range_bytes, FIRST_STREAMED_RANGE_BYTES)
+    start, size = 0, min(range_bytes, FIRST_RANGE_BYTES)
     while start < num_bytes:
         starts.append(start)
         start, size = start + size, min(2 * size, range_bytes)
     return starts
 
 
-FIRST_STREAMED_RANGE_BYTES = 1 << 20
-
-
-def shard_fetcher(shards: Sequence[RemoteShard], reads: RemoteReads, *, side_by_side: Sequence[Sequence[int]] = (),
-                  whole_shards: bool = True) -> ShardFetcher | None:
+def shard_fetcher(shards: Sequence[RemoteShard], reads: RemoteReads, *,
+                  side_by_side: Sequence[Sequence[int]] = ()) -> ShardFetcher | None:
     """A fetcher of the shards when any is on a store read in ranges; None when all are local paths."""
     if not any(fetched_remotely(shard.path) for shard in shards):
         return None
-    return ShardFetcher(shards, reads, side_by_side=side_by_side, whole_shards=whole_shards)
+    return ShardFetcher(shards, reads, side_by_side=side_by_side)

@@ -26,7 +26,9 @@ from beam_tfrecord import storage
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.reader.numpy_reader import read_numpy
+from beam_tfrecord.reader.order.read_plan import plan_read
 from beam_tfrecord.remote_reads.cache import LOCK_NAME, PARTIAL_PREFIX, CacheKey, ShardCache
+from beam_tfrecord.remote_reads.fetcher import range_starts
 from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads
 
 SPLIT = "train+test"
@@ -90,8 +92,11 @@ def test_a_reader_gives_the_same_records_from_gs_as_from_local_disk(reader: str,
     remote = read(copies.remote, remote_reads=SMALL_READS[variant])
     assert remote == read(copies.local) and len(remote) == 90
     shards = load_manifest(copies.local).shards
-    assert _delta(before, "fetched_bytes") >= sum(s.num_bytes for s in shards)  # through the fetcher, in ranges
-    assert _delta(before, "ranges") > len(shards)
+    assert _delta(before, "fetched_bytes") == sum(s.num_bytes for s in shards)  # through the fetcher, in ranges
+    # every reader of either format: each shard in the one rule's ranges (the read's first ramped), once
+    segments = plan_read(copies.remote, split=SPLIT).segments
+    assert _delta(before, "ranges") == sum(len(range_starts(s.shard.num_bytes, SMALL_READS[variant].range_bytes,
+                                                            ramp=number == 0)) for number, s in enumerate(segments))
 
 
 @pytest.mark.parametrize("variant", ["tfrecord", "array_record"])
@@ -337,18 +342,21 @@ def test_a_worker_share_that_cuts_shards_reads_the_same_records_from_gs(reader: 
         assert remote == READERS[reader](copies.local, **options) and len(remote) == 30
 
 
-def test_a_streamed_shard_is_cut_in_equal_ranges_and_the_reads_first_ramps_up() -> None:
-    from beam_tfrecord.core.naming import FileFormat
-    from beam_tfrecord.formats import shard_format
-    from beam_tfrecord.remote_reads.fetcher import _range_starts, _streamed_starts
+MIB = 1 << 20
 
-    mib = 1 << 20
-    assert _streamed_starts(20 * mib + 3, 8 * mib, ramp=False) == [0, 6990508, 13981016]  # 3 of <= 8 MiB
-    assert _streamed_starts(20 * mib + 3, 8 * mib, ramp=True) == [0, mib, 3 * mib, 7 * mib, 15 * mib]
-    assert _streamed_starts(5000, 1000, ramp=True) == _streamed_starts(5000, 1000, ramp=False) == [0, 1000, 2000,
-                                                                                                   3000, 4000]
-    assert _streamed_starts(0, 8 * mib, ramp=False) == _streamed_starts(0, 8 * mib, ramp=True) == []
-    # a whole-shard reader's first shard: one range per connection, so that the whole shard comes soon
-    assert len(_range_starts(20 * mib, 8 * mib, connections=16, steps=0)) == 16
-    assert (shard_format(FileFormat.TFRECORD).streams_fetched, shard_format(FileFormat.ARRAY_RECORD).streams_fetched) \
-        == (True, False)
+
+@pytest.mark.parametrize(("num_bytes", "range_bytes", "ramp", "starts"), [
+    pytest.param(20 * MIB + 3, 8 * MIB, False, [0, 6990508, 13981016], id="20 MiB + 3: three equal ranges of <= 8 MiB"),
+    pytest.param(16 * MIB, 8 * MIB, False, [0, 8 * MIB], id="16 MiB: two ranges of 8 MiB"),
+    pytest.param(10, 4, False, [0, 4, 8], id="10 bytes in ranges of <= 4: 4, 4 and 2"),
+    pytest.param(20 * MIB + 3, 8 * MIB, True, [0, MIB, 3 * MIB, 7 * MIB, 15 * MIB],
+                 id="the read's first shard: 1 MiB, doubled up to 8 MiB, then the rest"),
+    pytest.param(5000, 1000, True, [0, 1000, 2000, 3000, 4000], id="ranges under 1 MiB: no ramp"),
+    pytest.param(5000, 8 * MIB, False, [0], id="smaller than one range"),
+    pytest.param(5000, 8 * MIB, True, [0], id="smaller than the ramp's first range"),
+    pytest.param(0, 8 * MIB, False, [], id="empty"),
+    pytest.param(0, 8 * MIB, True, [], id="empty, first"),
+])
+def test_a_shard_is_cut_in_equal_ranges_and_the_reads_first_ramps_up(num_bytes: int, range_bytes: int, ramp: bool,
+                                                                      starts: list[int]) -> None:
+    assert range_starts(num_bytes, range_bytes, ramp=ramp) == starts

@@ -43,8 +43,7 @@ class RecordOrder(abc.ABC):
     def _fetching(self, segments: Sequence[ReadSegment],
                   side_by_side: Sequence[Sequence[int]] = ()) -> contextlib.AbstractContextManager[ShardFetcher | None]:
         """A fetcher of the segments' shards in this order (None for local shards), closed after the block."""
-        fetcher = self.plan.fetcher(segments, self.reads, side_by_side=side_by_side,
-                                    whole_shards=not self.plan.format.streams_fetched)
+        fetcher = self.plan.fetcher(segments, self.reads, side_by_side=side_by_side)
         return fetcher if fetcher is not None else contextlib.nullcontext()
 
     @abc.abstractmethod

@@ -62,12 +62,10 @@ class ReadPlan:
         return [RemoteShard(self.path(s), s.shard.num_bytes, s.shard.crc32c) for s in segments]
 
     def fetcher(self, segments: Sequence[ReadSegment], reads: RemoteReads, *,
-                side_by_side: Sequence[Sequence[int]] = (), whole_shards: bool = True) -> ShardFetcher | None:
+                side_by_side: Sequence[Sequence[int]] = ()) -> ShardFetcher | None:
         """A ``ShardFetcher`` of the segments' shards in this order (``open(i)`` for ``segments[i]``); None when
-        they are local (read as they always were). ``side_by_side``: groups of them read together;
-        ``whole_shards``: the reader waits for whole shards (False: it streams them)."""
-        return shard_fetcher(self.remote_shards(segments), reads, side_by_side=side_by_side,
-                             whole_shards=whole_shards)
+        they are local (read as they always were). ``side_by_side``: groups of them read together."""
+        return shard_fetcher(self.remote_shards(segments), reads, side_by_side=side_by_side)
 
     def require_reader(self, reader: str) -> None:
         """Raises ReaderError, naming the readers that can, when ``reader`` cannot read these shards."""
