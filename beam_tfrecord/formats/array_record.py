@@ -112,7 +112,8 @@ class ArrayRecordShardReader(ShardReader):
         path: the shard, local or remote.
         crc32c: its CRC32C from the manifest (checks a remote copy).
         num_records: its record count from the manifest; a different count is a CorruptShardError.
-        fetched: the shard as a ``ShardFetcher`` gives it (its local file is read; closed with the reader).
+        fetched: the shard as a ``ShardFetcher`` gives it (its local file, in memory while the fetcher's
+            bound allows: ``FetchedShard.memory_file``; closed with the reader).
     """
 
     def __init__(self, path: str, *, crc32c: str, num_records: int, fetched: FetchedShard | None = None) -> None:
@@ -122,7 +123,7 @@ class ArrayRecordShardReader(ShardReader):
             raise MissingShardError(path)
         module = _module(ReaderError)
         try:
-            local = fetched.local_file() if fetched is not None else local_copy(path, crc32c)
+            local = fetched.memory_file() if fetched is not None else local_copy(path, crc32c)
             try:
                 self._reader = module.ArrayRecordReader(local)
                 found = self._reader.num_records()

@@ -70,6 +70,12 @@ class RangeSource(Protocol):
     def give_up(self, number: int, after: int) -> None:
         """The reader stopped reading shard ``number`` at byte ``after``."""
 
+    def private_memory(self, num_bytes: int) -> MemoryFiles | None:
+        """In-memory files for a private copy of ``num_bytes``, or None (counted until ``release_memory``)."""
+
+    def release_memory(self, num_bytes: int) -> None:
+        """A private copy from ``private_memory`` is closed."""
+
 
 class FetchedShard:
     """One shard of a ``ShardFetcher``, for a format's reader: a stream of its bytes, or a whole local file.
@@ -93,6 +99,7 @@ class FetchedShard:
         self._private: str | None = None  # a private temporary copy to remove on close
         self._memory_fd: int | None = None  # the in-memory file of a private copy held in memory
         self._memory: MemoryFiles | None = None  # where it came from
+        self._reserved = 0  # bytes of the fetcher's in-memory copies counted for this shard (``memory_file``)
 
     @property
     def path(self) -> str:
@@ -139,6 +146,16 @@ class FetchedShard:
             if self.cached is None:
                 raise ReaderError(f"{self.path}: no local copy was made")  # unreachable: chunks() made one
         return self.cached
+
+    def memory_file(self) -> str:
+        """``local_file`` for a reader that holds whole shards open (ArrayRecord): a private copy in the fetcher's
+        in-memory files while the copies it gave out fit in its ``bytes_in_flight``, else on disk. An
+        epoch of 320 MB from gs:// behind 40 ms took 1.58-1.98 s so, 1.96-2.11 s through an ext4 ``/tmp``."""
+        memory = None
+        if self.cached is None and self._fetcher.cache is None and not self._reserved:
+            memory = self._fetcher.private_memory(self.shard.num_bytes)
+            self._reserved = self.shard.num_bytes if memory is not None else 0
+        return self.local_file(memory=memory)
 
     def _begin_copy(self, *, private: bool, memory: MemoryFiles | None = None) -> None:
         if self._partial is not None:
@@ -207,6 +224,9 @@ class FetchedShard:
             if os.path.exists(self._private):
                 os.remove(self._private)
             self._private = None
+        if self._reserved:
+            self._fetcher.release_memory(self._reserved)
+            self._reserved = 0
 
 
 class _ChunkStream(io.RawIOBase):

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from beam_tfrecord import storage
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.remote_reads.cache import ShardCache
-from beam_tfrecord.remote_reads.fetched import FetchedShard
+from beam_tfrecord.remote_reads.fetched import FetchedShard, MemoryFiles
 from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
 from beam_tfrecord.storage.backend import RangedView, StorageBackend
 
@@ -43,6 +43,8 @@ class ShardFetcher:
         self._pending: dict[tuple[int, int], concurrent.futures.Future[bytes | memoryview]] = {}
         self._settled: set[tuple[int, int]] = set()  # ranges taken or given up: never requested again
         self._held_bytes = 0
+        self._memory: MemoryFiles | None = None  # private copies held in memory (``private_memory``)
+        self._memory_bytes = 0  # their bytes, given out and not released
         first = set(side_by_side[0]) if side_by_side else {0}
         self._starts = [range_starts(shard.num_bytes, reads.range_bytes, ramp=number in first)
                         for number, shard in enumerate(self._shards)]
@@ -87,7 +89,10 @@ class ShardFetcher:
                 future.cancel()
             self._pending.clear()
             self._held_bytes = 0
+            memory, self._memory = self._memory, None
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if memory is not None:  # copies still open are closed when given back
+            memory.close()
 
     def open(self, number: int) -> FetchedShard | None:
         """Shard ``number``: from the cache when it holds it, else its ranges as they arrive; None for a local path."""
@@ -109,6 +114,21 @@ class ShardFetcher:
     @property
     def range_bytes(self) -> int:
         return self._reads.range_bytes
+
+    def private_memory(self, num_bytes: int) -> MemoryFiles | None:
+        """In-memory files for a private copy of ``num_bytes`` while the copies given out fit in
+        ``bytes_in_flight`` (counted until ``release_memory``); None: the copy goes on disk."""
+        with self._lock:
+            if self._closed or self._memory_bytes + num_bytes > self._reads.bytes_in_flight:
+                return None
+            if self._memory is None:
+                self._memory = MemoryFiles()
+            self._memory_bytes += num_bytes
+            return self._memory
+
+    def release_memory(self, num_bytes: int) -> None:
+        with self._lock:
+            self._memory_bytes -= num_bytes
 
     def _size(self, number: int, start: int) -> int:
         return self._ends[number][start] - start

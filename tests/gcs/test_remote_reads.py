@@ -360,3 +360,32 @@ MIB = 1 << 20
 def test_a_shard_is_cut_in_equal_ranges_and_the_reads_first_ramps_up(num_bytes: int, range_bytes: int, ramp: bool,
                                                                       starts: list[int]) -> None:
     assert range_starts(num_bytes, range_bytes, ramp=ramp) == starts
+
+
+def test_array_record_copies_are_held_in_memory_while_they_fit_in_bytes_in_flight(
+        datasets: dict[str, Copies], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from beam_tfrecord.remote_reads.fetched import FetchedShard
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where private copies on disk go
+    copies = datasets["array_record"]
+    sizes = {s.filename: s.num_bytes for s in load_manifest(copies.local).shards}
+    in_memory: list[int] = []  # sizes of the copies in memory (a shuffled read holds every shard open)
+    on_disk: list[str] = []
+    memory_file = FetchedShard.memory_file
+
+    def observed(self: FetchedShard) -> str:
+        path = memory_file(self)
+        if path.startswith("/proc/self/fd/"):
+            in_memory.append(sizes[os.path.basename(self.path)])
+        else:
+            on_disk.append(os.path.basename(path))
+        return path
+
+    monkeypatch.setattr(FetchedShard, "memory_file", observed)
+    bytes_in_flight = sum(sorted(sizes.values())[-2:])  # the two largest shards, not all
+    reads = dataclasses.replace(SMALL_READS["array_record"], bytes_in_flight=bytes_in_flight)
+    options = {"shuffle": True, "seed": 1}
+    assert _numpy_keys(copies.remote, remote_reads=reads, **options) == _numpy_keys(copies.local, **options)
+    assert in_memory and on_disk and sum(in_memory) <= bytes_in_flight
+    assert len(in_memory) + len(on_disk) == len(sizes)
+    assert _memfd_names() == [] and os.listdir(tmp_path) == []  # all closed at the end of the epoch
