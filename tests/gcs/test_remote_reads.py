@@ -95,8 +95,10 @@ def test_a_reader_gives_the_same_records_from_gs_as_from_local_disk(reader: str,
     assert _delta(before, "fetched_bytes") == sum(s.num_bytes for s in shards)  # through the fetcher, in ranges
     # every reader of either format: each shard in the one rule's ranges (the read's first ramped), once
     segments = plan_read(copies.remote, split=SPLIT).segments
-    assert _delta(before, "ranges") == sum(len(range_starts(s.shard.num_bytes, SMALL_READS[variant].range_bytes,
-                                                            ramp=number == 0)) for number, s in enumerate(segments))
+    reads = SMALL_READS[variant]
+    assert _delta(before, "ranges") == sum(len(range_starts(s.shard.num_bytes, reads.range_bytes, ramp=number == 0,
+                                                            connections=reads.connections))
+                                           for number, s in enumerate(segments))
 
 
 @pytest.mark.parametrize("variant", ["tfrecord", "array_record"])
@@ -345,21 +347,25 @@ def test_a_worker_share_that_cuts_shards_reads_the_same_records_from_gs(reader: 
 MIB = 1 << 20
 
 
-@pytest.mark.parametrize(("num_bytes", "range_bytes", "ramp", "starts"), [
-    pytest.param(20 * MIB + 3, 8 * MIB, False, [0, 6990508, 13981016], id="20 MiB + 3: three equal ranges of <= 8 MiB"),
-    pytest.param(16 * MIB, 8 * MIB, False, [0, 8 * MIB], id="16 MiB: two ranges of 8 MiB"),
-    pytest.param(10, 4, False, [0, 4, 8], id="10 bytes in ranges of <= 4: 4, 4 and 2"),
-    pytest.param(20 * MIB + 3, 8 * MIB, True, [0, MIB, 3 * MIB, 7 * MIB, 15 * MIB],
-                 id="the read's first shard: 1 MiB, doubled up to 8 MiB, then the rest"),
-    pytest.param(5000, 1000, True, [0, 1000, 2000, 3000, 4000], id="ranges under 1 MiB: no ramp"),
-    pytest.param(5000, 8 * MIB, False, [0], id="smaller than one range"),
-    pytest.param(5000, 8 * MIB, True, [0], id="smaller than the ramp's first range"),
-    pytest.param(0, 8 * MIB, False, [], id="empty"),
-    pytest.param(0, 8 * MIB, True, [], id="empty, first"),
+@pytest.mark.parametrize(("num_bytes", "range_bytes", "ramp", "connections", "starts"), [
+    pytest.param(20 * MIB + 3, 8 * MIB, False, 16, [0, 6990508, 13981016],
+                 id="20 MiB + 3: three equal ranges of <= 8 MiB"),
+    pytest.param(16 * MIB, 8 * MIB, False, 16, [0, 8 * MIB], id="16 MiB: two ranges of 8 MiB"),
+    pytest.param(10, 4, False, 16, [0, 4, 8], id="10 bytes in ranges of <= 4: 4, 4 and 2"),
+    pytest.param(20 * MIB, 8 * MIB, True, 16, [i * 5 * MIB // 4 for i in range(16)],
+                 id="the read's first shard, fitting one range per connection: on every connection at once"),
+    pytest.param(5 * MIB // 2, 8 * MIB, True, 16, [0, 5 * MIB // 4], id="... in ranges of at least 1 MiB"),
+    pytest.param(20 * MIB + 3, 8 * MIB, True, 2, [0, MIB, 3 * MIB, 7 * MIB, 15 * MIB],
+                 id="the read's first shard, larger: 1 MiB, doubled up to 8 MiB, then the rest"),
+    pytest.param(5000, 1000, True, 4, [0, 1000, 2000, 3000, 4000], id="ranges under 1 MiB: no ramp"),
+    pytest.param(5000, 8 * MIB, False, 16, [0], id="smaller than one range"),
+    pytest.param(5000, 8 * MIB, True, 16, [0], id="smaller than the ramp's first range"),
+    pytest.param(0, 8 * MIB, False, 16, [], id="empty"),
+    pytest.param(0, 8 * MIB, True, 16, [], id="empty, first"),
 ])
-def test_a_shard_is_cut_in_equal_ranges_and_the_reads_first_ramps_up(num_bytes: int, range_bytes: int, ramp: bool,
-                                                                      starts: list[int]) -> None:
-    assert range_starts(num_bytes, range_bytes, ramp=ramp) == starts
+def test_a_shard_is_cut_in_equal_ranges_and_the_reads_first_on_every_connection(
+        num_bytes: int, range_bytes: int, ramp: bool, connections: int, starts: list[int]) -> None:
+    assert range_starts(num_bytes, range_bytes, ramp=ramp, connections=connections) == starts
 
 
 def test_array_record_copies_are_held_in_memory_while_they_fit_in_bytes_in_flight(
