@@ -4,7 +4,8 @@ The docs test puts ``python`` and ``beam-tfrecord`` shims first on PATH; each se
 environment and stdin/stdout/stderr to this server, which forks a child that runs the command as a fresh
 ``python -m``/``-c``/console script would (own process, own exit code, atexit handlers run) but without
 paying ~3 s of imports per command. Any other ``python`` invocation runs the real interpreter.
-Run: ``python command_zygote.py SOCKET_PATH`` (prints ``ready`` when it listens).
+Run: ``python command_zygote.py SOCKET_PATH [MODULE...]`` (prints ``ready`` when it listens); the modules
+to preload, PRELOAD when none is named (tests/test_disk_full.py names lighter ones).
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ def _start_child(connection: socket.socket, listener: socket.socket) -> int:
     os._exit(code)
 
 
-def serve(socket_path: str) -> None:
+def serve(socket_path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     """Accepts commands until killed; a finished child's exit status goes back to its shim."""
-    for name in PRELOAD:
+    for name in preload:
         importlib.import_module(name)
     gc.freeze()  # a child's collections then skip (and do not copy) the server's objects
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -131,4 +132,4 @@ def serve(socket_path: str) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], tuple(sys.argv[2:]) or PRELOAD)
