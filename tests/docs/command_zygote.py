@@ -179,7 +179,8 @@ def serve(socket_path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     listener.listen(16)
     print("ready", flush=True)
     running: dict[int, socket.socket] = {}
-    while True:
+    parent = os.getppid()
+    while os.getppid() == parent:  # a test process that died without ending this server ends it too
         if select.select([listener], [], [], 0.02)[0]:
             connection, _ = listener.accept()
             running[_start_child(connection, listener)] = connection
