@@ -6,7 +6,9 @@ build runs there as the ``beam-tfrecord`` command, with a filler file leaving a 
 the spill runs (little room) or the shards (a bit more room) do not fit. The filler is then
 removed and the same command runs again. What happened is written to files outside the tmpfs,
 which vanishes with the namespace. Skipped where mounting is not allowed (not root, no
-``unshare``, a container without CAP_SYS_ADMIN).
+``unshare``, a container without CAP_SYS_ADMIN). The module's commands share one namespace, and
+each runs in a fork of one server there that imported Beam once (tests/docs/command_zygote.py):
+its own process, exit code and stderr, without ~3 s of imports each.
 """
 
 from __future__ import annotations
@@ -15,14 +17,18 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from beam_tfrecord.verify import verify_dataset
+from tests.docs import command_zygote
 
 DISK_MIB = 20
 ARRAY_BYTES = 4 << 20  # 1,024 float32 rows of 1,024: the spill runs and the shards are ~4.1 MB each
@@ -37,6 +43,39 @@ def _mount_refusal(where: Path) -> str | None:
     mount = f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(where))}"
     done = subprocess.run(["unshare", "--mount", "sh", "-c", mount], capture_output=True, text=True)
     return None if done.returncode == 0 else f"cannot mount a tmpfs in a private mount namespace: {done.stderr.strip()}"
+
+
+# What the commands import, once for the module (beam_tfrecord.cli and the refresh job load the rest lazily).
+PRELOAD = ("apache_beam", "apache_beam.runners.direct.direct_runner", "apache_beam.runners.portability.fn_api_runner",
+           "numpy", "PIL.Image", "beam_tfrecord", "beam_tfrecord.cli", "pipelines.refresh_image_dataset")
+InNamespace = Callable[[str], "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(scope="module")
+def in_namespace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InNamespace]:
+    """Runs a shell script in the module's private mount namespace, where ``python -m``/``-c`` and
+    ``beam-tfrecord`` (shims first on PATH) run in forks of the command server. Skips where the mount is not
+    allowed."""
+    refusal = _mount_refusal(tmp_path_factory.mktemp("probe") / "probe")
+    if refusal:
+        pytest.skip(refusal)
+    folder = Path(tempfile.mkdtemp(prefix="bt-disk-"))  # short: a socket path has at most 107 characters
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PATH": os.pathsep.join([str(folder), os.environ["PATH"]]),
+           "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    command_zygote.write_shims(folder, str(folder / "socket"), sys.executable)
+    with open(folder / "server.log", "wb") as log:
+        server = subprocess.Popen(["unshare", "--mount", sys.executable, command_zygote.__file__,
+                                   str(folder / "socket"), *PRELOAD], env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline() == b"ready\n", (folder / "server.log").read_text()
+        yield lambda script: subprocess.run(["nsenter", f"--target={server.pid}", "--mount", "sh", "-c", script],
+                                            capture_output=True, text=True, timeout=300, env=env)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)  # the server and any command still running
+        server.wait()
+        shutil.rmtree(folder)
 
 
 def _script(disk: Path, out_dir: Path, command: list[str], filler_mib: int) -> str:
@@ -66,21 +105,17 @@ umount {q(str(disk))}
     pytest.param(DISK_MIB - 6, 1, "/shards/", id="shards-one-worker"),
 ])
 def test_disk_full_fails_typed_publishes_nothing_cleans_up_and_rerun_succeeds(
-        tmp_path: Path, filler_mib: int, workers: int, full_at: str) -> None:
-    refusal = _mount_refusal(tmp_path / "probe")
-    if refusal:
-        pytest.skip(refusal)
+        in_namespace: InNamespace, tmp_path: Path, filler_mib: int, workers: int, full_at: str) -> None:
     arrays = tmp_path / "x.npy"
     np.save(arrays, np.random.default_rng(0).random((ARRAY_BYTES // 4096, 1024), dtype=np.float32))
     disk, out_dir = tmp_path / "disk", tmp_path / "record"
     disk.mkdir()
     out_dir.mkdir()
-    command = [sys.executable, "-m", "beam_tfrecord.cli", "build-arrays", "--arrays", str(arrays),
+    command = ["python", "-m", "beam_tfrecord.cli", "build-arrays", "--arrays", str(arrays),
                "--output", str(disk / "out"), f"--target_shard_bytes={SHARD_BYTES}", "--progress=none",
                f"--direct_num_workers={workers}",
                *(["--direct_running_mode=multi_processing"] if workers > 1 else [])]
-    done = subprocess.run(["unshare", "--mount", "sh", "-c", _script(disk, out_dir, command, filler_mib)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = in_namespace(_script(disk, out_dir, command, filler_mib))
     assert done.returncode == 0, done.stderr
     read = {name: (out_dir / name).read_text() for name in os.listdir(out_dir) if name != "published"}
 
@@ -125,14 +160,12 @@ def test_out_of_space_oserror_becomes_disk_full_error_and_survives_the_worker_re
             raise PermissionError(13, "denied")
 
 
-def test_refresh_on_a_full_disk_leaves_no_unfinished_version_and_rerun_publishes(tmp_path: Path) -> None:
+def test_refresh_on_a_full_disk_leaves_no_unfinished_version_and_rerun_publishes(
+        in_namespace: InNamespace, tmp_path: Path) -> None:
     """The refresh job's root on the small disk: the version it was building is deleted, LATEST is not
     written; with room, the same command publishes the version."""
     from PIL import Image
 
-    refusal = _mount_refusal(tmp_path / "probe")
-    if refusal:
-        pytest.skip(refusal)
     rng = np.random.default_rng(0)
     images = tmp_path / "images"
     for label in ("noise", "static"):
@@ -143,11 +176,10 @@ def test_refresh_on_a_full_disk_leaves_no_unfinished_version_and_rerun_publishes
     disk, out_dir = tmp_path / "disk", tmp_path / "record"
     disk.mkdir()
     out_dir.mkdir()
-    command = [sys.executable, "-m", "pipelines.refresh_image_dataset", "--input", str(images),
+    command = ["python", "-m", "pipelines.refresh_image_dataset", "--input", str(images),
                "--dataset_root", str(disk / "out"), "--target_shard_bytes=1000000", "--progress=none",
                "--direct_num_workers=1"]
-    done = subprocess.run(["unshare", "--mount", "sh", "-c", _script(disk, out_dir, command, DISK_MIB - 1)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = in_namespace(_script(disk, out_dir, command, DISK_MIB - 1))
     assert done.returncode == 0, done.stderr
     read = {name: (out_dir / name).read_text() for name in os.listdir(out_dir) if name != "published"}
 
@@ -163,13 +195,10 @@ def test_refresh_on_a_full_disk_leaves_no_unfinished_version_and_rerun_publishes
     assert str(disk / "out" / "LATEST") in files and not any(".tmp-" in f for f in files), files
 
 
-def test_retention_on_a_full_disk_keeps_a_version_it_cannot_record(tmp_path: Path) -> None:
+def test_retention_on_a_full_disk_keeps_a_version_it_cannot_record(in_namespace: InNamespace, tmp_path: Path) -> None:
     """LATEST moved, then the disk is full: retention cannot write when the old version stopped being
     LATEST, so it keeps it (its clock starts at a later run) rather than failing a published refresh;
     with --min_version_age 0 nothing needs writing and it is deleted."""
-    refusal = _mount_refusal(tmp_path / "probe")
-    if refusal:
-        pytest.skip(refusal)
     disk = tmp_path / "disk"
     disk.mkdir()
     old, new = "20260101T000000.000Z-aaaaaa", "20260102T000000.000Z-bbbbbb"
@@ -193,21 +222,17 @@ deleted = apply_retention(root, 1, min_version_age=datetime.timedelta(0))
 print(json.dumps([kept, exists, deleted, list(list_versions(root).complete)]))
 """
     script = (f"mount -t tmpfs -o size=1m tmpfs {shlex.quote(str(disk))} || exit 90; "
-              f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}; code=$?; umount {shlex.quote(str(disk))}; "
-              "exit $code")
-    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+              f"python -c {shlex.quote(program)}; code=$?; umount {shlex.quote(str(disk))}; exit $code")
+    done = in_namespace(script)
     assert done.returncode == 0, done.stderr
     assert "cannot record when version" in done.stderr
     assert json.loads(done.stdout) == [[], False, [old], [new]]
 
 
-def _python_on_small_disks(tmp_path: Path, mib: int, code: str, args: list[str]) -> list[dict]:
+def _python_on_small_disks(in_namespace: InNamespace, tmp_path: Path, mib: int, code: str,
+                           args: list[str]) -> list[dict]:
     """Runs ``code``'s ``case(disk, arg)`` once per ``arg``, each on its own tmpfs of ``mib`` MiB, all mounted in
-    one private namespace and run by one interpreter (its imports paid once); returns their JSON results. Skips
-    where the mount is not allowed."""
-    refusal = _mount_refusal(tmp_path / "probe")
-    if refusal:
-        pytest.skip(refusal)
+    the module's namespace and run by one command; returns their JSON results."""
     disks = [tmp_path / f"disk-{n}" for n in range(len(args))]
     q = shlex.quote
     for disk in disks:
@@ -215,10 +240,9 @@ def _python_on_small_disks(tmp_path: Path, mib: int, code: str, args: list[str])
     mounts = "".join(f"mount -t tmpfs -o size={mib}m tmpfs {q(str(disk))} || exit 90; " for disk in disks)
     program = code + "\nprint(json.dumps([case(disk, arg) for disk, arg in zip(sys.argv[1::2], sys.argv[2::2])]))\n"
     pairs = " ".join(f"{q(str(disk))} {q(arg)}" for disk, arg in zip(disks, args))
-    script = (f"{mounts}{q(sys.executable)} -c {q(program)} {pairs}; code=$?; "
+    script = (f"{mounts}python -c {q(program)} {pairs}; code=$?; "
               + "".join(f"umount {q(str(disk))}; " for disk in disks) + "exit $code")
-    done = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    done = in_namespace(script)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -278,9 +302,10 @@ def case(disk, arg):
 
 
 @pytest.fixture(scope="module")
-def published_on_full_disks(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict]:
-    """Both publication cases (with and without a bad row), run by one interpreter: ``{with_bad_row: result}``."""
-    results = _python_on_small_disks(tmp_path_factory.mktemp("publish"), 2, _PUBLISH_ON_A_FULL_DISK, ["0", "1"])
+def published_on_full_disks(in_namespace: InNamespace, tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict]:
+    """Both publication cases (with and without a bad row), run by one command: ``{with_bad_row: result}``."""
+    results = _python_on_small_disks(in_namespace, tmp_path_factory.mktemp("publish"), 2, _PUBLISH_ON_A_FULL_DISK,
+                                     ["0", "1"])
     return dict(zip([False, True], results))
 
 
@@ -327,9 +352,10 @@ def case(disk, arg):
 
 
 @pytest.fixture(scope="module")
-def spilled_on_full_disks(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict]:
-    """Both spill cases (through the page cache, and O_DIRECT), run by one interpreter: ``{holds: result}``."""
-    results = _python_on_small_disks(tmp_path_factory.mktemp("spill"), 4, _SPILL_ON_A_FULL_DISK, ["1", "0"])
+def spilled_on_full_disks(in_namespace: InNamespace, tmp_path_factory: pytest.TempPathFactory) -> dict[bool, dict]:
+    """Both spill cases (through the page cache, and O_DIRECT), run by one command: ``{holds: result}``."""
+    results = _python_on_small_disks(in_namespace, tmp_path_factory.mktemp("spill"), 4, _SPILL_ON_A_FULL_DISK,
+                                     ["1", "0"])
     return dict(zip([True, False], results))
 
 

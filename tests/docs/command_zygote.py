@@ -4,12 +4,14 @@ The docs test puts ``python`` and ``beam-tfrecord`` shims first on PATH; each se
 environment and stdin/stdout/stderr to this server, which forks a child that runs the command as a fresh
 ``python -m``/``-c``/console script would (own process, own exit code, atexit handlers run) but without
 paying ~3 s of imports per command. Any other ``python`` invocation runs the real interpreter.
-Run: ``python command_zygote.py SOCKET_PATH`` (prints ``ready`` when it listens).
+Run: ``python command_zygote.py SOCKET_PATH [MODULE...]`` (prints ``ready`` when it listens), preloading the
+modules named (PRELOAD if none); or ``serving(MODULES)``, with ``Job`` for a command a test kills (own session).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import importlib
 import importlib.metadata
@@ -17,11 +19,14 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # What the pages' commands import (measured: 6-8 s of CPU together); imported once, shared by every fork.
@@ -59,9 +64,12 @@ def _run(argv: list[str]) -> None:
     if flag == "-m":
         sys.argv, sys.path[0] = [target, *rest], os.getcwd()
         runpy.run_module(target, run_name="__main__", alter_sys=True)
-    else:
+    elif flag == "-c":
         sys.argv, sys.path[0] = ["-c", *rest], ""
         exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    else:  # python SCRIPT ARGS...
+        sys.argv, sys.path[0] = argv[1:], os.path.dirname(os.path.abspath(flag))
+        runpy.run_path(flag, run_name="__main__")
 
 
 def _exit_code(run: Callable[[], object]) -> int:
@@ -87,7 +95,11 @@ def _start_child(connection: socket.socket, listener: socket.socket) -> int:
     if pid:
         for fd in fds:
             os.close(fd)
+        if request.get("session"):  # a Job: its pid first, to kill it by
+            connection.send(str(pid).encode())
         return pid
+    if request.get("session"):
+        os.setsid()  # its own process group: a kill of the group ends what it started too
     listener.close()
     connection.close()
     for target, fd in enumerate(fds):
@@ -107,9 +119,59 @@ def _start_child(connection: socket.socket, listener: socket.socket) -> int:
     os._exit(code)
 
 
-def serve(socket_path: str) -> None:
+class Job:
+    """A command (argv as for ``python``) run in a fork of the server at ``socket_path``, in its own session,
+    handled as a ``subprocess.Popen``: ``pid`` (to SIGKILL it or its group), ``poll()``, ``wait(timeout)``.
+    stdin and stdout are /dev/null; stderr goes to ``stderr`` (a file descriptor) if given."""
+
+    def __init__(self, socket_path: str, argv: list[str], *, stderr: int | None = None) -> None:
+        self.args = argv
+        self.returncode: int | None = None
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._server.connect(socket_path)
+        request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "session": True}
+        with open(os.devnull, "r+b") as null:
+            fds = [null.fileno(), null.fileno(), null.fileno() if stderr is None else stderr]
+            socket.send_fds(self._server, [json.dumps(request).encode()], fds)
+        self.pid = int(self._server.recv(64))
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not select.select([self._server], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            self.returncode = int(self._server.recv(64) or b"255")
+            self._server.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+@contextlib.contextmanager
+def serving(preload: tuple[str, ...]) -> Iterator[str]:
+    """A server that imported ``preload`` (and this repository on its path), for the block; yields its socket."""
+    folder = tempfile.mkdtemp(prefix="bt-jobs-")  # short: a socket path has at most 107 characters
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    with open(os.path.join(folder, "server.log"), "wb") as log:
+        server = subprocess.Popen([sys.executable, __file__, os.path.join(folder, "socket"), *preload], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline() == b"ready\n", \
+            Path(folder, "server.log").read_text()
+        yield os.path.join(folder, "socket")
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)  # the server and any command still running
+        server.wait()
+        shutil.rmtree(folder)
+
+
+def serve(socket_path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     """Accepts commands until killed; a finished child's exit status goes back to its shim."""
-    for name in PRELOAD:
+    for name in preload:
         importlib.import_module(name)
     gc.freeze()  # a child's collections then skip (and do not copy) the server's objects
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -117,7 +179,8 @@ def serve(socket_path: str) -> None:
     listener.listen(16)
     print("ready", flush=True)
     running: dict[int, socket.socket] = {}
-    while True:
+    parent = os.getppid()
+    while os.getppid() == parent:  # a test process that died without ending this server ends it too
         if select.select([listener], [], [], 0.02)[0]:
             connection, _ = listener.accept()
             running[_start_child(connection, listener)] = connection
@@ -131,4 +194,4 @@ def serve(socket_path: str) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], tuple(sys.argv[2:]) or PRELOAD)

@@ -61,7 +61,11 @@ def environment() -> Iterator[dict[str, str]]:
     folder = Path(tempfile.mkdtemp(prefix="bt-docs-"))  # short: a socket path has at most 107 characters
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": os.pathsep.join([str(folder), bin_dir, os.environ.get("PATH", "")]),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           # A page's own Dask LocalCluster forks its worker processes from the command (which imported Beam
+           # once) instead of spawning fresh interpreters: 12 s of CPU down to 3 here. Spawned workers:
+           # tests/conftest.py's session cluster and tests/dask/test_dask_library_path.py.
+           "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "fork"}
     command_zygote.write_shims(folder, str(folder / "socket"), sys.executable)
     with open(folder / "server.log", "wb") as log:
         server = subprocess.Popen([sys.executable, command_zygote.__file__, str(folder / "socket")], env=env,

@@ -3,7 +3,8 @@
 Every case runs the refresh job twice (a full first version, then an incremental one) and builds
 the changed folder in full with ``build_image_dataset``: the two must hold the same records, and
 since the writer plans and writes both the same way, the very same shard bytes. Local and gs://
-(the emulator); a SIGKILL in the middle of an incremental run on gs://, then a re-run.
+(the emulator); a SIGKILL in the middle of an incremental run on gs://, then a re-run (the killed jobs run in
+forks of one server that imported Beam once: tests/docs/command_zygote.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -29,6 +32,7 @@ from beam_tfrecord.versions.incremental import REFRESH_KEY, plan_incremental
 from beam_tfrecord.versions.input_index import INPUT_INDEX_FILENAME, InputIndex, encoding_digest
 from beam_tfrecord.versions.refresh import RefreshAction, list_versions
 from pipelines import build_image_dataset, refresh_image_dataset
+from tests.docs.command_zygote import Job, serving
 
 LAYOUT = ["--splits=train=0.7,validation=0.3", "--target_shard_bytes=3000", "--resize=12x12",
           "--max_rejected_fraction=0.1"]
@@ -166,23 +170,32 @@ def _versions_now(root: str) -> int:
     return len(listing.complete) + len(listing.incomplete)
 
 
-def _run_job(images: str, root: str, kill_after_seconds: float | None) -> tuple[bool, float]:
-    """Runs the job in a subprocess; SIGKILLs it ``kill_after_seconds`` after its new version's folder
+@pytest.fixture(scope="module")
+def jobs() -> Iterator[str]:
+    """The socket of the server the killed jobs are forked from (the job and the GCS client imported)."""
+    with serving(("apache_beam", "apache_beam.runners.portability.fn_api_runner", "pipelines.refresh_image_dataset",
+                  "google.cloud.storage")) as socket_path:
+        yield socket_path
+
+
+def _run_job(jobs: str, images: str, root: str, kill_after_seconds: float | None) -> tuple[bool, float]:
+    """Runs the job in its own process; SIGKILLs it ``kill_after_seconds`` after its new version's folder
     appears. Returns (killed, seconds from that folder's appearance to the end)."""
     before = _versions_now(root)
-    process = subprocess.Popen(_command(images, root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
-    deadline = time.monotonic() + 120
-    while process.poll() is None and time.monotonic() < deadline and _versions_now(root) == before:
-        time.sleep(0.01)
-    appeared = time.monotonic()
-    try:
-        _, stderr = process.communicate(timeout=kill_after_seconds if kill_after_seconds is not None else 120)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-        return True, time.monotonic() - appeared
-    assert process.returncode == 0, stderr[-3000:]
+    with tempfile.TemporaryFile() as stderr:
+        process = Job(jobs, _command(images, root), stderr=stderr.fileno())
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline and _versions_now(root) == before:
+            time.sleep(0.01)
+        appeared = time.monotonic()
+        try:
+            process.wait(timeout=kill_after_seconds if kill_after_seconds is not None else 120)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+            return True, time.monotonic() - appeared
+        stderr.seek(0)
+        assert process.returncode == 0, stderr.read()[-3000:].decode(errors="replace")
     return False, time.monotonic() - appeared
 
 
@@ -197,7 +210,7 @@ def _undo_refresh(root: str, first: str) -> None:
 # On gs:// only: the kills on local paths are test_refresh_kill.py's (three moments, incremental runs too).
 @pytest.mark.slow
 @pytest.mark.parametrize("input_and_root", ["gs"], indirect=True)
-def test_sigkill_during_incremental_refresh_then_rerun(input_and_root: tuple[str, str], tmp_path) -> None:
+def test_sigkill_during_incremental_refresh_then_rerun(input_and_root: tuple[str, str], tmp_path, jobs: str) -> None:
     """Kills land anywhere from the launch listing to retention: the window is measured on an uninterrupted
     incremental run (the kind killed). Runs vary by a quarter here, so when every seeded kill came after its run
     had ended, one more lands at half the shortest run. After each kill, what looks complete is complete; the
@@ -205,7 +218,7 @@ def test_sigkill_during_incremental_refresh_then_rerun(input_and_root: tuple[str
     images, root = input_and_root
     first = _refresh(images, root).version_id  # the base version: built in this process, not the kind killed
     _change_inputs(images)
-    _, window_seconds = _run_job(images, root, None)
+    _, window_seconds = _run_job(jobs, images, root, None)
     _undo_refresh(root, first)
     seed = int(os.environ.get("BT_KILL_SEED", "20261123"))
     delays = [round(random.Random(seed + n).uniform(0.0, window_seconds), 3) for n in range(2)]
@@ -213,7 +226,7 @@ def test_sigkill_during_incremental_refresh_then_rerun(input_and_root: tuple[str
     run_seconds = [window_seconds]
 
     def kill_after(delay: float) -> str:
-        was_killed, seconds = _run_job(images, root, delay)
+        was_killed, seconds = _run_job(jobs, images, root, delay)
         killed.append(was_killed)
         if not was_killed:
             run_seconds.append(seconds)

@@ -1,22 +1,39 @@
 """A build on an object store killed mid-encoding resumes from its finished runs with the clean bytes.
 
 gs:// (fake-gcs-server), s3:// (moto's server) and az:// (Azurite), each against one clean build on local disk
-(the same input gives the same bytes on every store); ``resume_job --small``: each store request costs.
+(the same input gives the same bytes on every store); ``resume_job --small``: each store request costs. The
+killed job runs in a fork of one server that imported Beam and the stores' clients once (its own process:
+tests/docs/command_zygote.py), not in a fresh interpreter each.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 import resume_job
 from fixtures_gcs import FakeGcs, fake_gcs  # noqa: F401  (pytest fixture)
 from fixtures_stores import az_container, azurite, moto_s3, s3_bucket  # noqa: F401  (pytest fixtures)
-from kills import kill_when
 
 from beam_tfrecord import load_manifest, storage
 from beam_tfrecord.spill.resume import TEMP_PREFIX, finished_runs
+from tests.docs.command_zygote import Job, serving
+
+# What resume_job.py imports, and the stores' clients (imported when a path on them is first used).
+PRELOAD = ("apache_beam", "apache_beam.runners.portability.fn_api_runner", "numpy", "beam_tfrecord",
+           "beam_tfrecord.beam.runners.local_engine", "beam_tfrecord.beam.write", "google.cloud.storage",
+           "azure.storage.blob", "obstore")
+
+
+@pytest.fixture(scope="module")
+def jobs() -> Iterator[str]:
+    """The socket of the server the killed jobs are forked from."""
+    with serving(PRELOAD) as socket_path:
+        yield socket_path
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +61,18 @@ def _finished_records(out: str) -> int:
     return sum(len(index.hashes) for index in finished_runs(out))
 
 
-def test_a_build_killed_mid_encoding_resumes_with_the_clean_bytes(bucket: str, clean: str) -> None:
+def test_a_build_killed_mid_encoding_resumes_with_the_clean_bytes(bucket: str, clean: str, jobs: str) -> None:
     out = f"{bucket}/resumed"
-    kill_when([sys.executable, resume_job.__file__, out, "--small"], lambda: _finished_records(out) > 0, poll=0.1)
+    job = Job(jobs, [sys.executable, resume_job.__file__, out, "--small"])  # as kills.kill_when runs one
+    try:
+        deadline = time.monotonic() + 600  # bounds a hung job only: a loaded machine took 175 s to a first run
+        while _finished_records(out) == 0 and time.monotonic() < deadline:
+            assert job.poll() is None, "the job ended before the moment of its kill"
+            time.sleep(0.1)
+        assert job.poll() is None, "the job finished before its kill: the case proves nothing"
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
     assert not storage.exists(f"{out}/manifest.json")
     finished = _finished_records(out)
 
