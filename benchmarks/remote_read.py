@@ -25,7 +25,9 @@ interleaved rounds after a warm-up round (best pass kept), it times one epoch:
 
 and prints the targets of issue 46 per store and reader: remote / min(local, ranges) >= 0.8; the reader's
 CPU seconds (this process) of the remote epoch / the local one <= 1.5; cached / opened >= 0.9; and this
-process's CPU seconds per GB of each ranges client; then every store's figures side by side.
+process's CPU seconds per GB of each ranges client; then every store's figures side by side, with the most
+remote / min(local, ranges) this machine allows: the remote epoch cannot be shorter than the reader's and the
+store's (emulator and proxy) CPU seconds over all cores, and here the store shares the reader's cores.
 
 Run: python benchmarks/remote_read.py [--stores gs,s3,az] [--records 100000] [--images 2000] [--image_kb 150]
      [--workloads small,images,array] [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50]
@@ -305,7 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     for store in [s for s in args.stores.split(",") if s]:
         table += measure_store(store, workloads, readers, args)
     print("\nside by side: remote/min(local, ranges) (>= 0.8) | CPU remote/local (<= 1.5) | "
-          "cached+open/local+open (>= 0.9)")
+          "cached+open/local+open (>= 0.9) | the most remote/min(...) this machine's cores allow, from the CPU "
+          "seconds of the reader and the store")
     print("\n".join(table))
 
 
@@ -365,11 +368,16 @@ def measure_store(store: str, workloads: dict[str, str], readers: list[str], arg
                 remote_ratio = remote_rate / min(local_rate, rate["ranges"])
                 cpu_ratio = best[f"remote {reader}"][1] / best[f"local {reader}"][1]
                 cached_ratio = rate[f"cached {reader}"] / rate[f"opened {reader}"]
+                # The most remote_ratio this machine allows: the epoch cannot be shorter than the reader's and the
+                # store's CPU seconds spread over every core (a real store's CPU is not on the reader's machine).
+                floor_s = (best[f"remote {reader}"][1] + best[f"remote {reader}"][2]) / (os.cpu_count() or 1)
+                ceiling = num_records / floor_s / min(local_rate, rate["ranges"])
                 print(f"  {reader:5s}  local {local_rate:>9,.0f}/s  {store} {remote_rate:>9,.0f}/s  "
                       f"cached+open {rate[f'cached {reader}']:>9,.0f}/s  local+open {rate[f'opened {reader}']:>9,.0f}/s"
                       f"  CPU s local {best[f'local {reader}'][1]:.2f} {store} {best[f'remote {reader}'][1]:.2f}")
                 table.append(f"  {store} {name:6s} {reader:5s}  {_verdict(remote_ratio, 0.8):>14s} | "
-                             f"{_verdict(cpu_ratio, 1.5, at_most=True):>14s} | {_verdict(cached_ratio, 0.9):>14s}")
+                             f"{_verdict(cpu_ratio, 1.5, at_most=True):>14s} | {_verdict(cached_ratio, 0.9):>14s} | "
+                             f"{ceiling:.2f}")
             print("  CPU seconds of the best epoch (this process / the proxy and emulator): " + ", ".join(
                 f"{mode} {best[mode][1]:.2f}/{best[mode][2]:.2f}" for mode in modes))
     finally:
