@@ -1,19 +1,20 @@
 """SIGKILL during a build that runs in several processes: nothing looks published unless it is (and
 then it is complete), no process is left behind, and a re-run writes the same bytes.
 
-The job runs as a command (``python -m pipelines.build_image_dataset``) on the shared 300-image
-folder resized (so encoding takes a while), in two ways: its default on the DirectRunner (one
-worker process per core; at least 2 here) and an encoding pool of two processes inside one
-in-memory worker. Kill moments are drawn from seeded random delays after those processes have
-started; a case whose job finished before its kill would prove nothing and fails.
+The job runs as a command (``python -m pipelines.build_image_dataset``, forked from a server that imported
+Beam once: tests/docs/command_zygote.py) on the shared 300-image folder resized (so encoding takes a while),
+in two ways: its default on the DirectRunner (one worker process per core; at least 2 here) and an encoding
+pool of two processes inside one in-memory worker. Kill moments are drawn from seeded random delays after
+those processes have started; a case whose job finished before its kill would prove nothing and fails.
 """
 
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import psutil
 import pytest
@@ -21,8 +22,11 @@ import pytest
 from beam_tfrecord import load_manifest, verify_dataset
 from beam_tfrecord.beam.runners.local_engine import WORKER_MODULE
 from pipelines import build_image_dataset
+from tests.docs.command_zygote import Job, serving
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What the job imports (its own module is run as ``__main__``), imported once by the server it is forked from.
+PRELOAD = ("apache_beam", "apache_beam.runners.portability.fn_api_runner", "beam_tfrecord.beam.runners.local_engine",
+           "pipelines.common", "PIL.Image")
 
 
 POOL, WORKERS = "encoding-pool", "runner-workers"
@@ -41,6 +45,13 @@ def _args(images: str, out: str, mode: str | None = None) -> list[str]:
 def _shard_bytes(out: str) -> dict[str, bytes]:
     manifest = load_manifest(out)
     return {s.filename: open(os.path.join(out, s.filename), "rb").read() for s in manifest.shards}
+
+
+@pytest.fixture(scope="module")
+def jobs() -> Iterator[str]:
+    """The socket of the server the killed jobs are forked from."""
+    with serving(PRELOAD) as socket_path:
+        yield socket_path
 
 
 @pytest.fixture(scope="module")
@@ -71,21 +82,28 @@ def _connected(processes: list[psutil.Process]) -> bool:
         return False
 
 
-def _start_job(images: str, out: str, mode: str) -> tuple[psutil.Popen, list[psutil.Process]]:
+def _start_job(jobs: str, images: str, out: str, mode: str,
+               stderr: BinaryIO) -> tuple[Job, psutil.Process, list[psutil.Process]]:
     """Starts the job; returns it once its encoding pool runs, or its runner workers are connected.
 
     A runner worker killed with its job before it has connected waits for the job's control service
     until gRPC gives up (about two minutes; it has been given no work, so it writes nothing): the
     kill moments here start once they are connected, when a dead job ends them at once.
     """
-    job = psutil.Popen([sys.executable, "-m", "pipelines.build_image_dataset", *_args(images, out, mode)], cwd=ROOT,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    job = Job(jobs, [sys.executable, "-m", "pipelines.build_image_dataset", *_args(images, out, mode)],
+              stderr=stderr.fileno())
+    process = psutil.Process(job.pid)
     deadline = time.monotonic() + 120
-    while len(helpers := _helper_processes(job, mode)) < 2 or (mode == WORKERS and not _connected(helpers)):
-        assert job.poll() is None, f"the job ended before its {mode} started: {job.communicate()[1][-2000:]!r}"
+    while len(helpers := _helper_processes(process, mode)) < 2 or (mode == WORKERS and not _connected(helpers)):
+        assert job.poll() is None, f"the job ended before its {mode} started: {_tail(stderr)!r}"
         assert time.monotonic() < deadline, f"no {mode} started"
         time.sleep(0.05)
-    return job, helpers
+    return job, process, helpers
+
+
+def _tail(stderr: BinaryIO) -> bytes:
+    with open(stderr.name, "rb") as written:
+        return written.read()[-2000:]
 
 
 def _assert_only_the_finished_looks_published_and_rerun_is_identical(out: str, images: str, pool: list[psutil.Process],
@@ -108,14 +126,15 @@ def _assert_only_the_finished_looks_published_and_rerun_is_identical(out: str, i
 # One moment per mode: late in the pool's encoding (seed 2: 1.43 s), early in the workers' (seed 3: 0.36 s;
 # seed 4 drew 0.35 s, the same moment, and the pool's seed 1 an early one, 0.20 s).
 @pytest.mark.parametrize("mode, seed", [(POOL, 2), (WORKERS, 3)])
-def test_sigkill_of_the_job_at_a_random_moment(mode, seed, sample_images, reference, tmp_path):
+def test_sigkill_of_the_job_at_a_random_moment(mode, seed, jobs, sample_images, reference, tmp_path):
     out = str(tmp_path / "dataset")
-    job, pool = _start_job(sample_images, out, mode)
+    with open(tmp_path / "stderr.txt", "wb") as stderr:
+        job, process, pool = _start_job(jobs, sample_images, out, mode, stderr)
     time.sleep(random.Random(seed).uniform(0.0, 1.5))
     assert job.poll() is None, "the job finished before it was killed: nothing was tested"
-    everything = _descendants(job) or pool  # workers, their launchers, a fork server: none may outlive the job
-    job.send_signal(signal.SIGKILL)
-    job.communicate()
+    everything = _descendants(process) or pool  # workers, their launchers, a fork server: none may outlive the job
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
     _assert_only_the_finished_looks_published_and_rerun_is_identical(out, sample_images, everything, reference)
 
 
@@ -126,11 +145,12 @@ def _descendants(job: psutil.Process) -> list[psutil.Process]:
         return []
 
 
-def test_sigkill_of_a_pool_process_fails_the_job(sample_images, reference, tmp_path):
+def test_sigkill_of_a_pool_process_fails_the_job(jobs, sample_images, reference, tmp_path):
     out = str(tmp_path / "dataset")
-    job, pool = _start_job(sample_images, out, POOL)
+    with open(tmp_path / "stderr.txt", "wb") as written:
+        job, _, pool = _start_job(jobs, sample_images, out, POOL, written)
     pool[0].send_signal(signal.SIGKILL)
-    _, stderr = job.communicate(timeout=120)
-    assert job.returncode != 0
+    assert job.wait(timeout=120) != 0
+    stderr = (tmp_path / "stderr.txt").read_bytes()
     assert b"EncodePoolError" in stderr and b"exited (code -9)" in stderr
     _assert_only_the_finished_looks_published_and_rerun_is_identical(out, sample_images, pool, reference)

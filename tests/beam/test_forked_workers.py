@@ -1,7 +1,8 @@
 """Local worker processes forked from the launching process (``beam/runners/forked_workers.py``).
 
-Each case runs its pipeline in a fresh interpreter (a subprocess): the fork server is made only
-while a process runs one Python thread, which pytest's own process may not.
+Each case runs its pipeline in a process of its own, forked (one Python thread) from a server that
+imported Beam once (tests/docs/command_zygote.py), not a fresh interpreter each: the fork server is
+made only while a process runs one Python thread, which pytest's own process may not.
 """
 
 import glob
@@ -11,10 +12,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV, WorkerForkServer, fork_workers_enabled
+from tests.docs.command_zygote import Job, serving
 
 pytestmark = pytest.mark.skipif(not fork_workers_enabled(), reason="forking workers needs Linux")
 
@@ -48,11 +51,39 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path, script: str, fork: str, *args: str) -> subprocess.CompletedProcess:
+# What the scripts import, imported once by the server their processes are forked from.
+PRELOAD = ("apache_beam", "apache_beam.runners.portability.fn_api_runner", "beam_tfrecord.beam.runners.local_engine",
+           "beam_tfrecord.beam.runners.forked_workers")
+
+
+@pytest.fixture(scope="module")
+def jobs() -> Iterator[str]:
+    """The socket of the server each case's launching process is forked from."""
+    with serving(PRELOAD) as socket_path:
+        yield socket_path
+
+
+def _start(jobs: str, tmp_path, script: str, fork: str, *args: str) -> Job:
+    """The script run as ``python SCRIPT ARGS`` with ``$BEAM_TFRECORD_FORK_WORKERS`` set to ``fork``, in its
+    own session; its stdout and stderr go to ``stdout.txt`` and ``stderr.txt`` in ``tmp_path``."""
     path = tmp_path / "pipeline.py"
     path.write_text(script)
-    env = {**os.environ, FORK_WORKERS_ENV: fork}
-    return subprocess.run([sys.executable, str(path), *args], env=env, capture_output=True, text=True, timeout=300)
+    before = os.environ.get(FORK_WORKERS_ENV)
+    os.environ[FORK_WORKERS_ENV] = fork
+    try:
+        with open(tmp_path / "stdout.txt", "wb") as out, open(tmp_path / "stderr.txt", "wb") as err:
+            return Job(jobs, [sys.executable, str(path), *args], stdout=out.fileno(), stderr=err.fileno())
+    finally:
+        if before is None:
+            del os.environ[FORK_WORKERS_ENV]
+        else:
+            os.environ[FORK_WORKERS_ENV] = before
+
+
+def _run(jobs: str, tmp_path, script: str, fork: str, *args: str) -> subprocess.CompletedProcess:
+    code = _start(jobs, tmp_path, script, fork, *args).wait(timeout=300)
+    return subprocess.CompletedProcess(args, code, (tmp_path / "stdout.txt").read_text(),
+                                       (tmp_path / "stderr.txt").read_text())
 
 
 def _reports(path) -> list[list[str]]:
@@ -60,12 +91,12 @@ def _reports(path) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def forked_then_not(tmp_path_factory) -> tuple[int, dict[str, list[list[str]]]]:
+def forked_then_not(jobs, tmp_path_factory) -> tuple[int, dict[str, list[list[str]]]]:
     """One launching process runs the pipeline twice: its workers forked, then with forking turned off
     (one interpreter start for both cases); its pid, and each run's reports."""
     folder = tmp_path_factory.mktemp("forked-then-not")
     outs = {"yes": folder / "forked.txt", "no": folder / "turned-off.txt"}
-    done = _run(folder, SCRIPT, "1", str(outs["yes"]), "--then-turned-off", str(outs["no"]))
+    done = _run(jobs, folder, SCRIPT, "1", str(outs["yes"]), "--then-turned-off", str(outs["no"]))
     assert done.returncode == 0, done.stderr[-3000:]
     return int(done.stdout.split()[-1]), {forked: _reports(out) for forked, out in outs.items()}
 
@@ -79,7 +110,7 @@ def test_workers_are_forked_from_the_launching_process_unless_turned_off(forked_
     assert client not in {int(r[2]) for r in reports}  # worker processes, not the launching one
 
 
-def test_no_fork_server_once_other_threads_run(tmp_path):
+def test_no_fork_server_once_other_threads_run(jobs, tmp_path):
     """A thread of the launching process could hold a lock the fork would copy held: no fork server
     then, and the run takes Beam's own command line (the path the turned-off case above runs whole)."""
     script = textwrap.dedent("""
@@ -92,19 +123,19 @@ def test_no_fork_server_once_other_threads_run(tmp_path):
         with forked_workers.worker_fork_server() as server:
             print("threads", server is None)
     """)
-    done = _run(tmp_path, script, "1")
+    done = _run(jobs, tmp_path, script, "1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["alone", "True", "threads", "True"]
 
 
-def test_a_worker_that_fails_fails_the_pipeline_with_its_error(tmp_path):
+def test_a_worker_that_fails_fails_the_pipeline_with_its_error(jobs, tmp_path):
     script = SCRIPT.replace("pass  # BODY", "raise ValueError(f'sample {i} is bad')")
-    done = _run(tmp_path, script, "1", str(tmp_path / "out.txt"))
+    done = _run(jobs, tmp_path, script, "1", str(tmp_path / "out.txt"))
     assert done.returncode != 0
     assert "ValueError: sample" in done.stderr and "is bad" in done.stderr
 
 
-def test_the_launchers_exit_code_is_the_forked_workers(tmp_path):
+def test_the_launchers_exit_code_is_the_forked_workers(jobs, tmp_path):
     """Beam sees a worker's end through its launcher: the same exit code as a fresh interpreter's."""
     script = textwrap.dedent("""
         import os, subprocess, sys
@@ -115,32 +146,28 @@ def test_the_launchers_exit_code_is_the_forked_workers(tmp_path):
         server.close()
         print("exit", code, "running", server.running(), "socket", os.path.exists(server.address))
     """)
-    done = _run(tmp_path, script, "1")
+    done = _run(jobs, tmp_path, script, "1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-6:] == ["exit", "1", "running", "False", "socket", "False"]
 
 
-def test_killing_the_launching_process_ends_the_fork_server_and_its_workers(tmp_path):
+def test_killing_the_launching_process_ends_the_fork_server_and_its_workers(jobs, tmp_path):
     """SIGKILL of the launching process alone (not its group): nothing it forked keeps running."""
     started = tmp_path / "started"
     started.mkdir()
     script = SCRIPT.replace("pass  # BODY", 'open(os.path.join(sys.argv[2], str(os.getpid())), "w").close(); '
                                             'import time; time.sleep(600)')
-    path = tmp_path / "pipeline.py"
-    path.write_text(script)
-    env = {**os.environ, FORK_WORKERS_ENV: "1"}
-    job = subprocess.Popen([sys.executable, str(path), str(tmp_path / "out.txt"), str(started)], env=env,
-                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = _start(jobs, tmp_path, script, "1", str(tmp_path / "out.txt"), str(started))  # its own session
     try:
         deadline = time.monotonic() + 120
         while len(glob.glob(str(started / "*"))) < 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.05)
         assert glob.glob(str(started / "*")), "no worker started"
         os.kill(job.pid, signal.SIGKILL)
         job.wait()
         deadline = time.monotonic() + 90
         while _group_alive(job.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.05)
         assert not _group_alive(job.pid), "processes of the killed job still run"
     finally:
         if _group_alive(job.pid):

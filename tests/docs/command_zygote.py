@@ -60,7 +60,7 @@ def _run(argv: list[str]) -> None:
         (entry,) = importlib.metadata.entry_points(group="console_scripts", name="beam-tfrecord")
         sys.argv = argv
         sys.exit(entry.load()())
-    flag, target, *rest = argv[1:]
+    flag, target, *rest = [*argv[1:], ""] if len(argv) == 2 else argv[1:]  # python SCRIPT: no arguments
     if flag == "-m":
         sys.argv, sys.path[0] = [target, *rest], os.getcwd()
         runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -122,16 +122,17 @@ def _start_child(connection: socket.socket, listener: socket.socket) -> int:
 class Job:
     """A command (argv as for ``python``) run in a fork of the server at ``socket_path``, in its own session,
     handled as a ``subprocess.Popen``: ``pid`` (to SIGKILL it or its group), ``poll()``, ``wait(timeout)``.
-    stdin and stdout are /dev/null; stderr goes to ``stderr`` (a file descriptor) if given."""
+    stdin is /dev/null; stdout and stderr go to ``stdout``, ``stderr`` (file descriptors) if given, else /dev/null."""
 
-    def __init__(self, socket_path: str, argv: list[str], *, stderr: int | None = None) -> None:
+    def __init__(self, socket_path: str, argv: list[str], *, stdout: int | None = None,
+                 stderr: int | None = None) -> None:
         self.args = argv
         self.returncode: int | None = None
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._server.connect(socket_path)
         request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "session": True}
         with open(os.devnull, "r+b") as null:
-            fds = [null.fileno(), null.fileno(), null.fileno() if stderr is None else stderr]
+            fds = [null.fileno(), *(null.fileno() if fd is None else fd for fd in (stdout, stderr))]
             socket.send_fds(self._server, [json.dumps(request).encode()], fds)
         self.pid = int(self._server.recv(64))
 
