@@ -150,6 +150,11 @@ class Job:
         except subprocess.TimeoutExpired:
             return None
 
+    def kill(self) -> None:
+        """SIGKILLs the command and what it started (its session's process group), if any is left."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+
 
 @contextlib.contextmanager
 def serving(preload: tuple[str, ...]) -> Iterator[str]:

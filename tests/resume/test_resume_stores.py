@@ -8,8 +8,6 @@ tests/docs/command_zygote.py), not in a fresh interpreter each.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -18,6 +16,7 @@ import pytest
 import resume_job
 from fixtures_gcs import FakeGcs, fake_gcs  # noqa: F401  (pytest fixture)
 from fixtures_stores import az_container, azurite, moto_s3, s3_bucket  # noqa: F401  (pytest fixtures)
+from kills import kill_when
 
 from beam_tfrecord import load_manifest, storage
 from beam_tfrecord.spill.resume import TEMP_PREFIX, finished_runs
@@ -63,16 +62,8 @@ def _finished_records(out: str) -> int:
 
 def test_a_build_killed_mid_encoding_resumes_with_the_clean_bytes(bucket: str, clean: str, jobs: str) -> None:
     out = f"{bucket}/resumed"
-    job = Job(jobs, [sys.executable, resume_job.__file__, out, "--small"])  # as kills.kill_when runs one
-    try:
-        deadline = time.monotonic() + 600  # bounds a hung job only: a loaded machine took 175 s to a first run
-        while _finished_records(out) == 0 and time.monotonic() < deadline:
-            assert job.poll() is None, "the job ended before the moment of its kill"
-            time.sleep(0.1)
-        assert job.poll() is None, "the job finished before its kill: the case proves nothing"
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait()
+    kill_when([sys.executable, resume_job.__file__, out, "--small"], lambda: _finished_records(out) > 0, poll=0.1,
+              start=lambda command: Job(jobs, command))
     assert not storage.exists(f"{out}/manifest.json")
     finished = _finished_records(out)
 
