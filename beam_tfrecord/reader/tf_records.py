@@ -6,7 +6,6 @@ tf.data's own file dataset where the format has one; otherwise, and shuffled fro
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import itertools
 import os
 import random
@@ -21,7 +20,7 @@ from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.tf_generated import generated
 from beam_tfrecord.reader.tf_spec import tf  # imports TensorFlow quietly
 from beam_tfrecord.remote_reads.cache import ShardCache
-from beam_tfrecord.remote_reads.fetched import FetchedShard, MemoryFiles
+from beam_tfrecord.remote_reads.fetched import FetchedShard
 from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, fetched_remotely
 
 _MAX_PARALLEL_READS = 16  # shards read at once per worker
@@ -146,75 +145,46 @@ def _close_all(descriptors: list[int]) -> None:
     descriptors.clear()
 
 
-# Shards made local files ahead of tf.data's reader, on a thread of their own (local disk, not memory: at most
-# _FILES_AHEAD + _KEPT_FILES shards); 4 rather than 2 keeps the writer ahead when TensorFlow reads in bursts.
+# Shards copied whole ahead of tf.data's reader by the fetcher (``copies_ahead``); 4 rather than 2 keeps the copies
+# ahead when TensorFlow reads in bursts.
 _FILES_AHEAD = 4
 _KEPT_FILES = 2  # fetched files kept after the generator moved past them (a prefetch of the paths is harmless)
-_OPEN_FILES = _FILES_AHEAD + _KEPT_FILES + 1  # at most, with the one being read
 
 
 def fetched_files(plan: ReadPlan, read: FilesReader, reads: RemoteReads) -> tf.data.Dataset:
     """The records of a plan over ``gs://`` shards, in stored order, read by tf.data from local files (``read``).
 
     A generator (``tf_generated.generated``) hands each shard's segment to tf.data as a local file: the
-    shard's cache entry, or a private temporary file the fetcher wrote (parallel ranged reads, read ahead
-    across shards, CRC32C checked), made ``_FILES_AHEAD`` shards ahead on a thread of its own and removed
-    ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
-    generator's last is done). TensorFlow's reader checks every record's CRCs. The private files are
-    in memory (``MemoryFiles``, each written over by a later shard) when ``_OPEN_FILES`` of the largest shard
-    fit in ``reads.bytes_in_flight``, on the temporary directory's disk otherwise.
+    shard's cache entry, or a private copy the fetcher made (``FetchedShard.memory_file``: parallel ranged
+    reads, read ahead across shards, CRC32C checked; ``_FILES_AHEAD`` shards ahead on a thread of its own; in
+    memory while the copies open fit in ``reads.bytes_in_flight``, else on the temporary directory's disk),
+    closed ``_KEPT_FILES`` shards later (``flat_map`` reads one shard at a time: the one before the
+    generator's last is done). TensorFlow's reader checks every record's CRCs.
     """
     segments = plan.segments
-    in_memory = _OPEN_FILES * max((s.shard.num_bytes for s in segments), default=0) <= reads.bytes_in_flight
     whole = all(segment.skip == 0 and segment.reaches_end for segment in segments)  # no per-record skip/take
 
     def files() -> Iterator[str | tuple[str, int, int]]:
         """Each segment's local path, with its skip and take unless ``whole``."""
-        fetcher = plan.fetcher(segments, reads)
+        fetcher = plan.fetcher(segments, reads, copies_ahead=_FILES_AHEAD)
         if fetcher is None:
             raise ReaderError(f"{plan.dataset_dir!r}: no gs:// shard to fetch")  # read_records checked
-        writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fetched-files")
-        memory = MemoryFiles() if in_memory else None
-        ahead: collections.deque[tuple[int, FetchedShard | None, concurrent.futures.Future[str] | str | None]] = (
-            collections.deque())
         done: collections.deque[FetchedShard] = collections.deque()
-
-        numbers = iter(range(len(segments)))
-
-        def make_ahead() -> None:
-            number = next(numbers, None)
-            if number is not None:
-                fetched = fetcher.open(number)
-                local: concurrent.futures.Future[str] | str | None = None
-                if fetched is not None:  # a cache hit is its entry's path already, no thread needed
-                    local = fetched.cached or writer.submit(fetched.local_file, memory=memory)
-                ahead.append((number, fetched, local))
-
         try:
-            for _ in range(_FILES_AHEAD):
-                make_ahead()
-            while ahead:
-                number, fetched, local = ahead.popleft()
-                segment = segments[number]
-                make_ahead()
-                if fetched is None or local is None:  # a local shard: read where it is
+            for number, segment in enumerate(segments):
+                fetched = fetcher.open(number)
+                if fetched is None:  # a local shard: read where it is
                     path = plan.path(segment)
                 else:
                     done.append(fetched)
-                    path = local if isinstance(local, str) else local.result()
+                    path = fetched.memory_file()
                 yield path if whole else (path, segment.skip, segment.take)
                 while len(done) > _KEPT_FILES:
                     done.popleft().close()
         finally:
-            writer.shutdown(wait=True, cancel_futures=True)
-            for _, fetched, _ in ahead:
-                if fetched is not None:
-                    fetched.close()
             for fetched in done:
                 fetched.close()
             fetcher.close()
-            if memory is not None:
-                memory.close()
 
     if whole:  # the paths as the reader's own input: one flat_map per record, as from local files, not two
         return read(generated(files, tf.TensorSpec([], tf.string)))

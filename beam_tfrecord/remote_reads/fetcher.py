@@ -15,6 +15,11 @@ from beam_tfrecord.remote_reads.fetched import FetchedShard, MemoryFiles
 from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads, RemoteShard, fetched_remotely
 from beam_tfrecord.storage.backend import RangedView, StorageBackend
 
+# Whole shards copied ahead of a reader that takes them whole (ArrayRecord), on a thread of their own: one
+# copying, one ready. Its thread then mostly waits (0.19-0.21 s of an epoch of 320 MB in 16 shards from gs://
+# behind 40 ms, the first shard's wait included, against 0.29-0.31 s copying each shard itself).
+COPIES_AHEAD = 2
+
 
 class ShardFetcher:
     """Fetches the shards a reader will read, in its order, ahead of it (see the module docstring).
@@ -27,12 +32,14 @@ class ShardFetcher:
         reads: connections, range size, bytes in flight and cache.
         side_by_side: groups of shards (numbers in ``shards``) the reader reads side by side: their
             ranges are read ahead in turn (the first range of each, then the second...).
+        copies_ahead: shards copied whole ahead of a reader that takes them whole (``copy_ahead``).
     """
 
     def __init__(self, shards: Sequence[RemoteShard], reads: RemoteReads, *,
-                 side_by_side: Sequence[Sequence[int]] = ()) -> None:
+                 side_by_side: Sequence[Sequence[int]] = (), copies_ahead: int = COPIES_AHEAD) -> None:
         self._shards = list(shards)
         self._reads = reads
+        self._copies_ahead = copies_ahead
         self._cache = ShardCache(reads.cache_dir, limit_bytes=reads.cache_limit) if reads.cache_dir else None
         # One ranged reader per store, made once: it keeps ``connections`` connections open per process.
         self._ranged: dict[StorageBackend, RangedView] = {}
@@ -45,6 +52,9 @@ class ShardFetcher:
         self._held_bytes = 0
         self._memory: MemoryFiles | None = None  # private copies held in memory (``private_memory``)
         self._memory_bytes = 0  # their bytes, given out and not released
+        self._opened: set[int] = set()  # shards given to the reader or copied ahead for it
+        self._ahead: dict[int, FetchedShard] = {}  # shards copied ahead (``copy_ahead``), not yet opened
+        self._copier: concurrent.futures.ThreadPoolExecutor | None = None
         first = set(side_by_side[0]) if side_by_side else {0}
         self._starts = [range_starts(shard.num_bytes, reads.range_bytes, ramp=number in first,
                                      connections=reads.connections)
@@ -91,7 +101,12 @@ class ShardFetcher:
             self._pending.clear()
             self._held_bytes = 0
             memory, self._memory = self._memory, None
+            ahead, self._ahead = list(self._ahead.values()), {}
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for fetched in ahead:  # their copies stop at the closed fetcher
+            fetched.close()
+        if self._copier is not None:
+            self._copier.shutdown(wait=False, cancel_futures=True)
         if memory is not None:  # copies still open are closed when given back
             memory.close()
 
@@ -100,6 +115,11 @@ class ShardFetcher:
         shard = self._shards[number]
         if not fetched_remotely(shard.path):
             return None
+        with self._lock:
+            self._opened.add(number)
+            ahead = self._ahead.pop(number, None)
+        if ahead is not None:
+            return ahead
         if self._cache is not None:
             hit = self._cache.lookup(shard.key)
             if hit is not None:
@@ -120,12 +140,35 @@ class ShardFetcher:
         """In-memory files for a private copy of ``num_bytes`` while the copies given out fit in
         ``bytes_in_flight`` (counted until ``release_memory``); None: the copy goes on disk."""
         with self._lock:
-            if self._closed or self._memory_bytes + num_bytes > self._reads.bytes_in_flight:
-                return None
-            if self._memory is None:
-                self._memory = MemoryFiles()
-            self._memory_bytes += num_bytes
-            return self._memory
+            return self._reserve_memory(num_bytes)
+
+    def _reserve_memory(self, num_bytes: int) -> MemoryFiles | None:
+        if self._closed or self._memory_bytes + num_bytes > self._reads.bytes_in_flight:
+            return None
+        if self._memory is None:
+            self._memory = MemoryFiles()
+        self._memory_bytes += num_bytes
+        return self._memory
+
+    def copy_ahead(self, number: int) -> None:
+        """The reader took shard ``number`` whole (``FetchedShard.memory_file``): the next ``copies_ahead`` shards
+        of its order not in the cache are copied whole meanwhile, on a thread of their own: each in memory while
+        the copies fit (``private_memory``), else on disk (or into the cache, when there is one)."""
+        for later in range(number + 1, min(number + 1 + self._copies_ahead, len(self._shards))):
+            shard = self._shards[later]
+            if not self._to_fetch(shard):
+                continue
+            with self._lock:
+                if self._closed or later in self._opened:
+                    continue
+                memory = self._reserve_memory(shard.num_bytes) if self._cache is None else None
+                if self._copier is None:
+                    self._copier = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="shard-copy")
+                self._opened.add(later)
+                fetched = self._ahead[later] = FetchedShard(self, later, shard, cached=None)
+                fetched.copy_on(self._copier, memory)
+            if self._cache is not None:
+                COUNTERS.add("cache_misses")
 
     def release_memory(self, num_bytes: int) -> None:
         with self._lock:
@@ -247,9 +290,9 @@ def _equal_starts(num_bytes: int, count: int) -> list[int]:
     return list(range(0, num_bytes, size))
 
 
-def shard_fetcher(shards: Sequence[RemoteShard], reads: RemoteReads, *,
-                  side_by_side: Sequence[Sequence[int]] = ()) -> ShardFetcher | None:
+def shard_fetcher(shards: Sequence[RemoteShard], reads: RemoteReads, *, side_by_side: Sequence[Sequence[int]] = (),
+                  copies_ahead: int = COPIES_AHEAD) -> ShardFetcher | None:
     """A fetcher of the shards when any is on a store read in ranges; None when all are local paths."""
     if not any(fetched_remotely(shard.path) for shard in shards):
         return None
-    return ShardFetcher(shards, reads, side_by_side=side_by_side)
+    return ShardFetcher(shards, reads, side_by_side=side_by_side, copies_ahead=copies_ahead)

@@ -273,9 +273,13 @@ def _memfd_names() -> list[str]:
     return names
 
 
-@pytest.mark.parametrize(("bytes_in_flight", "where"), [(1 << 20, "memory"), (4000, "disk")])
-def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight(
-        bytes_in_flight: int, where: str, datasets: dict[str, Copies], tmp_path: Path,
+@pytest.mark.parametrize(("bytes_in_flight", "most_in_memory"), [
+    pytest.param(1 << 20, 7, id="all in memory: 4 ahead, 2 kept and the one read at most"),
+    pytest.param(9000, 2, id="two shards' copies in memory at once at most, the others on disk"),
+    pytest.param(3000, 0, id="no shard fits: all on disk"),
+])
+def test_tf_data_holds_fetched_shards_in_memory_while_they_fit_in_bytes_in_flight(
+        bytes_in_flight: int, most_in_memory: int, datasets: dict[str, Copies], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     from beam_tfrecord.remote_reads import fetched
     from beam_tfrecord.remote_reads.fetched import FetchedShard
@@ -290,20 +294,24 @@ def test_tf_data_holds_fetched_shards_in_memory_when_they_fit_in_bytes_in_flight
         return path
 
     monkeypatch.setattr(FetchedShard, "local_file", observed)
-    created: list[str] = []  # in-memory files made: written over by later shards, not one per shard
+    # In-memory files made: one is written over by a later shard once free, so as many as were held at once.
+    created: list[str] = []
     monkeypatch.setattr(fetched, "_MEMFD_CREATE",
                         lambda name, flags: created.append(name) or os.memfd_create(name, flags))
     copies = datasets["tfrecord"]
-    shards = load_manifest(copies.local).shards
-    assert 4000 < max(s.num_bytes for s in shards) * 7 <= 1 << 20  # 7 copies at most are open at once
+    sizes = [s.num_bytes for s in load_manifest(copies.local).shards]
+    assert min(sizes) > 3000 and 2 * max(sizes) <= 9000 < 3 * min(sizes) and 7 * max(sizes) <= 1 << 20
     reads = RemoteReads(connections=4, range_bytes=1000, bytes_in_flight=bytes_in_flight)
     assert _tf_keys(copies.remote, remote_reads=reads) == _tf_keys(copies.local)
-    assert len(made) == len(shards)
-    if where == "memory":
-        assert all(name.startswith("/memfd:beam-tfrecord-shard-") for name in made), made
-        assert 0 < len(created) <= 7  # at most seven open at once, whatever the number of shards
+    in_memory = sum(name.startswith("/memfd:beam-tfrecord-shard-") for name in made)
+    on_disk = made.count(str(tmp_path))
+    assert in_memory + on_disk == len(sizes) and len(created) <= most_in_memory
+    if most_in_memory == 7:
+        assert on_disk == 0
+    elif most_in_memory:
+        assert in_memory and on_disk
     else:
-        assert made == [str(tmp_path)] * len(shards)
+        assert in_memory == 0
     left_on_disk = [name for name in os.listdir(tmp_path) if name.startswith("beam-tfrecord-shard-")]
     assert _memfd_names() == [] and left_on_disk == []  # all closed at the end of the epoch
 
@@ -395,3 +403,38 @@ def test_array_record_copies_are_held_in_memory_while_they_fit_in_bytes_in_fligh
     assert in_memory and on_disk and sum(in_memory) <= bytes_in_flight
     assert len(in_memory) + len(on_disk) == len(sizes)
     assert _memfd_names() == [] and os.listdir(tmp_path) == []  # all closed at the end of the epoch
+
+
+@pytest.mark.parametrize(("variant", "reader"), [("array_record", "numpy"), ("tfrecord", "tf")])
+def test_shards_taken_whole_are_copied_ahead_on_a_thread_of_their_own(
+        variant: str, reader: str, datasets: dict[str, Copies], monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from beam_tfrecord.remote_reads.fetched import FetchedShard
+
+    threads: list[str] = []  # the thread that made each whole shard's copy
+    local_file = FetchedShard.local_file
+
+    def observed(self: FetchedShard, **options: bool) -> str:
+        threads.append(threading.current_thread().name.split("_")[0])
+        return local_file(self, **options)
+
+    monkeypatch.setattr(FetchedShard, "local_file", observed)
+    copies = datasets[variant]
+    assert READERS[reader](copies.remote, remote_reads=SMALL_READS[variant]) == READERS[reader](copies.local)
+    # The read's first shard by the reader itself (nothing to overlap it with), every later one ahead of it.
+    assert len(threads) == len(plan_read(copies.local, split=SPLIT).segments) > 2
+    assert threads[0] != "shard-copy" and set(threads[1:]) == {"shard-copy"}
+
+
+def test_a_reader_stopped_early_leaves_no_copy_made_ahead(datasets: dict[str, Copies], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where private copies on disk go
+    copies = datasets["array_record"]
+    for bytes_in_flight in (1 << 20, 32 << 10):  # the copies ahead in memory; on disk (a shard is > 32 KiB)
+        reads = dataclasses.replace(SMALL_READS["array_record"], bytes_in_flight=bytes_in_flight)
+        examples = read_numpy(copies.remote, split=SPLIT, remote_reads=reads)
+        first = next(examples)  # the first shard open, the next ones being copied
+        examples.close()
+        assert bytes(first["key"]) == bytes(next(read_numpy(copies.local, split=SPLIT))["key"])
+        assert _memfd_names() == [] and os.listdir(tmp_path) == []

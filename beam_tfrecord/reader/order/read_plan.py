@@ -11,7 +11,7 @@ from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import ShardFormat, ShardReader, shard_format
 from beam_tfrecord.reader.order.slicing import ReadSegment, partition, resolve_split
 from beam_tfrecord.remote_reads.fetched import FetchedShard
-from beam_tfrecord.remote_reads.fetcher import ShardFetcher, shard_fetcher
+from beam_tfrecord.remote_reads.fetcher import COPIES_AHEAD, ShardFetcher, shard_fetcher
 from beam_tfrecord.remote_reads.options import RemoteReads, RemoteShard
 
 
@@ -62,10 +62,12 @@ class ReadPlan:
         return [RemoteShard(self.path(s), s.shard.num_bytes, s.shard.crc32c) for s in segments]
 
     def fetcher(self, segments: Sequence[ReadSegment], reads: RemoteReads, *,
-                side_by_side: Sequence[Sequence[int]] = ()) -> ShardFetcher | None:
+                side_by_side: Sequence[Sequence[int]] = (), copies_ahead: int = COPIES_AHEAD) -> ShardFetcher | None:
         """A ``ShardFetcher`` of the segments' shards in this order (``open(i)`` for ``segments[i]``); None when
-        they are local (read as they always were). ``side_by_side``: groups of them read together."""
-        return shard_fetcher(self.remote_shards(segments), reads, side_by_side=side_by_side)
+        they are local (read as they always were). ``side_by_side``: groups of them read together;
+        ``copies_ahead``: shards copied whole ahead of a reader that takes them whole."""
+        return shard_fetcher(self.remote_shards(segments), reads, side_by_side=side_by_side,
+                             copies_ahead=copies_ahead)
 
     def require_reader(self, reader: str) -> None:
         """Raises ReaderError, naming the readers that can, when ``reader`` cannot read these shards."""
