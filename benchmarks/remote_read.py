@@ -29,15 +29,22 @@ process's CPU seconds per GB of each ranges client; then every store's figures s
 remote / min(local, ranges) this machine allows: the remote epoch cannot be shorter than the reader's and the
 store's (emulator and proxy) CPU seconds over all cores, and here the store shares the reader's cores.
 
-Run: python benchmarks/remote_read.py [--stores gs,s3,az] [--records 100000] [--images 2000] [--image_kb 150]
-     [--workloads small,images,array] [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40] [--connection_mb_s 50]
-     [--dir /tmp/bt_remote_read]
+With ``--roots``, real stores are measured instead (``gs://bucket/prefix,s3://bucket/prefix,az://container/prefix``,
+their clients configured by the environment as for any job): the workloads are uploaded under each root once (a
+later run reuses them), read over the real network with no proxy, and the store's CPU is not on this machine,
+so the floor column is the reader's own. This is the run that settles issue 46's ratios; on a machine whose
+emulators share the reader's cores, the floor column says which cells the cores allow.
+
+Run: python benchmarks/remote_read.py [--stores gs,s3,az | --roots URI,...] [--records 100000] [--images 2000]
+     [--image_kb 150] [--workloads small,images,array] [--rounds 3] [--readers numpy,torch,tf] [--latency_ms 40]
+     [--connection_mb_s 50] [--dir /tmp/bt_remote_read]
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import subprocess
@@ -145,6 +152,7 @@ def create_bucket(store: str, name: str) -> str:
 
 
 def upload(local: str, remote: str) -> None:
+    """The dataset at ``local`` copied to ``remote``, its manifest last (a dataset only once whole)."""
     from beam_tfrecord import storage
 
     files = [p for p in sorted(Path(local).rglob("*")) if p.is_file()]
@@ -154,7 +162,8 @@ def upload(local: str, remote: str) -> None:
             out.write(path.read_bytes())
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        list(pool.map(put, files))
+        list(pool.map(put, [p for p in files if p.name != "manifest.json"]))
+    put(Path(local, "manifest.json"))
 
 
 def reader_epochs(reader: str, path: str, **options: object) -> Callable[[], Iterable[Any]]:
@@ -286,6 +295,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", default="/tmp/bt_remote_read")
     parser.add_argument("--readers", default=",".join(READERS))
     parser.add_argument("--workloads", default="small,images,array")
+    parser.add_argument("--roots", default="", help="real stores' roots to measure instead of the emulators "
+                        "(gs://bucket/prefix,s3://...,az://...; credentials from the environment)")
     args = parser.parse_args(argv)
     readers = [r for r in args.readers.split(",") if r]
 
@@ -301,11 +312,18 @@ def main(argv: list[str] | None = None) -> None:
         build_images(workloads["images"], args.images, args.image_kb * 1000)
     if "array" in workloads:
         build_small(workloads["array"], args.records, FileFormat.ARRAY_RECORD)
-    print(f"proxy: {args.latency_ms:g} ms to first byte, {args.connection_mb_s:g} MB/s per connection; "
-          f"rounds: {args.rounds} (+1 warm-up), best pass kept")
+    shaping = (f"proxy: {args.latency_ms:g} ms to first byte, {args.connection_mb_s:g} MB/s per connection"
+               if not args.roots else "real stores, no proxy")
+    print(f"{shaping}; rounds: {args.rounds} (+1 warm-up), best pass kept")
     table: list[str] = []
-    for store in [s for s in args.stores.split(",") if s]:
-        table += measure_store(store, workloads, readers, args)
+    stores = [s for s in args.stores.split(",") if s]
+    for store in [r.rstrip("/") for r in args.roots.split(",") if r] or stores:
+        work = Path(tempfile.mkdtemp(prefix="bt-remote-read-"))
+        try:
+            where = real(store, workloads) if "://" in store else emulated(store, work, workloads, args)
+            table += measure_store(store, where, workloads, readers, args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     print("\nside by side: remote/min(local, ranges) (>= 0.8) | CPU remote/local (<= 1.5) | "
           "cached+open/local+open (>= 0.9) | the most remote/min(...) this machine's cores allow, from the CPU "
           "seconds of the reader and the store")
@@ -317,24 +335,52 @@ def _verdict(value: float, target: float, *, at_most: bool = False) -> str:
     return f"{value:.2f}{'' if met else ' (NOT met)'}"
 
 
-def measure_store(store: str, workloads: dict[str, str], readers: list[str], args: argparse.Namespace) -> list[str]:
-    """Every workload and reader on ``store`` (its emulator and proxy started here, stopped at the end);
-    its lines of the side-by-side table."""
-    from beam_tfrecord.dataset import load_manifest
-    from beam_tfrecord.remote_reads.options import COUNTERS
-
-    work = Path(tempfile.mkdtemp(prefix=f"bt-remote-read-{store}-"))
+@contextlib.contextmanager
+def emulated(store: str, work: Path, workloads: dict[str, str],
+             args: argparse.Namespace) -> Iterator[tuple[str, list[psutil.Process]]]:
+    """``store``'s emulator behind the shaping proxy (started here, stopped at the end) holding the workloads:
+    (the root they are under, the emulator's and the proxy's processes)."""
     processes, emulator_url, proxy_url = start_store(store, work, latency_s=args.latency_ms / 1000,
                                                      bytes_per_s=args.connection_mb_s * 1e6)
-    table = []
     try:
         point_at(store, work, emulator_url)  # uploads go straight to the emulator (not timed)
         bucket = create_bucket(store, "remote-read-bench")
-        remote = {name: f"{bucket}/{name}" for name in workloads}
-        for name, local in workloads.items():
-            upload(local, remote[name])
+        for local in workloads.values():
+            upload(local, f"{bucket}/{os.path.basename(local)}")
         point_at(store, work, proxy_url)
         print(f"\n== {store}: {STORE_SERVERS[store]} behind the shaping proxy")
+        yield bucket, [psutil.Process(p.pid) for p in processes]
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def real(root: str, workloads: dict[str, str]) -> Iterator[tuple[str, list[psutil.Process]]]:
+    """A real store's ``root`` (its clients configured by the environment, as for any job), the workloads
+    uploaded under it unless a run did before: (``root``, no process of this machine)."""
+    from beam_tfrecord import storage
+
+    for local in workloads.values():
+        remote = f"{root}/{os.path.basename(local)}"
+        if not storage.exists(f"{remote}/manifest.json"):
+            print(f"uploading {local} to {remote}")
+            upload(local, remote)
+    print(f"\n== {root}: a real store, its own network (no proxy), its CPU not on this machine")
+    yield root, []
+
+
+def measure_store(store: str, where: contextlib.AbstractContextManager[tuple[str, list[psutil.Process]]],
+                  workloads: dict[str, str], readers: list[str], args: argparse.Namespace, work: Path) -> list[str]:
+    """Every workload and reader on ``store`` (its scheme, or a real store's root) as ``where`` gives it: its
+    lines of the side-by-side table."""
+    from beam_tfrecord.dataset import load_manifest
+    from beam_tfrecord.remote_reads.options import COUNTERS
+
+    table = []
+    with where as (root, store_processes):
+        remote = {name: f"{root}/{os.path.basename(local)}" for name, local in workloads.items()}
         for name, local in workloads.items():
             manifest = load_manifest(local)
             num_records = manifest.split("train").num_records
@@ -353,7 +399,7 @@ def measure_store(store: str, workloads: dict[str, str], readers: list[str], arg
                                              reader_epochs(r, at, cache_dir=cache)(), True)
                 expected.update({f"{mode} {reader}": num_records for mode in ("local", "remote", "opened", "cached")})
             before = COUNTERS.snapshot()
-            best = measure(modes, expected, args.rounds, [psutil.Process(p.pid) for p in processes])
+            best = measure(modes, expected, args.rounds, store_processes)
             after = COUNTERS.snapshot()
             seconds = {mode: figures[0] for mode, figures in best.items()}
             rate = {mode: num_records / s for mode, s in seconds.items()}
@@ -380,11 +426,6 @@ def measure_store(store: str, workloads: dict[str, str], readers: list[str], arg
                              f"{ceiling:.2f}")
             print("  CPU seconds of the best epoch (this process / the proxy and emulator): " + ", ".join(
                 f"{mode} {best[mode][1]:.2f}/{best[mode][2]:.2f}" for mode in modes))
-    finally:
-        for process in processes:
-            process.kill()
-            process.wait(timeout=10)
-        shutil.rmtree(work, ignore_errors=True)
     return table
 
 
