@@ -34,14 +34,38 @@ READ_BLOCK_RECORDS = 256  # records per read call of a range
 COUNT_BLOCK_RECORDS = 1024  # records per read call when counting a whole shard
 
 
-def _module(error: type[BeamTFRecordError]) -> Any:
-    """The package's module; ``error`` (a reader's or a writer's) when it is not installed."""
+_RIEGELI_STARTED_IN: int | None = None  # the process whose first ArrayRecord read or write started riegeli's cleaner
+
+
+def _module(path: str, error: type[BeamTFRecordError]) -> Any:
+    """The package's module, to read or write the shard at ``path``; ``error`` (a reader's or a writer's) when it
+    is not installed, or when this process was forked from one that had already read or written ArrayRecord.
+
+    riegeli's background cleaner (a thread and a mutex, started by a process's first ArrayRecord read or write)
+    does not survive ``fork``: a forked DataLoader worker opening a shard crashed now and then with a segmentation
+    fault (``absl::Mutex::UnlockSlow`` from ``riegeli::BackgroundCleaner``, in a core dump). Refused with the
+    remedy before riegeli is touched, rather than a crash some of the time.
+    """
+    global _RIEGELI_STARTED_IN
     try:
         from array_record.python import array_record_module
     except ImportError as err:
         raise error("array_record shards need the array-record package: "
                     "pip install 'beam-tfrecord[array_record]'") from err
+    if _RIEGELI_STARTED_IN not in (None, os.getpid()):
+        raise error(f"{path}: this process was forked from process {_RIEGELI_STARTED_IN} after that one had read or "
+                    "written ArrayRecord, and riegeli's background thread does not survive a fork (a segmentation "
+                    "fault, now and then). Start such workers without fork: DataLoader(..., "
+                    "multiprocessing_context='forkserver') or 'spawn' (docs/reading.md, \"ArrayRecord and forked "
+                    "workers\")")
+    _RIEGELI_STARTED_IN = os.getpid()
     return array_record_module
+
+
+def riegeli_runs_here() -> bool:
+    """Whether this process has read or written ArrayRecord: riegeli's cleaner runs, and a forked child of it
+    could not use ArrayRecord (``_module``)."""
+    return os.getpid() == _RIEGELI_STARTED_IN
 
 
 class ArrayRecordShardWriter(ShardWriter):
@@ -52,7 +76,7 @@ class ArrayRecordShardWriter(ShardWriter):
     """
 
     def __init__(self, path: str) -> None:
-        module = _module(WriterOptionError)
+        module = _module(path, WriterOptionError)
         self._path = path
         self._remote = storage.is_remote(path)
         if self._remote:
@@ -121,7 +145,7 @@ class ArrayRecordShardReader(ShardReader):
         self._fetched = fetched
         if fetched is None and not storage.exists(path):
             raise MissingShardError(path)
-        module = _module(ReaderError)
+        module = _module(path, ReaderError)
         try:
             local = fetched.memory_file() if fetched is not None else local_copy(path, crc32c)
             try:

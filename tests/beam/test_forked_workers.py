@@ -128,6 +128,25 @@ def test_no_fork_server_once_other_threads_run(jobs, tmp_path):
     assert done.stdout.split() == ["alone", "True", "threads", "True"]
 
 
+def test_no_fork_server_once_this_process_used_array_record(jobs, tmp_path):
+    """riegeli's cleaner thread (started by an ArrayRecord write or read) does not survive a fork: no fork
+    server then either, so the workers of a launcher that wrote ArrayRecord can write it too."""
+    script = textwrap.dedent(f"""
+        from beam_tfrecord.beam.runners import forked_workers
+        from beam_tfrecord.formats.array_record import ArrayRecordShardWriter
+        with forked_workers.worker_fork_server() as server:
+            print("before", server is not None)
+        writer = ArrayRecordShardWriter({str(tmp_path / "one.array_record")!r})
+        writer.append(b"record")
+        writer.close()
+        with forked_workers.worker_fork_server() as server:
+            print("after", server is None)
+    """)
+    done = _run(jobs, tmp_path, script, "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["before", "True", "after", "True"]
+
+
 def test_a_worker_that_fails_fails_the_pipeline_with_its_error(jobs, tmp_path):
     script = SCRIPT.replace("pass  # BODY", "raise ValueError(f'sample {i} is bad')")
     done = _run(jobs, tmp_path, script, "1", str(tmp_path / "out.txt"))

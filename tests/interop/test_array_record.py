@@ -91,6 +91,16 @@ def test_torch_dataloader_workers_split_the_rank_share(array_record_dataset):
     assert not ranks[0] & ranks[1]
 
 
+def test_a_worker_forked_after_this_process_read_array_record_is_refused_with_the_remedy(array_record_dataset):
+    # riegeli's cleaner thread does not survive a fork: a typed error names the way out, not a crash now and then.
+    assert read_numpy(array_record_dataset, split="train").__next__()  # riegeli runs in this process now
+    loader = torch.utils.data.DataLoader(TFRecordIterableDataset(array_record_dataset, split="train"), batch_size=None,
+                                         num_workers=1, multiprocessing_context="fork")
+    with pytest.raises(ReaderError, match=rf"this process was forked from process {os.getpid()} after that one had "
+                                          r"read or written ArrayRecord.*multiprocessing_context='forkserver'"):
+        next(iter(loader))
+
+
 def test_random_access_refuses_tfrecord_shards(tfrecord_dataset):
     from beam_tfrecord.reader.order.random_access import RandomAccessRecords
     from beam_tfrecord.reader.order.read_plan import plan_read

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 
 from beam_tfrecord.beam.runners.worker_memory import keep_freed_memory
+from beam_tfrecord.formats.array_record import riegeli_runs_here
 
 FORK_WORKERS_ENV = "BEAM_TFRECORD_FORK_WORKERS"
 _REQUEST_LIMIT = 16 << 20  # bytes of one launcher's request (its environment): far above any real one
@@ -47,9 +48,10 @@ _GRPC_THREADS = ("grpc", "event_engine", "lifeguard", "default-executo", "resolv
 
 def _safe_to_fork() -> bool:
     """Whether this process runs no other Python thread (none can hold a lock the fork would copy
-    held) and gRPC has not started its threads (a forked child could not use gRPC then). Native
-    threads of libraries that handle ``fork`` themselves (jemalloc, OpenBLAS) do not matter."""
-    if threading.active_count() != 1:
+    held), gRPC has not started its threads (a forked child could not use gRPC then) and riegeli has not
+    started its cleaner (a forked child could not use ArrayRecord). Native threads of libraries that handle
+    ``fork`` themselves (jemalloc, OpenBLAS) do not matter."""
+    if threading.active_count() != 1 or riegeli_runs_here():
         return False
     try:
         tasks = os.listdir("/proc/self/task")
