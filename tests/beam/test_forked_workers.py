@@ -110,38 +110,36 @@ def test_workers_are_forked_from_the_launching_process_unless_turned_off(forked_
     assert client not in {int(r[2]) for r in reports}  # worker processes, not the launching one
 
 
-def test_no_fork_server_once_other_threads_run(jobs, tmp_path):
-    """A thread of the launching process could hold a lock the fork would copy held: no fork server
-    then, and the run takes Beam's own command line (the path the turned-off case above runs whole)."""
-    script = textwrap.dedent("""
+# What starts a thread the fork would copy without it, in a launching process that could fork until then.
+_THREAD_STARTS = {
+    "a-python-thread": """
         import threading
-        from beam_tfrecord.beam.runners import forked_workers
-        with forked_workers.worker_fork_server() as server:
-            print("alone", server is not None)
-        stop = threading.Event()
-        threading.Thread(target=stop.wait, daemon=True).start()
-        with forked_workers.worker_fork_server() as server:
-            print("threads", server is None)
-    """)
-    done = _run(jobs, tmp_path, script, "1")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["alone", "True", "threads", "True"]
-
-
-def test_no_fork_server_once_this_process_used_array_record(jobs, tmp_path):
-    """riegeli's cleaner thread (started by an ArrayRecord write or read) does not survive a fork: no fork
-    server then either, so the workers of a launcher that wrote ArrayRecord can write it too."""
-    script = textwrap.dedent(f"""
-        from beam_tfrecord.beam.runners import forked_workers
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+    """,
+    "an-array-record-write": """
+        import tempfile
         from beam_tfrecord.formats.array_record import ArrayRecordShardWriter
+        with tempfile.TemporaryDirectory() as folder:
+            writer = ArrayRecordShardWriter(f"{folder}/one.array_record")
+            writer.append(b"record")
+            writer.close()
+    """,
+}
+
+
+@pytest.mark.parametrize("start", list(_THREAD_STARTS))
+def test_no_fork_server_once_other_threads_run(jobs, tmp_path, start):
+    """A thread of the launching process could hold a lock the fork would copy held (riegeli's, started by an
+    ArrayRecord write or read, does not survive a fork either): no fork server then, and the run takes Beam's
+    own command line (the path the turned-off case above runs whole)."""
+    script = (textwrap.dedent("""
+        from beam_tfrecord.beam.runners import forked_workers
         with forked_workers.worker_fork_server() as server:
             print("before", server is not None)
-        writer = ArrayRecordShardWriter({str(tmp_path / "one.array_record")!r})
-        writer.append(b"record")
-        writer.close()
+    """) + textwrap.dedent(_THREAD_STARTS[start]) + textwrap.dedent("""
         with forked_workers.worker_fork_server() as server:
             print("after", server is None)
-    """)
+    """))
     done = _run(jobs, tmp_path, script, "1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["before", "True", "after", "True"]
