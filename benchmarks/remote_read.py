@@ -131,7 +131,7 @@ def point_at(store: str, work: Path, url: str) -> None:
 
     os.environ.update({"gs": lambda: emulator_env(work, url), "s3": lambda: s3_env(url),
                        "az": lambda: azure_env(url)}[store]())
-    gcs.client.cache_clear()  # the others' clients are made per endpoint
+    gcs.forget_client()  # the others' clients are made per endpoint
 
 
 def create_bucket(store: str, name: str) -> str:

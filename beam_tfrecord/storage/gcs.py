@@ -12,6 +12,7 @@ import base64
 import functools
 import io
 import logging
+import os
 from types import TracebackType
 from typing import Any
 
@@ -37,12 +38,23 @@ def split(path: str) -> tuple[str, str]:
     return bucket, name
 
 
-@functools.lru_cache(maxsize=1)
 def client() -> Any:
-    """One client per process; ``STORAGE_EMULATOR_HOST`` (read when it is made) points it at an emulator."""
+    """One client per process; ``STORAGE_EMULATOR_HOST`` (read when it is made) points it at an emulator. A forked
+    child makes its own: the connections of its parent's client are not its to use."""
+    return _client_of(os.getpid())
+
+
+@functools.lru_cache(maxsize=1)
+def _client_of(pid: int) -> Any:
+    del pid  # the cache's key
     from google.cloud.storage import Client
 
     return Client()
+
+
+def forget_client() -> None:
+    """The next ``client()`` is made anew (after ``STORAGE_EMULATOR_HOST`` changed)."""
+    _client_of.cache_clear()
 
 
 def blob(path: str) -> Any:

@@ -13,8 +13,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from beam_tfrecord.storage.backend import RangedRead, RangedView
+from beam_tfrecord.storage.obstore_runtime import extension
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from obstore.store import ClientConfig
 
 _STORES: dict[tuple[object, ...], Any] = {}
@@ -27,20 +30,20 @@ def _client_options(endpoint: str, connections: int) -> ClientConfig:
     return {"allow_http": endpoint.startswith("http://"), "pool_max_idle_per_host": str(connections)}
 
 
-def _cached(key: tuple[object, ...], make: Callable[[], Any]) -> Any:
-    """The obstore store of ``key`` in this process (made once: it keeps its connections)."""
+def _cached(key: tuple[object, ...], make: Callable[[ModuleType], Any]) -> Any:
+    """The obstore store of ``key`` in this process (made once: it keeps its connections), made by
+    ``make(obstore's extension module for this process)``: a forked process makes its own (``obstore_runtime``)."""
+    module = extension()
     key = (os.getpid(), *key)
     with _STORES_LOCK:
         if key not in _STORES:
-            _STORES[key] = make()
+            _STORES[key] = make(module)
         return _STORES[key]
 
 
 def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: RangedRead | None) -> RangedView:
     """A ``RangedRead`` through ``store_for(path)``: (the obstore store, the object's key in it), or None
     for a path obstore is not configured for here (read by ``fallback``)."""
-    import obstore
-    from obstore.exceptions import GenericError
 
     def read(path: str, start: int, stop: int) -> bytes | memoryview:
         if stop <= start:
@@ -51,9 +54,10 @@ def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: Ranged
                 raise ValueError(f"{path}: obstore has no store for it here, and there is no other client")
             return fallback(path, start, stop)
         store, key = found
+        obstore = extension()  # the one that made ``store`` (``_cached``: one per process)
         try:
             data = obstore.get_range(store, key, start=start, end=stop)  # FileNotFoundError when missing
-        except GenericError as err:
+        except obstore.exceptions.GenericError as err:
             if "416" in str(err):  # a range that starts past the end (one that ends past it gives fewer bytes)
                 return b""
             raise
@@ -68,22 +72,21 @@ def s3_ranges(client: Any, connections: int) -> RangedView:
     """Ranged reads with the endpoint, region and credentials of ``client`` (a boto3 S3 client)."""
     import boto3
     from obstore.auth.boto3 import Boto3CredentialProvider
-    from obstore.store import S3Store
 
     endpoint, region = str(client.meta.endpoint_url), client.meta.region_name
     custom = not endpoint.rstrip("/").endswith(_AWS_HOSTS)  # MinIO, R2, Ceph, a test server: path-style requests
     options = _client_options(endpoint, connections)
 
-    def make(bucket: str) -> Any:
+    def make(obstore: ModuleType, bucket: str) -> Any:
         credentials = Boto3CredentialProvider(boto3.session.Session())
         if custom:
-            return S3Store(bucket, endpoint=endpoint, region=region, credential_provider=credentials,
-                           virtual_hosted_style_request=False, client_options=options)
-        return S3Store(bucket, region=region, credential_provider=credentials, client_options=options)
+            return obstore._store.S3Store(bucket, endpoint=endpoint, region=region, credential_provider=credentials,
+                                          virtual_hosted_style_request=False, client_options=options)
+        return obstore._store.S3Store(bucket, region=region, credential_provider=credentials, client_options=options)
 
     def store_for(path: str) -> tuple[Any, str] | None:
         bucket, _, key = path.partition("://")[2].partition("/")
-        return _cached(("s3", endpoint, region, connections, bucket), lambda: make(bucket)), key
+        return _cached(("s3", endpoint, region, connections, bucket), lambda obstore: make(obstore, bucket)), key
 
     return _ranges(store_for, None)
 
@@ -92,8 +95,6 @@ def azure_ranges(service_for: Callable[[str], tuple[Any, str, str]], connections
                  fallback: RangedRead) -> RangedView:
     """Ranged reads with the endpoint and shared key of the ``BlobServiceClient`` of each path
     (``service_for(path)``: the client, the container, the blob's name); other credentials: ``fallback``."""
-    from obstore.store import AzureStore
-
     def store_for(path: str) -> tuple[Any, str] | None:
         service, container, name = service_for(path)
         account_key = getattr(service.credential, "account_key", None)
@@ -101,7 +102,7 @@ def azure_ranges(service_for: Callable[[str], tuple[Any, str, str]], connections
             return None
         endpoint = service.primary_endpoint.split("?")[0].rstrip("/")
         options = _client_options(endpoint, connections)
-        return _cached(("az", endpoint, connections, container), lambda: AzureStore(
+        return _cached(("az", endpoint, connections, container), lambda obstore: obstore._store.AzureStore(
             container, account_name=service.account_name, account_key=account_key, endpoint=endpoint,
             client_options=options)), name
 
@@ -112,21 +113,19 @@ def gcs_ranges(connections: int) -> RangedView:
     """Ranged reads of ``gs://`` (XML API) with google-auth's default credentials, or, under
     ``STORAGE_EMULATOR_HOST``, unsigned against that emulator (which must serve the XML API on that host:
     fake-gcs-server's ``-public-host``)."""
-    from obstore.store import GCSStore
-
     emulator = os.environ.get("STORAGE_EMULATOR_HOST")
 
-    def make(bucket: str) -> Any:
+    def make(obstore: ModuleType, bucket: str) -> Any:
         if emulator:
-            return GCSStore(bucket, base_url=emulator.rstrip("/"), skip_signature=True,
-                            client_options=_client_options(emulator, connections))
+            return obstore._store.GCSStore(bucket, base_url=emulator.rstrip("/"), skip_signature=True,
+                                           client_options=_client_options(emulator, connections))
         from obstore.auth.google import GoogleCredentialProvider
 
-        return GCSStore(bucket, credential_provider=GoogleCredentialProvider(),
-                        client_options=_client_options("https://", connections))
+        return obstore._store.GCSStore(bucket, credential_provider=GoogleCredentialProvider(),
+                                       client_options=_client_options("https://", connections))
 
     def store_for(path: str) -> tuple[Any, str] | None:
         bucket, _, key = path.partition("://")[2].partition("/")
-        return _cached(("gs", emulator, connections, bucket), lambda: make(bucket)), key
+        return _cached(("gs", emulator, connections, bucket), lambda obstore: make(obstore, bucket)), key
 
     return _ranges(store_for, None)
