@@ -29,6 +29,7 @@ from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.storage import gcs
 from beam_tfrecord.verify import verify_dataset
 from pipelines import build_image_dataset
+from tests.stores.forked_readers import assert_every_record_once, run_forked_readers
 
 FAULT_FRACTION = 0.1  # the issue asks for at least 5%; 10% gives every kind a few hits in a small build
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
@@ -303,6 +304,16 @@ def test_parallel_ranged_reads_through_faults_give_the_same_records(
     assert proxy.faulted_methods["GET"] >= 3, dict(proxy.faults)  # ranged reads met faults and were retried
     assert first_reads > len(load_manifest(local).shards)  # several ranges per shard
     assert shard_reads() == first_reads  # the second epoch read the cache only
+
+
+def test_forked_dataloader_workers_read_every_record_once_through_faults(
+        flaky_gcs: FlakyGcs, flaky_datasets: dict[str, tuple[str, str]]) -> None:
+    """A training script's main process reads, then its forked DataLoader workers, a resumed loader and a Pool read
+    through the faults (tests/stores/forked_readers.py); every record once, and faults met."""
+    flaky_gcs.proxy.reset(seed=5, fault_fraction=0.1)
+    result = run_forked_readers(["fork"], [flaky_datasets["tfrecord"][1]])
+    assert_every_record_once(result, "fork")
+    assert sum(flaky_gcs.proxy.faults.values()) >= 3, dict(flaky_gcs.proxy.faults)
 
 
 def test_the_proxy_delays_first_bytes_and_caps_each_connection(flaky_gcs: FlakyGcs, flaky_bucket: str) -> None:

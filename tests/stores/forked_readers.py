@@ -10,13 +10,16 @@ pass: obstore's runtime starts here), then reads them again in processes started
 
 A forkserver is given the imports a training script's would (``set_forkserver_preload``). It prints one JSON
 object: the keys the main process read, and per start method the keys each way read, in lists, so that a record
-given twice shows; the test compares them.
+given twice shows. A test runs it with ``run_forked_readers`` and checks it with ``assert_every_record_once``.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import multiprocessing
+import os
+import subprocess
 import sys
 
 TIMEOUT_SECONDS = 60  # a DataLoader's wait for one batch: a hang fails the test instead of blocking it
@@ -57,6 +60,26 @@ def loader_keys(mixed: dict[str, float], method: str) -> tuple[list[str], list[s
     resumed = loader()
     resumed.load_state_dict(state)
     return epoch, epoch[:before], [_text(key) for batch in resumed for key in batch["key"]]
+
+
+def run_forked_readers(start_methods: list[str], paths: list[str]) -> dict:
+    """This script's result, run in a fresh interpreter with this process's environment."""
+    done = subprocess.run([sys.executable, __file__, ",".join(start_methods), *paths], capture_output=True,
+                          text=True, env=os.environ.copy(), timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def assert_every_record_once(result: dict, start_method: str) -> None:
+    """The workers of ``start_method`` read what the main process read, each record once; and so did a loader
+    resumed from a state taken part-way, with what came before it; a forked ``Pool`` read each dataset whole."""
+    main = collections.Counter(result["main"])
+    read = result[start_method]
+    assert collections.Counter(read["epoch"]) == main, start_method
+    assert read["before_state"] and read["resumed"], start_method
+    assert collections.Counter(read["before_state"] + read["resumed"]) == main, start_method
+    if start_method == "fork":
+        assert read["pool"] == result["main_each"]
 
 
 def main() -> None:

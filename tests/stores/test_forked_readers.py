@@ -10,10 +10,6 @@ Before the fix, forked workers waited forever on their first request (obstore's 
 from __future__ import annotations
 
 import collections
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +19,8 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.storage import azure_blob, s3
 from tests.gcs.remote_datasets import write_local
+from tests.stores.forked_readers import assert_every_record_once, run_forked_readers
 
-SCRIPT = Path(__file__).with_name("forked_readers.py")
 BUCKET = "bt-forked-readers"
 
 
@@ -48,31 +44,12 @@ def store_copies(tmp_path_factory: pytest.TempPathFactory, moto_s3: object, fake
     return copies
 
 
-def run_script(start_methods: list[str], paths: list[str]) -> dict:
-    done = subprocess.run([sys.executable, str(SCRIPT), ",".join(start_methods), *paths], capture_output=True,
-                          text=True, env=os.environ.copy(), timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def assert_every_record_once(result: dict, start_method: str, paths: list[str]) -> None:
-    """The workers of ``start_method`` read what the main process read, each record once; and so did a loader
-    resumed from a state taken part-way, with what came before it; a forked ``Pool`` read each dataset whole."""
-    main = collections.Counter(result["main"])
-    read = result[start_method]
-    assert collections.Counter(read["epoch"]) == main, start_method
-    assert read["before_state"] and read["resumed"], start_method
-    assert collections.Counter(read["before_state"] + read["resumed"]) == main, start_method
-    if start_method == "fork":
-        assert read["pool"] == result["main_each"]
-
-
 START_METHODS = ["fork", "forkserver", "spawn"]
 
 
 def test_workers_started_after_a_read_in_the_main_process_read_every_record_once(store_copies: list[str]) -> None:
     """One script for the three start methods: its main process's imports and reads made once."""
-    result = run_script(START_METHODS, store_copies)
+    result = run_forked_readers(START_METHODS, store_copies)
     assert len(result["main"]) >= 3 * 40 and set(collections.Counter(result["main"]).values()) == {3}
     for start_method in START_METHODS:
-        assert_every_record_once(result, start_method, store_copies)
+        assert_every_record_once(result, start_method)
