@@ -3,6 +3,7 @@
 One script (``forked_readers.py``, a user's own) reads the three stores' copies of one dataset in its main process,
 then under fork, forkserver and spawn in turn: a DataLoader's 2 workers read them again, a loader resumed from its
 state part-way reads the rest, and under fork a ``multiprocessing.Pool`` reads each. Every record must come once.
+Then the same from Beam's workers on three runners (``runner_workers.py``).
 Before the fix, forked workers waited forever on their first request (obstore's runtime without its threads:
 ``storage/obstore_runtime``); the DataLoader's timeout turns such a wait into a failure.
 """
@@ -10,6 +11,10 @@ Before the fix, forked workers waited forever on their first request (obstore's 
 from __future__ import annotations
 
 import collections
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +27,7 @@ from tests.gcs.remote_datasets import write_local
 from tests.stores.forked_readers import assert_every_record_once, run_forked_readers
 
 BUCKET = "bt-forked-readers"
+RUNNER_WORKERS = Path(__file__).with_name("runner_workers.py")
 
 
 def upload(local: str, remote: str) -> None:
@@ -53,3 +59,24 @@ def test_workers_started_after_a_read_in_the_main_process_read_every_record_once
     assert len(result["main"]) >= 3 * 40 and set(collections.Counter(result["main"]).values()) == {3}
     for start_method in START_METHODS:
         assert_every_record_once(result, start_method)
+
+
+RUNNERS = ["direct-forked", "portable-loopback", "dask"]
+
+
+def test_runner_workers_read_the_stores_after_the_launching_process_did(store_copies: list[str],
+                                                                        tmp_path: Path) -> None:
+    """The DirectRunner's workers forked from the launching process, the portable runner's LOOPBACK workers (in
+    it) and a Dask LocalCluster's spawned workers each read every store after the launcher read them
+    (tests/stores/runner_workers.py). The encode pool's processes read no store (their samples are sent to them)."""
+    done = subprocess.run([sys.executable, str(RUNNER_WORKERS), str(tmp_path), ",".join(RUNNERS), *store_copies],
+                          capture_output=True, text=True, env=os.environ.copy(), timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    launcher = json.loads(done.stdout.strip().splitlines()[-1])
+    for runner in RUNNERS:
+        read = [json.loads((tmp_path / f"{runner}-{index}.json").read_text()) for index in range(len(store_copies))]
+        assert {r["path"]: r["records"] for r in read} == launcher["main"], runner
+        if runner == "direct-forked":
+            assert all(r["forked"] for r in read)
+        elif runner == "portable-loopback":
+            assert {r["pid"] for r in read} == {launcher["pid"]}
