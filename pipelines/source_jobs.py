@@ -87,7 +87,7 @@ class RefreshJob:
     @property
     def refused(self) -> dict[str, str]:
         """Options of those classes the job does not take, with the reason (passing one is an error)."""
-        return {**REFRESH_REJECTED_OPTIONS, **dict(self.spec.refused)}
+        return {**REFRESH_REJECTED_OPTIONS, **dict(self.spec.refused), **dict(self.spec.refresh_refused)}
 
     @property
     def command(self) -> JobCommand:

@@ -1,6 +1,6 @@
 """NumPy files (.npy / .npz) as a source: axis 0 indexes samples; a refresh's unit of change is a file (another
 size or update time, as the store lists it: its samples are encoded again). Without ``--schema`` the schema is
-inferred from the first file and printed. See docs/inputs.md, "NumPy arrays".
+inferred from the first file and printed. See docs/inputs.md, "NumPy: files, in-memory arrays, generators".
 """
 
 from __future__ import annotations
@@ -86,4 +86,4 @@ def _read_fresh(pipeline: beam.Pipeline, fresh: tuple[IndexedInput, ...], *, fil
 SPEC = SourceSpec(
     entry=ENTRY, options=ArrayOptions, description="Builds a dataset from .npy / .npz files (axis 0 indexes samples).",
     plan=_plan, index=_index, sample_options=("npy_feature",),
-    refused=(("check_decode", "arrays hold no encoded images"),))
+    refresh_refused=(("check_decode", "arrays hold no encoded images"),))

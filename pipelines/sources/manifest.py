@@ -1,7 +1,7 @@
 """CSV / JSONL / Parquet manifests as a source: a row per sample; a refresh's input is a row, keyed by
 ``--key_column`` (without one, FILE:ROW_NUMBER, which moves when rows are inserted), its token a digest of its
 content and of the listing of any file it names. The client reads the manifests once to index them.
-See docs/inputs.md, "CSV, JSONL and Parquet manifests".
+See docs/inputs.md, "CSV manifests".
 """
 
 from __future__ import annotations

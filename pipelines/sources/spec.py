@@ -92,6 +92,7 @@ class SourceSpec:
         path_options: its other options naming paths the workers read (refused when they cannot see them).
         sample_options: its options that shape samples besides the schema (a refresh's encoding digest).
         refused: shared options it does not take, with the reason (its build and refresh refuse them).
+        refresh_refused: more that only its refresh refuses (its build took them before there was a refresh).
     """
 
     entry: SourceEntry
@@ -103,6 +104,7 @@ class SourceSpec:
     path_options: tuple[str, ...] = ()
     sample_options: tuple[str, ...] = ()
     refused: tuple[tuple[str, str], ...] = ()
+    refresh_refused: tuple[tuple[str, str], ...] = ()
 
     def input_value(self, options: PipelineOptions) -> str | None:
         """The input option's value."""

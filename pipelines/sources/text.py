@@ -1,5 +1,5 @@
 """Text files as a source: a sample ``{"text": str}`` per file or per non-empty line; a refresh's unit of change
-is a file (a changed file encodes all its samples again). See docs/inputs.md, "Text"."""
+is a file (a changed file encodes all its samples again). See docs/inputs.md, "Text, with an optional tokenizer"."""
 
 from __future__ import annotations
 

@@ -193,7 +193,8 @@ def test_refresh_help_lists_the_sources(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(SystemExit) as exit_info:  # the usage on stderr, and the reason
         cli.main(["refresh", "--input=images", "--manifest=m.csv"])
     assert str(exit_info.value) == ("beam-tfrecord refresh: name the source first (image-folder, manifest, arrays, "
-                                    "audio, text) or give exactly one of --input, --manifest, --arrays, --audio, --text")
+                                    "audio, text) or give exactly one of --input, --manifest, --arrays, --audio, "
+                                    "--text")
     assert capsys.readouterr().err.startswith("usage: beam-tfrecord refresh [SOURCE] --dataset_root=ROOT")
 
 
