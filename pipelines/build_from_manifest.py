@@ -8,9 +8,9 @@ from __future__ import annotations
 from beam_tfrecord.job.process_exit import run_and_exit
 from pipelines.common import run_as_command
 from pipelines.source_jobs import BuildJob
-from pipelines.sources.manifest import SPEC, ManifestFormat, ManifestOptions, infer_manifest_schema, rows_at_most
+from pipelines.sources.manifest import SPEC, ManifestFormat, ManifestOptions, rows_at_most
 
-__all__ = ["COMMAND", "ManifestFormat", "ManifestOptions", "infer_manifest_schema", "rows_at_most", "run"]
+__all__ = ["COMMAND", "ManifestFormat", "ManifestOptions", "rows_at_most", "run"]  # what callers import from here
 
 JOB = BuildJob(SPEC, "python -m pipelines.build_from_manifest")
 COMMAND = JOB.command

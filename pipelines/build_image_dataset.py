@@ -8,9 +8,9 @@ from __future__ import annotations
 from beam_tfrecord.job.process_exit import run_and_exit
 from pipelines.common import run_as_command
 from pipelines.source_jobs import BuildJob
-from pipelines.sources.image_folder import SPEC, ImageFolderBuild, ImageFolderOptions, resize_from_options
+from pipelines.sources.image_folder import SPEC, ImageFolderOptions
 
-__all__ = ["COMMAND", "ImageFolderBuild", "ImageFolderOptions", "resize_from_options", "run"]  # what callers import
+__all__ = ["COMMAND", "ImageFolderOptions", "run"]  # what callers import from here
 
 JOB = BuildJob(SPEC, "python -m pipelines.build_image_dataset")
 COMMAND = JOB.command

@@ -4,19 +4,15 @@ image file (the same path, size and update time: unchanged). See docs/inputs.md,
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from collections.abc import Mapping
-from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
-from beam_tfrecord.core.schema import ImageFormat, Schema
+from beam_tfrecord.core.schema import ImageFormat
 from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.sources.image_folder import (
-    FolderListing,
     ListingCheck,
     ReadImageFolder,
     guess_format,
@@ -70,52 +66,19 @@ def resize_from_options(source: ImageFolderOptions) -> ResizeImage | None:
                        reduced_decode=source.reduced_decode)
 
 
-@dataclasses.dataclass(frozen=True)
-class ImageFolderBuild:
-    """What a job writing an image folder needs, read from the folder and the options.
-
-    Attributes:
-        schema: from the class folders (and the image format, and the resize if any).
-        feature_transforms: the resize of ``image``, if asked for.
-        listing: the client's listing of the folder (what the workers' listing must match).
-        metadata: manifest metadata: the report of skipped files, when there were any.
-    """
-
-    schema: Schema
-    feature_transforms: Mapping[str, ResizeImage]
-    listing: FolderListing
-    metadata: Mapping[str, Any]
-
-    @property
-    def num_images(self) -> int:
-        """Image files found (the progress line's expected inputs, and the count the workers must read)."""
-        return len(self.listing.images)
-
-    def read(self, root: str) -> ReadImageFolder:
-        """The source of the folder, failing the job when the workers list other images (``ListingCheck``)."""
-        return ReadImageFolder(root, check=ListingCheck.of(self.listing))
-
-    @classmethod
-    def of(cls, source: ImageFolderOptions, *, check_decode: bool) -> "ImageFolderBuild":
-        if not source.input:
-            raise SystemExit(f"{ENTRY.input_flag} is required: {ENTRY.what}")
-        listing = list_folder(source.input)  # the one listing the job plans from (the workers' must match)
-        image_format = (ImageFormat(source.image_format) if source.image_format
-                        else guess_format(source.input, listing=listing))
-        resize = resize_from_options(source)
-        schema = image_folder_schema(source.input, image_format, resize=resize, check_decode=check_decode,
-                                     listing=listing)
-        return cls(schema, {"image": resize} if resize is not None else {}, listing,
-                   {SKIPPED_INPUTS_KEY: listing.skipped_report()} if listing.skipped else {})
-
-
 def _plan(options: PipelineOptions, *, job: str) -> SourcePlan:
     source = options.view_as(ImageFolderOptions)
-    build = ImageFolderBuild.of(source, check_decode=options.view_as(SchemaOptions).check_decode)
-    return SourcePlan(schema=build.schema, read=build.read(source.input), files=build.listing.images,
-                      expected_inputs=build.num_images, feature_transforms=build.feature_transforms,
-                      metadata=build.metadata,
-                      near_duplicates=(NearDuplicateSettings.for_images(build.num_images)
+    listing = list_folder(source.input)  # the one listing the job plans from (the workers' must match)
+    image_format = ImageFormat(source.image_format) if source.image_format else guess_format(source.input,
+                                                                                            listing=listing)
+    resize = resize_from_options(source)
+    schema = image_folder_schema(source.input, image_format, resize=resize, listing=listing,
+                                 check_decode=options.view_as(SchemaOptions).check_decode)
+    return SourcePlan(schema=schema, read=ReadImageFolder(source.input, check=ListingCheck.of(listing)),
+                      files=listing.images, expected_inputs=len(listing.images),
+                      feature_transforms={"image": resize} if resize is not None else {},
+                      metadata={SKIPPED_INPUTS_KEY: listing.skipped_report()} if listing.skipped else {},
+                      near_duplicates=(NearDuplicateSettings.for_images(len(listing.images))
                                        if source.near_duplicates else None))
 
 
