@@ -19,7 +19,6 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.runners.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.core.infer import infer_schema
 from beam_tfrecord.core.samples import FileRef, Sample
 from beam_tfrecord.core.schema import Image, Schema
@@ -32,7 +31,7 @@ from beam_tfrecord.versions.input_index import IndexedInput, file_tokens, sample
 from pipelines.common import DatasetOutputOptions
 from pipelines.source_options import SchemaOptions, parse_bool, pinned_or_inferred, with_check_decode
 from pipelines.sources import source_named
-from pipelines.sources.spec import InputsIndex, SourcePlan, SourceSpec, add_input_option
+from pipelines.sources.spec import InputsIndex, SourcePlan, SourceSpec, add_input_option, lines_at_most
 
 ENTRY = source_named("manifest")
 # The options that shape a row's sample besides its content: a version built otherwise cannot lend records.
@@ -113,20 +112,14 @@ def infer_manifest_schema(pattern: str, fmt: ManifestFormat, source: ManifestOpt
 
 
 def rows_at_most(pattern: str, fmt: ManifestFormat) -> int | None:
-    """An upper bound of the rows of the manifests matching ``pattern`` (what decides a small job,
-    ``beam_tfrecord.beam.runners.local_workers.InputSize``): Parquet's row counts from its footers, a text
-    manifest's lines (a quoted cell may span lines); None, not counted, beyond
-    ``SMALL_JOB_MAX_INPUT_BYTES`` of text: such a job is not small whatever its rows."""
-    files = storage.list_files(pattern)
-    if fmt is not ManifestFormat.PARQUET and sum(size for _, size in files) > SMALL_JOB_MAX_INPUT_BYTES:
-        return None
+    """An upper bound of the rows of the manifests matching ``pattern`` (what decides a small job): Parquet's
+    row counts from its footers, a text manifest's lines (``lines_at_most``: a quoted cell may span lines)."""
+    if fmt is not ManifestFormat.PARQUET:
+        return lines_at_most(pattern)
     rows = 0
-    for path, _ in files:
+    for path, _ in storage.list_files(pattern):
         with storage.open_read(path) as handle:
-            if fmt is ManifestFormat.PARQUET:
-                rows += parquet_num_rows(handle)
-            else:
-                rows += handle.read().count(b"\n") + 1
+            rows += parquet_num_rows(handle)
     return rows
 
 

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_tfrecord import storage
+from beam_tfrecord.beam.runners.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.sources.kept_records import ReadFreshInputs
@@ -139,6 +141,16 @@ def add_input_option(parser: argparse.ArgumentParser, entry: SourceEntry) -> Non
 def tokens_of(pattern: str) -> dict[str, str]:
     """{path: content token} of the files matching ``pattern`` (a local one made absolute, as ``list_inputs``)."""
     return listed_tokens(pattern if "://" in pattern else os.path.abspath(pattern))
+
+
+def lines_at_most(pattern: str) -> int | None:
+    """An upper bound of the samples of text files matching ``pattern``, their lines (what decides a small job,
+    ``beam_tfrecord.beam.runners.local_workers.InputSize``); None, not counted, beyond
+    ``SMALL_JOB_MAX_INPUT_BYTES``: such a job is not small whatever its lines."""
+    files = storage.list_files(pattern)
+    if sum(size for _, size in files) > SMALL_JOB_MAX_INPUT_BYTES:
+        return None
+    return sum(storage.read_bytes(path).count(b"\n") + 1 for path, _ in files)
 
 
 def file_inputs(files: Sequence[tuple[str, str]], keys: Callable[[str, str], Iterable[str]],

@@ -20,6 +20,7 @@ from pipelines.sources.spec import (
     add_input_option,
     file_inputs,
     fresh_files,
+    lines_at_most,
     tokens_of,
 )
 
@@ -41,7 +42,8 @@ def _plan(options: PipelineOptions, *, job: str) -> SourcePlan:
     files = list_inputs(source.text)
     return SourcePlan(schema=text_schema(), files=files,
                       read=ReadTextFiles(source.text, unit=unit, chunk_size=options.view_as(SchemaOptions).chunk_size),
-                      expected_inputs=len(files) if unit is TextUnit.FILE else None)
+                      expected_inputs=len(files) if unit is TextUnit.FILE else None,
+                      samples_at_most=None if unit is TextUnit.FILE else lines_at_most(source.text))
 
 
 def _keys(name: str, path: str, *, unit: TextUnit) -> Iterable[str]:
