@@ -13,33 +13,23 @@ from beam_tfrecord.errors import BeamTFRecordError
 from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.statistics.drift_record import read_drift_record
 from beam_tfrecord.verify import verify_dataset
+from pipelines.sources import SOURCES
 
-# Subcommands that run a Beam job: their arguments are the job's pipeline options.
-_JOBS = {
-    "build": "pipelines.build_image_dataset",
-    "build-manifest": "pipelines.build_from_manifest",
-    "build-arrays": "pipelines.build_from_arrays",
-    "refresh": "pipelines.refresh",
+# Subcommands that run a Beam job (their arguments are the job's pipeline options): each source's build, and the
+# refresh of any source, from the table of sources (Beam-free: the jobs are imported only when one runs).
+_JOBS: dict[str, str] = {
+    **{source.command: source.build_help for source in SOURCES},
+    "refresh": "scheduled refresh of a versioned dataset root from any source (--dataset_root, and the source's "
+               f"input option: {', '.join(source.input_flag for source in SOURCES)}): new versions, LATEST, "
+               "incremental, retention; see `beam-tfrecord refresh --help`",
 }
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="beam-tfrecord", description="Build, inspect and verify TFRecord datasets.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", add_help=False,
-                        help="image folder -> dataset (a Beam job: --input, --output, and any pipeline option "
-                             "such as --runner); see `python -m pipelines.build_image_dataset --help`")
-    commands.add_parser("build-manifest", add_help=False,
-                        help="CSV / JSONL / Parquet manifest -> dataset (--manifest, --output, --schema ...); see "
-                             "`python -m pipelines.build_from_manifest --help`")
-    commands.add_parser("build-arrays", add_help=False,
-                        help=".npy / .npz files -> dataset (--arrays, --output ...); see "
-                             "`python -m pipelines.build_from_arrays --help`")
-    commands.add_parser("refresh", add_help=False,
-                        help="scheduled refresh of a versioned dataset root from an image folder, CSV / JSONL / "
-                             "Parquet manifests or .npy / .npz files (--dataset_root, and --input, --manifest or "
-                             "--arrays): new versions, LATEST, incremental, retention; see "
-                             "`beam-tfrecord refresh --help`")
+    for job, job_help in _JOBS.items():
+        commands.add_parser(job, add_help=False, help=job_help)
     inspect = commands.add_parser("inspect", help="summarize a dataset's manifest")
     inspect.add_argument("dataset", help="dataset directory")
     inspect.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -76,12 +66,10 @@ def _compare(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] and argv[0] in _JOBS:
-        import importlib
-
         from pipelines.common import run_as_command  # the Beam jobs are imported only when building
+        from pipelines.source_jobs import job_of_command
 
-        job = importlib.import_module(_JOBS[argv[0]])
-        return run_as_command(job.run, argv[1:], prog=f"beam-tfrecord {argv[0]}")
+        return run_as_command(job_of_command(argv[0]), argv[1:], prog=f"beam-tfrecord {argv[0]}")
     args = _parser().parse_args(argv)
     try:
         if args.command == "compare":

@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import posixpath
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -99,17 +99,22 @@ def audio_schema(*, decode: bool = True, class_names: tuple[str, ...] | None = N
     return Schema(features)
 
 
-def audio_class_names(root: str) -> tuple[str, ...]:
-    """Sorted names of the folders directly holding audio files under root (labels from folders)."""
-    return tuple(sorted({posixpath.dirname(name) for name, _ in _audio_files(root) if "/" in name}))
+def audio_class_names(root: str, files: Sequence[tuple[str, str]] | None = None) -> tuple[str, ...]:
+    """Sorted names of the folders directly holding audio files under root (labels from folders);
+    ``files``: ``list_audio_files(root)``, when the caller listed them already."""
+    listed = list_audio_files(root) if files is None else files
+    return tuple(sorted({posixpath.dirname(name) for name, _ in listed if "/" in name}))
 
 
-def _audio_files(root: str) -> list[tuple[str, str]]:
+def list_audio_files(root: str) -> list[tuple[str, str]]:
+    """(name relative to root, path) of every ``.wav`` file under root, at any depth, sorted."""
     return [(name, path) for name, path in list_inputs(root.rstrip("/") + "/**")
             if posixpath.splitext(name)[1].lower() in AUDIO_EXTENSIONS]
 
 
-def _sample(name: str, path: str, *, decode: bool = True, labels: bool = False) -> Iterator[Sample | DeadLetter]:
+def audio_samples(name: str, path: str, *, decode: bool = True,
+                  labels: bool = False) -> Iterator[Sample | DeadLetter]:
+    """The sample of one file (or its dead letter), keyed by ``name``."""
     values: dict = {"label": posixpath.dirname(name)} if labels else {}
     if not decode:
         yield Sample(name, {**values, "audio": FileRef(path)})
@@ -149,5 +154,5 @@ class ReadAudioFiles(beam.PTransform):
     def expand(self, pipeline: beam.pvalue.PBegin) -> beam.PCollection:
         # Sample: one per file.
         return pipeline | "ReadAudio" >> ReadEachFile(
-            self._root, functools.partial(_sample, decode=self._decode, labels=self._labels),
-            list_files=_audio_files, spread_output=False)
+            self._root, functools.partial(audio_samples, decode=self._decode, labels=self._labels),
+            list_files=list_audio_files, spread_output=False)

@@ -11,6 +11,7 @@ from beam_tfrecord.dataset import load_manifest, read_latest, resolve_dataset_di
 from beam_tfrecord.verify import verify_dataset
 from beam_tfrecord.versions.refresh import RefreshAction, list_versions
 from pipelines import refresh_image_dataset
+from pipelines.sources import SOURCES, source_named
 
 
 def _refresh(images: str, root: str, *extra: str):
@@ -71,27 +72,24 @@ def test_unchanged_run_still_cleans_up_after_a_killed_run(images: str, tmp_path:
     assert sorted(p.name for p in root.iterdir()) == ["LATEST", "versions"]
 
 
-@pytest.mark.parametrize("job", ["refresh_image_dataset", "refresh_manifest", "refresh_arrays"])
-def test_the_quality_options_are_in_the_recorded_command_and_so_the_resume_identity(job: str) -> None:
+@pytest.mark.parametrize("source", [s.name for s in SOURCES])
+def test_the_quality_options_are_in_the_recorded_command_and_so_the_resume_identity(source: str) -> None:
     """A killed refresh is resumed only by one of the same recorded command: --duplicates and --split_by are in it
     (a resume under another duplicates mode would mix two checks in one version)."""
-    import importlib
-
     from pipelines.common import parse_job
     from pipelines.refresh_driver import recorded_command
+    from pipelines.source_jobs import RefreshJob
+    from pipelines.sources.spec import spec_of
 
-    module = importlib.import_module(f"pipelines.{job}")
-    classes, refused = {"refresh_image_dataset": ("JOB_OPTION_CLASSES", "JOB_REJECTED_OPTIONS"),
-                        "refresh_manifest": ("MANIFEST_OPTION_CLASSES", "MANIFEST_REJECTED_OPTIONS"),
-                        "refresh_arrays": ("ARRAYS_OPTION_CLASSES", "ARRAYS_REJECTED_OPTIONS")}[job]
+    entry = source_named(source)
+    job, name = RefreshJob(spec_of(entry), "beam-tfrecord refresh"), entry.refresh_job
     argv = ["--dataset_root=/r", "--duplicates=drop", "--duplicates_exclude=path", "--split_by=label"]
-    options, _ = parse_job(module.COMMAND, argv, prog=job)
-    command = recorded_command(options, job, getattr(module, classes), getattr(module, refused))
-    assert command == [job, "--dataset_root=/r", "--duplicates=drop", "--duplicates_exclude=path",
-                       "--split_by=label"]
-    other, _ = parse_job(module.COMMAND, ["--dataset_root=/r", "--duplicates=off"], prog=job)
-    assert recorded_command(other, job, getattr(module, classes), getattr(module, refused)) == [
-        job, "--dataset_root=/r", "--duplicates=off"]
+    options, _ = parse_job(job.command, argv, prog=name)
+    assert recorded_command(options, name, job.option_classes, job.refused) == [
+        name, "--dataset_root=/r", "--duplicates=drop", "--duplicates_exclude=path", "--split_by=label"]
+    other, _ = parse_job(job.command, ["--dataset_root=/r", "--duplicates=off"], prog=name)
+    assert recorded_command(other, name, job.option_classes, job.refused) == [name, "--dataset_root=/r",
+                                                                              "--duplicates=off"]
     with pytest.raises(SystemExit) as refused:  # no refresh job hashes images for near duplicates: refused, not ignored
-        parse_job(module.COMMAND, ["--near_duplicates"], prog=job)
+        parse_job(job.command, ["--near_duplicates"], prog=name)
     assert refused.value.code == 2

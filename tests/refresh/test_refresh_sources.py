@@ -36,7 +36,7 @@ from beam_tfrecord.verify import verify_dataset
 from beam_tfrecord.versions.incremental import REFRESH_KEY
 from beam_tfrecord.versions.refresh import RefreshAction, RefreshPlan, list_versions
 from pipelines import build_from_arrays, build_from_manifest, refresh
-from pipelines.refresh_manifest import index_rows
+from pipelines.sources.manifest import index_rows
 
 LAYOUT = ["--splits=train=0.75,test=0.25", "--target_shard_bytes=600", "--runner=DirectRunner",
           "--direct_running_mode=in_memory", "--progress=none"]
@@ -192,8 +192,9 @@ def test_refresh_help_lists_the_sources(capsys: pytest.CaptureFixture[str]) -> N
     assert refresh.source_of(["manifest", "--manifest=m.csv"]) == ("manifest", ["--manifest=m.csv"])
     with pytest.raises(SystemExit) as exit_info:  # the usage on stderr, and the reason
         cli.main(["refresh", "--input=images", "--manifest=m.csv"])
-    assert str(exit_info.value) == ("beam-tfrecord refresh: name the source first (image-folder, manifest, arrays) "
-                                    "or give exactly one of --input, --manifest, --arrays")
+    assert str(exit_info.value) == ("beam-tfrecord refresh: name the source first (image-folder, manifest, arrays, "
+                                    "audio, text) or give exactly one of --input, --manifest, --arrays, --audio, "
+                                    "--text")
     assert capsys.readouterr().err.startswith("usage: beam-tfrecord refresh [SOURCE] --dataset_root=ROOT")
 
 
