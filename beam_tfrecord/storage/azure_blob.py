@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 from beam_tfrecord.storage import obstore_reads
 from beam_tfrecord.storage.backend import RangedRead, RangedView, StorageBackend, StoredFile, VersionedBytes
-from beam_tfrecord.storage.deadlines import StoreDeadlines, process_deadlines
+from beam_tfrecord.storage.deadlines import StoreDeadlines, current_deadlines
 from beam_tfrecord.storage.object_io import PartedUpload, ranged_stream, unquoted
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
 from beam_tfrecord.storage.store_errors import Diagnosis, Failure, Store, connection_detail, first_line
@@ -66,14 +66,14 @@ def split(path: str) -> BlobPath:
 
 def service(account: str | None, connections: int = 10, deadlines: StoreDeadlines | None = None) -> Any:
     """This process's ``BlobServiceClient`` keeping ``connections`` connections open, its requests within
-    ``deadlines`` (default: the process's, ``deadlines.process_deadlines``).
+    ``deadlines`` (default: the process's, ``deadlines.current_deadlines``).
 
     ``AZURE_STORAGE_CONNECTION_STRING`` when set; else the account (from the path, or
     ``AZURE_STORAGE_ACCOUNT_NAME``/``AZURE_STORAGE_ACCOUNT``) with ``AZURE_STORAGE_ACCOUNT_KEY``/``AZURE_STORAGE_KEY``,
     or ``AZURE_STORAGE_SAS_TOKEN``, or azure-identity's ``DefaultAzureCredential`` when none is set.
     """
     settings = tuple(os.environ.get(name) for name in _VARIABLES)
-    limits = deadlines or process_deadlines()
+    limits = deadlines or current_deadlines()
     key = (os.getpid(), connections, account, limits, RETRY_INITIAL_BACKOFF_SECONDS, RETRY_INCREMENT_BASE,
            RETRY_JITTER_SECONDS, *settings)
     with _CLIENTS_LOCK:
@@ -135,6 +135,11 @@ def _status(err: BaseException) -> int | None:
     return getattr(err, "status_code", None)
 
 
+def _missing(err: BaseException) -> bool:
+    """A 404 for the blob, not for its container (``ContainerNotFound``: typed by ``STORE``)."""
+    return _status(err) == 404 and getattr(err, "error_code", None) != "ContainerNotFound"
+
+
 def _diagnose(err: BaseException, path: str) -> Diagnosis | None:
     """azure-core's and azure-storage-blob's errors (obstore's for the readers) as a ``Failure``."""
     from azure.core import exceptions
@@ -191,7 +196,7 @@ def sdk_ranges(connections: int) -> RangedRead:
             return bytes(_blob(path, connections).download_blob(offset=start, length=stop - start,
                                                                 max_concurrency=1).readall())
         except Exception as err:
-            if _status(err) == 404:
+            if _missing(err):
                 raise FileNotFoundError(f"{path}: no such blob") from err
             if _status(err) == 416:  # a range that starts past the end
                 return b""
@@ -249,7 +254,7 @@ class AzureBlobBackend(StorageBackend):
         return sdk_ranges(10)(path, start, stop)
 
     def ranged_reader(self, connections: int, *, deadlines: StoreDeadlines | None = None) -> RangedView:
-        limits = deadlines or process_deadlines()
+        limits = deadlines or current_deadlines()
 
         def service_for(path: str) -> tuple[Any, str, str]:
             where = split(path)
@@ -282,7 +287,7 @@ class AzureBlobBackend(StorageBackend):
         try:
             return _stored(path, _blob(path).get_blob_properties())
         except Exception as err:
-            if _status(err) == 404:
+            if _missing(err):
                 return None
             raise
 
@@ -325,7 +330,7 @@ class AzureBlobBackend(StorageBackend):
             download = _blob(path).download_blob(max_concurrency=1)
             return VersionedBytes(bytes(download.readall()), str(download.properties.etag))
         except Exception as err:
-            if _status(err) == 404:
+            if _missing(err):
                 return None
             raise
 

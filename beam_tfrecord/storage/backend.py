@@ -86,7 +86,7 @@ class StorageBackend(abc.ABC):
 
     def ranged_reader(self, connections: int, *, deadlines: StoreDeadlines | None = None) -> RangedView:
         """A ``read_range`` for ``connections`` threads at once (a store may keep that many connections open),
-        each request within ``deadlines`` (default: the process's, ``deadlines.process_deadlines``)."""
+        each request within ``deadlines`` (default: the process's, ``deadlines.current_deadlines``)."""
         del connections, deadlines
         return self.read_range
 

@@ -1,16 +1,19 @@
 """``StoreDeadlines``: how long one request to an object store may wait, and how long its retries may go on.
 
 Invariant: every client of every store (boto3, google-cloud-storage, azure-storage-blob, obstore) is made with
-the deadlines in force, and cached under them, so no request waits without a limit. The process's deadlines come
-from the ``BEAM_TFRECORD_STORE_*_SECONDS`` variables (read when a client is made); the readers may pass their own
-(``RemoteReads(deadlines=...)``). See docs/operations.md#storage.
+the deadlines in force, and cached under them, so no request waits without a limit. The process's come from the
+``BEAM_TFRECORD_STORE_*_SECONDS`` variables (read when a client is made); a reader's own (``RemoteReads(deadlines=)``)
+are in force while it opens its dataset and for its ranged reads. See docs/operations.md#storage.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import os
+from collections.abc import Iterator
 
 from beam_tfrecord.errors import StoreDeadlinesError
 
@@ -70,8 +73,26 @@ def _seconds(variable: str, default: float) -> float:
         raise StoreDeadlinesError(f"{variable}={text!r}: expected a positive number of seconds") from None
 
 
-def process_deadlines() -> StoreDeadlines:
-    """This process's deadlines: the defaults, or what the ``BEAM_TFRECORD_STORE_*_SECONDS`` variables set."""
+_IN_FORCE: contextvars.ContextVar[StoreDeadlines | None] = contextvars.ContextVar("store_deadlines", default=None)
+
+
+@contextlib.contextmanager
+def deadlines_in_force(deadlines: StoreDeadlines | None) -> Iterator[None]:
+    """Within the block, this thread's requests to a store are made with ``deadlines`` (None: the process's):
+    a reader's own (``RemoteReads.deadlines``) while it opens its dataset."""
+    token = _IN_FORCE.set(deadlines)
+    try:
+        yield
+    finally:
+        _IN_FORCE.reset(token)
+
+
+def current_deadlines() -> StoreDeadlines:
+    """The deadlines in force (``deadlines_in_force``), else the process's: the defaults, or what the
+    ``BEAM_TFRECORD_STORE_*_SECONDS`` variables set."""
+    in_force = _IN_FORCE.get()
+    if in_force is not None:
+        return in_force
     default = StoreDeadlines()
     return StoreDeadlines(connect_seconds=_seconds(CONNECT_VARIABLE, default.connect_seconds),
                           request_seconds=_seconds(REQUEST_VARIABLE, default.request_seconds),

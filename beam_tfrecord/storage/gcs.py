@@ -19,7 +19,7 @@ from typing import Any
 import google_crc32c
 
 from beam_tfrecord.storage import obstore_reads
-from beam_tfrecord.storage.deadlines import process_deadlines
+from beam_tfrecord.storage.deadlines import current_deadlines
 from beam_tfrecord.storage.store_errors import Diagnosis, Failure, Store, connection_detail, first_line
 
 _LOG = logging.getLogger(__name__)
@@ -32,12 +32,12 @@ def retry_policy() -> Any:
     ``StoreDeadlines.retry_seconds`` have passed (its own default: 120 s)."""
     from google.cloud.storage.retry import DEFAULT_RETRY  # imported on first gs:// use
 
-    return DEFAULT_RETRY.with_timeout(process_deadlines().retry_seconds)
+    return DEFAULT_RETRY.with_timeout(current_deadlines().retry_seconds)
 
 
 def timeout() -> tuple[float, float]:
     """Every request's (connect, answer) time limits: the process's ``StoreDeadlines``."""
-    limits = process_deadlines()
+    limits = current_deadlines()
     return limits.connect_seconds, limits.request_seconds
 
 
@@ -49,11 +49,16 @@ def split(path: str) -> tuple[str, str]:
     return bucket, name
 
 
-@functools.lru_cache(maxsize=1)
 def client() -> Any:
-    """One client per process; ``STORAGE_EMULATOR_HOST`` (read when it is made) points it at an emulator."""
+    """One client per process and ``STORAGE_EMULATOR_HOST`` (which points it at an emulator)."""
+    return _client_for(os.environ.get("STORAGE_EMULATOR_HOST"))
+
+
+@functools.lru_cache(maxsize=4)
+def _client_for(emulator: str | None) -> Any:
     from google.cloud.storage import Client
 
+    del emulator  # the client reads it from the environment when it is made
     return Client()
 
 
@@ -94,7 +99,7 @@ def _status(err: BaseException) -> int | None:
     return None
 
 
-def _bucket_missing(path: str) -> bool:
+def bucket_missing(path: str) -> bool:
     """Whether the bucket of ``path`` is not there: a 404 names no more than "not found" on the emulator (one
     request, asked only when a call failed with a 404; False when it cannot be asked)."""
     try:
@@ -126,7 +131,7 @@ def _diagnose(err: BaseException, path: str) -> Diagnosis | None:
         return Diagnosis(Failure.ACCESS, first_line(err))
     if status == 429:
         return Diagnosis(Failure.THROTTLED, first_line(err))
-    if status == 404 and _bucket_missing(path):
+    if status == 404 and bucket_missing(path):
         return Diagnosis(Failure.BUCKET_MISSING, first_line(err))
     return obstore_reads.diagnose(err)
 

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 from beam_tfrecord.storage import obstore_reads
 from beam_tfrecord.storage.backend import RangedRead, RangedView, StorageBackend, StoredFile, VersionedBytes
-from beam_tfrecord.storage.deadlines import StoreDeadlines, process_deadlines
+from beam_tfrecord.storage.deadlines import StoreDeadlines, current_deadlines
 from beam_tfrecord.storage.object_io import PartedUpload, ranged_stream, unquoted
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
 from beam_tfrecord.storage.store_errors import Diagnosis, Failure, Store, connection_detail, first_line
@@ -36,12 +36,12 @@ def split(path: str) -> tuple[str, str]:
 
 def client(connections: int = 10, deadlines: StoreDeadlines | None = None) -> Any:
     """This process's boto3 client keeping ``connections`` connections open (botocore's default: 10), its
-    requests within ``deadlines`` (default: the process's, ``deadlines.process_deadlines``).
+    requests within ``deadlines`` (default: the process's, ``deadlines.current_deadlines``).
 
     One per process, pool size, deadlines and endpoint variables (read when it is made): a forked process
     (a DataLoader worker) makes its own instead of sharing its parent's sockets.
     """
-    limits = deadlines or process_deadlines()
+    limits = deadlines or current_deadlines()
     key = (os.getpid(), connections, limits, *(os.environ.get(name) for name in _ENDPOINT_VARIABLES))
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
@@ -102,7 +102,10 @@ def _status(err: BaseException) -> int | None:
 
 
 def _missing(err: BaseException) -> bool:
-    return _status(err) == 404
+    """A 404 for the object, not for its bucket (``NoSuchBucket``: typed by ``STORE``; a HEAD's 404 cannot tell)."""
+    response = getattr(err, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return _status(err) == 404 and code != "NoSuchBucket"
 
 
 def _stored(path: str, size: int, updated: Any, etag: str) -> StoredFile:
@@ -204,7 +207,7 @@ class S3Backend(StorageBackend):
         return _ranges_through(client())(path, start, stop)
 
     def ranged_reader(self, connections: int, *, deadlines: StoreDeadlines | None = None) -> RangedView:
-        return obstore_reads.s3_ranges(client(connections, deadlines), connections, deadlines or process_deadlines())
+        return obstore_reads.s3_ranges(client(connections, deadlines), connections, deadlines or current_deadlines())
 
     def open_write(self, path: str) -> BinaryIO:
         return _S3Upload(path)  # type: ignore[return-value]  # a BufferedIOBase

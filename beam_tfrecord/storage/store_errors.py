@@ -26,7 +26,7 @@ from beam_tfrecord.errors import (
     StoreTimeoutError,
     StoreUnreachableError,
 )
-from beam_tfrecord.storage.deadlines import StoreDeadlines, process_deadlines
+from beam_tfrecord.storage.deadlines import StoreDeadlines, current_deadlines
 
 T = TypeVar("T")
 
@@ -96,7 +96,7 @@ class Store:
         if found.failure is Failure.TIMED_OUT:
             return StoreTimeoutError(**where, endpoint=self.endpoint(), seconds=seconds,
                                      waited_for=_WAITED_FOR.get(doing, doing.replace("_", " ")),
-                                     settings=(deadlines or process_deadlines()).describe())
+                                     settings=(deadlines or current_deadlines()).describe())
         if found.failure is Failure.ACCESS:
             return StoreAccessError(**where, reason=found.detail, credentials=self.credentials)
         return StoreThrottledError(**where, seconds=seconds)
