@@ -35,8 +35,8 @@ class StoreDeadlines:
             google-cloud-storage: between two reads of the answer; obstore: the whole request, so a ranged
             read of 8 MiB must arrive within it: over 0.3 MB/s by default).
         retry_seconds: retries after a failure to connect or to answer stop once this long has passed since
-            the call's first try (boto3: its 3 attempts, each within the limits above; Azure: the
-            retries whose back-offs of 15 s and more fit in it, maybe none).
+            the call's first try (boto3: the attempts that start by then, 3 at most; Azure: the retries
+            whose back-offs of 15 s and more fit in it, maybe none).
     """
 
     connect_seconds: float = 10.0

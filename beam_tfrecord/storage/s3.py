@@ -21,7 +21,7 @@ from beam_tfrecord.storage.store_errors import Diagnosis, Failure, Store, connec
 _ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE")
 _CLIENTS: dict[tuple[object, ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
-_ATTEMPTS = 3  # botocore's standard mode: a request and 2 retries, each within the StoreDeadlines' limits
+_MOST_ATTEMPTS = 3  # botocore's standard mode: a request and 2 retries, each within the StoreDeadlines' limits
 _CONFLICT_RETRIES = 5  # 409 ConditionalRequestConflict: another conditional write of the key was in flight
 DELETE_BATCH = 1000  # keys per DeleteObjects request (S3's limit)
 
@@ -50,8 +50,15 @@ def client(connections: int = 10, deadlines: StoreDeadlines | None = None) -> An
 
             _CLIENTS[key] = boto3.session.Session().client("s3", config=Config(
                 max_pool_connections=connections, connect_timeout=limits.connect_seconds,
-                read_timeout=limits.request_seconds, retries={"mode": "standard", "total_max_attempts": _ATTEMPTS}))
+                read_timeout=limits.request_seconds,
+                retries={"mode": "standard", "total_max_attempts": _attempts(limits)}))
         return _CLIENTS[key]
+
+
+def _attempts(limits: StoreDeadlines) -> int:
+    """botocore's attempts of one call: the retries that start within ``retry_seconds`` of its first try when
+    each attempt waits ``request_seconds`` unanswered (botocore has no deadline of its own), 0 to 2 of them."""
+    return 1 + min(_MOST_ATTEMPTS - 1, int(limits.retry_seconds // limits.request_seconds))
 
 
 def _endpoint() -> str:
