@@ -51,11 +51,6 @@ class StoreDeadlines:
                 raise StoreDeadlinesError(f"StoreDeadlines.{field.name} must be a positive number of seconds, "
                                           f"got {value!r}")
 
-    @property
-    def read_seconds(self) -> float:
-        """What a client whose one timeout covers connecting and answering is given."""
-        return self.connect_seconds + self.request_seconds
-
     def describe(self) -> str:
         """The limits and where to set them, for an error's message."""
         return (f"{self.connect_seconds:g} s to connect and {self.request_seconds:g} s to answer, retried for "

@@ -1,6 +1,7 @@
 """A TCP proxy on 127.0.0.1 that forwards every connection to a store until ``hold()``, then accepts new
-connections and never answers them: a store that stopped answering (issue 64). With no upstream it holds
-from the start. Standard library only: it is test code; its threads are daemons, closed with ``close()``.
+connections and never answers them: a store that stopped answering (issue 64). Or it holds only the requests
+whose bytes hold a marker (the objects under a prefix: a store that stops answering once a job reads them).
+Standard library only: it is test code; its threads are daemons, closed with ``close()``.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ import threading
 
 
 class HoldingProxy:
-    """Forwards to ``127.0.0.1:upstream_port`` (None: never), until ``hold()``.
+    """Forwards to ``127.0.0.1:upstream_port`` (None: never), until ``hold()``; a request whose bytes hold
+    ``hold_marker`` is never forwarded nor answered, nor is anything after it on its connection.
 
     Attributes:
         url: ``http://127.0.0.1:PORT``, where clients connect.
     """
 
-    def __init__(self, upstream_port: int | None) -> None:
+    def __init__(self, upstream_port: int | None, *, hold_marker: bytes | None = None) -> None:
         self._upstream_port = upstream_port
+        self._hold_marker = hold_marker
         self._holding = upstream_port is None
         self._sockets: list[socket.socket] = []
         self._server = socket.create_server(("127.0.0.1", 0))
@@ -43,13 +46,15 @@ class HoldingProxy:
                 continue  # held: read nothing, answer nothing
             upstream = socket.create_connection(("127.0.0.1", self._upstream_port))
             self._sockets.append(upstream)
-            for source, target in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+            for source, target, marker in ((client, upstream, self._hold_marker), (upstream, client, None)):
+                threading.Thread(target=_pump, args=(source, target, marker), daemon=True).start()
 
 
-def _pump(source: socket.socket, target: socket.socket) -> None:
+def _pump(source: socket.socket, target: socket.socket, hold_marker: bytes | None) -> None:
     try:
         while data := source.recv(1 << 16):
+            if hold_marker is not None and hold_marker in data:
+                return  # held: this request and the connection stay unanswered
             target.sendall(data)
         target.shutdown(socket.SHUT_WR)
     except OSError:

@@ -96,3 +96,22 @@ def test_verify_and_a_build_reading_its_inputs_time_out_as_the_variables_say(sto
     assert cli.main(argv) == 1
     line = one_line(capsys.readouterr().err, "StoreTimeoutError")
     assert proxy.url in line and "did not answer in time" in line
+
+
+# An object's read (not a listing) under the images' prefix, as each store's client asks for it.
+_IMAGE_READ = {"s3": b"/images/", "gs": b"/o/images%2F", "az": b"/images/"}
+
+
+def test_a_store_that_stops_answering_while_the_workers_read_is_one_line(stored, monkeypatch, capsys, tmp_path):
+    """The inputs are listed, then each image's read is held: the error the workers raise reaches the CLI as
+    the same one line, not a dead letter per sample."""
+    proxy = HoldingProxy(int(stored.upstream.rsplit(":", 1)[1]), hold_marker=_IMAGE_READ[stored.scheme])
+    point_at(monkeypatch, stored.scheme, proxy.url)
+    for name in (CONNECT_VARIABLE, REQUEST_VARIABLE, RETRY_VARIABLE):
+        monkeypatch.setenv(name, "1")
+    try:
+        assert cli.main(["build", "--input", stored.images, "--output", str(tmp_path / "out")]) == 1
+    finally:
+        proxy.close()
+    line = one_line(capsys.readouterr().err, "StoreTimeoutError")
+    assert f"{stored.images}/" in line and "did not answer in time" in line
