@@ -14,7 +14,14 @@ from store_cases import STORES, new_bucket, one_line, point_at, server_url
 
 import beam_tfrecord as bt
 from beam_tfrecord import cli
-from beam_tfrecord.errors import BucketNotFoundError, StoreAccessError, StoreUnreachableError
+from beam_tfrecord.errors import (
+    BucketNotFoundError,
+    ReaderError,
+    StoreAccessError,
+    StoreDeadlinesError,
+    StoreThrottledError,
+    StoreUnreachableError,
+)
 
 SCHEMES = list(STORES)
 # A short retry budget keeps each unreachable case to seconds (the default, 30 s, is measured in the docs).
@@ -93,3 +100,49 @@ def test_azure_with_a_rejected_key_is_one_line_and_a_typed_error(azurite, capsys
     with pytest.raises(StoreAccessError) as raised:
         bt.read_numpy(f"{container}/ds")
     assert isinstance(raised.value, PermissionError) and raised.value.bucket == container.removeprefix("az://")
+
+
+def _throttled(scheme: str) -> Exception:
+    """What each SDK raises when the store keeps asking to slow down (the emulators never do)."""
+    if scheme == "s3":
+        from botocore.exceptions import ClientError
+
+        return ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."},
+                            "ResponseMetadata": {"HTTPStatusCode": 503}}, "GetObject")
+    if scheme == "gs":
+        from google.api_core.exceptions import TooManyRequests
+
+        return TooManyRequests("rate limit exceeded")
+    from azure.core.exceptions import HttpResponseError
+
+    busy = HttpResponseError(message="The server is busy.")
+    busy.status_code = 503
+    return busy
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_throttling_past_the_retries_is_store_throttled_error(scheme):
+    from beam_tfrecord.storage import azure_blob, gcs, s3
+
+    store = {"s3": s3.STORE, "gs": gcs.STORE, "az": azure_blob.STORE}[scheme]
+    with pytest.raises(StoreThrottledError, match=f"{scheme}://bucket-a/x") as raised:
+        with store.translated(f"{scheme}://bucket-a/x", doing="read"):
+            raise _throttled(scheme)
+    assert raised.value.bucket == "bucket-a" and raised.value.__cause__ is not None
+
+
+@pytest.mark.parametrize("field", ["connect_seconds", "request_seconds", "retry_seconds"])
+def test_a_limit_that_is_not_a_positive_number_of_seconds_is_refused_naming_it(field):
+    with pytest.raises(StoreDeadlinesError, match=field):
+        bt.StoreDeadlines(**{field: 0})
+
+
+def test_remote_reads_takes_store_deadlines_only():
+    with pytest.raises(ReaderError, match="deadlines must be a StoreDeadlines"):
+        bt.RemoteReads(deadlines=30)  # type: ignore[arg-type]
+
+
+def test_a_bad_limit_variable_is_one_line_naming_it(moto_s3, capsys, monkeypatch):
+    monkeypatch.setenv("BEAM_TFRECORD_STORE_REQUEST_SECONDS", "30s")
+    line = _fails(capsys, ["verify", "s3://bucket-a/ds"], "StoreDeadlinesError")
+    assert "BEAM_TFRECORD_STORE_REQUEST_SECONDS='30s'" in line
