@@ -80,11 +80,12 @@ def test_read_numpy_on_an_unreachable_endpoint_raises_store_unreachable(scheme, 
     assert isinstance(raised.value, ConnectionError) and raised.value.seconds < 10
 
 
-def test_s3_without_credentials_is_one_line_naming_what_it_reads(moto_s3):
+def test_s3_without_credentials_is_one_line_from_a_job_naming_what_it_reads(moto_s3, tiny_images):
+    """Run as a user runs a job (``python -m pipelines.X``), in a process whose environment has no credentials."""
     env = {key: value for key, value in os.environ.items()
            if key not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")}
-    done = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", "inspect", "s3://bucket-a/ds"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "pipelines.build_image_dataset", "--input", tiny_images,
+                           "--output", "s3://bucket-a/ds"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     line = one_line(done.stderr, "StoreAccessError")
     assert "no credentials found" in line and "AWS_ACCESS_KEY_ID" in line
