@@ -37,6 +37,7 @@ from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.reader.options import ImageDecoding, PixelType, VarLen
 from beam_tfrecord.reader.order.mixing import num_examples
 from beam_tfrecord.remote_reads.options import RemoteReads
+from beam_tfrecord.storage.deadlines import StoreDeadlines
 from beam_tfrecord.verify import verify_dataset
 
 # Names whose modules need Apache Beam, TensorFlow or PyTorch: imported on first use, so that
@@ -108,6 +109,7 @@ __all__ = [
     "SplitConfig",
     "SplitInfo",
     "SplitSpec",
+    "StoreDeadlines",
     "TFRecordIterableDataset",
     "Tensor",
     "TensorDType",

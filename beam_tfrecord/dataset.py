@@ -8,6 +8,7 @@ docs/inputs.md, "Files named by a Beam prefix".
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import dataclasses
 import re
 
@@ -189,8 +190,9 @@ def _read_side_by_side(paths: list[str]) -> list[bytes | None]:
     """Each file's bytes or None; remote files are asked for at once (one round trip), local ones in turn."""
     if not storage.is_remote(paths[0]):
         return [storage.read_bytes_or_none(path) for path in paths]
-    with concurrent.futures.ThreadPoolExecutor(len(paths)) as pool:
-        return list(pool.map(storage.read_bytes_or_none, paths))
+    with concurrent.futures.ThreadPoolExecutor(len(paths)) as pool:  # each in this thread's context: its deadlines
+        asked = [pool.submit(contextvars.copy_context().run, storage.read_bytes_or_none, path) for path in paths]
+        return [future.result() for future in asked]
 
 
 def load_manifest(dataset_dir: str) -> Manifest:

@@ -127,11 +127,8 @@ def point_at(store: str, work: Path, url: str) -> None:
     from fixtures_gcs import emulator_env
     from fixtures_stores import azure_env, s3_env
 
-    from beam_tfrecord.storage import gcs
-
     os.environ.update({"gs": lambda: emulator_env(work, url), "s3": lambda: s3_env(url),
-                       "az": lambda: azure_env(url)}[store]())
-    gcs.forget_client()  # the others' clients are made per endpoint
+                       "az": lambda: azure_env(url)}[store]())  # every store's clients are made per endpoint
 
 
 def create_bucket(store: str, name: str) -> str:

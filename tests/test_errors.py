@@ -25,6 +25,8 @@ NAMES = (
     "DriftHeldError", "DriftThresholdsError", "StatisticsFileError",  # the drift check (issue 50)
     "DuplicatesFoundError",  # duplicates=fail (issue 48)
     "ShardChangedError",  # a shard changed under a DataLoader worker's reference (issue 49)
+    "StoreError", "BucketNotFoundError", "StoreUnreachableError", "StoreTimeoutError", "StoreAccessError",
+    "StoreThrottledError", "StoreDeadlinesError",  # a store that fails (issues 64 and 65)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 
@@ -43,7 +45,9 @@ def test_each_error_is_named_as_a_member_of_the_package(cls):
 
 
 @pytest.mark.parametrize("err", [errors.ShardingError("bad"), errors.DiskFullError("/d/x", 10, 2),
-                                 errors.CorruptShardError("s", "data CRC mismatch", 16)],
+                                 errors.CorruptShardError("s", "data CRC mismatch", 16),
+                                 errors.BucketNotFoundError(store="s3", bucket="b", path="s3://b/ds", kind="bucket",
+                                                            endpoint="http://127.0.0.1:1")],
                          ids=lambda err: type(err).__name__)
 def test_a_workers_error_text_names_the_package_and_reads_back(err):
     text = "".join(traceback.format_exception_only(err)).strip()

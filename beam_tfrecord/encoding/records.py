@@ -16,7 +16,7 @@ from beam_tfrecord.core.batch_encoder import BatchEncoder
 from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import DType, Scalar, Schema
-from beam_tfrecord.errors import FeatureTransformError, SampleError, SampleReadError
+from beam_tfrecord.errors import FeatureTransformError, SampleError, SampleReadError, StoreError
 
 # A per-feature function applied after files are loaded and before validation (e.g. decode and
 # resize an image). Whatever it raises sends the sample to the dead letters with stage DECODE, with a
@@ -37,6 +37,8 @@ def load_file_refs(sample: Sample) -> Sample:
         if isinstance(value, FileRef):
             try:
                 values[name] = storage.read_bytes(value.path)
+            except StoreError:
+                raise  # the store failed, not this sample: the job stops with it
             except Exception as err:  # FileSystems raises BeamIOError, OSError and GCS client errors
                 reason = f"{type(err).__name__}: {err}"
                 raise SampleReadError(sample.key, name, value.path, reason[:300]) from err
@@ -72,6 +74,8 @@ class RecordBuilder:
         except FeatureTransformError as err:  # named after the transform's own error type
             return DeadLetter(key=sample.key, stage=stage, error_type=type(err.cause).__name__,
                               message=str(err), feature=err.feature)
+        except StoreError:
+            raise  # the store failed, not this sample (``load_file_refs``): the job stops with it
         except Exception as err:  # a user transform or decoder failing is a per-sample problem
             if stage is Stage.VALIDATE:
                 raise

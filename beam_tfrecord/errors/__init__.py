@@ -58,12 +58,22 @@ from beam_tfrecord.errors.job import (
     UnboundedInputError,
     WriterOptionError,
 )
+from beam_tfrecord.errors.storage import (
+    BucketNotFoundError,
+    StoreAccessError,
+    StoreDeadlinesError,
+    StoreError,
+    StoreThrottledError,
+    StoreTimeoutError,
+    StoreUnreachableError,
+)
 
 __all__ = [
     "MAX_REJECTED_ARGUMENT",
     "MAX_REJECTED_FLAG",
     "AudioDecodeError",
     "BeamTFRecordError",
+    "BucketNotFoundError",
     "ClusterStalledError",
     "CorruptShardError",
     "DatasetNotFoundError",
@@ -103,6 +113,12 @@ __all__ = [
     "ShardingError",
     "SourceError",
     "StatisticsFileError",
+    "StoreAccessError",
+    "StoreDeadlinesError",
+    "StoreError",
+    "StoreThrottledError",
+    "StoreTimeoutError",
+    "StoreUnreachableError",
     "UnboundedInputError",
     "UnknownSplitError",
     "WriterOptionError",

@@ -20,6 +20,7 @@ from beam_tfrecord.reader.order.orders import StoredOrder
 from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.order.resume import length, rank_share, take
 from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
+from beam_tfrecord.storage.deadlines import deadlines_in_force
 
 
 def iter_examples(plan: ReadPlan, *, image_decoding: ImageDecoding | None = None,
@@ -90,7 +91,8 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
     reads = reads_with_cache(remote_reads, cache_dir=cache_dir, cache_limit=cache_limit)
     if not 0 <= worker_index < max(num_workers, 1):
         raise ReaderError(f"worker_index must be in [0, {num_workers}), got {worker_index}")
-    sources = open_sources(path, split=split)
+    with deadlines_in_force(reads.deadlines):
+        sources = open_sources(path, split=split)
     order = EpochOrder(sources, seed=seed, epoch=epoch, shuffle=shuffle, shuffle_buffer=shuffle_buffer, verify=verify,
                        reads=reads)
     share = rank_share(((0, order.total),), num_workers, worker_index)

@@ -15,6 +15,7 @@ from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
 from beam_tfrecord.reader.tf_records import default_parallel_reads, read_records
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
 from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
+from beam_tfrecord.storage.deadlines import deadlines_in_force
 
 _PREFETCH_BATCHES = 2
 # Records per parse_example call at least: small batches are parsed in groups of this size, then
@@ -144,10 +145,11 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     if num_parallel_reads is not None:
         check_positive("num_parallel_reads", num_parallel_reads)
     workers, index = _worker(num_workers, worker_index, input_context)
-    if isinstance(path, str):
-        plans, choices = [plan_read(path, split=split, num_workers=workers, worker_index=index)], None
-    else:  # a mixture: each dataset's part of this worker's share, and the order to take them in
-        plans, choices = worker_plans(path, split=split, num_workers=workers, worker_index=index, seed=seed or 0)
+    with deadlines_in_force(reads.deadlines):
+        if isinstance(path, str):
+            plans, choices = [plan_read(path, split=split, num_workers=workers, worker_index=index)], None
+        else:  # a mixture: each dataset's part of this worker's share, and the order to take them in
+            plans, choices = worker_plans(path, split=split, num_workers=workers, worker_index=index, seed=seed or 0)
     for plan in plans:
         plan.require_reader("read_dataset")
     plan = plans[0] if choices is None else dataclasses.replace(

@@ -42,6 +42,7 @@ from beam_tfrecord.reader.order.resume import (
 )
 from beam_tfrecord.reader.torch_batches import WorkerBatch, shard_reference, tensors, worker_allocate
 from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
+from beam_tfrecord.storage.deadlines import deadlines_in_force
 
 
 def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -118,7 +119,8 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         self.batch_size = batch_size
         self.ragged = ragged
         self.rank, self.world_size = _rank_and_world(rank, world_size)
-        self.sources = open_sources(path, split=split)
+        with deadlines_in_force(self.reads.deadlines):
+            self.sources = open_sources(path, split=split)
         self.total = sum(epoch_takes(self.sources))
         self.read = describe_read(self.sources, split=split, seed=seed, shuffle=shuffle, shuffle_buffer=shuffle_buffer)
         self.split = split

@@ -6,5 +6,6 @@ Every byte is checked as from a local disk. How and why: docs/reading.md, "Readi
 from __future__ import annotations
 
 from beam_tfrecord.remote_reads.options import RemoteReads
+from beam_tfrecord.storage.deadlines import StoreDeadlines
 
-__all__ = ["RemoteReads"]
+__all__ = ["RemoteReads", "StoreDeadlines"]

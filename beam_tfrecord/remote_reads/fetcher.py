@@ -45,7 +45,7 @@ class ShardFetcher:
         self._ranged: dict[StorageBackend, RangedView] = {}
         for backend in {storage.backend_for(shard.path) for shard in self._shards}:
             if backend.fetched_in_ranges:
-                self._ranged[backend] = backend.ranged_reader(reads.connections)
+                self._ranged[backend] = backend.ranged_reader(reads.connections, deadlines=reads.deadlines)
         self._lock = threading.Lock()
         self._pending: dict[tuple[int, int], concurrent.futures.Future[bytes | memoryview]] = {}
         self._settled: set[tuple[int, int]] = set()  # ranges taken or given up: never requested again

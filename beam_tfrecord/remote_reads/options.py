@@ -14,6 +14,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.remote_reads.cache import CacheKey
+from beam_tfrecord.storage.deadlines import StoreDeadlines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,9 @@ class RemoteReads:
             next time (shared safely by the processes of one machine); None: no cache.
         cache_limit: the most bytes the cache keeps (least recently used shards are removed);
             None: no limit. Needs ``cache_dir``.
+        deadlines: how long each ranged read may wait for the store, and its retries, before the reader
+            raises ``StoreTimeoutError`` (or ``StoreUnreachableError``); None: the process's
+            (``StoreDeadlines()``, or the ``BEAM_TFRECORD_STORE_*_SECONDS`` variables).
     """
 
     connections: int = 16
@@ -36,6 +40,7 @@ class RemoteReads:
     bytes_in_flight: int = 256 * MiB
     cache_dir: str | None = None
     cache_limit: int | None = None
+    deadlines: StoreDeadlines | None = None
 
     def __post_init__(self) -> None:
         for name in ("connections", "range_bytes", "bytes_in_flight"):
@@ -52,6 +57,8 @@ class RemoteReads:
                 raise ReaderError(f"cache_limit={self.cache_limit} needs cache_dir: the directory to keep shards in")
         if self.cache_dir is not None and (not isinstance(self.cache_dir, str) or storage.is_remote(self.cache_dir)):
             raise ReaderError(f"cache_dir must be a local directory, got {self.cache_dir!r}")
+        if self.deadlines is not None and not isinstance(self.deadlines, StoreDeadlines):
+            raise ReaderError(f"deadlines must be a StoreDeadlines, got {self.deadlines!r}")
 
 
 def reads_with_cache(remote: RemoteReads | None, *, cache_dir: str | None, cache_limit: int | None) -> RemoteReads:

@@ -17,7 +17,7 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, Scalar, Schema, VarList
-from beam_tfrecord.errors import AudioDecodeError, SampleReadError
+from beam_tfrecord.errors import AudioDecodeError, SampleReadError, StoreError
 from beam_tfrecord.sources.chunks import ReadEachFile, list_inputs
 
 AUDIO_EXTENSIONS = (".wav",)
@@ -121,6 +121,8 @@ def audio_samples(name: str, path: str, *, decode: bool = True,
         return
     try:
         data = storage.read_bytes(path)
+    except StoreError:
+        raise  # the store failed, not this sample: the job stops with it
     except Exception as err:  # FileSystems raises BeamIOError, OSError and GCS client errors
         error = SampleReadError(name, "audio", path, f"{type(err).__name__}: {err}")
         yield DeadLetter.from_error(name, Stage.READ, error)

@@ -17,7 +17,7 @@ import apache_beam as beam
 from beam_tfrecord import storage
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import DType, Feature, Scalar, Schema, VarList
-from beam_tfrecord.errors import SampleReadError, SourceError
+from beam_tfrecord.errors import SampleReadError, SourceError, StoreError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
 
 # str -> token ids. Must be picklable (a module-level function or a callable object).
@@ -60,6 +60,8 @@ def read_text_file(name: str, path: str, *, unit: TextUnit = TextUnit.FILE, toke
     """Chunks of samples from one text file."""
     try:
         data = storage.read_bytes(path)
+    except StoreError:
+        raise  # the store failed, not this sample: the job stops with it
     except Exception as err:  # FileSystems raises BeamIOError, OSError and GCS client errors
         error = SampleReadError(name, "text", path, f"{type(err).__name__}: {err}")
         yield [DeadLetter.from_error(name, Stage.READ, error)]

@@ -21,6 +21,7 @@ from beam_tfrecord.storage.azure_blob import AzureBlobBackend
 from beam_tfrecord.storage.backend import COPY_CHUNK_BYTES, StorageBackend, StoredFile, VersionedBytes
 from beam_tfrecord.storage.beam_filesystems import BeamFileSystemsBackend
 from beam_tfrecord.storage.compression import HashingWriter, decompressed
+from beam_tfrecord.storage.deadlines import StoreDeadlines
 from beam_tfrecord.storage.disk_space import raise_typed_when_full
 from beam_tfrecord.storage.gcs_backend import GcsBackend
 from beam_tfrecord.storage.local import LocalBackend
@@ -182,7 +183,7 @@ def crc32c_and_size(path: str, chunk_bytes: int = 8 << 20) -> tuple[str, int]:
 
 
 __all__ = [
-    "HashingWriter", "StorageBackend", "StoredFile", "VersionedBytes", "backend_for", "copy_file",
+    "HashingWriter", "StorageBackend", "StoreDeadlines", "StoredFile", "VersionedBytes", "backend_for", "copy_file",
     "crc32c_and_size", "create_if_absent", "decompressed", "delete_if_exists", "delete_if_unchanged",
     "delete_tree", "exists", "glob_escape", "glob_regex", "is_remote", "join", "list_details", "list_files",
     "literal_prefix", "make_dirs", "open_read", "open_write", "read_bytes", "read_bytes_or_none",

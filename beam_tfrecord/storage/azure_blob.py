@@ -17,8 +17,10 @@ from typing import Any, BinaryIO
 
 from beam_tfrecord.storage import obstore_reads
 from beam_tfrecord.storage.backend import RangedRead, RangedView, StorageBackend, StoredFile, VersionedBytes
+from beam_tfrecord.storage.deadlines import StoreDeadlines, current_deadlines
 from beam_tfrecord.storage.object_io import PartedUpload, ranged_stream, unquoted
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
+from beam_tfrecord.storage.store_errors import Diagnosis, Failure, Store, connection_detail, first_line
 
 _VARIABLES = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT",
               "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_KEY", "AZURE_STORAGE_SAS_TOKEN")
@@ -26,7 +28,9 @@ _VARIABLES = ("AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_ACCOUNT_NAME", "
 # azfs://account/container/name (Apache Beam).
 _ABFS_HOST = re.compile(r"(?P<container>[^@/]+)@(?P<account>[^./]+)\.[^/]*")
 _COPY_POLL_SECONDS = 0.2
-# azure-storage-blob's default retry, given explicitly: 15 + 3**n seconds before retry n, +-3 s of jitter.
+# azure-storage-blob's default retry, given explicitly: 15 + 3**n seconds before retry n, +-3 s of jitter; as many
+# retries (3 at most, its default) as fit in ``StoreDeadlines.retry_seconds``.
+RETRY_MOST = 3
 RETRY_INITIAL_BACKOFF_SECONDS = 15
 RETRY_INCREMENT_BASE = 3
 RETRY_JITTER_SECONDS = 3
@@ -60,23 +64,39 @@ def split(path: str) -> BlobPath:
     return BlobPath(path[:len(path) - len(name)], account, container, name)
 
 
-def service(account: str | None, connections: int = 10) -> Any:
-    """This process's ``BlobServiceClient`` keeping ``connections`` connections open.
+def service(account: str | None, connections: int = 10, deadlines: StoreDeadlines | None = None) -> Any:
+    """This process's ``BlobServiceClient`` keeping ``connections`` connections open, its requests within
+    ``deadlines`` (default: the process's, ``deadlines.current_deadlines``).
 
     ``AZURE_STORAGE_CONNECTION_STRING`` when set; else the account (from the path, or
     ``AZURE_STORAGE_ACCOUNT_NAME``/``AZURE_STORAGE_ACCOUNT``) with ``AZURE_STORAGE_ACCOUNT_KEY``/``AZURE_STORAGE_KEY``,
     or ``AZURE_STORAGE_SAS_TOKEN``, or azure-identity's ``DefaultAzureCredential`` when none is set.
     """
     settings = tuple(os.environ.get(name) for name in _VARIABLES)
-    key = (os.getpid(), connections, account, RETRY_INITIAL_BACKOFF_SECONDS, RETRY_INCREMENT_BASE, RETRY_JITTER_SECONDS,
-           *settings)
+    limits = deadlines or current_deadlines()
+    key = (os.getpid(), connections, account, limits, RETRY_INITIAL_BACKOFF_SECONDS, RETRY_INCREMENT_BASE,
+           RETRY_JITTER_SECONDS, *settings)
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
-            _CLIENTS[key] = _make_service(account, connections)
+            _CLIENTS[key] = _make_service(account, connections, limits)
         return _CLIENTS[key]
 
 
-def _make_service(account: str | None, connections: int) -> Any:
+def retries_within(seconds: float) -> int:
+    """How many retries' back-offs (15 + 3**n s each) fit in ``seconds``: 0 to ``RETRY_MOST``."""
+    waited = 0
+    for count in range(1, RETRY_MOST + 1):
+        waited += RETRY_INITIAL_BACKOFF_SECONDS + RETRY_INCREMENT_BASE ** count
+        if waited > seconds:
+            return count - 1
+    return RETRY_MOST
+
+
+class _NoAccount(ValueError):
+    """No Azure account is configured (a ``StoreAccessError`` once typed)."""
+
+
+def _make_service(account: str | None, connections: int, deadlines: StoreDeadlines) -> Any:
     import requests.adapters
     from azure.core.pipeline.transport import RequestsTransport
     from azure.storage.blob import BlobServiceClient, ExponentialRetry  # imported on first Azure use ([azure])
@@ -84,16 +104,18 @@ def _make_service(account: str | None, connections: int) -> Any:
     session = requests.Session()
     for prefix in ("http://", "https://"):
         session.mount(prefix, requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=connections))
-    transport = RequestsTransport(session=session, session_owner=False)
+    transport = RequestsTransport(session=session, session_owner=False, connection_timeout=deadlines.connect_seconds,
+                                  read_timeout=deadlines.request_seconds)
     retries = ExponentialRetry(initial_backoff=RETRY_INITIAL_BACKOFF_SECONDS, increment_base=RETRY_INCREMENT_BASE,
-                               random_jitter_range=RETRY_JITTER_SECONDS)
+                               random_jitter_range=RETRY_JITTER_SECONDS,
+                               retry_total=retries_within(deadlines.retry_seconds))
     env = os.environ.get
     connection_string = env("AZURE_STORAGE_CONNECTION_STRING")
     if connection_string:
         return BlobServiceClient.from_connection_string(connection_string, transport=transport, retry_policy=retries)
     account = account or env("AZURE_STORAGE_ACCOUNT_NAME") or env("AZURE_STORAGE_ACCOUNT")
     if not account:
-        raise ValueError("Azure paths need AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_NAME (or an "
+        raise _NoAccount("Azure paths need AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_ACCOUNT_NAME (or an "
                          "account in the path: abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/..., azfs://ACCOUNT/...)")
     credential: Any = env("AZURE_STORAGE_ACCOUNT_KEY") or env("AZURE_STORAGE_KEY") or env("AZURE_STORAGE_SAS_TOKEN")
     if not credential:
@@ -113,6 +135,51 @@ def _status(err: BaseException) -> int | None:
     return getattr(err, "status_code", None)
 
 
+def _missing(err: BaseException) -> bool:
+    """A 404 for the blob, not for its container (``ContainerNotFound``: typed by ``STORE``)."""
+    return _status(err) == 404 and getattr(err, "error_code", None) != "ContainerNotFound"
+
+
+def _diagnose(err: BaseException, path: str) -> Diagnosis | None:
+    """azure-core's and azure-storage-blob's errors (obstore's for the readers) as a ``Failure``."""
+    from azure.core import exceptions
+
+    if isinstance(err, _NoAccount):
+        return Diagnosis(Failure.ACCESS, "no account or connection string found")
+    if isinstance(err, exceptions.ClientAuthenticationError):  # a rejected key, or no identity found
+        return Diagnosis(Failure.ACCESS, first_line(err))
+    if isinstance(err, exceptions.ServiceResponseError):
+        timed_out = isinstance(err, exceptions.ServiceResponseTimeoutError) or "timed out" in str(err)
+        return Diagnosis(Failure.TIMED_OUT if timed_out else Failure.UNREACHABLE, connection_detail(err))
+    if isinstance(err, exceptions.ServiceRequestError):
+        return Diagnosis(Failure.UNREACHABLE, connection_detail(err))
+    if isinstance(err, exceptions.HttpResponseError):
+        if getattr(err, "error_code", None) == "ContainerNotFound":
+            return Diagnosis(Failure.BUCKET_MISSING, "ContainerNotFound")
+        if _status(err) == 403:
+            return Diagnosis(Failure.ACCESS, first_line(err))
+        if _status(err) in (429, 503):
+            return Diagnosis(Failure.THROTTLED, first_line(err))
+        return None
+    return obstore_reads.diagnose(err)
+
+
+def _endpoint() -> str:
+    blob_endpoint = re.search(r"BlobEndpoint=([^;]+)", os.environ.get("AZURE_STORAGE_CONNECTION_STRING", ""))
+    if blob_endpoint:
+        return f"{blob_endpoint.group(1)}, from AZURE_STORAGE_CONNECTION_STRING"
+    account = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME") or os.environ.get("AZURE_STORAGE_ACCOUNT") or "ACCOUNT"
+    return f"https://{account}.blob.core.windows.net"
+
+
+STORE = Store(name="azure", bucket_kind="container", endpoint=_endpoint,
+              bucket_of=lambda path: split(path).container, diagnose=_diagnose,
+              credentials="AZURE_STORAGE_CONNECTION_STRING, or an account (AZURE_STORAGE_ACCOUNT_NAME or "
+                          "AZURE_STORAGE_ACCOUNT, or in the path) with AZURE_STORAGE_ACCOUNT_KEY/AZURE_STORAGE_KEY or "
+                          "AZURE_STORAGE_SAS_TOKEN, else azure-identity's DefaultAzureCredential (managed identity, "
+                          "az login)")
+
+
 def _stored(path: str, properties: Any) -> StoredFile:
     size = int(properties.size)
     return StoredFile(path, size, properties.last_modified.timestamp(), f"{size}:e{unquoted(properties.etag)}")
@@ -121,6 +188,7 @@ def _stored(path: str, properties: Any) -> StoredFile:
 def sdk_ranges(connections: int) -> RangedRead:
     """Ranged reads through azure-storage-blob (without obstore or a shared key; and the benchmark's comparison)."""
 
+    @STORE.reads
     def read(path: str, start: int, stop: int) -> bytes:
         if stop <= start:
             return b""
@@ -128,7 +196,7 @@ def sdk_ranges(connections: int) -> RangedRead:
             return bytes(_blob(path, connections).download_blob(offset=start, length=stop - start,
                                                                 max_concurrency=1).readall())
         except Exception as err:
-            if _status(err) == 404:
+            if _missing(err):
                 raise FileNotFoundError(f"{path}: no such blob") from err
             if _status(err) == 416:  # a range that starts past the end
                 return b""
@@ -137,6 +205,7 @@ def sdk_ranges(connections: int) -> RangedRead:
     return read
 
 
+@STORE.translating("write", "close", "__exit__", path_of=lambda upload, args: upload.path)
 class _BlockUpload(PartedUpload):
     """One Put Blob, or blocks staged and committed by Put Block List (uncommitted blocks are never visible)."""
 
@@ -159,6 +228,7 @@ def _block_id(number: int) -> str:
     return base64.b64encode(f"part-{number:08d}".encode()).decode("ascii")  # every id of a blob: one length
 
 
+@STORE.translating()
 class AzureBlobBackend(StorageBackend):
     """Azure Blob Storage (and Azurite) through azure-storage-blob (one client per process, account and pool)."""
 
@@ -183,12 +253,14 @@ class AzureBlobBackend(StorageBackend):
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         return sdk_ranges(10)(path, start, stop)
 
-    def ranged_reader(self, connections: int) -> RangedView:
+    def ranged_reader(self, connections: int, *, deadlines: StoreDeadlines | None = None) -> RangedView:
+        limits = deadlines or current_deadlines()
+
         def service_for(path: str) -> tuple[Any, str, str]:
             where = split(path)
-            return service(where.account, connections), where.container, where.name
+            return service(where.account, connections, limits), where.container, where.name
 
-        return obstore_reads.azure_ranges(service_for, connections, fallback=sdk_ranges(connections))
+        return obstore_reads.azure_ranges(service_for, connections, fallback=sdk_ranges(connections), deadlines=limits)
 
     def open_write(self, path: str) -> BinaryIO:
         return _BlockUpload(path)  # type: ignore[return-value]  # a BufferedIOBase
@@ -215,7 +287,7 @@ class AzureBlobBackend(StorageBackend):
         try:
             return _stored(path, _blob(path).get_blob_properties())
         except Exception as err:
-            if _status(err) == 404:
+            if _missing(err):
                 return None
             raise
 
@@ -258,7 +330,7 @@ class AzureBlobBackend(StorageBackend):
             download = _blob(path).download_blob(max_concurrency=1)
             return VersionedBytes(bytes(download.readall()), str(download.properties.etag))
         except Exception as err:
-            if _status(err) == 404:
+            if _missing(err):
                 return None
             raise
 

@@ -12,6 +12,8 @@ import shutil
 from collections.abc import Callable
 from typing import BinaryIO
 
+from beam_tfrecord.storage.deadlines import StoreDeadlines
+
 COPY_CHUNK_BYTES = 8 << 20  # moved at a time by a streamed copy (to, from or between object stores)
 
 RangedRead = Callable[[str, int, int], bytes]  # (path, start, stop) -> bytes [start, stop) as stored
@@ -82,9 +84,10 @@ class StorageBackend(abc.ABC):
             handle.seek(start)
             return handle.read(max(0, stop - start))
 
-    def ranged_reader(self, connections: int) -> RangedView:
-        """A ``read_range`` for ``connections`` threads at once (a store may keep that many connections open)."""
-        del connections
+    def ranged_reader(self, connections: int, *, deadlines: StoreDeadlines | None = None) -> RangedView:
+        """A ``read_range`` for ``connections`` threads at once (a store may keep that many connections open),
+        each request within ``deadlines`` (default: the process's, ``deadlines.current_deadlines``)."""
+        del connections, deadlines
         return self.read_range
 
     @abc.abstractmethod

@@ -13,6 +13,7 @@ from typing import Any, BinaryIO, cast
 
 from beam_tfrecord.storage import gcs, obstore_reads
 from beam_tfrecord.storage.backend import RangedView, StorageBackend, StoredFile, VersionedBytes
+from beam_tfrecord.storage.deadlines import StoreDeadlines, current_deadlines
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
 
 
@@ -29,6 +30,7 @@ def _stored(path: str, found: Any) -> StoredFile:
     return StoredFile(path, size, _updated_seconds(found.updated), f"{size}:g{int(found.generation)}")
 
 
+@gcs.STORE.translating()
 class GcsBackend(StorageBackend):
     """Google Cloud Storage: ranged reads through obstore, the rest through google-cloud-storage (one client each)."""
 
@@ -49,13 +51,16 @@ class GcsBackend(StorageBackend):
         try:
             return gcs.read_bytes(path)
         except NotFound:
+            if gcs.bucket_missing(path):
+                raise  # typed as BucketNotFoundError
             return None
 
     def read_range(self, path: str, start: int, stop: int) -> bytes:
-        return bytes(obstore_reads.gcs_ranges(1)(path, start, stop))
+        return bytes(obstore_reads.gcs_ranges(1, current_deadlines())(path, start, stop))
 
-    def ranged_reader(self, connections: int) -> RangedView:
-        return obstore_reads.gcs_ranges(connections)  # this process's store of ``connections`` per bucket
+    def ranged_reader(self, connections: int, *, deadlines: StoreDeadlines | None = None) -> RangedView:
+        # this process's store of ``connections`` per bucket
+        return obstore_reads.gcs_ranges(connections, deadlines or current_deadlines())
 
     def open_write(self, path: str) -> BinaryIO:
         return cast(BinaryIO, gcs.GcsWriter(path))

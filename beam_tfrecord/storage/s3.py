@@ -13,12 +13,15 @@ from typing import Any, BinaryIO
 
 from beam_tfrecord.storage import obstore_reads
 from beam_tfrecord.storage.backend import RangedRead, RangedView, StorageBackend, StoredFile, VersionedBytes
+from beam_tfrecord.storage.deadlines import StoreDeadlines, current_deadlines
 from beam_tfrecord.storage.object_io import PartedUpload, ranged_stream, unquoted
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
+from beam_tfrecord.storage.store_errors import Diagnosis, Failure, Store, connection_detail, first_line
 
 _ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE")
 _CLIENTS: dict[tuple[object, ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
+_MOST_ATTEMPTS = 3  # botocore's standard mode: a request and 2 retries, each within the StoreDeadlines' limits
 _CONFLICT_RETRIES = 5  # 409 ConditionalRequestConflict: another conditional write of the key was in flight
 DELETE_BATCH = 1000  # keys per DeleteObjects request (S3's limit)
 
@@ -31,21 +34,73 @@ def split(path: str) -> tuple[str, str]:
     return bucket, key
 
 
-def client(connections: int = 10) -> Any:
-    """This process's boto3 client keeping ``connections`` connections open (botocore's default: 10).
+def client(connections: int = 10, deadlines: StoreDeadlines | None = None) -> Any:
+    """This process's boto3 client keeping ``connections`` connections open (botocore's default: 10), its
+    requests within ``deadlines`` (default: the process's, ``deadlines.current_deadlines``).
 
-    One per process, pool size and endpoint variables (read when it is made): a forked process (a
-    DataLoader worker) makes its own instead of sharing its parent's sockets.
+    One per process, pool size, deadlines and endpoint variables (read when it is made): a forked process
+    (a DataLoader worker) makes its own instead of sharing its parent's sockets.
     """
-    key = (os.getpid(), connections, *(os.environ.get(name) for name in _ENDPOINT_VARIABLES))
+    limits = deadlines or current_deadlines()
+    key = (os.getpid(), connections, limits, *(os.environ.get(name) for name in _ENDPOINT_VARIABLES))
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
             import boto3  # imported on first s3:// use (the [s3] extra)
             from botocore.config import Config
 
-            _CLIENTS[key] = boto3.session.Session().client(
-                "s3", config=Config(max_pool_connections=connections, retries={"mode": "standard"}))
+            _CLIENTS[key] = boto3.session.Session().client("s3", config=Config(
+                max_pool_connections=connections, connect_timeout=limits.connect_seconds,
+                read_timeout=limits.request_seconds,
+                retries={"mode": "standard", "total_max_attempts": _attempts(limits)}))
         return _CLIENTS[key]
+
+
+def _attempts(limits: StoreDeadlines) -> int:
+    """botocore's attempts of one call: the retries that start within ``retry_seconds`` of its first try when
+    each attempt waits ``request_seconds`` unanswered (botocore has no deadline of its own), 0 to 2 of them."""
+    return 1 + min(_MOST_ATTEMPTS - 1, int(limits.retry_seconds // limits.request_seconds))
+
+
+def _endpoint() -> str:
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(name):
+            return f"{os.environ[name]}, from {name}"
+    return "AWS's, of AWS_REGION; AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL names another"
+
+
+_CREDENTIALS_REJECTED = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+                         "TokenRefreshRequired", "AccessDenied", "AllAccessDisabled", "403")
+_THROTTLED = ("SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests", "429",
+              "503")
+
+
+def _diagnose(err: BaseException, path: str) -> Diagnosis | None:
+    """botocore's errors (and obstore's, for the readers' ranged reads) as a ``Failure``."""
+    from botocore import exceptions
+
+    if isinstance(err, exceptions.NoCredentialsError | exceptions.PartialCredentialsError):
+        return Diagnosis(Failure.ACCESS, f"no credentials found ({first_line(err)})")
+    if isinstance(err, exceptions.ReadTimeoutError):
+        return Diagnosis(Failure.TIMED_OUT, first_line(err))
+    if isinstance(err, exceptions.ConnectionError | exceptions.ConnectionClosedError):
+        return Diagnosis(Failure.UNREACHABLE, connection_detail(err))
+    if isinstance(err, exceptions.ClientError):
+        code = str(err.response.get("Error", {}).get("Code", ""))
+        if code == "NoSuchBucket":
+            return Diagnosis(Failure.BUCKET_MISSING, code)
+        if code in _CREDENTIALS_REJECTED:
+            return Diagnosis(Failure.ACCESS, f"{code}: {err.response.get('Error', {}).get('Message', '')}")
+        if code in _THROTTLED:
+            return Diagnosis(Failure.THROTTLED, code)
+        return None
+    return obstore_reads.diagnose(err)
+
+
+STORE = Store(name="s3", bucket_kind="bucket", endpoint=_endpoint, bucket_of=lambda path: split(path)[0],
+              diagnose=_diagnose,
+              credentials="AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN), AWS_PROFILE in "
+                          "~/.aws/credentials or ~/.aws/config (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE), or an "
+                          "instance or web-identity role")
 
 
 def _status(err: BaseException) -> int | None:
@@ -54,7 +109,10 @@ def _status(err: BaseException) -> int | None:
 
 
 def _missing(err: BaseException) -> bool:
-    return _status(err) == 404
+    """A 404 for the object, not for its bucket (``NoSuchBucket``: typed by ``STORE``; a HEAD's 404 cannot tell)."""
+    response = getattr(err, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return _status(err) == 404 and code != "NoSuchBucket"
 
 
 def _stored(path: str, size: int, updated: Any, etag: str) -> StoredFile:
@@ -62,6 +120,7 @@ def _stored(path: str, size: int, updated: Any, etag: str) -> StoredFile:
 
 
 def _ranges_through(through: Any) -> RangedRead:
+    @STORE.reads
     def read(path: str, start: int, stop: int) -> bytes:
         if stop <= start:
             return b""
@@ -84,6 +143,7 @@ def sdk_ranges(connections: int) -> RangedRead:
     return _ranges_through(client(connections))
 
 
+@STORE.translating("write", "close", "__exit__", path_of=lambda upload, args: upload.path)
 class _S3Upload(PartedUpload):
     """One PutObject, or a multipart upload committed by CompleteMultipartUpload (aborted on an error)."""
 
@@ -112,6 +172,7 @@ class _S3Upload(PartedUpload):
         client().abort_multipart_upload(Bucket=self._bucket, Key=self._key, UploadId=self._upload_id)
 
 
+@STORE.translating()
 class S3Backend(StorageBackend):
     """Amazon S3 and S3-compatible stores through boto3 (one client per process and pool size)."""
 
@@ -152,8 +213,8 @@ class S3Backend(StorageBackend):
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         return _ranges_through(client())(path, start, stop)
 
-    def ranged_reader(self, connections: int) -> RangedView:
-        return obstore_reads.s3_ranges(client(connections), connections)
+    def ranged_reader(self, connections: int, *, deadlines: StoreDeadlines | None = None) -> RangedView:
+        return obstore_reads.s3_ranges(client(connections, deadlines), connections, deadlines or current_deadlines())
 
     def open_write(self, path: str) -> BinaryIO:
         return _S3Upload(path)  # type: ignore[return-value]  # a BufferedIOBase

@@ -77,7 +77,6 @@ def flaky_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlakyGcs]:
                        lifetime_seconds=600).start()
     saved = {key: os.environ.get(key) for key in EMULATOR_ENV_KEYS}
     os.environ.update(emulator_env(work, proxy.url))
-    gcs.forget_client()  # a client made earlier in this process points at another emulator
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(gcs, "retry_policy", lambda: DEFAULT_RETRY.with_delay(initial=0.02, maximum=0.5))
@@ -91,7 +90,6 @@ def flaky_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlakyGcs]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        gcs.forget_client()
 
 
 @pytest.fixture()
