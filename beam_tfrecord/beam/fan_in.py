@@ -10,13 +10,14 @@ from typing import Any, NamedTuple, Protocol
 import apache_beam as beam
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.duplicates import DigestSettings
-from beam_tfrecord.beam.near_duplicates import SignatureSettings
 from beam_tfrecord.beam.runners.table import traits_of
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
 from beam_tfrecord.beam.write_options import WriterChecks
 from beam_tfrecord.core.description import DatasetDescription
-from beam_tfrecord.encoding.records import FeatureTransform
+from beam_tfrecord.core.side_files import SideFiles
+from beam_tfrecord.encoding.records import FeatureTransform, RecordRebuilder
+from beam_tfrecord.quality.digest_files import DigestBuffer
+from beam_tfrecord.quality.near_signatures import SignatureBuffer
 from beam_tfrecord.quality.split_groups import GroupPlacement
 
 
@@ -49,9 +50,9 @@ class Encoding(Protocol):
     """
 
     def to_runs_fn(self, *, runs_dir: str, run_bytes: int, direct_io: bool, salt: str,
-                   max_record_bytes: int, duplicates: DigestSettings | None = None) -> beam.DoFn: ...
+                   max_record_bytes: int, side_files: tuple[SideFiles, ...] = ()) -> beam.DoFn: ...
 
-    def to_batches_fn(self, *, salt: str, max_record_bytes: int, duplicates: DigestSettings | None = None
+    def to_batches_fn(self, *, salt: str, max_record_bytes: int, side_files: tuple[SideFiles, ...] = ()
                       ) -> beam.DoFn: ...
 
     def summarize_batches(self) -> beam.PTransform:
@@ -84,17 +85,21 @@ class FanInSettings:
         description, near = self.description, self.checks.near_duplicates
         return dict(salt=description.salt, max_record_bytes=description.sharding.cap,
                     feature_transforms=self.feature_transforms, reread_min_bytes=self.tuning.reread_min_bytes,
-                    progress_dir=self.tuning.progress_dir, duplicates=self.digest_settings(),
+                    progress_dir=self.tuning.progress_dir, side_files=self.side_files(),
                     placement=None if self.checks.split_key_fn is None else GroupPlacement(
                         self.checks.split_key_fn, salt=description.salt,
                         split_starts=[lo for _, lo, _ in description.splits.ratio_bounds()]),
-                    near=None if near is None else SignatureSettings(
-                        near.feature, storage.join(self.temp_dir, "signatures")))
+                    sign=None if near is None else near.feature)
 
-    def digest_settings(self) -> DigestSettings | None:
-        """Where and how encoders write digests (None: duplicates are not checked)."""
-        duplicates = self.checks.duplicates_check
-        return None if duplicates is None else DigestSettings(duplicates, storage.join(self.temp_dir, "digests"))
+    def side_files(self) -> tuple[SideFiles, ...]:
+        """What the encoders write beside the records, for the checks asked for (``core.side_files``): image
+        signatures (near duplicates), content digests (exact duplicates)."""
+        near, duplicates = self.checks.near_duplicates, self.checks.duplicates_check
+        rebuild = None if self.encoding is not None else RecordRebuilder(self.description.schema,
+                                                                         self.feature_transforms)
+        return ((*(() if near is None else (SignatureBuffer(storage.join(self.temp_dir, "signatures")),)),
+                *(() if duplicates is None else (DigestBuffer(duplicates, storage.join(self.temp_dir, "digests"),
+                                                              rebuild=rebuild),))))
 
     def shard_options(self) -> dict[str, Any]:
         """Keyword arguments of both shard writers (``shards.WriteShardFn``), after schema, compression, transforms."""

@@ -38,10 +38,10 @@ class EncodeToBatchesFn(EncodeSamplesFn):
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[EncodedBatch]:
         entries, dead = self._encode_element(element)
-        yield EncodedBatch(tuple(entries), tuple(dead), tuple(self._take_announced()))
+        yield EncodedBatch(tuple(entries), tuple(dead), tuple(self._announced()))
 
     def finish_bundle(self) -> None:
-        self._finish_digests()
+        self._finish_side_files()
         self._flush_progress()
 
 
@@ -161,7 +161,7 @@ class ShufflePath(beam.PTransform):
         if settings.encoding is not None:
             return settings.encoding.to_batches_fn(salt=settings.description.salt,
                                                    max_record_bytes=settings.description.sharding.cap,
-                                                   duplicates=settings.digest_settings())
+                                                   side_files=settings.side_files())
         return EncodeToBatchesFn(settings.description.schema, **settings.encode_options())
 
     def expand(self, samples: beam.PCollection) -> FanInOutputs:

@@ -15,11 +15,10 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.dropped import check_removed, dropped_hashes, entries_without, index_without, write_dropped
-from beam_tfrecord.beam.duplicates import DigestSettings, FindDuplicatesAmong
+from beam_tfrecord.beam.duplicates import FindDuplicatesAmong
 from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
-from beam_tfrecord.beam.near_duplicates import SignatureSettings
 from beam_tfrecord.beam.one_group import (
     DEAD,
     DIGESTS,
@@ -44,6 +43,7 @@ from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
+from beam_tfrecord.core.side_files import SideFiles
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
 from beam_tfrecord.quality.digest_files import DigestFile
@@ -85,12 +85,12 @@ class EncodeToRunsFn(EncodeSamplesFn):
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
                  run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
                  direct_io: bool, progress_dir: str | None = None, resume: RunsResume | None = None,
-                 duplicates: DigestSettings | None = None, placement: GroupPlacement | None = None,
-                 near: SignatureSettings | None = None) -> None:
+                 side_files: tuple[SideFiles, ...] = (), placement: GroupPlacement | None = None,
+                 sign: str | None = None) -> None:
+        self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)  # the last side file
         super().__init__(schema, salt=salt, max_record_bytes=max_record_bytes, feature_transforms=feature_transforms,
-                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir, duplicates=duplicates,
-                         placement=placement, near=near)
-        self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
+                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir,
+                         side_files=(*side_files, self._run_writing), placement=placement, sign=sign)
         self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
         self._resume = resume
         self._reused_counter = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "samples_reused")
@@ -102,7 +102,6 @@ class EncodeToRunsFn(EncodeSamplesFn):
             write_resume_file(self._resume.temp_dir, self._resume.fingerprint)  # once per build: the first worker
             if self._resume.reused_hashes_path:
                 self._reused = read_reused_hashes(self._resume.reused_hashes_path)
-        self._run_writing.start()
 
     def _encode_element(self, element: Sample | DeadLetter | list[Sample | DeadLetter]
                         ) -> tuple[list[bytes], list[DeadLetter]]:
@@ -128,21 +127,18 @@ class EncodeToRunsFn(EncodeSamplesFn):
     def teardown(self) -> None:
         self._run_writing.stop()
 
-    def start_bundle(self) -> None:
-        self._spiller = self._run_writing.spiller()
-
-    def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[SpilledRun | DeadLetter]:
-        entries, dead = self._encode_element(element)
+    def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]
+                ) -> Iterator[SpilledRun | DeadLetter | DigestFile | SignatureFile]:
+        _, dead = self._encode_element(element)
         yield from dead
-        yield from self._take_announced()
-        started = self._spiller.add_many(entries)
-        if started:
-            self._runs.inc(len(started))  # metrics are per thread: counted here, not in the writing thread
-        yield from started
+        announced = self._announced()
+        runs = sum(type(started) is SpilledRun for started in announced)
+        if runs:
+            self._runs.inc(runs)  # metrics are per thread: counted here, not in the writing thread
+        yield from announced
 
     def finish_bundle(self) -> None:
-        self._spiller.finish()  # the bundle (and every run it announced) counts only once its runs are on storage
-        self._finish_digests()
+        self._finish_side_files()  # the bundle (and every run it announced) counts only once its files are on storage
         self._flush_progress()
 
 
@@ -318,7 +314,7 @@ class SpillPath(beam.PTransform):
             return settings.encoding.to_runs_fn(runs_dir=runs_dir, run_bytes=settings.tuning.spill_run_bytes,
                                                 direct_io=settings.tuning.direct_io, salt=settings.description.salt,
                                                 max_record_bytes=settings.description.sharding.cap,
-                                                duplicates=settings.digest_settings())
+                                                side_files=settings.side_files())
         return self._in_pool_if_asked(pipeline, EncodeToRunsFn(
             settings.description.schema, runs_dir=runs_dir, run_bytes=settings.tuning.spill_run_bytes,
             direct_io=settings.tuning.direct_io, resume=self._resume, **settings.encode_options()))
