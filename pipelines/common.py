@@ -36,7 +36,7 @@ from beam_tfrecord.beam.tuning import FanIn, WriterTuning
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.beam.write import WriteTFRecordDataset
 from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
-from beam_tfrecord.core.description import DEFAULT_SALT, DatasetDescription
+from beam_tfrecord.core.description import DEFAULT_DATASET_NAME, DEFAULT_SALT, DatasetDescription
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
@@ -66,7 +66,7 @@ class DatasetOutputOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--output", help="dataset directory to write (local path or gs://bucket/dir)")
-        parser.add_argument("--dataset_name", default="data", help="name used in shard file names")
+        parser.add_argument("--dataset_name", default=DEFAULT_DATASET_NAME, help="name used in shard file names")
         parser.add_argument("--splits", default="train=1.0",
                             help="NAME=FRACTION,... (stable by key hash) or NAME=COUNT,...,NAME=* (exact counts)")
         parser.add_argument("--target_shard_bytes", type=int, default=DEFAULT_TARGET_SHARD_BYTES,

@@ -27,7 +27,7 @@ from beam_tfrecord.beam.tuning import WriterTuning
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.beam.write import WriteTFRecordDataset
 from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
-from beam_tfrecord.core.description import DEFAULT_SALT, DatasetDescription
+from beam_tfrecord.core.description import DEFAULT_DATASET_NAME, DEFAULT_SALT, DatasetDescription
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.record_schema import PAYLOAD_METADATA_KEY, RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
@@ -129,9 +129,9 @@ class WriteBalancedTFRecord(beam.PTransform):
                  output_dir: str | None = None,
                  target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES, max_shard_bytes: int | None = None,
                  key_fn: KeyFn | None = None, splits: SplitConfig | str | None = None, salt: str = DEFAULT_SALT,
-                 payload: Payload | None = None, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
-                 metadata: Mapping[str, Any] | None = None, dali_index: bool = False, statistics: bool = True,
-                 tuning: WriterTuning | None = None,
+                 payload: Payload | None = None, dataset_name: str = DEFAULT_DATASET_NAME,
+                 max_rejected_fraction: float = 0.0, metadata: Mapping[str, Any] | None = None,
+                 dali_index: bool = False, statistics: bool = True, tuning: WriterTuning | None = None,
                  duplicates: DuplicatesCheck | DuplicatesMode | str | None = None,
                  split_key_fn: SplitKeyFn | None = None) -> None:
         super().__init__()

@@ -16,6 +16,7 @@ from beam_tfrecord.errors import WriterOptionError
 
 # The hash salt when none is given: the same salt and keys give the same splits and order.
 DEFAULT_SALT = "beam-tfrecord"
+DEFAULT_DATASET_NAME = "data"  # the name in shard file names when none is given
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,7 @@ class DatasetDescription:
     """
 
     schema: Schema
-    name: str = "data"
+    name: str = DEFAULT_DATASET_NAME
     splits: SplitConfig = dataclasses.field(default_factory=SplitConfig.single)
     sharding: ShardingConfig = dataclasses.field(default_factory=ShardingConfig)
     compression: Compression = Compression.NONE
