@@ -12,6 +12,7 @@ from typing import Any
 
 from beam_tfrecord._version import __version__
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
+from beam_tfrecord.core.description import DatasetDescription
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.infer import infer_array_schema, infer_schema
 from beam_tfrecord.core.manifest import MANIFEST_VERSION, Manifest, ShardInfo, SplitInfo
@@ -44,6 +45,8 @@ from beam_tfrecord.verify import verify_dataset
 # reading with NumPy or PyTorch needs neither Beam nor TensorFlow installed.
 _LAZY = {
     "WriteTFRecordDataset": "beam_tfrecord.beam.write",
+    "WriterChecks": "beam_tfrecord.beam.write_options",
+    "WriterProvenance": "beam_tfrecord.beam.write_options",
     "WriteBalancedTFRecord": "beam_tfrecord.beam.write_balanced",
     "Payload": "beam_tfrecord.beam.serialized_records",
     "ReadTFRecordDataset": "beam_tfrecord.beam.read_dataset",
@@ -72,6 +75,7 @@ __all__ = [
     "ClassLabel",
     "Compression",
     "DType",
+    "DatasetDescription",
     "DeadLetter",
     "FanIn",
     "FileFormat",
@@ -118,6 +122,8 @@ __all__ = [
     "VarList",
     "WriteBalancedTFRecord",
     "WriteTFRecordDataset",
+    "WriterChecks",
+    "WriterProvenance",
     "WriterTuning",
     "__version__",
     "audio_class_names",

@@ -55,7 +55,7 @@ def _records(chunk: int, total: int) -> list[bytes]:
 def run_child(variant: str, args: argparse.Namespace) -> None:
     import apache_beam as beam
 
-    from beam_tfrecord import WriteBalancedTFRecord, WriterTuning
+    from beam_tfrecord import WriteBalancedTFRecord
 
     start, cpu = time.perf_counter(), _cpu()
     with beam.Pipeline() as pipeline:
@@ -65,8 +65,8 @@ def run_child(variant: str, args: argparse.Namespace) -> None:
         if variant == "write_to_tfrecord":
             _ = records | beam.io.WriteToTFRecord(os.path.join(args.out, "data"), num_shards=args.shards)
         else:  # the same names
-            _ = records | WriteBalancedTFRecord(os.path.join(args.out, "data"), num_shards=args.shards, tuning=(
-                WriterTuning(statistics=False) if variant == "write_balanced_no_statistics" else None))
+            _ = records | WriteBalancedTFRecord(os.path.join(args.out, "data"), num_shards=args.shards,
+                                                  statistics=variant != "write_balanced_no_statistics")
     print(json.dumps({"seconds": time.perf_counter() - start, "cpu": _cpu() - cpu}))
 
 

@@ -24,9 +24,9 @@ import tracemalloc
 
 import numpy as np
 
-from beam_tfrecord.beam.duplicates import BUFFER_DIGESTS, _find_in_sections
+from beam_tfrecord.beam.duplicates import _find_in_sections
 from beam_tfrecord.quality.content import DuplicatesMode
-from beam_tfrecord.quality.digest_files import SECTIONS, Digests, write_digest_file
+from beam_tfrecord.quality.digest_files import BUFFER_DIGESTS, SECTIONS, Digests, write_digest_file
 from beam_tfrecord.quality.duplicate_counts import count_duplicates
 from beam_tfrecord.quality.groups import DuplicateGroups
 

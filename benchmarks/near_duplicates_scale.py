@@ -30,11 +30,11 @@ import numpy as np
 from duplicates_scale import _measured  # (result, CPU seconds, peak MiB), as the exact duplicates' simulation measures
 from scipy.stats import poisson
 
-from beam_tfrecord.beam.near_duplicates import _FILES_PER_TASK, BUFFER_IMAGES, _BandEntriesFn
+from beam_tfrecord.beam.near_duplicates import _FILES_PER_TASK, _BandEntriesFn
 from beam_tfrecord.core.sharding import SplitConfig
 from beam_tfrecord.quality.near_duplicates import ImageSignature, NearDuplicateSettings, NearPair, bucket_pairs
 from beam_tfrecord.quality.near_report import split_pair_namer
-from beam_tfrecord.quality.near_signatures import SignatureRows, Signatures, write_signature_file
+from beam_tfrecord.quality.near_signatures import BUFFER_IMAGES, SignatureRows, Signatures, write_signature_file
 from beam_tfrecord.quality.near_tally import NearTally, tally_pairs
 
 _TALLY_PAIRS = 10_000  # pairs per bucket tally merged (a bucket's pairs)

@@ -47,7 +47,7 @@ C_BEAM_WORKERS = "c_beam_workers"
 # Optional, with --variants: (c) checking exact duplicates (``duplicates="report"``, issue 48), interleaved
 # with (c): the check's cost (target: at most 10% of the build's time).
 C_DUPLICATES = "c_duplicates"
-# Optional, with --variants: (c) without statistics.pb (``WriterTuning(statistics=False)``), interleaved with
+# Optional, with --variants: (c) without statistics.pb (``DatasetDescription(statistics=False)``), interleaved with
 # (c): the statistics' cost (issue 50: at most 10%), and the same shards with and without them.
 C_NO_STATISTICS = "c_no_statistics"
 
@@ -135,18 +135,19 @@ def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
 
     from beam_tfrecord import (
         ClassLabel,
+        DatasetDescription,
         DType,
         Scalar,
         Schema,
         ShardingConfig,
         Tensor,
         TensorDType,
-        WriterTuning,
+        WriterChecks,
         WriteTFRecordDataset,
     )
 
     options = ["--runner=DirectRunner", *args.c_options.split()]
-    tuning = WriterTuning(statistics=args.child != C_NO_STATISTICS)
+    statistics = args.child != C_NO_STATISTICS
     if args.child == C_BEAM_WORKERS:
         options += ["--direct_running_mode=multi_processing", f"--direct_num_workers={len(os.sched_getaffinity(0))}"]
     sharding = ShardingConfig(target_shard_bytes=args.target_shard_mib << 20)
@@ -165,7 +166,9 @@ def run_c(workload: str, args: argparse.Namespace, out: str) -> None:
             samples = (pipeline | beam.Create([os.path.join(args.blob_dir, "*.bin")])
                        | beam.FlatMap(_blob_chunks, args.blobs))
         duplicates = "report" if args.child == C_DUPLICATES else None
-        _ = samples | WriteTFRecordDataset(out, schema=schema, sharding=sharding, tuning=tuning, duplicates=duplicates)
+        _ = samples | WriteTFRecordDataset(
+            out, description=DatasetDescription(schema=schema, sharding=sharding, statistics=statistics),
+            checks=WriterChecks(duplicates=duplicates))
 
 
 # ----- the driver -----

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import enum
 import json
 import logging
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -29,13 +29,14 @@ from beam_tfrecord.beam.runners.local_workers import (
 from beam_tfrecord.beam.runners.table import (
     runner_name_of,
     runs_on_direct_runner,
-    traits_of_options,
     uses_dask_runner,
 )
 from beam_tfrecord.beam.shard_pieces import describe_pieces
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
-from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
+from beam_tfrecord.beam.write import WriteTFRecordDataset
+from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
+from beam_tfrecord.core.description import DEFAULT_DATASET_NAME, DEFAULT_SALT, DatasetDescription
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
@@ -43,14 +44,19 @@ from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConf
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
+from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import MAX_REJECTED_FLAG, BeamTFRecordError, DiskFullError
 from beam_tfrecord.job import lease
-from beam_tfrecord.job.progress import ProgressDisplay, progress_folder
+from beam_tfrecord.quality.content import DuplicatesCheck
+from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
+from beam_tfrecord.quality.split_groups import SplitKeyFn
 from beam_tfrecord.spill.resume import SkipsReusedKeys, describe_reused_shards
 from beam_tfrecord.spill.run_files import DEFAULT_RUN_BYTES
 from beam_tfrecord.versions.refresh import fingerprint_inputs
 from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.job_options import JobCommand
+from pipelines.progress_options import ProgressOptions as ProgressOptions  # the jobs import it from here too
+from pipelines.progress_options import progress_for
 from pipelines.source_options import parse_bool
 
 
@@ -60,7 +66,7 @@ class DatasetOutputOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--output", help="dataset directory to write (local path or gs://bucket/dir)")
-        parser.add_argument("--dataset_name", default="data", help="name used in shard file names")
+        parser.add_argument("--dataset_name", default=DEFAULT_DATASET_NAME, help="name used in shard file names")
         parser.add_argument("--splits", default="train=1.0",
                             help="NAME=FRACTION,... (stable by key hash) or NAME=COUNT,...,NAME=* (exact counts)")
         parser.add_argument("--target_shard_bytes", type=int, default=DEFAULT_TARGET_SHARD_BYTES,
@@ -115,40 +121,6 @@ class DatasetOutputOptions(PipelineOptions):
                                  "workers may run on other machines (Dataflow, Flink, Spark, a Dask scheduler "
                                  "given by address, the PortableRunner not in LOOPBACK) refuses local paths "
                                  "before any work starts")
-
-
-class ProgressOptions(PipelineOptions):
-    """How a local build shows its progress while it runs."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--progress", default="auto", choices=[m.value for m in ProgressMode],
-                            help="on the DirectRunner: a live line on stderr (bar), a plain line every "
-                                 "--progress_interval_seconds (log), nothing (none), or bar on a terminal and "
-                                 "log otherwise (auto, the default); remote runners show the job's Beam counters")
-        parser.add_argument("--progress_interval_seconds", type=float, default=10.0,
-                            help="seconds between plain progress lines")
-
-
-class ProgressMode(enum.Enum):
-    AUTO = "auto"
-    BAR = "bar"
-    LOG = "log"
-    NONE = "none"
-
-
-@contextlib.contextmanager
-def progress_for(options: PipelineOptions, *, expected_inputs: int | None) -> Iterator[str | None]:
-    """The progress folder to give the writer (None: no progress display), shown while the block runs."""
-    settings = options.view_as(ProgressOptions)
-    mode = ProgressMode(settings.progress)
-    if mode is ProgressMode.NONE or not traits_of_options(options).workers_on_this_machine:
-        yield None
-        return
-    live = None if mode is ProgressMode.AUTO else mode is ProgressMode.BAR
-    with progress_folder() as folder, ProgressDisplay(folder, expected_inputs=expected_inputs, live=live,
-                                                      interval_seconds=settings.progress_interval_seconds):
-        yield folder
 
 
 _SECRET_WORDS = ("token", "secret", "password", "passwd", "credential", "api_key", "private_key")
@@ -211,27 +183,34 @@ def require_worker_paths(options: PipelineOptions, inputs: Mapping[str, str | No
 
 def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence[str], *,
                 workers: LocalWorkersChoice | None = None, progress_dir: str | None = None,
-                shared_filesystem: bool = False, **extra) -> WriteTFRecordDataset:
-    """The writer transform configured from the shared options (``workers``: the DirectRunner's worker
-    processes, ``choose_local_workers`` from the options when not given); its ``WriterTuning`` from the
-    flags (``--spill_run_mib``, ``--fan_in``, ``--encode_processes``, ``--shard_writers``)."""
+                shared_filesystem: bool = False, feature_transforms: Mapping[str, FeatureTransform] | None = None,
+                duplicates: DuplicatesCheck | None = None, near_duplicates: NearDuplicateSettings | None = None,
+                split_key_fn: SplitKeyFn | None = None,
+                expected_inputs: int | None = None, inputs_identity: str | None = None, resume: bool = False,
+                metadata: Mapping[str, Any] | None = None) -> WriteTFRecordDataset:
+    """The writer from the shared options: its ``DatasetDescription`` and ``WriterTuning`` from the flags (``workers``:
+    ``choose_local_workers`` when not given), the arguments in its ``WriterChecks`` and ``WriterProvenance``."""
     require_output(options)
-    if workers is None:
-        workers = choose_local_workers(options, requested=None, flags=command)
-    tuning = WriterTuning(
-        spill_run_bytes=options.spill_run_mib * MiB, fan_in=FanIn.parse(options.fan_in), local_workers=workers.workers,
-        encode_processes=options.encode_processes, shared_filesystem=shared_filesystem, progress_dir=progress_dir,
-        shard_writers=1 if options.shard_writers is None else options.shard_writers,
-        statistics=not options.no_statistics)
-    return WriteTFRecordDataset(
-        options.output, schema=schema, dataset_name=options.dataset_name,
-        splits=SplitConfig.parse(options.splits),
+    workers = workers or choose_local_workers(options, requested=None, flags=command)
+    description = DatasetDescription(
+        schema=schema, name=options.dataset_name, splits=SplitConfig.parse(options.splits),
         sharding=ShardingConfig(target_shard_bytes=options.target_shard_bytes,
                                 max_shard_bytes=options.max_shard_bytes, num_shards=options.num_shards),
         compression=Compression.parse(options.compression), file_format=FileFormat.parse(options.file_format),
-        dali_index=bool(options.dali_index), salt=options.salt,
-        max_rejected_fraction=options.max_rejected_fraction, max_rejected_option=MAX_REJECTED_FLAG,
-        command=redact_command(command), tuning=tuning, **extra)
+        dali_index=bool(options.dali_index), salt=options.salt, statistics=not options.no_statistics)
+    return WriteTFRecordDataset(options.output, description=description, feature_transforms=feature_transforms,
+                                checks=WriterChecks(
+                                    max_rejected_fraction=options.max_rejected_fraction,
+                                    max_rejected_option=MAX_REJECTED_FLAG, duplicates=duplicates,
+                                    near_duplicates=near_duplicates, split_key_fn=split_key_fn),
+                                provenance=WriterProvenance(
+                                    expected_inputs=expected_inputs, inputs_identity=inputs_identity, resume=resume,
+                                    command=redact_command(command), metadata=metadata or {}),
+                                tuning=WriterTuning(
+                                    spill_run_bytes=options.spill_run_mib * MiB, fan_in=FanIn.parse(options.fan_in),
+                                    local_workers=workers.workers, encode_processes=options.encode_processes,
+                                    shared_filesystem=shared_filesystem, progress_dir=progress_dir,
+                                    shard_writers=1 if options.shard_writers is None else options.shard_writers))
 
 
 @contextlib.contextmanager

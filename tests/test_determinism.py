@@ -24,6 +24,7 @@ from beam_tfrecord import (
     ShardingConfig,
     SplitConfig,
     VarList,
+    WriterChecks,
     WriterTuning,
     WriteTFRecordDataset,
     load_manifest,
@@ -61,7 +62,8 @@ def _chunk(index: int) -> list[Sample]:
 def _writer(out: str, *, direct_io: bool = True, fan_in: FanIn = FanIn.AUTO, splits: str = RATIO_SPLITS,
             encode_processes: int = 1) -> WriteTFRecordDataset:
     return WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse(splits),
-                                sharding=ShardingConfig(target_shard_bytes=60_000), max_rejected_fraction=0.05,
+                                sharding=ShardingConfig(target_shard_bytes=60_000),
+                                checks=WriterChecks(max_rejected_fraction=0.05),
                                 tuning=WriterTuning(spill_run_bytes=40_000, direct_io=direct_io, fan_in=fan_in,
                                                     encode_processes=encode_processes))
 

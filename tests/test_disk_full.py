@@ -250,7 +250,8 @@ def _python_on_small_disks(in_namespace: InNamespace, tmp_path: Path, mib: int, 
 _PUBLISH_ON_A_FULL_DISK = """
 import json, os, sys
 import numpy as np
-from beam_tfrecord import DType, Scalar, Schema, ShardingConfig, SplitConfig
+from beam_tfrecord import DatasetDescription, DType, Scalar, Schema, ShardingConfig, SplitConfig
+from beam_tfrecord import WriterChecks, WriterProvenance
 from beam_tfrecord.beam.spill_path import EncodeToRunsFn
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.spill_path import WriteShardFromRunsFn
@@ -288,9 +289,11 @@ def case(disk, arg):
                 filler.write(bytes(1 << 12))
     except OSError:
         pass
-    settings = PublishSettings(output_dir=f"{disk}/ds", temp_dir=f"{disk}/tmp", run_id="run-1", dataset_name="d",
-                               schema=schema, compression=Compression.NONE, salt="s", sharding=sharding,
-                               max_rejected_fraction=0.01, command=("test",), metadata={}, splits=splits)
+    settings = PublishSettings(output_dir=f"{disk}/ds", temp_dir=f"{disk}/tmp", run_id="run-1",
+                               description=DatasetDescription(schema=schema, name="d", salt="s", sharding=sharding,
+                                                              splits=splits, statistics=False),
+                               checks=WriterChecks(max_rejected_fraction=0.01),
+                               provenance=WriterProvenance(command=("test",)))
     try:
         publish(settings, plan, infos, dead)
         error = None

@@ -1,17 +1,13 @@
 """Exact duplicates in a build: digests written where records are encoded, groups found where equal hashes meet.
 
-Encoders write digest files (``quality.digest_files``) and announce them; ``FindDuplicates`` gives each task a
-range of content-hash sections of every file, so no worker holds every hash; publication counts the groups by
-split (``quality.duplicate_counts``), records them in the manifest, or fails (``duplicates=fail``).
+Encoders write digest files (``quality.digest_files.DigestBuffer``, a side file) and announce them;
+``FindDuplicates`` gives each task a range of content-hash sections of every file, so no worker holds every hash;
+publication counts the groups by split (``quality.duplicate_counts``), records them, or fails (``duplicates=fail``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import operator
-import pickle
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -20,125 +16,12 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.one_group import DIGESTS, START, TaggedStart, by_kind, tag
-from beam_tfrecord.core.runs import ENTRY_HEADER_BYTES, HASH_BYTES, RECORD, entry_reference
 from beam_tfrecord.core.sharding import DatasetPlan
 from beam_tfrecord.errors import DuplicatesFoundError, PipelineInvariantError
-from beam_tfrecord.quality.content import ContentHasher, DuplicatesCheck, DuplicatesMode
-from beam_tfrecord.quality.digest_files import SECTIONS, DigestFile, Digests, read_sections, write_digest_file
+from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
+from beam_tfrecord.quality.digest_files import SECTIONS, DigestFile, Digests, read_sections
 from beam_tfrecord.quality.duplicate_counts import DUPLICATES_KEY, DuplicateCounts, count_duplicates
 from beam_tfrecord.quality.groups import DuplicateGroups, find_groups, merge_groups
-
-# Digests an encoder buffers before writing a file (~40 MB with short keys): a finding task reads about one
-# file's worth of rows, as tasks are as many as files (up to ``SECTIONS``).
-BUFFER_DIGESTS = 1 << 20
-_FRAME_HEADER, _FRAME_FOOTER = 12, 4  # a framed record: length (8) and its CRC (4), data, the data's CRC (4)
-_RECORD_AT = ENTRY_HEADER_BYTES + _FRAME_HEADER
-_KIND, _KEY_HASH = operator.itemgetter(HASH_BYTES), operator.itemgetter(slice(0, HASH_BYTES))
-_RECORD = operator.itemgetter(slice(_RECORD_AT, -_FRAME_FOOTER))  # of an entry's memoryview: its record
-
-
-@dataclasses.dataclass(frozen=True)
-class DigestSettings:
-    """What an encoder needs to write digests: the check, and where its files go."""
-
-    check: DuplicatesCheck
-    digests_dir: str
-
-
-class DigestBuffer:
-    """One encoder's digests: buffered, written to a file announced when its first digest arrives.
-
-    ``add`` returns the files it started (to emit: they are on storage once ``finish`` has run, at the end
-    of the bundle). A REFERENCE entry's record is built again from its sample to be hashed (``rebuild``).
-    """
-
-    def __init__(self, settings: DigestSettings, rebuild: Any) -> None:
-        self._dir = settings.digests_dir
-        self._hasher = ContentHasher(settings.check.excluded)
-        self._rebuild = rebuild
-        # content hashes and key hashes as bytes, keys as str: made numpy columns once, when the file is written
-        self._content: list[bytes] = []
-        self._key_hashes: list[bytes] = []
-        self._keys: list[str] = []
-        self._file: DigestFile | None = None
-
-    def add(self, entries: Sequence[bytes], keys: Sequence[str]) -> list[DigestFile]:
-        if not entries:
-            return []
-        if len(entries) != len(keys):
-            raise PipelineInvariantError("digests", f"{len(entries)} entries but {len(keys)} keys")
-        started = []
-        if self._file is None:
-            storage.make_dirs(self._dir)
-            self._file = DigestFile(storage.join(self._dir, f"{uuid.uuid4().hex}.dig"))
-            started.append(self._file)
-        if bytes(map(_KIND, entries)).count(RECORD) == len(entries):  # C-level maps: no Python step per record
-            records: Iterable[bytes | memoryview] = map(_RECORD, map(memoryview, entries))  # type: ignore[arg-type]
-        else:
-            records = [memoryview(entry)[_RECORD_AT:-_FRAME_FOOTER] if entry[HASH_BYTES] == RECORD
-                       else self._rebuilt(entry) for entry in entries]
-        self._content.append(self._hasher.digests(records))
-        self._key_hashes.append(b"".join(map(_KEY_HASH, entries)))
-        self._keys.extend(keys)
-        if len(self._keys) >= BUFFER_DIGESTS:
-            self.finish()
-        return started
-
-    @property
-    def is_open(self) -> bool:
-        """Whether a file is started (announced) and takes the next digests."""
-        return self._file is not None
-
-    def _rebuilt(self, entry: bytes) -> bytes:
-        """A REFERENCE entry's record, built again from its sample (its files read again)."""
-        built = self._rebuild(pickle.loads(entry_reference(entry)[1]))
-        if not isinstance(built, bytes):
-            raise PipelineInvariantError("digests", f"a spilled sample no longer encodes: {built}")
-        return built
-
-    def finish(self) -> None:
-        """Writes the buffered digests to the announced file (a bundle's end, or a full buffer)."""
-        if self._file is not None:
-            write_digest_file(self._file.path, Digests.of(b"".join(self._content), b"".join(self._key_hashes),
-                                                          self._keys))
-        self._content, self._key_hashes, self._keys, self._file = [], [], [], None
-
-
-_RECORDS_PER_ADD = 4096  # records that arrive one at a time, handed to the buffer in chunks
-
-
-class RecordDigests:
-    """A ``DigestBuffer`` fed one record at a time (``WriteBalancedTFRecord``'s encoders), in chunks.
-
-    A record that finds no file open goes to the buffer at once, so the file it starts is announced from
-    ``process``; the others wait for their chunk. Build in ``start_bundle``; call ``finish`` at the bundle's end.
-    """
-
-    def __init__(self, settings: DigestSettings) -> None:
-        self._buffer = DigestBuffer(settings, rebuild=None)  # record entries only: nothing to rebuild
-        self._entries: list[bytes] = []
-        self._keys: list[str] = []
-
-    def add(self, entry: bytes, key: str) -> list[DigestFile]:
-        """Adds one record entry and its key; returns the digest files it started (to emit)."""
-        if not self._buffer.is_open:
-            return self._buffer.add([entry], [key])
-        self._entries.append(entry)
-        self._keys.append(key)
-        if len(self._entries) < _RECORDS_PER_ADD:
-            return []
-        return self._flush()
-
-    def _flush(self) -> list[DigestFile]:
-        started = self._buffer.add(self._entries, self._keys)
-        self._entries, self._keys = [], []
-        return started
-
-    def finish(self) -> None:
-        if self._flush():  # records wait only while a file is open: they never start one
-            raise PipelineInvariantError("digests", "a digest file started at the end of a bundle")
-        self._buffer.finish()
-
 
 _Task = tuple[int, int, tuple[str, ...]]  # (first section, end section, every digest file)
 

@@ -7,30 +7,38 @@ multi-output ParDo down every branch, and drops what ``finish_bundle`` emits.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import apache_beam as beam
 
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.duplicates import DigestBuffer, DigestSettings
-from beam_tfrecord.beam.near_duplicates import SignatureBuffer, SignatureSettings
 from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.side_files import EncodedChunk, SideFiles
 from beam_tfrecord.encoding.entries import EntryEncoder
-from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
+from beam_tfrecord.encoding.image_signatures import ImageSigner
+from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.job.progress import ProgressSink
 from beam_tfrecord.quality.split_groups import GroupPlacement
 
 
 class EncodeSamplesFn(beam.DoFn):
-    """What both encoding DoFns share: the encoder, built in ``setup``, and the counters."""
+    """What both encoding DoFns share: the encoder, built in ``setup``, its side files, and the counters.
+
+    Args:
+        side_files: the side files each chunk goes to (``core.side_files``: digests, signatures; the spill path
+            adds its runs), announced in this order.
+        sign: the image feature the encoder signs for near duplicates (``ImageSigner``), or None.
+        The others: as ``FanInSettings.encode_options`` gives them.
+    """
 
     def __init__(self, schema: Schema, *, salt: str, max_record_bytes: int,
                  feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
-                 progress_dir: str | None = None, duplicates: DigestSettings | None = None,
-                 placement: GroupPlacement | None = None, near: SignatureSettings | None = None) -> None:
+                 progress_dir: str | None = None, side_files: tuple[SideFiles, ...] = (),
+                 placement: GroupPlacement | None = None, sign: str | None = None) -> None:
         self._schema = schema
-        self._duplicates = duplicates
-        self._near = near
+        self._side_files = side_files
+        self._sign = sign
         self._placement = placement
         self._progress_dir = progress_dir
         self._salt = salt
@@ -43,28 +51,21 @@ class EncodeSamplesFn(beam.DoFn):
         self._listed = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_planned_from_listed_sizes")
 
     def setup(self) -> None:
-        self._signatures = None if self._near is None else SignatureBuffer(self._near)
+        self._signer = None if self._sign is None else ImageSigner(self._sign)
         # the signer takes each image's signature from the transform that decodes it (``ImageSigner``)
-        transforms = self._transforms if self._signatures is None else self._signatures.signer.wrapped(self._transforms)
+        transforms = self._transforms if self._signer is None else self._signer.wrapped(self._transforms)
         self._encoder = EntryEncoder(self._schema, salt=self._salt, max_record_bytes=self._max_record_bytes,
                                      feature_transforms=transforms, reread_min_bytes=self._reread_min_bytes,
                                      placement=self._placement)
         self._progress = ProgressSink(self._progress_dir) if self._progress_dir else None
-        self._digests = None if self._duplicates is None else DigestBuffer(
-            self._duplicates, RecordBuilder(self._schema, self._transforms).build)
-        # digest and signature files started (``beam.duplicates``, ``beam.near_duplicates``), emitted with the
-        # next outputs
-        self._announced: list = []
 
-    def _take_announced(self) -> list:
-        announced, self._announced = self._announced, []
-        return announced
+    def _announced(self) -> list:
+        """The side files started since the last call, to emit."""
+        return [started for side in self._side_files for started in side.announce()]
 
-    def _finish_digests(self) -> None:
-        if self._digests is not None:
-            self._digests.finish()
-        if self._signatures is not None:
-            self._signatures.finish()
+    def _finish_side_files(self) -> None:
+        for side in self._side_files:
+            side.finish()
 
     def _flush_progress(self) -> None:
         if self._progress is not None:
@@ -72,7 +73,7 @@ class EncodeSamplesFn(beam.DoFn):
 
     def _encode_element(self, element: Sample | DeadLetter | list[Sample | DeadLetter]
                         ) -> tuple[list[bytes], list[DeadLetter]]:
-        """(entries, dead letters) of one element, each in input order; counts them."""
+        """(entries, dead letters) of one element, each in input order, given to the side files; counts them."""
         listed_before = self._encoder.num_listed
         # Sources emit a DeadLetter for an input they could not even turn into a sample (a
         # malformed row, a path outside the allowed root), so every input is counted here.
@@ -83,21 +84,24 @@ class EncodeSamplesFn(beam.DoFn):
         entries: list[bytes] = []
         dead: list[DeadLetter] = []
         keys: list[str] = []
+        signatures: list[tuple[str, Any]] = []
         items = element if isinstance(element, list) else [element]
-        signatures = self._signatures
+        signer = self._signer
         for item, outcome in zip(items, outcomes):  # ``outcomes`` may be made as they are read: in step
             if type(outcome) is DeadLetter:
                 dead.append(outcome)
-                if signatures is not None:
-                    signatures.signer.clear()
-            else:
-                entries.append(outcome)
-                if self._digests is not None:
-                    keys.append(item.key)
-                if signatures is not None and type(item) is Sample:  # not an incremental refresh's kept record
-                    self._announced.extend(signatures.add(item))
-        if self._digests is not None:
-            self._announced.extend(self._digests.add(entries, keys))
+                if signer is not None:
+                    signer.clear()
+                continue
+            entries.append(outcome)
+            keys.append(item.key)
+            if signer is not None and type(item) is Sample:  # not an incremental refresh's kept record
+                signature = signer.take(item)
+                if signature is not None:
+                    signatures.append((item.key, signature))
+        chunk = EncodedChunk(entries, keys, signatures)
+        for side in self._side_files:
+            side.add(chunk)
         for letter in dead:
             self._rejected[letter.stage].inc()
         self._encoded.inc(len(entries))

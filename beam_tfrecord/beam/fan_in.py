@@ -10,17 +10,15 @@ from typing import Any, NamedTuple, Protocol
 import apache_beam as beam
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.duplicates import DigestSettings
-from beam_tfrecord.beam.near_duplicates import SignatureSettings
 from beam_tfrecord.beam.runners.table import traits_of
-from beam_tfrecord.beam.tuning import FanIn
-from beam_tfrecord.core.naming import Compression, FileFormat
-from beam_tfrecord.core.pieces import ShardWriters
-from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
-from beam_tfrecord.encoding.records import FeatureTransform
-from beam_tfrecord.quality.content import DuplicatesCheck
-from beam_tfrecord.quality.split_groups import GroupPlacement, SplitKeyFn
+from beam_tfrecord.beam.tuning import FanIn, WriterTuning
+from beam_tfrecord.beam.write_options import WriterChecks
+from beam_tfrecord.core.description import DatasetDescription
+from beam_tfrecord.core.side_files import SideFiles
+from beam_tfrecord.encoding.records import FeatureTransform, RecordRebuilder
+from beam_tfrecord.quality.digest_files import DigestBuffer
+from beam_tfrecord.quality.near_signatures import SignatureBuffer
+from beam_tfrecord.quality.split_groups import GroupPlacement
 
 
 def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
@@ -52,9 +50,9 @@ class Encoding(Protocol):
     """
 
     def to_runs_fn(self, *, runs_dir: str, run_bytes: int, direct_io: bool, salt: str,
-                   max_record_bytes: int, duplicates: DigestSettings | None = None) -> beam.DoFn: ...
+                   max_record_bytes: int, side_files: tuple[SideFiles, ...] = ()) -> beam.DoFn: ...
 
-    def to_batches_fn(self, *, salt: str, max_record_bytes: int, duplicates: DigestSettings | None = None
+    def to_batches_fn(self, *, salt: str, max_record_bytes: int, side_files: tuple[SideFiles, ...] = ()
                       ) -> beam.DoFn: ...
 
     def summarize_batches(self) -> beam.PTransform:
@@ -66,54 +64,51 @@ class FanInSettings:
     """What either fan-in path is built from: the writer's checked options.
 
     Attributes:
-        encoding: the encode stage for inputs other than ``Sample``s; None encodes samples with ``schema``.
+        description: the dataset written (``DatasetDescription``).
+        tuning: how the write runs (``WriterTuning``; its ``temp_dir`` is resolved in ``temp_dir``).
         temp_dir: the build's temp folder (runs in ``runs/``, unpublished shards in ``shards/``).
-        The others: as ``WriteTFRecordDataset`` documents them.
+        feature_transforms: per-feature functions applied before validation.
+        encoding: the encode stage for inputs other than ``Sample``s; None encodes samples with the schema.
+        checks: what the encoders prepare side files for (exact and near duplicates) and how records are
+            placed by group (``quality.split_groups``).
     """
 
-    schema: Schema
-    splits: SplitConfig
-    sharding: ShardingConfig
-    dataset_name: str
-    compression: Compression
-    file_format: FileFormat
-    salt: str
-    feature_transforms: Mapping[str, FeatureTransform]
-    reread_min_bytes: int
-    direct_io: bool
+    description: DatasetDescription
+    tuning: WriterTuning
     temp_dir: str
-    progress_dir: str | None
-    encoding: Encoding | None
-    dali_index: bool = False
-    # The spill fan-in cuts shards into pieces to keep this many writers busy (``beam.shard_pieces``).
-    shard_writers: ShardWriters = dataclasses.field(default_factory=ShardWriters)
-    duplicates: DuplicatesCheck | None = None  # exact duplicates: encoders write digests (``beam.duplicates``)
-    split_key_fn: SplitKeyFn | None = None  # records placed by group (``quality.split_groups``)
-    statistics: bool = False  # shard writers leave their records' statistics (``beam.shard_statistics``)
-    near_feature: str | None = None  # near duplicates: encoders sign this feature's images (``beam.near_duplicates``)
+    feature_transforms: Mapping[str, FeatureTransform] = dataclasses.field(default_factory=dict)
+    encoding: Encoding | None = None
+    checks: WriterChecks = dataclasses.field(default_factory=WriterChecks)
 
     def encode_options(self) -> dict[str, Any]:
         """Keyword arguments of both sample encoders (``encode_fn.EncodeSamplesFn``)."""
-        return dict(salt=self.salt, max_record_bytes=self.sharding.cap, feature_transforms=self.feature_transforms,
-                    reread_min_bytes=self.reread_min_bytes, progress_dir=self.progress_dir,
-                    duplicates=self.digest_settings(),
-                    placement=None if self.split_key_fn is None else GroupPlacement(
-                        self.split_key_fn, salt=self.salt,
-                        split_starts=[lo for _, lo, _ in self.splits.ratio_bounds()]),
-                    near=None if self.near_feature is None else SignatureSettings(
-                        self.near_feature, storage.join(self.temp_dir, "signatures")))
+        description, near = self.description, self.checks.near_duplicates
+        return dict(salt=description.salt, max_record_bytes=description.sharding.cap,
+                    feature_transforms=self.feature_transforms, reread_min_bytes=self.tuning.reread_min_bytes,
+                    progress_dir=self.tuning.progress_dir, side_files=self.side_files(),
+                    placement=None if self.checks.split_key_fn is None else GroupPlacement(
+                        self.checks.split_key_fn, salt=description.salt,
+                        split_starts=[lo for _, lo, _ in description.splits.ratio_bounds()]),
+                    sign=None if near is None else near.feature)
 
-    def digest_settings(self) -> DigestSettings | None:
-        """Where and how encoders write digests (None: duplicates are not checked)."""
-        return None if self.duplicates is None else DigestSettings(self.duplicates,
-                                                                   storage.join(self.temp_dir, "digests"))
+    def side_files(self) -> tuple[SideFiles, ...]:
+        """What the encoders write beside the records, for the checks asked for (``core.side_files``): image
+        signatures (near duplicates), content digests (exact duplicates)."""
+        near, duplicates = self.checks.near_duplicates, self.checks.duplicates_check
+        rebuild = None if self.encoding is not None else RecordRebuilder(self.description.schema,
+                                                                         self.feature_transforms)
+        return ((*(() if near is None else (SignatureBuffer(storage.join(self.temp_dir, "signatures")),)),
+                *(() if duplicates is None else (DigestBuffer(duplicates, storage.join(self.temp_dir, "digests"),
+                                                              rebuild=rebuild),))))
 
     def shard_options(self) -> dict[str, Any]:
         """Keyword arguments of both shard writers (``shards.WriteShardFn``), after schema, compression, transforms."""
-        return dict(dataset_name=self.dataset_name, shards_dir=storage.join(self.temp_dir, "shards"),
-                    direct_io=self.direct_io, file_format=self.file_format, progress_dir=self.progress_dir,
-                    dali_index=self.dali_index, statistics=self.statistics,
-                    inferred_statistics=self.statistics and self.encoding is not None)
+        description = self.description
+        return dict(dataset_name=description.name, shards_dir=storage.join(self.temp_dir, "shards"),
+                    direct_io=self.tuning.direct_io, file_format=description.file_format,
+                    progress_dir=self.tuning.progress_dir, dali_index=description.dali_index,
+                    statistics=description.statistics,
+                    inferred_statistics=description.statistics and self.encoding is not None)
 
 
 class FanInOutputs(NamedTuple):

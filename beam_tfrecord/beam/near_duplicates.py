@@ -1,81 +1,29 @@
 """Near duplicates in a build: signatures written where images are encoded, pairs found where band values meet.
 
 Encoders sign each image from the image they decode (``encoding.image_signatures``) and write signature files
-(``quality.near_signatures``); ``FindNearDuplicates`` reads them in parallel, images meet by (band, band value)
-in the runner's shuffle (no table of every hash on one worker), each bucket gives its pairs once
-(``quality.near_duplicates.bucket_pairs``), and a combiner tallies them in bounded memory (``NearTally``).
+(``quality.near_signatures.SignatureBuffer``, a side file); ``FindNearDuplicates`` reads them in parallel, images
+meet by (band, band value) in the runner's shuffle (no table of every hash on one worker), each bucket gives its
+pairs once (``quality.near_duplicates.bucket_pairs``), and a combiner tallies them in bounded memory.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
 
-from beam_tfrecord import storage
 from beam_tfrecord.beam.one_group import SIGNATURES, START, TaggedStart, by_kind, tag
-from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.sharding import SplitConfig
-from beam_tfrecord.encoding.image_signatures import ImageSigner
 from beam_tfrecord.quality.near_duplicates import ImageSignature, NearDuplicateSettings, band_values, bucket_pairs
 from beam_tfrecord.quality.near_report import split_pair_namer
 from beam_tfrecord.quality.near_signatures import (
-    SignatureFile,
-    SignatureRows,
     read_signature_files,
-    write_signature_file,
 )
 from beam_tfrecord.quality.near_tally import NearTally, tally_capped, tally_not_hashed, tally_pairs
 
-BUFFER_IMAGES = 1 << 16  # signatures an encoder buffers before writing a file (~6 MB)
 _FILES_PER_TASK = 1  # signature files one search task reads (~180 MB of band entries for 4 files of 65,536)
-
-
-@dataclasses.dataclass(frozen=True)
-class SignatureSettings:
-    """What an encoder needs to sign images: the feature holding them, and where its files go."""
-
-    feature: str
-    signatures_dir: str
-
-
-class SignatureBuffer:
-    """One encoder's image signatures: buffered, written to a file announced when its first row arrives.
-
-    ``add`` returns the files it started (to emit: they are on storage once ``finish`` has run, at the end
-    of the bundle).
-    """
-
-    def __init__(self, settings: SignatureSettings) -> None:
-        self._dir = settings.signatures_dir
-        self.signer = ImageSigner(settings.feature)
-        self._rows = SignatureRows()
-        self._file: SignatureFile | None = None
-
-    def add(self, sample: Sample) -> list[SignatureFile]:
-        """Takes the signature of ``sample``, just encoded (``ImageSigner.take``)."""
-        signature = self.signer.take(sample)
-        if signature is None:
-            return []
-        started = []
-        if self._file is None:
-            storage.make_dirs(self._dir)
-            self._file = SignatureFile(storage.join(self._dir, f"{uuid.uuid4().hex}.sig"))
-            started.append(self._file)
-        self._rows.add(sample.key, signature)
-        if len(self._rows) >= BUFFER_IMAGES:
-            self.finish()
-        return started
-
-    def finish(self) -> None:
-        """Writes the buffered signatures to the announced file (a bundle's end, or a full buffer)."""
-        if self._file is not None:
-            write_signature_file(self._file.path, self._rows.signatures())
-        self._rows, self._file = SignatureRows(), None
 
 
 def _search_tasks(group: tuple[None, Iterable[tuple[str, Any]]]) -> Iterator[tuple[int, tuple[str, ...]]]:

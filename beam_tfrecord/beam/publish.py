@@ -19,17 +19,16 @@ from beam_tfrecord import storage
 from beam_tfrecord._version import __version__
 from beam_tfrecord.beam.shard_statistics import gather_statistics
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
+from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
 from beam_tfrecord.core.cut_planner import plan_dataset
+from beam_tfrecord.core.description import DatasetDescription
 from beam_tfrecord.core.manifest import DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo, SplitInfo
-from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.samples import DeadLetter
-from beam_tfrecord.core.schema import Schema
-from beam_tfrecord.core.sharding import DatasetPlan, ShardingConfig, SplitConfig, balance_spread
+from beam_tfrecord.core.sharding import DatasetPlan, balance_spread
 from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
 from beam_tfrecord.dataset import write_tfds_files
 from beam_tfrecord.describe import empty_shards_note
 from beam_tfrecord.errors import (
-    MAX_REJECTED_ARGUMENT,
     BeamTFRecordError,
     DiskFullError,
     InputsMismatchError,
@@ -44,25 +43,21 @@ _LOG = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class PublishSettings:
-    """What publication needs besides the shards: identity and policy of the dataset."""
+    """What publication needs besides the shards: where, which run, what the dataset is, its checks and records.
+
+    ``provenance.metadata`` grows on the way to publication (counts, reports): ``with_metadata``.
+    """
 
     output_dir: str
     temp_dir: str
     run_id: str
-    dataset_name: str
-    schema: Schema
-    compression: Compression
-    salt: str
-    sharding: ShardingConfig
-    max_rejected_fraction: float
-    command: tuple[str, ...]
-    metadata: Mapping[str, Any]
-    splits: SplitConfig
-    file_format: FileFormat = DEFAULT_FILE_FORMAT
-    expected_inputs: int | None = None
-    max_rejected_option: str = MAX_REJECTED_ARGUMENT  # how the caller sets the threshold (the error's hint)
-    dali_index: bool = False  # shards come with their DALI index (``ShardInfo.dali_index``)
-    statistics: bool = False  # the shard writers left statistics: merged into ``statistics.pb``
+    description: DatasetDescription
+    checks: WriterChecks = dataclasses.field(default_factory=WriterChecks)
+    provenance: WriterProvenance = dataclasses.field(default_factory=WriterProvenance)
+
+    def with_metadata(self, metadata: Mapping[str, Any]) -> PublishSettings:
+        """These settings with ``metadata`` to record instead."""
+        return dataclasses.replace(self, provenance=dataclasses.replace(self.provenance, metadata=metadata))
 
 
 def _read_old_manifest(path: str) -> Manifest | None:
@@ -118,7 +113,8 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     _refuse_other_inputs(settings, num_inputs)
     _refuse_too_many_rejected(settings, rejected, num_inputs)
     if plan is None:
-        plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.splits, settings.sharding)
+        plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.description.splits,
+                            settings.description.sharding)
     shard_infos = [*shard_infos, *_write_empty_shards(settings, plan)]
     by_split = _shards_by_split(plan, shard_infos)
     manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected),
@@ -127,7 +123,7 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
         _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
         write_interop_files(settings.output_dir, manifest)  # croissant.json, schema.pbtxt: before the manifest
         if manifest.statistics is not None:
-            statistics = gather_statistics(storage.join(settings.temp_dir, "shards"), settings.schema,
+            statistics = gather_statistics(storage.join(settings.temp_dir, "shards"), settings.description.schema,
                                            [split.name for split in manifest.splits])
             storage.write_bytes_atomic(storage.join(settings.output_dir, manifest.statistics),
                                        statistics.SerializeToString(deterministic=True))
@@ -157,7 +153,7 @@ def _dead_letter_lines(rejected: Sequence[DeadLetter]) -> bytes:
 def _refuse_other_inputs(settings: PublishSettings, num_inputs: int) -> None:
     """Raises InputsMismatchError when the workers read another number of inputs than the caller
     planned. The temporary files go; the old dataset, if any, stays."""
-    planned = settings.expected_inputs
+    planned = settings.provenance.expected_inputs
     if planned is not None and planned != num_inputs:
         storage.delete_tree(settings.temp_dir)
         missing = planned - num_inputs
@@ -172,13 +168,13 @@ def _refuse_too_many_rejected(settings: PublishSettings, rejected: Sequence[Dead
 
     Nothing is published then: the old dataset, if any, stays as it was; the temporary files go.
     """
-    if rejected and (len(rejected) > settings.max_rejected_fraction * num_inputs or len(rejected) == num_inputs):
+    if rejected and (len(rejected) > settings.checks.max_rejected_fraction * num_inputs or len(rejected) == num_inputs):
         path = storage.join(settings.output_dir, f"dead_letters-{settings.run_id}.jsonl")
         storage.write_bytes_atomic(path, _dead_letter_lines(rejected))
         storage.delete_tree(settings.temp_dir)
-        raise RejectedSamplesError(len(rejected), num_inputs, settings.max_rejected_fraction, path,
+        raise RejectedSamplesError(len(rejected), num_inputs, settings.checks.max_rejected_fraction, path,
                                    [f"{d.key} [{d.stage.value}] {d.message}" for d in rejected[:5]],
-                                   option=settings.max_rejected_option)
+                                   option=settings.checks.max_rejected_option)
 
 
 def _write_empty_shards(settings: PublishSettings, plan: DatasetPlan) -> list[ShardInfo]:
@@ -186,12 +182,13 @@ def _write_empty_shards(settings: PublishSettings, plan: DatasetPlan) -> list[Sh
     pipeline stage writes them, as no record goes to them (and empty input gives no plan at all)."""
     if not plan.empty_shards:
         return []
-    writer = ShardFileWriter(settings.schema, settings.compression, {}, direct_io=False,
-                             file_format=settings.file_format, dali_index=settings.dali_index)
+    writer = ShardFileWriter(settings.description.schema, settings.description.compression, {}, direct_io=False,
+                             file_format=settings.description.file_format, dali_index=settings.description.dali_index)
     shards_dir = storage.join(settings.temp_dir, "shards")
     storage.make_dirs(shards_dir)
-    return [writer.write(ShardTarget.of(spec, dataset_name=settings.dataset_name, compression=settings.compression,
-                                        file_format=settings.file_format, shards_dir=shards_dir), ())[0]
+    description = settings.description
+    return [writer.write(ShardTarget.of(spec, dataset_name=description.name, compression=description.compression,
+                                        file_format=description.file_format, shards_dir=shards_dir), ())[0]
             for spec in plan.empty_shards]
 
 
@@ -235,26 +232,27 @@ def _shard_files(shard_infos: Sequence[ShardInfo]) -> list[str]:
 def _new_manifest(settings: PublishSettings, plan: DatasetPlan, by_split: Mapping[str, Sequence[ShardInfo]], *,
                   num_inputs: int, num_rejected: int, num_dropped: int = 0) -> Manifest:
     """The manifest of the shards written (every planned split, empty ones too), dated now."""
+    sharding = settings.description.sharding
     return Manifest(
-        dataset_name=settings.dataset_name,
-        schema=settings.schema,
+        dataset_name=settings.description.name,
+        schema=settings.description.schema,
         splits=tuple(SplitInfo(name=split.name, shards=tuple(by_split.get(split.name, [])),
                                balance_spread=round(balance_spread(
                                    [s.num_record_bytes for s in by_split.get(split.name, []) if s.num_records]), 6))
                      for split in plan.splits),
-        compression=settings.compression,
+        compression=settings.description.compression,
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tool_version=__version__,
-        command=settings.command,
+        command=tuple(settings.provenance.command),
         num_inputs=num_inputs,
         num_rejected=num_rejected,
         dead_letters=DEAD_LETTER_FILENAME if num_rejected else None,
-        salt=settings.salt,
-        sharding={"target_shard_bytes": settings.sharding.target_shard_bytes,
-                  "max_shard_bytes": settings.sharding.cap, "num_shards": settings.sharding.num_shards},
-        metadata=settings.metadata,
+        salt=settings.description.salt,
+        sharding={"target_shard_bytes": sharding.target_shard_bytes, "max_shard_bytes": sharding.cap,
+                  "num_shards": sharding.num_shards},
+        metadata=settings.provenance.metadata,
         run_id=settings.run_id,
-        file_format=settings.file_format,
+        file_format=settings.description.file_format,
         num_dropped=num_dropped,
-        statistics=STATISTICS_FILE if settings.statistics else None,
+        statistics=STATISTICS_FILE if settings.description.statistics else None,
     )

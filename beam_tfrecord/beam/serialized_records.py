@@ -15,7 +15,6 @@ import apache_beam as beam
 from google.protobuf.message import Message
 
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.duplicates import DigestSettings, RecordDigests
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.hashing import content_hash, key_hash
 from beam_tfrecord.core.record_schema import (
@@ -31,6 +30,7 @@ from beam_tfrecord.core.record_schema import (
 from beam_tfrecord.core.runs import SpilledRun, make_record_entry
 from beam_tfrecord.core.sample_encoder import describe_value
 from beam_tfrecord.core.samples import DeadLetter, Stage
+from beam_tfrecord.core.side_files import EncodedChunk, SideFiles
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import SampleError, WriterOptionError
 from beam_tfrecord.quality.digest_files import DigestFile
@@ -162,10 +162,10 @@ class _EncodeRecordsFn(beam.DoFn):
     """What both DoFns share: the entry maker, a summary tracker (and digests) per bundle, the counters."""
 
     def __init__(self, *, payload: Payload, salt: str, max_record_bytes: int, key_fn: KeyFn | None,
-                 duplicates: DigestSettings | None = None, placement: RecordGroupPlacement | None = None) -> None:
+                 side_files: tuple[SideFiles, ...] = (), placement: RecordGroupPlacement | None = None) -> None:
         self._options = dict(payload=payload, salt=salt, max_record_bytes=max_record_bytes, key_fn=key_fn,
                              placement=placement)
-        self._duplicates = duplicates
+        self._side_files = side_files
         self._encoded = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_encoded")
         self._rejected = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_rejected")
         self._raw = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "records_stored_as_raw_payloads")
@@ -175,14 +175,13 @@ class _EncodeRecordsFn(beam.DoFn):
 
     def start_bundle(self) -> None:
         self._tracker = SummaryTracker()
-        self._digests = None if self._duplicates is None else RecordDigests(self._duplicates)
 
     def finish_bundle(self) -> None:
-        if self._digests is not None:
-            self._digests.finish()
+        for side in self._side_files:  # the bundle counts only once its side files are on storage
+            side.finish()
 
-    def _make(self, element: Any) -> tuple[PlacedRecord | DeadLetter, RecordsSummary | None, list[DigestFile]]:
-        """One element's outcome, the bundle's summary if it changed, and the digest files it started."""
+    def _make(self, element: Any) -> tuple[PlacedRecord | DeadLetter, RecordsSummary | None, list[Any]]:
+        """One element's outcome, the bundle's summary if it changed, and the side files it started."""
         outcome = self._maker.make(element)
         if type(outcome) is DeadLetter:
             self._rejected.inc()
@@ -190,7 +189,10 @@ class _EncodeRecordsFn(beam.DoFn):
         self._encoded.inc()
         if outcome.shape is RAW_SHAPE:
             self._raw.inc()
-        started = [] if self._digests is None else self._digests.add(outcome.entry, outcome.key)
+        chunk = EncodedChunk((outcome.entry,), (outcome.key,))
+        for side in self._side_files:
+            side.add(chunk)
+        started = [file for side in self._side_files for file in side.announce()]
         return outcome, self._tracker.add(outcome.shape), started
 
 
@@ -199,49 +201,34 @@ class EncodeRecordsToRunsFn(_EncodeRecordsFn):
     with samples. Output: ``SpilledRun`` (announced when it starts), ``DeadLetter``, ``RecordsSummary``."""
 
     def __init__(self, *, runs_dir: str, run_bytes: int, direct_io: bool, payload: Payload, salt: str,
-                 max_record_bytes: int, key_fn: KeyFn | None, duplicates: DigestSettings | None = None,
+                 max_record_bytes: int, key_fn: KeyFn | None, side_files: tuple[SideFiles, ...] = (),
                  placement: RecordGroupPlacement | None = None) -> None:
+        self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)  # the last side file
         super().__init__(payload=payload, salt=salt, max_record_bytes=max_record_bytes, key_fn=key_fn,
-                         duplicates=duplicates, placement=placement)
-        self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
-
-    def setup(self) -> None:
-        super().setup()
-        self._run_writing.start()
+                         side_files=(*side_files, self._run_writing), placement=placement)
 
     def teardown(self) -> None:
         self._run_writing.stop()
 
-    def start_bundle(self) -> None:
-        super().start_bundle()
-        self._spiller = self._run_writing.spiller()
-
     def process(self, element: Any) -> Iterator[SpilledRun | DeadLetter | RecordsSummary | DigestFile]:
-        outcome, summary, digest_files = self._make(element)
+        outcome, summary, started = self._make(element)
         if type(outcome) is DeadLetter:
             yield outcome
             return
-        yield from digest_files
-        started = self._spiller.add(outcome.entry)
-        if started is not None:
-            yield started
+        yield from started  # digest files, then the run
         if summary is not None:
             yield summary
-
-    def finish_bundle(self) -> None:
-        self._spiller.finish()  # the bundle counts only once its runs are on storage
-        super().finish_bundle()
 
 
 class EncodeRecordsToBatchesFn(_EncodeRecordsFn):
     """Shuffle path: one ``SummarizedBatch`` per record. Side-effect free, so a runner may run it again."""
 
     def process(self, element: Any) -> Iterator[SummarizedBatch]:
-        outcome, summary, digest_files = self._make(element)
+        outcome, summary, started = self._make(element)
         if type(outcome) is DeadLetter:
             yield SummarizedBatch((), (outcome,))
         else:
-            yield SummarizedBatch((outcome.entry,), digest_files=tuple(digest_files), summary=summary)
+            yield SummarizedBatch((outcome.entry,), digest_files=tuple(started), summary=summary)
 
 
 class MergeSummariesFn(beam.CombineFn):
@@ -289,15 +276,15 @@ class RecordsEncoding:
     placement: RecordGroupPlacement | None = None
 
     def to_runs_fn(self, *, runs_dir: str, run_bytes: int, direct_io: bool, salt: str,
-                   max_record_bytes: int, duplicates: DigestSettings | None = None) -> beam.DoFn:
+                   max_record_bytes: int, side_files: tuple[SideFiles, ...] = ()) -> beam.DoFn:
         return EncodeRecordsToRunsFn(runs_dir=runs_dir, run_bytes=run_bytes, direct_io=direct_io, payload=self.payload,
                                      salt=salt, max_record_bytes=max_record_bytes, key_fn=self.key_fn,
-                                     duplicates=duplicates, placement=self.placement)
+                                     side_files=side_files, placement=self.placement)
 
-    def to_batches_fn(self, *, salt: str, max_record_bytes: int, duplicates: DigestSettings | None = None
+    def to_batches_fn(self, *, salt: str, max_record_bytes: int, side_files: tuple[SideFiles, ...] = ()
                       ) -> beam.DoFn:
         return EncodeRecordsToBatchesFn(payload=self.payload, salt=salt, max_record_bytes=max_record_bytes,
-                                        key_fn=self.key_fn, duplicates=duplicates, placement=self.placement)
+                                        key_fn=self.key_fn, side_files=side_files, placement=self.placement)
 
     def summarize_batches(self) -> beam.PTransform:
         return SummarizeBatches()

@@ -25,7 +25,6 @@ from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.core.summary import BucketGrid
 from beam_tfrecord.encoding.entries import EncodedBatch
 from beam_tfrecord.errors import PipelineInvariantError
-from beam_tfrecord.quality.content import DuplicatesMode
 from beam_tfrecord.quality.digest_files import DigestFile
 from beam_tfrecord.quality.near_signatures import SignatureFile
 
@@ -39,10 +38,10 @@ class EncodeToBatchesFn(EncodeSamplesFn):
 
     def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[EncodedBatch]:
         entries, dead = self._encode_element(element)
-        yield EncodedBatch(tuple(entries), tuple(dead), tuple(self._take_announced()))
+        yield EncodedBatch(tuple(entries), tuple(dead), tuple(self._announced()))
 
     def finish_bundle(self) -> None:
-        self._finish_digests()
+        self._finish_side_files()
         self._flush_progress()
 
 
@@ -160,9 +159,10 @@ class ShufflePath(beam.PTransform):
     def _encode_to_batches_fn(self) -> beam.DoFn:
         settings = self._settings
         if settings.encoding is not None:
-            return settings.encoding.to_batches_fn(salt=settings.salt, max_record_bytes=settings.sharding.cap,
-                                                   duplicates=settings.digest_settings())
-        return EncodeToBatchesFn(settings.schema, **settings.encode_options())
+            return settings.encoding.to_batches_fn(salt=settings.description.salt,
+                                                   max_record_bytes=settings.description.sharding.cap,
+                                                   side_files=settings.side_files())
+        return EncodeToBatchesFn(settings.description.schema, **settings.encode_options())
 
     def expand(self, samples: beam.PCollection) -> FanInOutputs:
         settings = self._settings
@@ -170,22 +170,22 @@ class ShufflePath(beam.PTransform):
         # EncodedBatch: the entries and dead letters of one input element.
         dead_letters = batches | "DeadLetters" >> beam.FlatMap(_dead_letters_of)
         digest_files = groups = None
-        if settings.duplicates is not None:
+        if settings.checks.duplicates_check is not None:
             digest_files = batches | "DigestFiles" >> beam.FlatMap(_digest_files_of)
-        if settings.duplicates is not None and settings.duplicates.mode is DuplicatesMode.DROP:
+        if settings.checks.drops_duplicates:
             groups = digest_files | "FindDuplicates" >> FindDuplicates()
             dropped = groups | "AllGroups" >> beam.combiners.ToList() | "Dropped" >> beam.Map(dropped_hashes)
             batches = batches | "DropDuplicates" >> beam.Map(batch_without, beam.pvalue.AsSingleton(dropped))
             digest_files = None
         # where side inputs are recomputed per task, the plan meets the entries in a GroupByKey by hash bucket
         side_inputs = not traits_of(samples.pipeline).recomputes_side_inputs
-        plan = batches | "Plan" >> PlanDataset(settings.splits, settings.sharding, index_of=batch_index,
-                                               side_inputs=side_inputs)
+        plan = batches | "Plan" >> PlanDataset(settings.description.splits, settings.description.sharding,
+                                               index_of=batch_index, side_inputs=side_inputs)
         if side_inputs:
             keyed = batches | "KeyByShard" >> beam.FlatMap(key_by_shard,
                                                            beam.pvalue.AsSingleton(plan, default_value=None))
         else:  # the plan meets the entries in a GroupByKey by hash bucket (a second shuffle of the payload)
-            grid = settings.splits.bucket_grid()
+            grid = settings.description.splits.bucket_grid()
             keyed = (
                 (batches | "EntriesByBucket" >> beam.FlatMap(entries_by_bucket, grid),
                  plan | "ShardsByBucket" >> beam.FlatMap(shards_by_bucket, grid))
@@ -197,12 +197,13 @@ class ShufflePath(beam.PTransform):
             (keyed, plan | "SpecsByNumber" >> beam.FlatMap(specs_by_number))
             | "GatherShards" >> beam.Flatten()
             | "ByShard" >> beam.GroupByKey()  # (shard number, [ShardSpec, entry...]): the runner moves the payload
-            | "WriteShards" >> beam.ParDo(WriteShardFromGroupFn(settings.schema, settings.compression,
+            | "WriteShards" >> beam.ParDo(WriteShardFromGroupFn(settings.description.schema,
+                                                                  settings.description.compression,
                                                                   settings.feature_transforms,
                                                                   **settings.shard_options()))
         )
         summary = (batches | "SummarizeRecords" >> settings.encoding.summarize_batches()  # one RecordsSummary
                    if settings.encoding is not None else None)
         signature_files = (batches | "SignatureFiles" >> beam.FlatMap(_signature_files_of)
-                           if settings.near_feature is not None else None)
+                           if settings.checks.near_duplicates is not None else None)
         return FanInOutputs(plan, shard_infos, dead_letters, summary, digest_files, groups, signature_files)

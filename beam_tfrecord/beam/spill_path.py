@@ -15,11 +15,10 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.dropped import check_removed, dropped_hashes, entries_without, index_without, write_dropped
-from beam_tfrecord.beam.duplicates import DigestSettings, FindDuplicatesAmong
+from beam_tfrecord.beam.duplicates import FindDuplicatesAmong
 from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.encode_pool import EncodeInPoolFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
-from beam_tfrecord.beam.near_duplicates import SignatureSettings
 from beam_tfrecord.beam.one_group import (
     DEAD,
     DIGESTS,
@@ -44,9 +43,9 @@ from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
+from beam_tfrecord.core.side_files import SideFiles
 from beam_tfrecord.encoding.records import FeatureTransform
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
-from beam_tfrecord.quality.content import DuplicatesMode
 from beam_tfrecord.quality.digest_files import DigestFile
 from beam_tfrecord.quality.near_signatures import SignatureFile
 from beam_tfrecord.quality.split_groups import GroupPlacement
@@ -86,12 +85,12 @@ class EncodeToRunsFn(EncodeSamplesFn):
     def __init__(self, schema: Schema, *, runs_dir: str, salt: str, max_record_bytes: int,
                  run_bytes: int, feature_transforms: Mapping[str, FeatureTransform], reread_min_bytes: int,
                  direct_io: bool, progress_dir: str | None = None, resume: RunsResume | None = None,
-                 duplicates: DigestSettings | None = None, placement: GroupPlacement | None = None,
-                 near: SignatureSettings | None = None) -> None:
+                 side_files: tuple[SideFiles, ...] = (), placement: GroupPlacement | None = None,
+                 sign: str | None = None) -> None:
+        self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)  # the last side file
         super().__init__(schema, salt=salt, max_record_bytes=max_record_bytes, feature_transforms=feature_transforms,
-                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir, duplicates=duplicates,
-                         placement=placement, near=near)
-        self._run_writing = RunWriting(runs_dir, run_bytes=run_bytes, direct=direct_io)
+                         reread_min_bytes=reread_min_bytes, progress_dir=progress_dir,
+                         side_files=(*side_files, self._run_writing), placement=placement, sign=sign)
         self._runs = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "spill_runs")
         self._resume = resume
         self._reused_counter = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "samples_reused")
@@ -103,7 +102,6 @@ class EncodeToRunsFn(EncodeSamplesFn):
             write_resume_file(self._resume.temp_dir, self._resume.fingerprint)  # once per build: the first worker
             if self._resume.reused_hashes_path:
                 self._reused = read_reused_hashes(self._resume.reused_hashes_path)
-        self._run_writing.start()
 
     def _encode_element(self, element: Sample | DeadLetter | list[Sample | DeadLetter]
                         ) -> tuple[list[bytes], list[DeadLetter]]:
@@ -129,21 +127,18 @@ class EncodeToRunsFn(EncodeSamplesFn):
     def teardown(self) -> None:
         self._run_writing.stop()
 
-    def start_bundle(self) -> None:
-        self._spiller = self._run_writing.spiller()
-
-    def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]) -> Iterator[SpilledRun | DeadLetter]:
-        entries, dead = self._encode_element(element)
+    def process(self, element: Sample | DeadLetter | list[Sample | DeadLetter]
+                ) -> Iterator[SpilledRun | DeadLetter | DigestFile | SignatureFile]:
+        _, dead = self._encode_element(element)
         yield from dead
-        yield from self._take_announced()
-        started = self._spiller.add_many(entries)
-        if started:
-            self._runs.inc(len(started))  # metrics are per thread: counted here, not in the writing thread
-        yield from started
+        announced = self._announced()
+        runs = sum(type(started) is SpilledRun for started in announced)
+        if runs:
+            self._runs.inc(runs)  # metrics are per thread: counted here, not in the writing thread
+        yield from announced
 
     def finish_bundle(self) -> None:
-        self._spiller.finish()  # the bundle (and every run it announced) counts only once its runs are on storage
-        self._finish_digests()
+        self._finish_side_files()  # the bundle (and every run it announced) counts only once its files are on storage
         self._flush_progress()
 
 
@@ -245,14 +240,14 @@ def _plan_gathered(group: tuple[None, Iterable[tuple[str, Any]]], settings: FanI
     runs.sort(key=lambda run: run.path)
     index_of: Callable[[SpilledRun], tuple[np.ndarray, np.ndarray]] = run_index
     dropped, removed = None, dict[int, int]()
-    if settings.duplicates is not None and settings.duplicates.mode is DuplicatesMode.DROP:
+    if settings.checks.drops_duplicates:
         hashes = dropped_hashes(found[DUPLICATES])
         index_of, dropped = index_without(run_index, hashes, removed), write_dropped(settings.temp_dir, hashes)
-    plan = plan_in_one_step(runs, settings.splits, settings.sharding, index_of=index_of)
+    plan = plan_in_one_step(runs, settings.description.splits, settings.description.sharding, index_of=index_of)
     if dropped is not None:
         check_removed(sum(removed.values()), found[DUPLICATES])
-    pieces = plan_pieces(plan, runs, settings.shard_writers, compression=settings.compression,
-                         file_format=settings.file_format)
+    pieces = plan_pieces(plan, runs, settings.tuning.shard_phase, compression=settings.description.compression,
+                         file_format=settings.description.file_format)
     return PlannedRuns(plan, write_catalog(runs_dir, runs), tuple(dead), summary, pieces, digest_files, dropped,
                        signature_files)
 
@@ -302,35 +297,31 @@ class SpillPath(beam.PTransform):
 
     Args:
         settings: the writer's options.
-        run_bytes: records buffered per worker before a sorted run is written.
-        encode_processes: the samples' encoding pool (``beam_tfrecord.beam.encode_pool``); 1: none.
         resume: what makes the build resumable (and what it resumes); None: not resumable.
         reused_runs: the runs of a killed build that this one resumes (planned with the new ones).
     """
 
-    def __init__(self, settings: FanInSettings, *, run_bytes: int, encode_processes: int = 1,
-                 resume: RunsResume | None = None, reused_runs: Sequence[SpilledRun] = ()) -> None:
+    def __init__(self, settings: FanInSettings, *, resume: RunsResume | None = None,
+                 reused_runs: Sequence[SpilledRun] = ()) -> None:
         super().__init__()
         self._settings = settings
-        self._run_bytes = run_bytes
-        self._encode_processes = encode_processes
         self._resume = resume
         self._reused_runs = tuple(reused_runs)
 
     def _encode_to_runs_fn(self, pipeline: beam.Pipeline, runs_dir: str) -> beam.DoFn:
         settings = self._settings
         if settings.encoding is not None:  # records are already encoded: no pool (see ``encode_processes``)
-            return settings.encoding.to_runs_fn(runs_dir=runs_dir, run_bytes=self._run_bytes,
-                                                direct_io=settings.direct_io, salt=settings.salt,
-                                                max_record_bytes=settings.sharding.cap,
-                                                duplicates=settings.digest_settings())
+            return settings.encoding.to_runs_fn(runs_dir=runs_dir, run_bytes=settings.tuning.spill_run_bytes,
+                                                direct_io=settings.tuning.direct_io, salt=settings.description.salt,
+                                                max_record_bytes=settings.description.sharding.cap,
+                                                side_files=settings.side_files())
         return self._in_pool_if_asked(pipeline, EncodeToRunsFn(
-            settings.schema, runs_dir=runs_dir, run_bytes=self._run_bytes, direct_io=settings.direct_io,
-            resume=self._resume, **settings.encode_options()))
+            settings.description.schema, runs_dir=runs_dir, run_bytes=settings.tuning.spill_run_bytes,
+            direct_io=settings.tuning.direct_io, resume=self._resume, **settings.encode_options()))
 
     def _in_pool_if_asked(self, pipeline: beam.Pipeline, encode: EncodeToRunsFn) -> beam.DoFn:
         """``encode``, or a pool running it in several processes (see ``encode_processes``)."""
-        processes = self._encode_processes
+        processes = self._settings.tuning.encode_processes
         if processes == 1:
             return encode
         if not traits_of(pipeline).workers_on_this_machine:
@@ -351,7 +342,7 @@ class SpillPath(beam.PTransform):
             | "AllRuns" >> beam.GroupByKey()  # (None, [(kind, SpilledRun | DeadLetter)...]): one group, always
         )
         groups = None
-        if settings.duplicates is not None and settings.duplicates.mode is DuplicatesMode.DROP:
+        if settings.checks.drops_duplicates:
             # the plan waits for the duplicate groups: it plans the kept records only
             groups = gathered | "FindDuplicates" >> FindDuplicatesAmong(_digest_files_in)
             gathered = ((gathered | "Ungroup" >> beam.FlatMap(_ungrouped), groups | "TagGroups" >> tag(DUPLICATES))
@@ -363,14 +354,16 @@ class SpillPath(beam.PTransform):
             # ((shard number, piece number), ShardTask): a spec (and piece) and the run catalog
             | "ShardTasks" >> beam.FlatMap(_shard_tasks)
             | "ByShard" >> beam.GroupByKey()  # spreads the shards and pieces over workers (one small task each)
-            | "WriteShards" >> beam.ParDo(WriteShardFromRunsFn(settings.schema, settings.compression,
+            | "WriteShards" >> beam.ParDo(WriteShardFromRunsFn(settings.description.schema,
+                                                                 settings.description.compression,
                                                                  settings.feature_transforms,
                                                                  **settings.shard_options()))
         )  # (shard number, ShardInfo | WrittenPiece)
-        if settings.shard_writers.writers > 1:
+        if settings.tuning.shard_phase.writers > 1:
             shard_infos = (written
                            | "ByShardToJoin" >> beam.GroupByKey()
-                           | "JoinPieces" >> beam.ParDo(JoinPiecesFn(settings.schema, settings.compression,
+                           | "JoinPieces" >> beam.ParDo(JoinPiecesFn(settings.description.schema,
+                                                                     settings.description.compression,
                                                                      settings.feature_transforms,
                                                                      **settings.shard_options())))
         else:  # one writer per shard: no pieces to join, no stage for them
@@ -378,8 +371,8 @@ class SpillPath(beam.PTransform):
         plan = planned | "PlanOf" >> beam.Map(_plan_of)
         dead_letters = planned | "DeadLetters" >> beam.FlatMap(_dead_letters_planned)
         summary = planned | "SummaryOf" >> beam.FlatMap(_summary_planned) if settings.encoding is not None else None
-        if settings.duplicates is not None and groups is None:  # the plan lists every digest file
+        if settings.checks.duplicates_check is not None and groups is None:  # the plan lists every digest file
             groups = planned | "FindDuplicates" >> FindDuplicatesAmong(_digest_files_planned)
         signature_files = (planned | "SignatureFiles" >> beam.FlatMap(_signature_files_planned)
-                           if settings.near_feature is not None else None)
+                           if settings.checks.near_duplicates is not None else None)
         return FanInOutputs(plan, shard_infos, dead_letters, summary, None, groups, signature_files)

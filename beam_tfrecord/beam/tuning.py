@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+from beam_tfrecord.core.moved_keywords import refuses_moved_keywords
 from beam_tfrecord.core.pieces import DEFAULT_MIN_PIECE_BYTES, ShardWriters
 from beam_tfrecord.core.units import KiB
 from beam_tfrecord.errors import WriterOptionError
@@ -54,6 +55,7 @@ def _require_int(name: str, value: object, minimum: int) -> None:
         raise WriterOptionError(f"{name} must be >= {minimum}, got {value!r}")
 
 
+@refuses_moved_keywords({"statistics": "DatasetDescription(statistics=...)"})
 @dataclasses.dataclass(frozen=True)
 class WriterTuning:
     """How ``WriteTFRecordDataset`` and ``WriteBalancedTFRecord`` run: memory, processes, I/O, temp files.
@@ -85,8 +87,6 @@ class WriterTuning:
             machines refuses local paths with ``LocalPathError`` when the pipeline is built.
         progress_dir: a local folder where the workers keep their counts for a live progress
             display (what the jobs' ``--progress`` shows); only for workers on this machine.
-        statistics: write ``statistics.pb`` (TFDV's feature statistics, computed as the shards are
-            written: ``beam_tfrecord.statistics``); False writes none (the shards are the same).
 
     Raises:
         WriterOptionError: at construction, naming the field and the bad value.
@@ -103,7 +103,6 @@ class WriterTuning:
     temp_dir: str | None = None
     shared_filesystem: bool = False
     progress_dir: str | None = None
-    statistics: bool = True
 
     def __post_init__(self) -> None:
         for name, minimum in (("spill_run_bytes", 1), ("reread_min_bytes", 0), ("encode_processes", 1),
@@ -113,7 +112,7 @@ class WriterTuning:
             _require_int("local_workers", self.local_workers, 1)
         if not isinstance(self.fan_in, FanIn):
             raise WriterOptionError(f"fan_in must be a FanIn, got {self.fan_in!r}")
-        for name in ("direct_io", "shared_filesystem", "statistics"):
+        for name in ("direct_io", "shared_filesystem"):
             if not isinstance(getattr(self, name), bool):
                 raise WriterOptionError(f"{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("temp_dir", "progress_dir"):

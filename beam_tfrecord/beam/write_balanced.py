@@ -25,33 +25,19 @@ from beam_tfrecord.beam.prefix_publish import publish_under_prefix
 from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncoding, check_key_fn
 from beam_tfrecord.beam.tuning import WriterTuning
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
-from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
+from beam_tfrecord.beam.write import WriteTFRecordDataset
+from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
+from beam_tfrecord.core.description import DEFAULT_DATASET_NAME, DEFAULT_SALT, DatasetDescription
 from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.record_schema import PAYLOAD_METADATA_KEY, RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
-from beam_tfrecord.errors import ShardingError, WriterOptionError
+from beam_tfrecord.errors import WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
 from beam_tfrecord.quality.split_groups import RecordGroupPlacement, SplitKeyFn
 
 # The schema of raw payloads, and of a dataset of no record (what an empty one is published with).
 RAW_SCHEMA = Schema({RAW_FEATURE: Scalar(DType.BYTES)})
-# With num_shards and no max_shard_bytes, a shard may be as large as the data needs (WriteToTFRecord's
-# behaviour); still a cap, so that a single oversized record is refused rather than planned.
-_NUM_SHARDS_CAP_BYTES = 1 << 40
-
-
-def sharding_of(*, num_shards: int, target_shard_bytes: int, max_shard_bytes: int | None) -> ShardingConfig:
-    """WriteToTFRecord's ``num_shards`` (0: sized by bytes) with the byte targets, as a ``ShardingConfig``."""
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 0:
-        raise ShardingError(f"num_shards must be an int >= 0 (0: as many as target_shard_bytes gives), "
-                            f"got {num_shards!r}")
-    if num_shards and max_shard_bytes is None:
-        max_shard_bytes = max(_NUM_SHARDS_CAP_BYTES, target_shard_bytes)
-    return ShardingConfig(target_shard_bytes=target_shard_bytes, max_shard_bytes=max_shard_bytes,
-                          num_shards=num_shards or None)
-
-
 def _duplicates_check(duplicates: DuplicatesCheck | DuplicatesMode | str | None, key_fn: KeyFn | None,
                       payload: Payload) -> DuplicatesCheck | None:
     """The drop-in's duplicates check: features left out only of Examples; ``drop`` needs keys."""
@@ -117,6 +103,7 @@ class WriteBalancedTFRecord(beam.PTransform):
         dali_index: also write each shard's NVIDIA DALI index (``<shard>.idx``, listed in the
             manifest); ``output_dir`` and uncompressed shards only (``WriterOptionError``: beside a
             prefix, ``PREFIX-*`` would match the index files).
+        statistics: write ``statistics.pb`` (``DatasetDescription.statistics``); False writes none.
         tuning: how the write runs (memory, processes, I/O, temp folder, shared filesystem;
             ``WriterTuning``), as ``WriteTFRecordDataset``'s. It never changes the bytes written; its
             ``temp_dir`` defaults to a hidden folder beside the output.
@@ -142,9 +129,9 @@ class WriteBalancedTFRecord(beam.PTransform):
                  output_dir: str | None = None,
                  target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES, max_shard_bytes: int | None = None,
                  key_fn: KeyFn | None = None, splits: SplitConfig | str | None = None, salt: str = DEFAULT_SALT,
-                 payload: Payload | None = None, dataset_name: str = "data", max_rejected_fraction: float = 0.0,
-                 metadata: Mapping[str, Any] | None = None, dali_index: bool = False,
-                 tuning: WriterTuning | None = None,
+                 payload: Payload | None = None, dataset_name: str = DEFAULT_DATASET_NAME,
+                 max_rejected_fraction: float = 0.0, metadata: Mapping[str, Any] | None = None,
+                 dali_index: bool = False, statistics: bool = True, tuning: WriterTuning | None = None,
                  duplicates: DuplicatesCheck | DuplicatesMode | str | None = None,
                  split_key_fn: SplitKeyFn | None = None) -> None:
         super().__init__()
@@ -188,15 +175,17 @@ class WriteBalancedTFRecord(beam.PTransform):
             placement = RecordGroupPlacement(split_key_fn, salt=salt,
                                              split_starts=[lo for _, lo, _ in split_config.ratio_bounds()])
         self._write = WriteTFRecordDataset(
-            target_dir, schema=RAW_SCHEMA,
-            dataset_name=dataset_name, splits=split_config,
-            sharding=sharding_of(num_shards=num_shards, target_shard_bytes=target_shard_bytes,
-                                 max_shard_bytes=max_shard_bytes),
-            compression=compression_of(compression_type, self._layout), salt=salt,
-            max_rejected_fraction=max_rejected_fraction, dali_index=dali_index,
-            metadata={**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value},
-            command=("WriteBalancedTFRecord",), encoding=RecordsEncoding(payload, check_key_fn(key_fn), placement),
-            tuning=tuning, duplicates=check, split_key_fn=split_key_fn)  # it checks split_key_fn, names it
+            target_dir, description=DatasetDescription(
+                schema=RAW_SCHEMA, name=dataset_name, splits=split_config,
+                sharding=ShardingConfig.of_beam_count(num_shards, target_shard_bytes=target_shard_bytes,
+                                                      max_shard_bytes=max_shard_bytes),
+                compression=compression_of(compression_type, self._layout), salt=salt, dali_index=dali_index,
+                statistics=statistics),
+            checks=WriterChecks(max_rejected_fraction=max_rejected_fraction, duplicates=check,
+                                split_key_fn=split_key_fn),  # the writer checks split_key_fn, names it
+            provenance=WriterProvenance(metadata={**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value},
+                                        command=("WriteBalancedTFRecord",)),
+            encoding=RecordsEncoding(payload, check_key_fn(key_fn), placement), tuning=tuning)
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         require_bounded(records, writer=type(self).__name__)

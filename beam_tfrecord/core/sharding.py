@@ -18,6 +18,9 @@ from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import PipelineInvariantError, ShardingError
 
 DEFAULT_TARGET_SHARD_BYTES = 128 * MiB
+# With WriteToTFRecord's count and no cap, a shard may be as large as the data needs (its behaviour); still a
+# cap, so that a single oversized record is refused rather than planned.
+COUNTED_SHARD_CAP_BYTES = 1 << 40
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +156,21 @@ class ShardingConfig:
     @property
     def cap(self) -> int:
         return int(self.max_shard_bytes)  # type: ignore[arg-type]
+
+    @classmethod
+    def of_beam_count(cls, num_shards: int, *, target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
+                      max_shard_bytes: int | None = None) -> ShardingConfig:
+        """``beam.io.WriteToTFRecord``'s ``num_shards``, where 0 means "sized by bytes" (``num_shards=None`` here).
+
+        With a count and no ``max_shard_bytes`` shards are not capped (``COUNTED_SHARD_CAP_BYTES``), as Beam's are not.
+        """
+        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 0:
+            raise ShardingError(f"num_shards must be an int >= 0 (0: as many as target_shard_bytes gives), "
+                                f"got {num_shards!r}")
+        if num_shards and max_shard_bytes is None:
+            max_shard_bytes = max(COUNTED_SHARD_CAP_BYTES, target_shard_bytes)
+        return cls(target_shard_bytes=target_shard_bytes, max_shard_bytes=max_shard_bytes,
+                   num_shards=num_shards or None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -167,3 +167,21 @@ class RecordBuilder:
             except Exception as err:  # whatever a decoder raises is this sample's problem
                 raise FeatureTransformError(sample.key, name, err) from err
         return Sample(sample.key, values)
+
+
+class RecordRebuilder:
+    """``RecordBuilder(schema, feature_transforms).build``, the builder made at the first call (it pickles until
+    then): a side file that needs a spilled sample's record again (``quality.digest_files.DigestBuffer``)."""
+
+    def __init__(self, schema: Schema, feature_transforms: Mapping[str, FeatureTransform]) -> None:
+        self._schema = schema
+        self._transforms = dict(feature_transforms)
+        self._builder: RecordBuilder | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_builder": None}
+
+    def __call__(self, sample: Sample) -> bytes | DeadLetter:
+        if self._builder is None:
+            self._builder = RecordBuilder(self._schema, self._transforms)
+        return self._builder.build(sample)

@@ -8,14 +8,20 @@ and no worker holds every hash. Layout: a header, the rows, the keys' end offset
 from __future__ import annotations
 
 import dataclasses
+import operator
+import pickle
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.runs import ENTRY_HEADER_BYTES, HASH_BYTES, RECORD, entry_reference
+from beam_tfrecord.core.side_files import EncodedChunk
 from beam_tfrecord.errors import PipelineInvariantError
+from beam_tfrecord.quality.content import ContentHasher, DuplicatesCheck
+from beam_tfrecord.quality.side_buffer import SideFileBuffer
 
 SECTIONS = 1024  # sections by the content hash's top 10 bits: the finest split of the finding work
 _SECTION_SHIFT = 64 - 10
@@ -23,6 +29,15 @@ _MAGIC = b"BTFRDIG1"
 _HEADER = struct.Struct("<8sQ")
 _ROW = np.dtype([("hi", "<u8"), ("lo", "<u8"), ("key_hash", "<u8")])
 _STARTS_BYTES = (SECTIONS + 1) * 8
+# Digests an encoder buffers before writing a file (~40 MB with short keys): a finding task reads about one
+# file's worth of rows, as tasks are as many as files (up to ``SECTIONS``).
+BUFFER_DIGESTS = 1 << 20
+# Entries hashed together (records that arrive one at a time wait for others: one hashing call for many).
+_HASHED_TOGETHER, _HASHED_TOGETHER_BYTES = 4096, 16 << 20
+_FRAME_HEADER, _FRAME_FOOTER = 12, 4  # a framed record: length (8) and its CRC (4), data, the data's CRC (4)
+_RECORD_AT = ENTRY_HEADER_BYTES + _FRAME_HEADER
+_KIND, _KEY_HASH = operator.itemgetter(HASH_BYTES), operator.itemgetter(slice(0, HASH_BYTES))
+_RECORD = operator.itemgetter(slice(_RECORD_AT, -_FRAME_FOOTER))  # of an entry's memoryview: its record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,3 +171,71 @@ def read_sections(path: str, first: int, end: int) -> Digests:
         blob = handle.read(int(ends[-1]) - key_start if len(ends) else 0)
     return Digests(rows["hi"].astype(np.uint64), rows["lo"].astype(np.uint64), rows["key_hash"].astype(np.uint64),
                    KeyColumn(blob, ends - key_start))
+
+
+class DigestBuffer(SideFileBuffer):
+    """Exact duplicates' side file: each record's content hash, key hash and key, in a ``DigestFile``.
+
+    A REFERENCE entry's record is built again from its sample to be hashed (``rebuild``, the encoder's record
+    builder; None where every entry is a RECORD one).
+    """
+
+    def __init__(self, check: DuplicatesCheck, digests_dir: str, *,
+                 rebuild: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(digests_dir, suffix=".dig", limit=BUFFER_DIGESTS)
+        self._check = check
+        self._rebuild = rebuild
+        self._hasher: ContentHasher | None = None  # made at the first hash: the buffer pickles until used
+        self._pending: list[bytes] = []  # entries and keys not hashed yet
+        self._pending_keys: list[str] = []
+        self._pending_bytes = 0
+        # content hashes and key hashes as bytes, keys as str: made numpy columns once, when the file is written
+        self._content: list[bytes] = []
+        self._key_hashes: list[bytes] = []
+        self._keys: list[str] = []
+
+    def add(self, chunk: EncodedChunk) -> None:
+        if not chunk.entries:
+            return
+        if len(chunk.entries) != len(chunk.keys):
+            raise PipelineInvariantError("digests", f"{len(chunk.entries)} entries but {len(chunk.keys)} keys")
+        self._start()
+        self._pending.extend(chunk.entries)
+        self._pending_keys.extend(chunk.keys)
+        self._pending_bytes += sum(map(len, chunk.entries))
+        if len(self._pending) >= _HASHED_TOGETHER or self._pending_bytes >= _HASHED_TOGETHER_BYTES:
+            self._hash_pending()
+            self._written_if_full()
+
+    def _hash_pending(self) -> None:
+        entries, keys = self._pending, self._pending_keys
+        self._pending, self._pending_keys, self._pending_bytes = [], [], 0
+        if not entries:
+            return
+        if bytes(map(_KIND, entries)).count(RECORD) == len(entries):  # C-level maps: no Python step per record
+            records: Iterable[bytes | memoryview] = map(_RECORD, map(memoryview, entries))  # type: ignore[arg-type]
+        else:
+            records = [memoryview(entry)[_RECORD_AT:-_FRAME_FOOTER] if entry[HASH_BYTES] == RECORD
+                       else self._rebuilt(entry) for entry in entries]
+        self._hasher = self._hasher or ContentHasher(self._check.excluded)
+        self._content.append(self._hasher.digests(records))
+        self._key_hashes.append(b"".join(map(_KEY_HASH, entries)))
+        self._keys.extend(keys)
+
+    def _rebuilt(self, entry: bytes) -> bytes:
+        """A REFERENCE entry's record, built again from its sample (its files read again)."""
+        built = None if self._rebuild is None else self._rebuild(pickle.loads(entry_reference(entry)[1]))
+        if not isinstance(built, bytes):
+            raise PipelineInvariantError("digests", f"a spilled sample no longer encodes: {built}")
+        return built
+
+    def _announced(self, path: str) -> DigestFile:
+        return DigestFile(path)
+
+    def _rows(self) -> int:
+        return len(self._keys)
+
+    def _write(self, path: str) -> None:
+        self._hash_pending()
+        write_digest_file(path, Digests.of(b"".join(self._content), b"".join(self._key_hashes), self._keys))
+        self._content, self._key_hashes, self._keys = [], [], []

@@ -13,10 +13,13 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.side_files import EncodedChunk
 from beam_tfrecord.errors import PipelineInvariantError
 from beam_tfrecord.quality.near_duplicates import ImageSignature
+from beam_tfrecord.quality.side_buffer import SideFileBuffer
 
 _SIGNATURES_MAGIC = b"BTFRSIG1"
+BUFFER_IMAGES = 1 << 16  # signatures an encoder buffers before writing a file (~6 MB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,3 +86,27 @@ def read_signature_files(paths: Sequence[str]) -> Iterator[Signatures]:
             raise PipelineInvariantError(path, f"a signature file (magic {_SIGNATURES_MAGIC!r}), got {magic!r}")
         keys, phashes, colours, not_hashed = pickle.loads(body)
         yield Signatures(keys, np.frombuffer(phashes, "<u8").astype(np.uint64), colours, not_hashed)
+
+
+class SignatureBuffer(SideFileBuffer):
+    """Near duplicates' side file: the signature of each image an encoder signed, in a ``SignatureFile``."""
+
+    def __init__(self, signatures_dir: str) -> None:
+        super().__init__(signatures_dir, suffix=".sig", limit=BUFFER_IMAGES)
+        self._buffered = SignatureRows()
+
+    def add(self, chunk: EncodedChunk) -> None:
+        for key, signature in chunk.signatures:
+            self._start()
+            self._buffered.add(key, signature)
+            self._written_if_full()
+
+    def _announced(self, path: str) -> SignatureFile:
+        return SignatureFile(path)
+
+    def _rows(self) -> int:
+        return len(self._buffered)
+
+    def _write(self, path: str) -> None:
+        write_signature_file(path, self._buffered.signatures())
+        self._buffered = SignatureRows()

@@ -14,6 +14,7 @@ import itertools
 import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.runs import (
@@ -24,7 +25,8 @@ from beam_tfrecord.core.runs import (
     merge_slices,
     write_run,
 )
-from beam_tfrecord.errors import CorruptShardError, PipelineInvariantError
+from beam_tfrecord.core.side_files import EncodedChunk
+from beam_tfrecord.errors import CorruptShardError
 from beam_tfrecord.storage import direct_io
 from beam_tfrecord.storage.disk_space import raise_typed_when_full
 
@@ -47,10 +49,10 @@ def through_page_cache(run: SpilledRun) -> bool:
 
 
 class RunWriting:
-    """Where a spilling DoFn's runs go, and the one thread that writes them for all its bundles.
+    """A spilling encoder's runs, as a side file (``core.side_files.SideFiles``): each bundle's entries in sorted
+    runs (a ``RunSpiller`` per bundle), written by one thread that serves every bundle.
 
-    Built with the DoFn (it pickles until started); ``start`` in ``setup``, ``spiller`` in each
-    ``start_bundle``, ``stop`` in ``teardown``.
+    Built with the DoFn (it pickles until its first ``add``, which starts the thread); ``stop`` in ``teardown``.
     """
 
     def __init__(self, runs_dir: str, *, run_bytes: int, direct: bool) -> None:
@@ -58,16 +60,29 @@ class RunWriting:
         self._run_bytes = run_bytes
         self._direct = direct
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._spiller: RunSpiller | None = None
+        self._started: list[SpilledRun] = []
 
-    def start(self) -> None:
-        # Runs are written by a thread while the next one fills (file writes release the GIL).
-        self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill-run")
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_writer": None, "_spiller": None, "_started": []}
 
-    def spiller(self) -> RunSpiller:
-        """A bundle's spiller (``start`` first)."""
-        if self._writer is None:
-            raise PipelineInvariantError("spill", "RunWriting.spiller() before start()")
-        return RunSpiller(self._runs_dir, run_bytes=self._run_bytes, direct=self._direct, writer=self._writer)
+    def add(self, chunk: EncodedChunk) -> None:
+        if self._spiller is None:
+            if self._writer is None:  # runs are written by a thread while the next one fills (writes release the GIL)
+                self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="spill-run")
+            self._spiller = RunSpiller(self._runs_dir, run_bytes=self._run_bytes, direct=self._direct,
+                                       writer=self._writer)
+        self._started.extend(self._spiller.add_many(chunk.entries))
+
+    def announce(self) -> list[SpilledRun]:
+        started, self._started = self._started, []
+        return started
+
+    def finish(self) -> None:
+        """The bundle's end: every run it announced on storage (the next ``add`` starts another bundle's runs)."""
+        if self._spiller is not None:
+            spiller, self._spiller = self._spiller, None
+            spiller.finish()
 
     def stop(self) -> None:
         if self._writer is not None:

@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from beam_tfrecord import DType, Scalar, Schema, WriterTuning, WriteTFRecordDataset, load_manifest
+from beam_tfrecord import DType, Scalar, Schema, WriterChecks, WriterTuning, WriteTFRecordDataset, load_manifest
 from beam_tfrecord.beam.plan_dataset import PlanDataset
 from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.beam.shuffle_path import batch_index
@@ -86,7 +86,8 @@ def _write_all_rejected(out: str, fan_in: FanIn, rejected: int) -> None:
     samples = [Sample(f"bad-{i}", {"id": "x"}) for i in range(rejected)]
     with beam.Pipeline(runner=LocalBatchRunner()) as pipeline:  # raises the worker's error typed
         _ = (pipeline | beam.Create(samples, reshuffle=False)
-             | WriteTFRecordDataset(out, schema=schema, tuning=WriterTuning(fan_in=fan_in), max_rejected_fraction=1.0,
+             | WriteTFRecordDataset(out, schema=schema, tuning=WriterTuning(fan_in=fan_in),
+                                    checks=WriterChecks(max_rejected_fraction=1.0),
                                     splits=SplitConfig.parse("train=0.5,test=0.5")))
 
 

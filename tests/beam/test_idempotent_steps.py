@@ -11,7 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from beam_tfrecord import DType, Scalar, Schema, ShardingConfig, SplitConfig, load_manifest, verify_dataset
+from beam_tfrecord import (
+    DatasetDescription,
+    DType,
+    Scalar,
+    Schema,
+    ShardingConfig,
+    SplitConfig,
+    WriterChecks,
+    WriterProvenance,
+    load_manifest,
+    verify_dataset,
+)
 from beam_tfrecord.beam.publish import PublishSettings, _move_shards, publish
 from beam_tfrecord.beam.shuffle_path import EncodeToBatchesFn, WriteShardFromGroupFn
 from beam_tfrecord.beam.spill_path import EncodeToRunsFn, WriteShardFromRunsFn
@@ -125,9 +136,11 @@ def test_writing_a_shuffled_group_again_in_another_order_gives_the_same_file(spi
 
 def _settings(tmp_path: Path) -> PublishSettings:
     return PublishSettings(output_dir=str(tmp_path / "ds"), temp_dir=str(tmp_path / "tmp"), run_id="run-1",
-                           dataset_name="d", schema=SCHEMA, compression=Compression.GZIP, salt="s",
-                           sharding=SHARDING, max_rejected_fraction=0.01, command=("test",), metadata={},
-                           splits=SPLITS)
+                           description=DatasetDescription(schema=SCHEMA, name="d", compression=Compression.GZIP,
+                                                          salt="s", sharding=SHARDING, splits=SPLITS,
+                                                          statistics=False),
+                           checks=WriterChecks(max_rejected_fraction=0.01),
+                           provenance=WriterProvenance(command=("test",)))
 
 
 def test_publishing_again_returns_the_published_manifest_and_changes_nothing(spilled) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 
-from beam_tfrecord import DType, Scalar, Schema, WriteTFRecordDataset
+from beam_tfrecord import DType, Scalar, Schema, WriterProvenance, WriteTFRecordDataset
 from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import ClassLabel, Image, ImageFormat
@@ -27,7 +27,8 @@ def images(tmp_path: Path) -> Path:
 
 def _build(root: Path, out: Path, check: ListingCheck, expected_inputs: int | None = None) -> None:
     schema = Schema({"image": Image(ImageFormat.JPEG), "label": ClassLabel(("circle", "square", "stripes"))})
-    writer = WriteTFRecordDataset(str(out), schema=schema, expected_inputs=expected_inputs)
+    writer = WriteTFRecordDataset(str(out), schema=schema,
+                                  provenance=WriterProvenance(expected_inputs=expected_inputs))
     with beam.Pipeline(runner=LocalBatchRunner()) as pipeline:
         _ = pipeline | ReadImageFolder(str(root), check=check) | writer
 
@@ -76,13 +77,14 @@ def test_the_writer_refuses_another_count_than_planned(tmp_path: Path, expected:
                                                   rf"{expected} \({detail}\); nothing was published\."):
         with beam.Pipeline(runner=LocalBatchRunner()) as pipeline:
             _ = (pipeline | beam.Create([Sample(f"k{i}", {"id": i}) for i in range(3)])
-                 | WriteTFRecordDataset(str(out), schema=SCHEMA, expected_inputs=expected))
+                 | WriteTFRecordDataset(str(out), schema=SCHEMA,
+                                        provenance=WriterProvenance(expected_inputs=expected)))
     assert list(out.iterdir()) == []  # the temp folder is gone, no manifest
 
 
 def test_expected_inputs_must_not_be_negative() -> None:
     with pytest.raises(WriterOptionError, match=r"^expected_inputs must be >= 0, got -1$"):
-        WriteTFRecordDataset("/tmp/never", schema=SCHEMA, expected_inputs=-1)
+        WriterProvenance(expected_inputs=-1)
 
 
 def _listing(keys: list[str]) -> FolderListing:

@@ -10,6 +10,7 @@ import pytest
 from apache_beam.metrics.metric import MetricsFilter
 
 from beam_tfrecord import (
+    DatasetDescription,
     DType,
     FileRef,
     Sample,
@@ -52,7 +53,9 @@ def _build(out: str, paths: list[str], *, local_workers: int, shard_writers: int
     pipeline = beam.Pipeline(argv=["--runner=DirectRunner"])
     _ = (pipeline
          | beam.Create([Sample(os.path.basename(p), {"blob": FileRef(p), "index": i}) for i, p in enumerate(paths)])
-         | WriteTFRecordDataset(out, schema=SCHEMA, sharding=ONE_SHARD, splits=splits, dali_index=dali_index,
+         | WriteTFRecordDataset(out, description=DatasetDescription(
+                                    schema=SCHEMA, sharding=ONE_SHARD, splits=splits or SplitConfig.single(),
+                                    dali_index=dali_index),
                                 tuning=WriterTuning(local_workers=local_workers, shard_writers=shard_writers,
                                                     min_piece_bytes=256 << 10)))
     result = pipeline.run()

@@ -17,6 +17,7 @@ from beam_tfrecord import (
     SplitConfig,
     Tensor,
     TensorDType,
+    WriterChecks,
     WriteTFRecordDataset,
     load_manifest,
     verify_dataset,
@@ -112,7 +113,8 @@ def test_bad_samples_within_the_threshold_go_to_dead_letters(tmp_path):
     samples = _samples(20) + [Sample("nan-weight", {"pixels": np.zeros((8, 8, 3), np.uint8), "label": 1,
                                                    "weight": float("nan")})]
     with BeamTestPipeline() as pipeline:
-        _ = pipeline | beam.Create(samples) | WriteTFRecordDataset(out, schema=SCHEMA, max_rejected_fraction=0.1)
+        _ = pipeline | beam.Create(samples) | WriteTFRecordDataset(
+            out, schema=SCHEMA, checks=WriterChecks(max_rejected_fraction=0.1))
     manifest = load_manifest(out)
     assert (manifest.num_inputs, manifest.num_written, manifest.num_rejected) == (21, 20, 1)
     with open(os.path.join(out, manifest.dead_letters)) as handle:

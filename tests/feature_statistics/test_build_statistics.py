@@ -20,6 +20,7 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from beam_tfrecord import (
     ClassLabel,
+    DatasetDescription,
     DType,
     Image,
     ImageFormat,
@@ -62,8 +63,9 @@ def _samples(chunk: int) -> list[Sample]:
 def _build(out: Path, options: list[str], *, statistics: bool = True) -> None:
     with beam.Pipeline(argv=options) as pipeline:
         _ = (pipeline | beam.Create(range(NUM // 100)) | beam.Map(_samples)
-             | WriteTFRecordDataset(str(out), schema=SCHEMA, splits=SplitConfig.parse("train=0.7,test=0.3"),
-                                    tuning=WriterTuning(statistics=statistics, shared_filesystem=True)))
+             | WriteTFRecordDataset(str(out), description=DatasetDescription(
+                 schema=SCHEMA, splits=SplitConfig.parse("train=0.7,test=0.3"), statistics=statistics),
+                 tuning=WriterTuning(shared_filesystem=True)))
 
 
 def _feature(dataset, name: str):

@@ -11,6 +11,7 @@ from PIL import Image as PILImage
 
 from beam_tfrecord import (
     ClassLabel,
+    DatasetDescription,
     DType,
     FixedList,
     Image,
@@ -80,9 +81,9 @@ def write_dataset(out: str, file_format: FileFormat, samples: list[Sample] | Non
     with beam.Pipeline() as pipeline:
         _ = (pipeline
              | beam.Create(samples if samples is not None else make_samples())
-             | WriteTFRecordDataset(out, schema=schema, file_format=file_format, dali_index=dali_index,
-                                    splits=SplitConfig.parse("train=0.75,test=0.25"),
-                                    sharding=ShardingConfig(target_shard_bytes=8_000)))
+             | WriteTFRecordDataset(out, description=DatasetDescription(
+                 schema=schema, file_format=file_format, dali_index=dali_index,
+                 splits=SplitConfig.parse("train=0.75,test=0.25"), sharding=ShardingConfig(target_shard_bytes=8_000))))
     return out
 
 

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from beam_tfrecord import WriteTFRecordDataset, load_manifest, read_numpy, verify_dataset
+from beam_tfrecord import DatasetDescription, load_manifest, read_numpy, verify_dataset
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, ManifestError, MissingShardError, ReaderError, WriterOptionError
@@ -104,8 +104,7 @@ def test_a_feature_dali_cannot_parse_is_refused_by_name(dali_dataset):
 ])
 def test_shards_that_cannot_have_an_index_are_refused(tmp_path, compression, file_format, expected):
     with pytest.raises(WriterOptionError) as err:
-        WriteTFRecordDataset(str(tmp_path), schema=SCHEMA, compression=compression, file_format=file_format,
-                             dali_index=True)
+        DatasetDescription(schema=SCHEMA, compression=compression, file_format=file_format, dali_index=True)
     assert str(err.value) == expected
 
 

@@ -10,7 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from beam_tfrecord import DType, Scalar, Schema, load_manifest, verify_dataset
+from beam_tfrecord import (
+    DatasetDescription,
+    DType,
+    Scalar,
+    Schema,
+    WriterChecks,
+    WriterProvenance,
+    load_manifest,
+    verify_dataset,
+)
 from beam_tfrecord.beam.publish import PublishSettings, _move_shards, publish
 from beam_tfrecord.beam.spill_path import WriteShardFromRunsFn
 from beam_tfrecord.core.cut_planner import plan_dataset
@@ -33,9 +42,11 @@ def _index_of(path: str) -> bytes:
 
 def _settings(tmp_path: Path, *, dali_index: bool, schema: Schema = SCHEMA) -> PublishSettings:
     return PublishSettings(output_dir=str(tmp_path / "ds"), temp_dir=str(tmp_path / "tmp"), run_id="run-1",
-                           dataset_name="d", schema=schema, compression=Compression.NONE, salt="s",
-                           sharding=SHARDING, max_rejected_fraction=0.01, command=("test",), metadata={},
-                           splits=SPLITS, dali_index=dali_index)
+                           description=DatasetDescription(schema=schema, name="d", compression=Compression.NONE,
+                                                          salt="s", sharding=SHARDING, splits=SPLITS,
+                                                          dali_index=dali_index, statistics=False),
+                           checks=WriterChecks(max_rejected_fraction=0.01),
+                           provenance=WriterProvenance(command=("test",)))
 
 
 def _shards(tmp_path: Path, *, dali_index: bool):

@@ -1,5 +1,6 @@
 """Near duplicates in a build: the image-folder job with --near_duplicates on the DirectRunner (its
-WriteTFRecordDataset(near_duplicates=)): pairs by split, the manifest entry, the summary line, bad input."""
+WriteTFRecordDataset(checks=WriterChecks(near_duplicates=...))): pairs by split, the manifest entry, the summary
+line, bad input."""
 
 import os
 

@@ -19,6 +19,7 @@ from PIL import Image as PILImage
 from beam_tfrecord import (
     ClassLabel,
     Compression,
+    DatasetDescription,
     DType,
     FixedList,
     Image,
@@ -118,10 +119,9 @@ def write_dataset(out_dir: str, schema: Schema, samples: dict[str, dict], *, spl
     with beam.Pipeline() as pipeline:
         _ = (pipeline
              | beam.Create([Sample(key, values) for key, values in samples.items()])
-             | WriteTFRecordDataset(out_dir, schema=schema, dataset_name="t", compression=compression,
-                                    file_format=file_format,
-                                    sharding=ShardingConfig(target_shard_bytes=target_shard_bytes),
-                                    splits=SplitConfig.parse(splits)))
+             | WriteTFRecordDataset(out_dir, description=DatasetDescription(
+                 schema=schema, name="t", compression=compression, file_format=file_format,
+                 sharding=ShardingConfig(target_shard_bytes=target_shard_bytes), splits=SplitConfig.parse(splits))))
     return out_dir
 
 

@@ -20,7 +20,15 @@ import time
 import apache_beam as beam
 import numpy as np
 
-from beam_tfrecord import DType, Schema, ShardingConfig, SplitConfig, WriterTuning, WriteTFRecordDataset
+from beam_tfrecord import (
+    DType,
+    Schema,
+    ShardingConfig,
+    SplitConfig,
+    WriterProvenance,
+    WriterTuning,
+    WriteTFRecordDataset,
+)
 from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import Scalar
@@ -57,10 +65,10 @@ def build(out: str, *, resume: bool, seconds: float = 0.01, shard_bytes: int = 1
           shard_writers: int = 1, num_samples: int = NUM_SAMPLES) -> dict:
     writer = WriteTFRecordDataset(out, schema=SCHEMA, splits=SplitConfig.parse("train=0.9,test=0.1"),
                                   sharding=ShardingConfig(target_shard_bytes=shard_bytes),
-                                  feature_transforms={"payload": Slowly(seconds)}, inputs_identity="seed-7",
-                                  resume=resume, tuning=WriterTuning(spill_run_bytes=200_000, local_workers=1,
-                                                                     shard_writers=shard_writers,
-                                                                     min_piece_bytes=1 << 20))
+                                  feature_transforms={"payload": Slowly(seconds)},
+                                  provenance=WriterProvenance(inputs_identity="seed-7", resume=resume),
+                                  tuning=WriterTuning(spill_run_bytes=200_000, local_workers=1,
+                                                      shard_writers=shard_writers, min_piece_bytes=1 << 20))
     with beam.Pipeline(runner=LocalBatchRunner()) as pipeline:
         _ = pipeline | beam.Create(range(num_samples), reshuffle=False) | beam.Map(sample) | writer
     from beam_tfrecord import load_manifest

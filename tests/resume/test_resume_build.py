@@ -14,7 +14,7 @@ import pytest
 import resume_job
 from kills import files_exist, kill_when
 
-from beam_tfrecord import WriterTuning, load_manifest
+from beam_tfrecord import WriterProvenance, WriterTuning, load_manifest
 from beam_tfrecord.core.runs import INDEX_SUFFIX, RunIndex, make_record_entry, write_run
 from beam_tfrecord.errors import ResumeMismatchError, WriterOptionError
 from beam_tfrecord.spill.resume import (
@@ -124,9 +124,10 @@ def test_resume_needs_what_makes_it_safe(tmp_path: Path) -> None:
     with pytest.raises(WriterOptionError, match=r"^resume needs inputs_identity, Sample inputs \(not "
                                                 r"WriteBalancedTFRecord's records\), the default temp_dir and the "
                                                 r"spill fan-in$"):
-        WriteTFRecordDataset(str(tmp_path), schema=resume_job.SCHEMA, resume=True)
+        WriteTFRecordDataset(str(tmp_path), schema=resume_job.SCHEMA, provenance=WriterProvenance(resume=True))
     with pytest.raises(WriterOptionError):
-        WriteTFRecordDataset(str(tmp_path), schema=resume_job.SCHEMA, resume=True, inputs_identity="x",
+        WriteTFRecordDataset(str(tmp_path), schema=resume_job.SCHEMA,
+                             provenance=WriterProvenance(resume=True, inputs_identity="x"),
                              tuning=WriterTuning(fan_in=FanIn.SHUFFLE))
 
 

@@ -9,6 +9,7 @@ import apache_beam as beam
 import pytest
 
 from beam_tfrecord import (
+    DatasetDescription,
     DType,
     Scalar,
     Schema,
@@ -33,12 +34,14 @@ def bucket(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(BUCKETS[request.param]))
 
 
-def _write(output: str, count: int, **options: object) -> None:
+def _write(output: str, count: int, *, dali_index: bool = False, file_format: FileFormat = FileFormat.TFRECORD,
+           ) -> None:
     with beam.Pipeline() as pipeline:
         _ = (pipeline
              | beam.Create([Sample(f"k{i}", {"id": i, "text": "x" * (i % 50)}) for i in range(count)])
-             | WriteTFRecordDataset(output, schema=SCHEMA, sharding=ShardingConfig(target_shard_bytes=4_000),
-                                    **options))  # type: ignore[arg-type]
+             | WriteTFRecordDataset(output, description=DatasetDescription(
+                 schema=SCHEMA, sharding=ShardingConfig(target_shard_bytes=4_000), dali_index=dali_index,
+                 file_format=file_format)))
 
 
 def test_dali_indexes_and_views_are_published_on_the_store(bucket: str) -> None:
