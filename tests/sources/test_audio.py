@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from beam_tfrecord import WriterChecks
 from beam_tfrecord.errors import AudioDecodeError
 from beam_tfrecord.sources.audio import ReadAudioFiles, audio_class_names, audio_schema, decode_wav
 
@@ -95,7 +96,7 @@ def test_bad_wav_is_a_decode_dead_letter(tmp_path, write):
     (tmp_path / "in" / "good.wav").write_bytes(_float32_wav(np.zeros((4, 1)), 8000))
     (tmp_path / "in" / "bad.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
     manifest = write(ReadAudioFiles(str(tmp_path / "in")), audio_schema(), str(tmp_path / "out"),
-                     max_rejected_fraction=0.5)
+                     checks=WriterChecks(max_rejected_fraction=0.5))
     assert (manifest.num_inputs, manifest.num_rejected) == (2, 1)
     letter = (tmp_path / "out" / manifest.dead_letters).read_text()
     assert letter == ('{"error_type": "AudioDecodeError", "feature": "audio", "key": "bad.wav", "message": '

@@ -5,6 +5,7 @@ import json
 import pytest
 import tensorflow as tf
 
+from beam_tfrecord import WriterChecks
 from beam_tfrecord.sources.text import ReadTextFiles, TextUnit, text_schema
 
 SPEC = {"text": tf.io.FixedLenFeature([], tf.string), "tokens": tf.io.RaggedFeature(tf.int64)}
@@ -47,7 +48,7 @@ def test_invalid_utf8_and_tokenizer_failures_are_dead_letters(tmp_path, write):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "lines.txt").write_bytes(b"fine\nbad \xff byte\nplease FAIL\n")
     manifest = write(ReadTextFiles(str(tmp_path / "in" / "*.txt"), unit=TextUnit.LINE, tokenizer=byte_tokenizer),
-                     text_schema(tokens=True), str(tmp_path / "out"), max_rejected_fraction=1.0)
+                     text_schema(tokens=True), str(tmp_path / "out"), checks=WriterChecks(max_rejected_fraction=1.0))
     assert (manifest.num_inputs, manifest.num_rejected) == (3, 2)
     letters = [json.loads(line) for line in (tmp_path / "out" / manifest.dead_letters).read_text().splitlines()]
     assert letters == [
