@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.infer import infer_array_schema
 from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
 from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.sources.arrays import ReadNumpyFiles, count_samples, peek_arrays
 from beam_tfrecord.sources.chunks import list_inputs

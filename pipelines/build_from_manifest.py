@@ -15,11 +15,11 @@ from collections.abc import Iterator, Sequence
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
-from beam_tfrecord.beam.runners.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.core.infer import infer_schema
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
+from beam_tfrecord.engine.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.sources.chunks import list_inputs
 from beam_tfrecord.sources.parquet import ReadParquetManifest, iter_parquet_rows, parquet_num_rows
@@ -118,7 +118,7 @@ def infer_manifest_schema(pattern: str, fmt: ManifestFormat, source: ManifestOpt
 
 def rows_at_most(pattern: str, fmt: ManifestFormat) -> int | None:
     """An upper bound of the rows of the manifests matching ``pattern`` (what decides a small job,
-    ``beam_tfrecord.beam.runners.local_workers.InputSize``): Parquet's row counts from its footers, a text
+    ``beam_tfrecord.engine.local_workers.InputSize``): Parquet's row counts from its footers, a text
     manifest's lines (a quoted cell may span lines); None, not counted, beyond
     ``SMALL_JOB_MAX_INPUT_BYTES`` of text: such a job is not small whatever its rows."""
     files = storage.list_files(pattern)

@@ -9,11 +9,11 @@ from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ImageFormat, Schema
 from beam_tfrecord.describe import SKIPPED_INPUTS_KEY
+from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
 from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.sources.image_folder import (

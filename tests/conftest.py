@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from beam_tfrecord.beam.runners.local_workers import LOCAL_WORKERS_ENV
+from beam_tfrecord.engine.local_workers import LOCAL_WORKERS_ENV
 from pipelines.make_sample_images import write_sample_images
 
 # Functions defined in test modules are pickled by reference; worker subprocesses of the
@@ -13,7 +13,7 @@ from pipelines.make_sample_images import write_sample_images
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.get("PYTHONPATH")]))
 # The writer's default on the DirectRunner is one worker process per core
-# (beam.runners.local_workers.local_workers_for): worth it for a real build, ~2 s of worker
+# (engine.local_workers.local_workers_for): worth it for a real build, ~2 s of worker
 # start-up for each of the suite's hundreds of small ones.
 # The suite runs them in one in-memory worker; the tests of the default remove this (and inherit
 # it in the jobs they start as commands). See tests/beam/test_local_workers.py.
@@ -42,7 +42,7 @@ def dask_address() -> Iterator[str]:
     Jobs given its address (``--dask_client_address``) skip a cluster start and the workers' Beam
     imports. Tests that kill workers, cap their memory or need the workers to inherit a changed
     environment start their own cluster. Not declared local: as a user's own cluster, its workers
-    show they see the tests' folders when a job asks them (``beam_tfrecord.beam.dask_probe``).
+    show they see the tests' folders when a job asks them (``beam_tfrecord.engine.dask_probe``).
     """
     from distributed import LocalCluster
 

@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dataset", "describe", "encoding", "job", "remote_reads", "spill"),
     ("formats",),
     ("versions", "reader", "verify", "interop"),
+    ("engine",),  # the runners: each one's traits, the local engine, Dask, where workers run
     ("beam",),
     ("sources", "report"),
     ("pipelines",),

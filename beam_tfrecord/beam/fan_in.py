@@ -12,13 +12,13 @@ import apache_beam as beam
 from beam_tfrecord import storage
 from beam_tfrecord.beam.duplicates import DigestSettings
 from beam_tfrecord.beam.near_duplicates import SignatureSettings
-from beam_tfrecord.beam.runners.table import traits_of
 from beam_tfrecord.beam.tuning import FanIn
 from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.pieces import ShardWriters
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
+from beam_tfrecord.engine.table import traits_of
 from beam_tfrecord.quality.content import DuplicatesCheck
 from beam_tfrecord.quality.split_groups import GroupPlacement, SplitKeyFn
 

@@ -27,16 +27,9 @@ from beam_tfrecord.beam.one_group import (
     tag,
 )
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.runners import (
-    local_workers_for,
-    runs_on_direct_runner,
-    use_fixed_dask_runner,
-    use_local_workers,
-)
 from beam_tfrecord.beam.shuffle_path import ShufflePath
 from beam_tfrecord.beam.spill_path import RunsResume, SpillPath
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
@@ -44,6 +37,13 @@ from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
+from beam_tfrecord.engine import (
+    local_workers_for,
+    runs_on_direct_runner,
+    use_fixed_dask_runner,
+    use_local_workers,
+)
+from beam_tfrecord.engine.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, PipelineInvariantError, RecordSchemaError, WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
 from beam_tfrecord.quality.duplicate_counts import DUPLICATES_KEY

@@ -30,8 +30,8 @@ from beam_tfrecord import (
     WriteTFRecordDataset,
     load_manifest,
 )
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.units import MiB
+from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
 from beam_tfrecord.errors import ClusterStalledError
 from pipelines.common import job_pipeline
 
@@ -158,7 +158,7 @@ def test_workers_killed_for_memory_again_and_again_fail_the_job_with_a_typed_err
 def test_the_local_cluster_options_reach_the_workers() -> None:
     from distributed import Client
 
-    from beam_tfrecord.beam.dask_cluster import local_cluster_for
+    from beam_tfrecord.engine.dask_cluster import local_cluster_for
 
     options = PipelineOptions([f"--runner={DASK_RUNNER}", "--dask_local_workers=3", "--dask_memory_limit=700MiB"])
     assert options.view_as(DaskClusterOptions).dask_stall_timeout_seconds == 300

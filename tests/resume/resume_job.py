@@ -21,9 +21,9 @@ import apache_beam as beam
 import numpy as np
 
 from beam_tfrecord import DType, Schema, ShardingConfig, SplitConfig, WriterTuning, WriteTFRecordDataset
-from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import Scalar
+from beam_tfrecord.engine.local_engine import LocalBatchRunner
 
 NUM_SAMPLES = 400
 SMALL_SAMPLES = 100

@@ -1,10 +1,10 @@
 """Beam runners as the writer sees them: each runner's traits, and the local batch engine with its worker processes.
 
-The Dask runner stays in ``beam/dask_runner.py``, the dotted path users pass to ``--runner``.
+The Dask runner stays in ``engine/dask_runner.py``, the dotted path users pass to ``--runner``.
 """
 
-from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner, error_from_worker, local_batch_runner_for
-from beam_tfrecord.beam.runners.local_workers import (
+from beam_tfrecord.engine.local_engine import LocalBatchRunner, error_from_worker, local_batch_runner_for
+from beam_tfrecord.engine.local_workers import (
     LOCAL_WORKERS_ENV,
     SMALL_JOB_MAX_INPUT_BYTES,
     SMALL_JOB_MAX_SAMPLES,
@@ -18,7 +18,7 @@ from beam_tfrecord.beam.runners.local_workers import (
     runner_parallelism_chosen,
     use_local_workers,
 )
-from beam_tfrecord.beam.runners.table import (
+from beam_tfrecord.engine.table import (
     BEAM_DASK_RUNNER,
     FIXED_DASK_RUNNER,
     RunnerTraits,

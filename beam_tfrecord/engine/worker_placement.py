@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.runners.table import traits_of_name
+from beam_tfrecord.engine.table import traits_of_name
 from beam_tfrecord.errors import LocalPathError
 
 # Dask schedulers of clusters this process started on this machine (``scheduler_on_this_machine``).
@@ -73,7 +73,7 @@ def workers_probe(runner_name: str, options: PipelineOptions) -> WorkersProbe | 
         return None
     from apache_beam.runners.dask.dask_runner import DaskOptions  # the [dask] extra, there with the runner
 
-    from beam_tfrecord.beam.dask_probe import workers_unseen_reason
+    from beam_tfrecord.engine.dask_probe import workers_unseen_reason
 
     dask = options.view_as(DaskOptions)
     if not (dask.address or dask.scheduler_file):

@@ -13,13 +13,13 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.runners.runner import PipelineRunner
 
 from beam_tfrecord import errors
-from beam_tfrecord.beam.runners.forked_workers import worker_fork_server
-from beam_tfrecord.beam.runners.worker_handler import local_workers_urn
+from beam_tfrecord.engine.forked_workers import worker_fork_server
+from beam_tfrecord.engine.worker_handler import local_workers_urn
 
 # What Beam's FnApiRunner runs for each worker process in ``multi_processing`` mode (Beam 2.77), and
 # what LocalBatchRunner runs instead: the same harness, ended without the interpreter's teardown.
 BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
-WORKER_MODULE = "beam_tfrecord.beam.runners.worker_main"
+WORKER_MODULE = "beam_tfrecord.engine.worker_main"
 WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m {WORKER_MODULE}"
 
 

@@ -26,8 +26,8 @@ from distributed import WorkerPlugin, get_client
 from distributed.core import Status
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.dask_watch import DEFAULT_STALL_TIMEOUT_SECONDS, DaskRunReport, wait_for_dask
-from beam_tfrecord.beam.runners.worker_memory import give_back_freed_memory
+from beam_tfrecord.engine.dask_watch import DEFAULT_STALL_TIMEOUT_SECONDS, DaskRunReport, wait_for_dask
+from beam_tfrecord.engine.worker_memory import give_back_freed_memory
 from beam_tfrecord.errors import ClusterStalledError
 
 _TRANSLATING = threading.Lock()  # the translation swaps a module attribute of Beam's: one job at a time

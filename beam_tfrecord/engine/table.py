@@ -41,7 +41,7 @@ _DISTRIBUTED = RunnerTraits()
 # before calling it): no trait, because the writer's DoFns never emit there (``beam/encode_fn.py``).
 _DASK = RunnerTraits(in_memory_shuffle=True, recomputes_side_inputs=True)
 DIRECT_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "TestDirectRunner", "LocalBatchRunner")
-FIXED_DASK_RUNNER = "beam_tfrecord.beam.dask_runner.DaskRunner"  # Beam's, two defects fixed (see that module)
+FIXED_DASK_RUNNER = "beam_tfrecord.engine.dask_runner.DaskRunner"  # Beam's, two defects fixed (see that module)
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 
 # Keyed by the runner's dotted path (looked up first) or class name, and by Beam's short names.
@@ -110,7 +110,7 @@ def use_fixed_dask_runner(pipeline: beam.Pipeline) -> None:
     runner = type(pipeline.runner)
     if f"{runner.__module__}.{runner.__name__}" != BEAM_DASK_RUNNER:
         return
-    from beam_tfrecord.beam.dask_runner import DaskRunner  # Beam's DaskRunner is importable, so is this
+    from beam_tfrecord.engine.dask_runner import DaskRunner  # Beam's DaskRunner is importable, so is this
 
     pipeline.runner = DaskRunner()
     logging.getLogger(__name__).info("running the pipeline on %s (Beam's DaskRunner, fixed) instead of %s",
