@@ -27,7 +27,7 @@ from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
 from beam_tfrecord.engine.dask_cluster import local_cluster_for
-from beam_tfrecord.engine.local_engine import local_batch_runner_for
+from beam_tfrecord.engine.local_engine import job_runner_for
 from beam_tfrecord.engine.local_workers import (
     WORKER_LOG_RELAY,
     InputSize,
@@ -40,7 +40,6 @@ from beam_tfrecord.engine.table import (
     runner_name_of,
     runs_on_direct_runner,
     traits_of_options,
-    uses_dask_runner,
 )
 from beam_tfrecord.engine.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.errors import MAX_REJECTED_FLAG, BeamTFRecordError, DiskFullError
@@ -236,31 +235,17 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
 
 @contextlib.contextmanager
 def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
-    """``with beam.Pipeline(options)``, plus, on the DaskRunner, a local cluster when it names none and
-    a wait that fails with ``ClusterStalledError`` rather than hanging (``wait_for_dask``). For the
-    DirectRunner (named, or no runner named) the pipeline runs on its batch engine, never Prism
-    (``beam_tfrecord.engine.local_engine.LocalBatchRunner``).
+    """``with beam.Pipeline(options)`` on the runner ``engine.job_runner_for`` picks, plus, on the DaskRunner, a local
+    cluster when it names none and a wait that fails with ``ClusterStalledError`` rather than hanging
+    (``wait_for_dask``). For the DirectRunner (named, or no runner named) the pipeline runs on its batch engine,
+    never Prism (``beam_tfrecord.engine.local_engine.LocalBatchRunner``).
 
     With ``--dry_run=True`` (DataflowRunner only) the job ends after the runner has built it: see ``pipelines.dry_run``.
     """
     check_dry_run(options)
-    if not uses_dask_runner(options):
-        with beam.Pipeline(runner=local_batch_runner_for(options), options=options) as pipeline:
-            yield pipeline
-        end_if_dry_run(pipeline)
-        return
-    from beam_tfrecord.engine.dask_runner import DaskRunner  # needs the [dask] extra
-
-    with local_cluster_for(options):
-        pipeline = beam.Pipeline(runner=DaskRunner(), options=options)  # Beam's, its memory defect fixed
+    with local_cluster_for(options), beam.Pipeline(runner=job_runner_for(options), options=options) as pipeline:
         yield pipeline  # the job is built in the with-block; an error there runs nothing
-        result = pipeline.run()
-        try:
-            result.wait_until_finish()  # wait_for_dask; a stall also deletes the writer's temporary files
-        finally:
-            client = getattr(result, "client", None)
-            if client is not None:
-                client.close()  # the DaskRunner never closes its client, which would retry a stopped cluster
+    end_if_dry_run(pipeline)  # on Dask, the result's wait is ``wait_for_dask``; it closes the job's client
 
 
 def quiet_logging() -> None:

@@ -18,7 +18,7 @@ from beam_tfrecord.core.pieces import ShardWriters
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
-from beam_tfrecord.engine.table import traits_of
+from beam_tfrecord.engine.table import runner_name, traits_of
 from beam_tfrecord.quality.content import DuplicatesCheck
 from beam_tfrecord.quality.split_groups import GroupPlacement, SplitKeyFn
 
@@ -33,8 +33,7 @@ def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
 def describe_fan_in(fan_in: FanIn, pipeline: beam.Pipeline, temp_dir: str) -> str:
     """The job summary's line: the fan-in path ``pipeline`` takes, why, and where its files go."""
     chosen = resolve_fan_in(fan_in, pipeline)
-    runner = type(pipeline.runner).__name__.replace("LocalBatchRunner", "DirectRunner")  # its batch engine
-    why = (f"auto: the {runner}'s "
+    why = (f"auto: the {runner_name(pipeline)}'s "
            + ("shuffle holds what it groups in memory" if chosen is FanIn.SPILL else "shuffle is disk-backed")
            if fan_in is FanIn.AUTO else "asked for")
     where = ("sorted runs spilled to the temp folder, merged by the shard writers" if chosen is FanIn.SPILL
