@@ -320,7 +320,8 @@ def main() -> None:
     parser.add_argument("--memory_limit", default="1GiB", help="each Dask worker's memory_limit")
     parser.add_argument("--dask_partition_size", type=int, default=32,
                         help="elements per Dask partition (an element is a chunk of 1,000 records or 100 files; "
-                             "the DaskRunner holds a partition's outputs together; 0: Beam's default)")
+                             "the DaskRunner holds a partition's outputs together; 0: the runner's default, fitted to "
+                             "the workers' memory limit: engine/dask_partitions.py)")
     parser.add_argument("--shuffle_too", action="store_true",
                         help="also run the small-records volume row with fan_in=shuffle on Dask (for comparison)")
     parser.add_argument("--beam_runner_too", action="store_true",

@@ -1,10 +1,10 @@
 """Beam's DaskRunner, fixed to end a job or fail it with a reason (``--runner`` of a user's pipeline and the jobs).
 
-Four changes to Beam 2.77's: every branch runs (Beam's computed only the last transform's: of two writers,
+Five changes to Beam 2.77's: every branch runs (Beam's computed only the last transform's: of two writers,
 one published nothing, silently; ``_leaf_bags``); a ParDo's outputs live as long as its task's result (Beam's
-kept them in the task's arguments, memory Dask can neither measure nor spill); each worker gives its freed
-``malloc`` memory back near its limit (``GiveMemoryBack``); and the result waits with the stall watchdog
-(``dask_watch.wait_for_dask``), removing the writers' temporary files when the cluster stalls.
+kept them in the task's arguments, memory Dask can neither measure nor spill); partitions fit the workers'
+memory limit (``dask_partitions``); each worker gives its freed ``malloc`` memory back near its limit
+(``GiveMemoryBack``); and the result waits with the stall watchdog (``dask_watch.wait_for_dask``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from distributed import WorkerPlugin, get_client
 from distributed.core import Status
 
 from beam_tfrecord import storage
+from beam_tfrecord.engine.dask_partitions import fitted_bag_kwargs
 from beam_tfrecord.engine.dask_watch import DEFAULT_STALL_TIMEOUT_SECONDS, DaskRunReport, wait_for_dask
 from beam_tfrecord.engine.worker_memory import give_back_freed_memory
 from beam_tfrecord.errors import ClusterStalledError
@@ -256,7 +257,8 @@ class DaskRunner(beam_dask_runner.DaskRunner):
         return DaskJobResult(client, futures, stall_timeout_seconds=stall, temp_dirs=temp_dirs)
 
     def _compute_every_leaf(self, pipeline: Any, options: Any) -> tuple[Any, list[Any]]:
-        """Beam's ``run_pipeline``, but computing every leaf's bag, not just the last transform's.
+        """Beam's ``run_pipeline``, but computing every leaf's bag, not just the last transform's, with partitions
+        that fit the workers' memory when the options do not size them (``dask_partitions``).
 
         Beam's computes ``list(bags.values())[-1]``: a transform no later one reads from (a second
         writer's publish step, any side branch) never ran. Each leaf's partitions are emptied
@@ -269,6 +271,7 @@ class DaskRunner(beam_dask_runner.DaskRunner):
                                                                                    current_only=True)
         bag_kwargs = beam_dask_runner.DaskOptions._extract_bag_kwargs(dask_options)
         client = Client(**dask_options)
+        bag_kwargs = fitted_bag_kwargs(bag_kwargs, pipeline=pipeline, client=client)  # the workers' memory
         pipeline.replace_all(beam_dask_runner.dask_overrides())
         visitor = self.to_dask_bag_visitor(bag_kwargs)
         pipeline.visit(visitor)

@@ -1,8 +1,8 @@
 """Memory on Beam's DaskRunner is bounded by the engine's settings, not by the data.
 
 A LocalCluster of two worker processes, each capped by ``memory_limit`` as real clusters' workers
-are, builds a dataset 1.3 times the size of the cluster's memory: no worker is restarted or paused
-for long, the process tree's peak RSS stays under the cluster's memory, and the shards are the
+are, builds a dataset 1.3 times the size of the cluster's memory in partitions sized to that limit: no worker
+is restarted or paused for long, the process tree's peak RSS stays under the cluster's memory, and the shards are the
 DirectRunner's, byte for byte. A cluster that cannot make progress (workers paused or killed for
 memory) fails the job with ``ClusterStalledError`` naming the limit, instead of hanging.
 (``benchmarks/dask_volume.py`` runs the full-size version: 4 GiB of small records, 5 GiB of blobs.)
@@ -90,8 +90,10 @@ def test_a_capped_cluster_builds_more_than_its_memory_byte_identically(tmp_path:
     _build(reference, ["--runner=DirectRunner"], elements)
 
     out = str(tmp_path / "dask")
+    # No --dask_partition_size: the runner fits partitions to the workers' limit (16 elements of 2 MiB here). Beam's
+    # default, 128 elements a partition, stalls this build: workers killed at 95%, ClusterStalledError.
     options = [f"--runner={DASK_RUNNER}", "--dask_local_workers=2", f"--dask_memory_limit={CAPPED_WORKER_MEMORY}",
-               "--dask_partition_size=32", "--dask_stall_timeout_seconds=60"]  # 21 tasks a stage: 42 cost 15% more CPU
+               "--dask_stall_timeout_seconds=60"]
     with _PeakTreeRss() as rss:
         _build(out, options, elements)
 
