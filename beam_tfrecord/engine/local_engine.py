@@ -121,7 +121,6 @@ def local_batch_runner_for(options: PipelineOptions) -> LocalBatchRunner | None:
     return None
 
 
-
 def job_runner_for(options: PipelineOptions) -> PipelineRunner | None:
     """The runner a job runs on for ``options``: ``local_batch_runner_for``'s, the project's DaskRunner (Beam's,
     fixed: ``dask_runner.py``) when they choose a DaskRunner, else None (the runner the options name)."""
