@@ -88,5 +88,5 @@ setup(
     extras_require=_extras(),
     entry_points={"console_scripts": ["beam-tfrecord=beam_tfrecord.cli:command"],
                   # Dask measures Beam's WindowedValue and the writer's batches (so it can spill them).
-                  "dask.sizeof": ["beam_tfrecord = beam_tfrecord.beam.dask_sizeof:register"]},
+                  "dask.sizeof": ["beam_tfrecord = beam_tfrecord.engine.dask_sizeof:register"]},
 )

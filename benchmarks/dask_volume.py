@@ -15,7 +15,7 @@ the DirectRunner's worker processes), sampled every 100 ms.
   ``--small_gib`` (default 4 GiB: twice the cluster's 2 x 1 GiB of worker memory); on the
   DirectRunner (the reference bytes) and on a LocalCluster of 2 worker processes x 1 thread, each
   capped at ``--memory_limit`` (1 GiB), ``--dask_partition_size`` elements per partition, with
-  ``beam_tfrecord.beam.dask_runner.DaskRunner`` (what the jobs run; ``--beam_runner_too`` adds
+  ``beam_tfrecord.engine.dask_runner.DaskRunner`` (what the jobs run; ``--beam_runner_too`` adds
   Beam's own DaskRunner, whose ParDo outputs outlive their partition).
 - volume, blobs: file-backed records of ~200 KB (``--blob_gib``, default 5 GiB of files), same runners.
 - throughput: ``--throughput_records`` (600k) small records on the DirectRunner with
@@ -24,7 +24,7 @@ the DirectRunner's worker processes), sampled every 100 ms.
 
 - paths: ``jobs`` waits with ``wait_for_dask`` as the jobs do; ``library`` is a user's own
   ``with beam.Pipeline(argv) as p: ... | WriteTFRecordDataset(..., tuning=WriterTuning(shared_filesystem=True))`` with
-  ``--runner beam_tfrecord.beam.dask_runner.DaskRunner --dask_client_address``, ``--repeats`` times each.
+  ``--runner beam_tfrecord.engine.dask_runner.DaskRunner --dask_client_address``, ``--repeats`` times each.
 
 Restarts and the longest stall come from ``wait_for_dask`` (jobs path); pauses, the longest pause and
 the peak worker RSS from polling the scheduler every 0.5 s (a pause shorter than that can be missed);
@@ -89,8 +89,8 @@ def _child(args: argparse.Namespace) -> None:
         WriterTuning,
         WriteTFRecordDataset,
     )
-    from beam_tfrecord.beam.dask_cluster import wait_for_dask
     from beam_tfrecord.beam.write import FanIn
+    from beam_tfrecord.engine.dask_cluster import wait_for_dask
 
     def build(pipeline: beam.Pipeline, shared_filesystem: bool = False) -> None:
         if args.workload == "small":
@@ -116,13 +116,13 @@ def _child(args: argparse.Namespace) -> None:
         from distributed import LocalCluster
 
         start = time.perf_counter()
-        from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
+        from beam_tfrecord.engine.worker_placement import scheduler_on_this_machine
         from beam_tfrecord.errors import ClusterStalledError
 
         if args.no_give_back:  # the runner as it was before workers gave freed memory back (the issue's hang)
             _skip_give_back()
         runner = ("apache_beam.runners.dask.dask_runner.DaskRunner" if args.runner == "beam-dask"
-                  else "beam_tfrecord.beam.dask_runner.DaskRunner")
+                  else "beam_tfrecord.engine.dask_runner.DaskRunner")
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit=args.memory_limit,
                           dashboard_address=None) as cluster, _Watch(cluster.scheduler_address) as watch:
             argv = [f"--runner={runner}", f"--dask_client_address={cluster.scheduler_address}",
@@ -156,7 +156,7 @@ def _child(args: argparse.Namespace) -> None:
 def _skip_give_back() -> None:
     from distributed import Client
 
-    from beam_tfrecord.beam.dask_runner import GiveMemoryBack
+    from beam_tfrecord.engine.dask_runner import GiveMemoryBack
 
     register = Client.register_plugin
 
@@ -320,7 +320,8 @@ def main() -> None:
     parser.add_argument("--memory_limit", default="1GiB", help="each Dask worker's memory_limit")
     parser.add_argument("--dask_partition_size", type=int, default=32,
                         help="elements per Dask partition (an element is a chunk of 1,000 records or 100 files; "
-                             "the DaskRunner holds a partition's outputs together; 0: Beam's default)")
+                             "the DaskRunner holds a partition's outputs together; 0: the runner's default, fitted to "
+                             "the workers' memory limit: engine/dask_partitions.py)")
     parser.add_argument("--shuffle_too", action="store_true",
                         help="also run the small-records volume row with fan_in=shuffle on Dask (for comparison)")
     parser.add_argument("--beam_runner_too", action="store_true",

@@ -7,7 +7,7 @@ Two kinds of variants:
   default (one worker process per core: a pipeline of the user's own does not say how big it is);
 - ``jobs``: whole commands as a user runs them (interpreter start and imports included), each with
   its defaults (a job knows its input before building and runs a small one in one in-memory worker:
-  ``beam_tfrecord.beam.runners.local_workers.InputSize``) and with ``--direct_num_workers=1``: the
+  ``beam_tfrecord.engine.local_workers.InputSize``) and with ``--direct_num_workers=1``: the
   demo's build (``scripts/demo.sh``: 300 64-px JPEGs, three splits) and a ``--samples``-row CSV.
 
     python benchmarks/fixed_cost.py                 # 3 rounds, both kinds
@@ -30,7 +30,7 @@ import time
 import apache_beam as beam
 
 from beam_tfrecord import DType, Sample, Scalar, Schema, WriterTuning, WriteTFRecordDataset
-from beam_tfrecord.beam.runners.local_workers import LOCAL_WORKERS_ENV, available_cores
+from beam_tfrecord.engine.local_workers import LOCAL_WORKERS_ENV, available_cores
 
 SCHEMA = Schema({"id": Scalar(DType.INT64)})
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

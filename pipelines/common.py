@@ -15,25 +15,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.dask_cluster import local_cluster_for
 from beam_tfrecord.beam.encode_pool import describe_encode_processes
-from beam_tfrecord.beam.runners.local_engine import local_batch_runner_for
-from beam_tfrecord.beam.runners.local_workers import (
-    WORKER_LOG_RELAY,
-    InputSize,
-    LocalWorkersChoice,
-    available_cores,
-    choose_local_workers,
-    local_workers_of,
-)
-from beam_tfrecord.beam.runners.table import (
-    runner_name_of,
-    runs_on_direct_runner,
-    uses_dask_runner,
-)
 from beam_tfrecord.beam.shard_pieces import describe_pieces
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.beam.write import WriteTFRecordDataset
 from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
 from beam_tfrecord.core.description import DEFAULT_DATASET_NAME, DEFAULT_SALT, DatasetDescription
@@ -45,6 +29,21 @@ from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.describe import describe_manifest as describe
 from beam_tfrecord.encoding.records import FeatureTransform
+from beam_tfrecord.engine.dask_cluster import local_cluster_for
+from beam_tfrecord.engine.local_engine import job_runner_for
+from beam_tfrecord.engine.local_workers import (
+    WORKER_LOG_RELAY,
+    InputSize,
+    LocalWorkersChoice,
+    available_cores,
+    choose_local_workers,
+    local_workers_of,
+)
+from beam_tfrecord.engine.table import (
+    runner_name_of,
+    runs_on_direct_runner,
+)
+from beam_tfrecord.engine.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.errors import MAX_REJECTED_FLAG, BeamTFRecordError, DiskFullError
 from beam_tfrecord.job import lease
 from beam_tfrecord.quality.content import DuplicatesCheck
@@ -165,7 +164,7 @@ def require_output(options: DatasetOutputOptions) -> str:
 
 def require_worker_paths(options: PipelineOptions, inputs: Mapping[str, str | None]) -> bool:
     """A job's first step: refuses a local path among ``inputs`` (option name -> path) and ``--output``
-    that the runner's workers may not see (``beam_tfrecord.beam.worker_placement``), before anything
+    that the runner's workers may not see (``beam_tfrecord.engine.worker_placement``), before anything
     is listed or run; returns whether the workers see this machine's local paths (they run here,
     ``--shared_filesystem`` says they mount them, or a Dask cluster's workers showed they do): the
     writer's ``shared_filesystem``.
@@ -215,31 +214,17 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
 
 @contextlib.contextmanager
 def job_pipeline(options: PipelineOptions) -> Iterator[beam.Pipeline]:
-    """``with beam.Pipeline(options)``, plus, on the DaskRunner, a local cluster when it names none and
-    a wait that fails with ``ClusterStalledError`` rather than hanging (``wait_for_dask``). For the
-    DirectRunner (named, or no runner named) the pipeline runs on its batch engine, never Prism
-    (``beam_tfrecord.beam.runners.local_engine.LocalBatchRunner``).
+    """``with beam.Pipeline(options)`` on the runner ``engine.job_runner_for`` picks, plus, on the DaskRunner, a local
+    cluster when it names none and a wait that fails with ``ClusterStalledError`` rather than hanging
+    (``wait_for_dask``). For the DirectRunner (named, or no runner named) the pipeline runs on its batch engine,
+    never Prism (``beam_tfrecord.engine.local_engine.LocalBatchRunner``).
 
     With ``--dry_run=True`` (DataflowRunner only) the job ends after the runner has built it: see ``pipelines.dry_run``.
     """
     check_dry_run(options)
-    if not uses_dask_runner(options):
-        with beam.Pipeline(runner=local_batch_runner_for(options), options=options) as pipeline:
-            yield pipeline
-        end_if_dry_run(pipeline)
-        return
-    from beam_tfrecord.beam.dask_runner import DaskRunner  # needs the [dask] extra
-
-    with local_cluster_for(options):
-        pipeline = beam.Pipeline(runner=DaskRunner(), options=options)  # Beam's, its memory defect fixed
+    with local_cluster_for(options), beam.Pipeline(runner=job_runner_for(options), options=options) as pipeline:
         yield pipeline  # the job is built in the with-block; an error there runs nothing
-        result = pipeline.run()
-        try:
-            result.wait_until_finish()  # wait_for_dask; a stall also deletes the writer's temporary files
-        finally:
-            client = getattr(result, "client", None)
-            if client is not None:
-                client.close()  # the DaskRunner never closes its client, which would retry a stopped cluster
+    end_if_dry_run(pipeline)  # on Dask, the result's wait is ``wait_for_dask``; it closes the job's client
 
 
 def quiet_logging() -> None:
@@ -283,7 +268,7 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
             display's ETA, and the count the workers must reconcile with: ``InputsMismatchError``).
         samples_at_most: an upper bound of the samples, when the client knows one but no exact
             count (a manifest's lines): with the input files' bytes, it decides a small job, run in
-            one in-memory worker (``beam_tfrecord.beam.runners.local_workers.InputSize``).
+            one in-memory worker (``beam_tfrecord.engine.local_workers.InputSize``).
         **writer_options: further WriteTFRecordDataset arguments (e.g. feature_transforms).
     """
     output = options.view_as(DatasetOutputOptions)

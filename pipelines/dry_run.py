@@ -11,8 +11,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
-# Runners that build a job without submitting it when --dry_run=True is given.
-DRY_RUN_RUNNERS = frozenset({"DataflowRunner", "TestDataflowRunner"})
+from beam_tfrecord.engine.table import runner_name, runner_name_of, traits_of_options
 
 
 class DryRunFinished(SystemExit):
@@ -45,13 +44,11 @@ def check_dry_run(options: PipelineOptions) -> None:
     from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
     from apache_beam.runners.runner import create_runner
 
-    runner = create_runner(options.view_as(StandardOptions).runner or StandardOptions.DEFAULT_RUNNER)
-    name = type(runner).__name__
-    if name not in DRY_RUN_RUNNERS:
-        raise SystemExit(f"--dry_run=True is honoured only by the DataflowRunner; the {name} would run the job "
-                         "(drop --dry_run, or add --runner=DataflowRunner)")
+    if not traits_of_options(options).dry_run:
+        raise SystemExit(f"--dry_run=True is honoured only by the DataflowRunner; the {runner_name_of(options)} would "
+                         "run the job (drop --dry_run, or add --runner=DataflowRunner)")
     cloud = options.view_as(GoogleCloudOptions)
-    validator = PipelineOptionsValidator(options, runner)
+    validator = PipelineOptionsValidator(options, create_runner(options.view_as(StandardOptions).runner))
     problems = [problem for location in ("temp_location", "staging_location")
                 for problem in validator.validate_gcs_path(cloud, location)]
     if len(problems) == 2:  # Beam uses either one when the other is bad; with both bad it creates a bucket
@@ -66,7 +63,7 @@ def end_if_dry_run(pipeline: beam.Pipeline) -> None:
     result: Any = pipeline.result
     job = result.job  # the DataflowRunner's dry-run result carries the Job it built
     cloud = job.options.view_as(GoogleCloudOptions)
-    runner = type(pipeline.runner).__name__
-    print(f"dry run: the {runner} built job {cloud.job_name!r} for project {cloud.project!r} in {cloud.region!r} "
-          f"({len(job.proto_pipeline.components.transforms)} transforms); nothing was staged or submitted")
+    print(f"dry run: the {runner_name(pipeline)} built job {cloud.job_name!r} for project {cloud.project!r} in "
+          f"{cloud.region!r} ({len(job.proto_pipeline.components.transforms)} transforms); nothing was staged or "
+          "submitted")
     raise DryRunFinished(job)

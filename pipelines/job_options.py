@@ -15,23 +15,13 @@ from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
 
+from beam_tfrecord.engine.table import import_runner_options
+
 BEAM_OPTIONS_DOC = "https://beam.apache.org/releases/pydoc/current/apache_beam.options.pipeline_options.html"
 _EPILOG = ("Apache Beam's pipeline options pass through: --runner (DirectRunner, the default; DataflowRunner, "
            "FlinkRunner, DaskRunner...), --direct_running_mode=multi_processing --direct_num_workers=N, "
            "--project, --region, --temp_location, --flink_master, --dask_client_address and the rest; see "
            f"{BEAM_OPTIONS_DOC}")
-
-
-def _import_runner_options() -> None:
-    """Registers the DaskRunner's options with Beam (its module defines them), when Dask is installed.
-
-    Importing it (Dask, distributed) takes ~0.4 s, on the job's critical path before any work, so
-    ``JobCommand.parse`` does it only for a command line naming an option Beam does not know without it.
-    """
-    try:
-        import apache_beam.runners.dask.dask_runner  # noqa: F401
-    except ImportError:
-        pass
 
 
 def _option_name(arg: str) -> str | None:
@@ -90,7 +80,7 @@ class JobCommand:
         names = [name for name in map(_option_name, argv) if name]  # the options the command line names
         known = set(PipelineOptions([]).get_all_options())
         if any(name not in known for name in names):
-            _import_runner_options()  # perhaps a Dask runner option (``--dask_client_address``)
+            import_runner_options()  # perhaps a Dask runner option (``--dask_client_address``)
             known = set(PipelineOptions([]).get_all_options())
         given = PipelineOptions(argv).get_all_options(retain_unknown_options=True)
         unknown = [name for name in names if name not in known and name in given]

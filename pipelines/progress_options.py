@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.runners.table import traits_of_options
+from beam_tfrecord.engine.table import traits_of_options
 from beam_tfrecord.job.progress import ProgressDisplay, progress_folder
 
 

@@ -21,11 +21,11 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.durations import format_duration, parse_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
 from beam_tfrecord.errors import DurationError, InputIndexError
 from beam_tfrecord.job import lease
 from beam_tfrecord.sources.kept_records import ReadKeptRecords

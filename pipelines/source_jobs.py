@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
 from beam_tfrecord.versions.refresh import RefreshPlan
 from pipelines.common import DatasetOutputOptions, ProgressOptions, build_dataset, parse_job, require_worker_paths
 from pipelines.drift_options import DriftOptions

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from beam_tfrecord.beam.runners.local_workers import LOCAL_WORKERS_ENV
+from beam_tfrecord.engine.local_workers import LOCAL_WORKERS_ENV
 from pipelines.make_sample_images import write_sample_images
 
 # Functions defined in test modules are pickled by reference; worker subprocesses of the
@@ -13,10 +13,10 @@ from pipelines.make_sample_images import write_sample_images
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_TESTS_DIR, os.environ.get("PYTHONPATH")]))
 # The writer's default on the DirectRunner is one worker process per core
-# (beam.runners.local_workers.local_workers_for): worth it for a real build, ~2 s of worker
+# (engine.local_workers.local_workers_for): worth it for a real build, ~2 s of worker
 # start-up for each of the suite's hundreds of small ones.
 # The suite runs them in one in-memory worker; the tests of the default remove this (and inherit
-# it in the jobs they start as commands). See tests/beam/test_local_workers.py.
+# it in the jobs they start as commands). See tests/engine/test_local_workers.py.
 os.environ[LOCAL_WORKERS_ENV] = "1"
 # Every Dask cluster of the suite (the session's, the tests' own, the jobs'), workers included (they inherit the
 # environment): no statistical profiler (a thread sampling every thread's stack each 10 ms) and the event loop's
@@ -42,7 +42,7 @@ def dask_address() -> Iterator[str]:
     Jobs given its address (``--dask_client_address``) skip a cluster start and the workers' Beam
     imports. Tests that kill workers, cap their memory or need the workers to inherit a changed
     environment start their own cluster. Not declared local: as a user's own cluster, its workers
-    show they see the tests' folders when a job asks them (``beam_tfrecord.beam.dask_probe``).
+    show they see the tests' folders when a job asks them (``beam_tfrecord.engine.dask_probe``).
     """
     from distributed import LocalCluster
 
@@ -62,12 +62,12 @@ HEAVY_FIRST = (
     "tests/refresh/test_incremental.py",
     "tests/test_disk_full.py",
     "tests/beam/test_write_balanced.py",
-    "tests/beam/test_local_workers.py",
+    "tests/engine/test_local_workers.py",
     "tests/test_determinism.py",
     "tests/resume/test_resume_stores.py",
     "tests/stores/test_store_end_to_end.py",
     "tests/runners/test_runner_parity.py",
-    "tests/beam/test_forked_workers.py",
+    "tests/engine/test_forked_workers.py",
     "tests/test_kill_safety.py",
     "tests/interop/test_ray_data.py",
     "tests/cli/test_command_line.py",
@@ -75,7 +75,7 @@ HEAVY_FIRST = (
     "tests/dask/test_dask_library_path.py",
     "tests/beam/test_shard_pieces.py",
     "tests/beam/test_encode_pool.py",
-    "tests/beam/test_worker_memory.py",
+    "tests/engine/test_worker_memory.py",
     "tests/report/test_report.py",
     "tests/gcs/test_gcs_end_to_end.py",
     "tests/test_build_image_job.py",
@@ -95,7 +95,7 @@ HEAVY_FIRST = (
     "tests/test_bad_input_volume.py",
     "tests/gcs/test_flaky_store.py",
     "tests/refresh/test_refresh_kill.py",
-    "tests/beam/test_worker_main.py",
+    "tests/engine/test_worker_main.py",
     "tests/stores/test_store_lease.py",
     "tests/reader/test_block_decode.py",
     "tests/test_fuzz.py",

@@ -142,7 +142,7 @@ def test_disk_full_fails_typed_publishes_nothing_cleans_up_and_rerun_succeeds(
 def test_out_of_space_oserror_becomes_disk_full_error_and_survives_the_worker_relay() -> None:
     """``/dev/full`` answers every write with ENOSPC: the typed error names the path and the bytes,
     and a worker's relayed text of it is restored as the same class with the same message."""
-    from beam_tfrecord.beam.runners.local_engine import error_from_worker
+    from beam_tfrecord.engine.local_engine import error_from_worker
     from beam_tfrecord.errors import DiskFullError
     from beam_tfrecord.storage.disk_space import raise_typed_when_full
 

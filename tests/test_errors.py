@@ -8,7 +8,7 @@ import traceback
 import pytest
 
 from beam_tfrecord import errors
-from beam_tfrecord.beam.runners import error_from_worker
+from beam_tfrecord.engine import error_from_worker
 
 # Every name ``beam_tfrecord/errors.py`` held before it became a package (one module per family).
 NAMES = (

@@ -20,12 +20,12 @@ import psutil
 import pytest
 
 from beam_tfrecord import load_manifest, verify_dataset
-from beam_tfrecord.beam.runners.local_engine import WORKER_MODULE
+from beam_tfrecord.engine.local_engine import WORKER_MODULE
 from pipelines import build_image_dataset
 from tests.docs.command_zygote import Job, serving
 
 # What the job imports (its own module is run as ``__main__``), imported once by the server it is forked from.
-PRELOAD = ("apache_beam", "apache_beam.runners.portability.fn_api_runner", "beam_tfrecord.beam.runners.local_engine",
+PRELOAD = ("apache_beam", "apache_beam.runners.portability.fn_api_runner", "beam_tfrecord.engine.local_engine",
            "pipelines.common", "PIL.Image")
 
 

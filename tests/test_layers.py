@@ -3,7 +3,8 @@
 Rules kept true here: every room (a subpackage or top-level module of ``beam_tfrecord``, and
 ``pipelines``) has a layer; a room imports only rooms in lower layers; the module import graph
 has no cycles (imports inside functions count); the Beam-free rooms never import Apache Beam;
-no module outside ``formats/`` names a ``FileFormat`` member (branches on the format); no
+no module outside ``formats/`` names a ``FileFormat`` member (branches on the format), none outside ``engine/``
+names a runner; no
 constant name and no public class name is defined in two modules; and docs/development.md lists
 the layers as ``LAYERS`` has them. A new room gets a line in ``LAYERS``.
 """
@@ -29,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dataset", "describe", "encoding", "job", "remote_reads", "spill"),
     ("formats",),
     ("versions", "reader", "verify", "interop"),
+    ("engine",),  # the runners: each one's traits, the local engine, Dask, where workers run
     ("beam",),
     ("sources", "report"),
     ("pipelines",),
@@ -265,6 +267,66 @@ def test_the_store_check_finds_client_imports_scheme_calls_and_scheme_literals(t
         "beam_tfrecord.job.lease: imports google.api_core.exceptions.NotFound",
         "beam_tfrecord.job.other: compares with a scheme (line 2)",
         "beam_tfrecord.job.other: tests a scheme prefix (line 1)",
+    ]
+
+
+# A runner named: a class name or dotted path ending in "Runner" (Beam's and ours), or one of Beam's runner packages.
+_RUNNER_CLASS = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*Runner")
+RUNNER_PACKAGES = tuple(f"apache_beam.runners.{name}" for name in (
+    "dask", "dataflow", "direct", "portability", "interactive", "prism"))
+# The re-export of engine's DaskRunner under its first path (``--runner=beam_tfrecord.beam.dask_runner.DaskRunner``).
+RUNNER_NAMED_EXCEPT = ("beam_tfrecord.beam.dask_runner",)
+
+
+def _runner_names(tree: ast.AST, module: str, is_package: bool) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found += [f"imports {name}" for name in _imported(node, module, is_package)
+                      if name.startswith(RUNNER_PACKAGES) or _RUNNER_CLASS.fullmatch(name.rpartition(".")[2])]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _RUNNER_CLASS.fullmatch(node.value):
+            found.append(f"names {node.value!r} (line {node.lineno})")
+        elif isinstance(node, ast.Name | ast.Attribute) and _RUNNER_CLASS.fullmatch(
+                node.id if isinstance(node, ast.Name) else node.attr):
+            found.append(f"names {node.id if isinstance(node, ast.Name) else node.attr} (line {node.lineno})")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
+              and any(isinstance(arg, ast.Attribute) and arg.attr == "runner" for arg in node.args)):
+            found.append(f"reads a runner's class (line {node.lineno})")
+    return found
+
+
+def runners_named_outside_engine(root: pathlib.Path) -> list[str]:
+    """Each runner named outside ``engine/`` (a runner's class or dotted path as a string or a name, an import of
+    one, ``type(pipeline.runner)``), as 'module: what': code that branches on a runner instead of on its traits."""
+    return sorted(f"{name}: {what}" for name, path in _modules(root).items()
+                  if room(name) != "engine" and name not in RUNNER_NAMED_EXCEPT
+                  for what in _runner_names(ast.parse(path.read_text()), name, path.name == "__init__.py"))
+
+
+def test_only_the_engine_names_a_runner():
+    assert runners_named_outside_engine(REPO) == []
+
+
+def test_the_runner_check_finds_names_imports_and_class_reads(tmp_path):
+    _write(tmp_path, {
+        "beam_tfrecord/engine/__init__.py": "RUNNERS = ('DirectRunner', 'DaskRunner')\n",
+        "beam_tfrecord/beam/__init__.py": "",
+        "beam_tfrecord/beam/read.py": ("from beam_tfrecord.engine.dask_runner import DaskRunner\n"
+                                       "def f(pipeline):\n"
+                                       "    if type(pipeline.runner).__name__ == 'DaskRunner':\n"
+                                       "        return DaskRunner()\n"
+                                       "    return 'the DirectRunner runs here'\n"),
+        "pipelines/job.py": ("import apache_beam.runners.dask.dask_runner\n"
+                             "R = 'apache_beam.runners.dataflow.DataflowRunner'\n"
+                             "logger = 'apache_beam.runners.common'\n"),
+    })
+    assert runners_named_outside_engine(tmp_path) == [
+        "beam_tfrecord.beam.read: imports beam_tfrecord.engine.dask_runner.DaskRunner",
+        "beam_tfrecord.beam.read: names 'DaskRunner' (line 3)",
+        "beam_tfrecord.beam.read: names DaskRunner (line 4)",
+        "beam_tfrecord.beam.read: reads a runner's class (line 3)",
+        "pipelines.job: imports apache_beam.runners.dask.dask_runner",
+        "pipelines.job: names 'apache_beam.runners.dataflow.DataflowRunner' (line 2)",
     ]
 
 

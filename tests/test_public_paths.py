@@ -11,6 +11,7 @@ import beam_tfrecord
 # (module, name): paths that README, docs, deploy files or users' configurations name.
 NAMED_PATHS = [
     ("beam_tfrecord.beam.dask_runner", "DaskRunner"),  # --runner beam_tfrecord.beam.dask_runner.DaskRunner
+    ("beam_tfrecord.engine.dask_runner", "DaskRunner"),  # its home since issue 59
     ("beam_tfrecord.remote_reads", "RemoteReads"),
     ("beam_tfrecord.beam.write", "WriteTFRecordDataset"),
     ("beam_tfrecord.beam.write", "FanIn"),

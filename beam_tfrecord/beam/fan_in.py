@@ -10,12 +10,12 @@ from typing import Any, NamedTuple, Protocol
 import apache_beam as beam
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.runners.table import traits_of
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
 from beam_tfrecord.beam.write_options import WriterChecks
 from beam_tfrecord.core.description import DatasetDescription
 from beam_tfrecord.core.side_files import SideFiles
 from beam_tfrecord.encoding.records import FeatureTransform, RecordRebuilder
+from beam_tfrecord.engine.table import runner_name, traits_of
 from beam_tfrecord.quality.digest_files import DigestBuffer
 from beam_tfrecord.quality.near_signatures import SignatureBuffer
 from beam_tfrecord.quality.split_groups import GroupPlacement
@@ -31,8 +31,7 @@ def resolve_fan_in(fan_in: FanIn, pipeline: beam.Pipeline) -> FanIn:
 def describe_fan_in(fan_in: FanIn, pipeline: beam.Pipeline, temp_dir: str) -> str:
     """The job summary's line: the fan-in path ``pipeline`` takes, why, and where its files go."""
     chosen = resolve_fan_in(fan_in, pipeline)
-    runner = type(pipeline.runner).__name__.replace("LocalBatchRunner", "DirectRunner")  # its batch engine
-    why = (f"auto: the {runner}'s "
+    why = (f"auto: the {runner_name(pipeline)}'s "
            + ("shuffle holds what it groups in memory" if chosen is FanIn.SPILL else "shuffle is disk-backed")
            if fan_in is FanIn.AUTO else "asked for")
     where = ("sorted runs spilled to the temp folder, merged by the shard writers" if chosen is FanIn.SPILL

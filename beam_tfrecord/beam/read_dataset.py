@@ -18,13 +18,13 @@ from apache_beam.transforms.core import RestrictionProvider
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.runners import use_fixed_dask_runner, uses_dask_runner
 from beam_tfrecord.core.framing import HEADER_BYTES, iter_records
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression
 from beam_tfrecord.core.record_schema import RAW_FEATURE, holds_verbatim_payloads
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import open_dataset, split_path
+from beam_tfrecord.engine import traits_of, use_fixed_dask_runner
 from beam_tfrecord.errors import CorruptShardError, ReaderError
 from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
 
@@ -226,7 +226,7 @@ class ReadTFRecordDataset(beam.PTransform):
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
         pipeline = pbegin.pipeline
         use_fixed_dask_runner(pipeline)
-        if uses_dask_runner(pipeline.options) or type(pipeline.runner).__name__ == "DaskRunner":
+        if not traits_of(pipeline).splittable_dofns:
             return (pbegin
                     | "Ranges" >> beam.Create(self.planned_ranges(), reshuffle=False)
                     | "ReadRanges" >> beam.ParDo(ReadRangeFn(self._decode)))

@@ -16,7 +16,6 @@ from beam_tfrecord.beam.duplicates import FindDuplicates
 from beam_tfrecord.beam.encode_fn import EncodeSamplesFn
 from beam_tfrecord.beam.fan_in import FanInOutputs, FanInSettings
 from beam_tfrecord.beam.plan_dataset import PlanDataset
-from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shards import WriteShardFn
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.runs import HASH_BYTES
@@ -24,6 +23,7 @@ from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.core.summary import BucketGrid
 from beam_tfrecord.encoding.entries import EncodedBatch
+from beam_tfrecord.engine import traits_of
 from beam_tfrecord.errors import PipelineInvariantError
 from beam_tfrecord.quality.digest_files import DigestFile
 from beam_tfrecord.quality.near_signatures import SignatureFile

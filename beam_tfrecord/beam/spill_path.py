@@ -32,7 +32,6 @@ from beam_tfrecord.beam.one_group import (
     tag,
 )
 from beam_tfrecord.beam.plan_dataset import plan_in_one_step
-from beam_tfrecord.beam.runners import traits_of
 from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, plan_pieces
 from beam_tfrecord.beam.shards import WriteShardFn
 from beam_tfrecord.core.hashing import key_digests
@@ -45,6 +44,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DatasetPlan, ShardSpec
 from beam_tfrecord.core.side_files import SideFiles
 from beam_tfrecord.encoding.records import FeatureTransform
+from beam_tfrecord.engine import traits_of
 from beam_tfrecord.errors import PipelineInvariantError, WriterOptionError
 from beam_tfrecord.quality.digest_files import DigestFile
 from beam_tfrecord.quality.near_signatures import SignatureFile

@@ -27,16 +27,9 @@ from beam_tfrecord.beam.one_group import (
     tag,
 )
 from beam_tfrecord.beam.publish import PublishSettings, publish
-from beam_tfrecord.beam.runners import (
-    local_workers_for,
-    runs_on_direct_runner,
-    use_fixed_dask_runner,
-    use_local_workers,
-)
 from beam_tfrecord.beam.shuffle_path import ShufflePath
 from beam_tfrecord.beam.spill_path import RunsResume, SpillPath
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
 from beam_tfrecord.core.description import DEFAULT_SALT, DatasetDescription
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
@@ -46,6 +39,14 @@ from beam_tfrecord.core.record_schema import RecordsSummary, merge_summaries
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.records import FeatureTransform
+from beam_tfrecord.engine import (
+    local_workers_for,
+    runner_name,
+    runs_on_direct_runner,
+    use_fixed_dask_runner,
+    use_local_workers,
+)
+from beam_tfrecord.engine.worker_placement import require_pipeline_paths
 from beam_tfrecord.errors import PipelineInvariantError, RecordSchemaError, WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesMode
 from beam_tfrecord.quality.duplicate_counts import DUPLICATES_KEY
@@ -262,12 +263,10 @@ class WriteTFRecordDataset(beam.PTransform):
         return self._temp_dir
 
     def expand(self, samples: beam.PCollection) -> beam.PCollection:
-        pipeline, runner = samples.pipeline, type(samples.pipeline.runner).__name__
-        require_shared_paths({"output_dir": self._output_dir, "temp_dir": self._temp_dir},
-                             remote_reason=remote_workers_reason(runner, pipeline.options),
-                             shared_filesystem=self._tuning.shared_filesystem,
-                             declare="tuning=WriterTuning(shared_filesystem=True)",
-                             probe=workers_probe(runner, pipeline.options))
+        pipeline = samples.pipeline
+        require_pipeline_paths(pipeline, {"output_dir": self._output_dir, "temp_dir": self._temp_dir},
+                               shared_filesystem=self._tuning.shared_filesystem,
+                               declare="tuning=WriterTuning(shared_filesystem=True)")
         require_bounded(samples, writer=type(self).__name__)
         samples = in_global_window(samples)  # one dataset of every window (see beam_tfrecord.beam.batch_input)
         if runs_on_direct_runner(samples.pipeline):
@@ -279,7 +278,7 @@ class WriteTFRecordDataset(beam.PTransform):
                 self._fan_in_settings, resume=self._runs_resume,
                 reused_runs=self._resume_point.runs if self._resume_point else ())
         elif self._resume_point is not None:
-            raise WriterOptionError(f"resume needs the spill fan-in; the {type(pipeline.runner).__name__} takes the "
+            raise WriterOptionError(f"resume needs the spill fan-in; the {runner_name(pipeline)} takes the "
                                     "shuffle path (pass WriterTuning(fan_in=FanIn.SPILL), --fan_in spill)")
         else:
             outputs = samples | "Shuffle" >> ShufflePath(self._fan_in_settings)

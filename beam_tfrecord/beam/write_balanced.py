@@ -24,7 +24,6 @@ from beam_tfrecord.beam.beam_names import (
 from beam_tfrecord.beam.prefix_publish import publish_under_prefix
 from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncoding, check_key_fn
 from beam_tfrecord.beam.tuning import WriterTuning
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.beam.write import WriteTFRecordDataset
 from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
 from beam_tfrecord.core.description import DEFAULT_DATASET_NAME, DEFAULT_SALT, DatasetDescription
@@ -32,6 +31,7 @@ from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.record_schema import PAYLOAD_METADATA_KEY, RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
+from beam_tfrecord.engine.worker_placement import require_pipeline_paths
 from beam_tfrecord.errors import WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
 from beam_tfrecord.quality.split_groups import RecordGroupPlacement, SplitKeyFn
@@ -190,13 +190,9 @@ class WriteBalancedTFRecord(beam.PTransform):
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         require_bounded(records, writer=type(self).__name__)
         if self._layout is not None:  # named as the caller gave it, before the writer names its staging folder
-            pipeline = records.pipeline
-            runner = type(pipeline.runner).__name__
-            require_shared_paths({"file_path_prefix": self._layout.file_path_prefix},
-                                 remote_reason=remote_workers_reason(runner, pipeline.options),
-                                 shared_filesystem=self._shared_filesystem,
-                                 declare="tuning=WriterTuning(shared_filesystem=True)",
-                                 probe=workers_probe(runner, pipeline.options))
+            require_pipeline_paths(records.pipeline, {"file_path_prefix": self._layout.file_path_prefix},
+                                   shared_filesystem=self._shared_filesystem,
+                                   declare="tuning=WriterTuning(shared_filesystem=True)")
         if self._window_error is not None:
             raise self._window_error
         if self._encode is not None:

@@ -18,7 +18,7 @@ class WriterOptionError(BeamTFRecordError, ValueError):
 
 class LocalPathError(WriterOptionError):
     """A local path given to a job whose workers may run on other machines, where it names another
-    disk or nothing (``beam_tfrecord.beam.worker_placement``). Raised before any work starts.
+    disk or nothing (``beam_tfrecord.engine.worker_placement``). Raised before any work starts.
 
     Attributes:
         role: what the path is (``--output``, ``output_dir``...).

@@ -15,8 +15,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.runners.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.engine.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.sources.kept_records import ReadFreshInputs
 from beam_tfrecord.versions.input_index import IndexedInput, listed_tokens
@@ -145,7 +145,7 @@ def tokens_of(pattern: str) -> dict[str, str]:
 
 def lines_at_most(pattern: str) -> int | None:
     """An upper bound of the samples of text files matching ``pattern``, their lines (what decides a small job,
-    ``beam_tfrecord.beam.runners.local_workers.InputSize``); None, not counted, beyond
+    ``beam_tfrecord.engine.local_workers.InputSize``); None, not counted, beyond
     ``SMALL_JOB_MAX_INPUT_BYTES``: such a job is not small whatever its lines."""
     files = storage.list_files(pattern)
     if sum(size for _, size in files) > SMALL_JOB_MAX_INPUT_BYTES:

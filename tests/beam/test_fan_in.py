@@ -11,7 +11,6 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from beam_tfrecord import DType, Scalar, Schema, WriterChecks, WriterTuning, WriteTFRecordDataset, load_manifest
 from beam_tfrecord.beam.plan_dataset import PlanDataset
-from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.beam.shuffle_path import batch_index
 from beam_tfrecord.beam.write import FanIn, describe_fan_in, resolve_fan_in
 from beam_tfrecord.core.cut_planner import plan_dataset
@@ -20,6 +19,7 @@ from beam_tfrecord.core.runs import make_record_entry
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.sharding import ShardingConfig, SplitConfig
 from beam_tfrecord.encoding.entries import EncodedBatch
+from beam_tfrecord.engine.local_engine import LocalBatchRunner
 from beam_tfrecord.errors import RejectedSamplesError, WriterOptionError
 
 # (The DataflowRunner is left out: making its pipeline looks up Google credentials, ~200 s offline.)

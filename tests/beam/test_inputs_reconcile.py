@@ -10,9 +10,9 @@ import apache_beam as beam
 import pytest
 
 from beam_tfrecord import DType, Scalar, Schema, WriterProvenance, WriteTFRecordDataset
-from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import ClassLabel, Image, ImageFormat
+from beam_tfrecord.engine.local_engine import LocalBatchRunner
 from beam_tfrecord.errors import InputsMismatchError, WriterOptionError
 from beam_tfrecord.sources.image_folder import FolderListing, ListingCheck, ReadImageFolder, list_folder
 from pipelines.make_sample_images import write_sample_images

@@ -103,7 +103,7 @@ def test_dask_reads_the_same_records_from_planned_ranges(dataset, dask_address, 
     def write_ids(_, ids):
         out.write_text(",".join(map(str, sorted(ids))))
 
-    pipeline = beam.Pipeline(options=PipelineOptions(["--runner=beam_tfrecord.beam.dask_runner.DaskRunner",
+    pipeline = beam.Pipeline(options=PipelineOptions(["--runner=beam_tfrecord.engine.dask_runner.DaskRunner",
                                                       f"--dask_client_address={dask_address}"]))
     ids = pipeline | reader | beam.Map(_id)
     _ = pipeline | "One" >> beam.Create([None]) | beam.Map(write_ids, beam.pvalue.AsList(ids))

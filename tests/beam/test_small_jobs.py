@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.runners.local_workers import (
+from beam_tfrecord.engine.local_workers import (
     LOCAL_WORKERS_ENV,
     SMALL_JOB_MAX_INPUT_BYTES,
     SMALL_JOB_MAX_SAMPLES,

@@ -2,7 +2,7 @@
 made, errors naming the field and the value; no Beam needed to make one; a keyword that moved names its new home.
 
 That its fields leave the bytes as they are is checked where each one acts (``tests/test_determinism.py``,
-``tests/beam/test_shards_reread.py``, ``tests/beam/test_shard_pieces.py``, ``tests/beam/test_local_workers.py``).
+``tests/beam/test_shards_reread.py``, ``tests/beam/test_shard_pieces.py``, ``tests/engine/test_local_workers.py``).
 """
 
 import dataclasses

@@ -79,7 +79,7 @@ def builds(tmp_path_factory, dask_address) -> dict[str, str]:
     import tensorflow as tf
 
     root = tmp_path_factory.mktemp("balanced")
-    dask = ["--runner=beam_tfrecord.beam.dask_runner.DaskRunner", f"--dask_client_address={dask_address}"]
+    dask = ["--runner=beam_tfrecord.engine.dask_runner.DaskRunner", f"--dask_client_address={dask_address}"]
     plans = {
         "direct-spill": dict(records=RECORDS, tuning=WriterTuning(fan_in=FanIn.SPILL, spill_run_bytes=20_000)),
         "direct-shuffle": dict(records=RECORDS, tuning=WriterTuning(fan_in=FanIn.SHUFFLE)),

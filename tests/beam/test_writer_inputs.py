@@ -98,7 +98,7 @@ def test_an_unbounded_input_is_a_typed_error_when_the_pipeline_is_built(tmp_path
 def test_a_user_pipeline_on_beams_dask_runner_runs_on_the_fixed_one(tmp_path, dask_address):
     from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner
 
-    from beam_tfrecord.beam.dask_runner import DaskRunner as FixedDaskRunner
+    from beam_tfrecord.engine.dask_runner import DaskRunner as FixedDaskRunner
 
     out = str(tmp_path / "ds")
     options = PipelineOptions([f"--dask_client_address={dask_address}"])

@@ -2,7 +2,7 @@
 
 Each test asserts the defect is still there, next to the workaround it justifies. When Beam
 fixes one, its test fails: the workaround can then go (and this test with it). Two of them are
-fixed by ``beam_tfrecord.beam.dask_runner.DaskRunner`` (what the jobs run): their tests also show
+fixed by ``beam_tfrecord.engine.dask_runner.DaskRunner`` (what the jobs run): their tests also show
 them absent there.
 """
 
@@ -18,7 +18,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from dask_fixtures import DASK_RUNNER
 
-FIXED_DASK_RUNNER = "beam_tfrecord.beam.dask_runner.DaskRunner"
+FIXED_DASK_RUNNER = "beam_tfrecord.engine.dask_runner.DaskRunner"
 
 
 def _run(address: str, build, runner: str = DASK_RUNNER, *extra: str) -> None:

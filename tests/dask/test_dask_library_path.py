@@ -27,8 +27,8 @@ from beam_tfrecord import (
     WriteTFRecordDataset,
     load_manifest,
 )
-from beam_tfrecord.beam.runners import FIXED_DASK_RUNNER
 from beam_tfrecord.core.units import MiB
+from beam_tfrecord.engine import FIXED_DASK_RUNNER
 from beam_tfrecord.errors import ClusterStalledError
 
 SCHEMA = Schema({"payload": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})

@@ -1,8 +1,8 @@
 """Memory on Beam's DaskRunner is bounded by the engine's settings, not by the data.
 
 A LocalCluster of two worker processes, each capped by ``memory_limit`` as real clusters' workers
-are, builds a dataset 1.3 times the size of the cluster's memory: no worker is restarted or paused
-for long, the process tree's peak RSS stays under the cluster's memory, and the shards are the
+are, builds a dataset 1.3 times the size of the cluster's memory in partitions sized to that limit: no worker
+is restarted or paused for long, the process tree's peak RSS stays under the cluster's memory, and the shards are the
 DirectRunner's, byte for byte. A cluster that cannot make progress (workers paused or killed for
 memory) fails the job with ``ClusterStalledError`` naming the limit, instead of hanging.
 (``benchmarks/dask_volume.py`` runs the full-size version: 4 GiB of small records, 5 GiB of blobs.)
@@ -30,8 +30,8 @@ from beam_tfrecord import (
     WriteTFRecordDataset,
     load_manifest,
 )
-from beam_tfrecord.beam.dask_cluster import DaskClusterOptions
 from beam_tfrecord.core.units import MiB
+from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
 from beam_tfrecord.errors import ClusterStalledError
 from pipelines.common import job_pipeline
 
@@ -90,8 +90,10 @@ def test_a_capped_cluster_builds_more_than_its_memory_byte_identically(tmp_path:
     _build(reference, ["--runner=DirectRunner"], elements)
 
     out = str(tmp_path / "dask")
+    # No --dask_partition_size: the runner fits partitions to the workers' limit (16 elements of 2 MiB here). Beam's
+    # default, 128 elements a partition, stalls this build: workers killed at 95%, ClusterStalledError.
     options = [f"--runner={DASK_RUNNER}", "--dask_local_workers=2", f"--dask_memory_limit={CAPPED_WORKER_MEMORY}",
-               "--dask_partition_size=32", "--dask_stall_timeout_seconds=60"]  # 21 tasks a stage: 42 cost 15% more CPU
+               "--dask_stall_timeout_seconds=60"]
     with _PeakTreeRss() as rss:
         _build(out, options, elements)
 
@@ -158,7 +160,7 @@ def test_workers_killed_for_memory_again_and_again_fail_the_job_with_a_typed_err
 def test_the_local_cluster_options_reach_the_workers() -> None:
     from distributed import Client
 
-    from beam_tfrecord.beam.dask_cluster import local_cluster_for
+    from beam_tfrecord.engine.dask_cluster import local_cluster_for
 
     options = PipelineOptions([f"--runner={DASK_RUNNER}", "--dask_local_workers=3", "--dask_memory_limit=700MiB"])
     assert options.view_as(DaskClusterOptions).dask_stall_timeout_seconds == 300

@@ -11,8 +11,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from dask_fixtures import DASK_RUNNER, kill_a_worker_mid_job
 
 from beam_tfrecord import ShardingConfig, SplitConfig, WriteTFRecordDataset, load_manifest, verify_dataset
-from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
 from beam_tfrecord.core.schema import ImageFormat
+from beam_tfrecord.engine.worker_placement import scheduler_on_this_machine
 from beam_tfrecord.sources.image_folder import ReadImageFolder, image_folder_schema
 from pipelines.common import job_pipeline
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from drift_builds import absent, build, samples
 
-from beam_tfrecord.beam.runners import FIXED_DASK_RUNNER
+from beam_tfrecord.engine import FIXED_DASK_RUNNER
 from beam_tfrecord.statistics import read_statistics
 from beam_tfrecord.statistics.drift import compare
 

@@ -21,7 +21,7 @@ from fixtures_stores import Server, moto_s3, s3_bucket  # noqa: F401  (pytest fi
 from private_cluster import PrivateCluster, private_cluster, private_cluster_skip_reason
 
 from beam_tfrecord import load_manifest, storage
-from beam_tfrecord.beam.dask_probe import TOKEN_PREFIX
+from beam_tfrecord.engine.dask_probe import TOKEN_PREFIX
 from beam_tfrecord.errors import InputsMismatchError, LocalPathError
 from beam_tfrecord.versions.incremental import REFRESH_KEY
 from pipelines import build_image_dataset, refresh_image_dataset

@@ -1,7 +1,7 @@
 """Two writers in one pipeline publish both datasets, each byte for byte the DirectRunner's, on every runner.
 
 Beam's DaskRunner computed only the last transform's bag: the first writer published nothing, and
-no error said so (``beam_tfrecord.beam.dask_runner``'s ``_leaf_bags`` runs every branch).
+no error said so (``beam_tfrecord.engine.dask_runner``'s ``_leaf_bags`` runs every branch).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from dask_fixtures import DASK_RUNNER
 
 from beam_tfrecord import DType, Sample, Scalar, Schema, ShardingConfig, WriteTFRecordDataset
-from beam_tfrecord.beam.runners import FIXED_DASK_RUNNER
+from beam_tfrecord.engine import FIXED_DASK_RUNNER
 
 SCHEMA = Schema({"payload": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
 RUNNERS = {

@@ -1,5 +1,5 @@
 """A Dask cluster the user started on this machine takes local paths without an option: its workers show
-they see them (``beam_tfrecord.beam.dask_probe``), and the probe leaves nothing behind."""
+they see them (``beam_tfrecord.engine.dask_probe``), and the probe leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from fixtures_gcs import tiny_images  # noqa: F401  (a pytest fixture)
 from statistics_checks import assert_statistics_match_records
 
 from beam_tfrecord import load_manifest
-from beam_tfrecord.beam.dask_probe import TOKEN_PREFIX, unseen_paths
+from beam_tfrecord.engine.dask_probe import TOKEN_PREFIX, unseen_paths
 from pipelines import build_image_dataset
 
 

@@ -29,9 +29,9 @@ from beam_tfrecord import (
     WriterTuning,
     WriteTFRecordDataset,
 )
-from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import Scalar
+from beam_tfrecord.engine.local_engine import LocalBatchRunner
 
 NUM_SAMPLES = 400
 SMALL_SAMPLES = 100

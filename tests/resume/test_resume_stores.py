@@ -24,7 +24,7 @@ from tests.docs.command_zygote import Job, serving
 
 # What resume_job.py imports, and the stores' clients (imported when a path on them is first used).
 PRELOAD = ("apache_beam", "apache_beam.runners.portability.fn_api_runner", "numpy", "beam_tfrecord",
-           "beam_tfrecord.beam.runners.local_engine", "beam_tfrecord.beam.write", "google.cloud.storage",
+           "beam_tfrecord.engine.local_engine", "beam_tfrecord.beam.write", "google.cloud.storage",
            "azure.storage.blob", "obstore")
 
 

@@ -43,7 +43,7 @@ def run_on(runner: str, paths: list[str], out: str) -> None:
     elements = list(enumerate(paths))
     step = functools.partial(read_one, out=out, runner=runner)
     if runner == "direct-forked":
-        from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
+        from beam_tfrecord.engine.local_engine import LocalBatchRunner
 
         while len(__import__("threading").enumerate()) > 1:  # the readers' fetch threads end after their read
             time.sleep(0.01)

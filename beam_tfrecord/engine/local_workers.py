@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
-from beam_tfrecord.beam.runners.table import DIRECT_RUNNERS
+from beam_tfrecord.engine.local_engine import LocalBatchRunner
+from beam_tfrecord.engine.table import DIRECT_RUNNERS
 from beam_tfrecord.errors import WriterOptionError
 
 LOCAL_WORKERS_ENV = "BEAM_TFRECORD_LOCAL_WORKERS"  # the default number of local workers, when set

@@ -1,4 +1,4 @@
-"""The DirectRunner's batch engine, which the jobs and the local worker processes run on."""
+"""The DirectRunner's batch engine, which the jobs and the local worker processes run on; the runner a job runs on."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.runners.runner import PipelineRunner
 
 from beam_tfrecord import errors
-from beam_tfrecord.beam.runners.forked_workers import worker_fork_server
-from beam_tfrecord.beam.runners.worker_handler import local_workers_urn
+from beam_tfrecord.engine.forked_workers import worker_fork_server
+from beam_tfrecord.engine.table import uses_dask_runner
+from beam_tfrecord.engine.worker_handler import local_workers_urn
 
 # What Beam's FnApiRunner runs for each worker process in ``multi_processing`` mode (Beam 2.77), and
 # what LocalBatchRunner runs instead: the same harness, ended without the interpreter's teardown.
 BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
-WORKER_MODULE = "beam_tfrecord.beam.runners.worker_main"
+WORKER_MODULE = "beam_tfrecord.engine.worker_main"
 WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m {WORKER_MODULE}"
 
 
@@ -119,3 +120,12 @@ def local_batch_runner_for(options: PipelineOptions) -> LocalBatchRunner | None:
         return LocalBatchRunner()
     return None
 
+
+def job_runner_for(options: PipelineOptions) -> PipelineRunner | None:
+    """The runner a job runs on for ``options``: ``local_batch_runner_for``'s, the project's DaskRunner (Beam's,
+    fixed: ``dask_runner.py``) when they choose a DaskRunner, else None (the runner the options name)."""
+    if uses_dask_runner(options):
+        from beam_tfrecord.engine.dask_runner import DaskRunner  # needs the [dask] extra
+
+        return DaskRunner()
+    return local_batch_runner_for(options)

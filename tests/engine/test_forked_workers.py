@@ -1,4 +1,4 @@
-"""Local worker processes forked from the launching process (``beam/runners/forked_workers.py``).
+"""Local worker processes forked from the launching process (``engine/forked_workers.py``).
 
 Each case runs its pipeline in a process of its own, forked (one Python thread) from a server that
 imported Beam once (tests/docs/command_zygote.py), not a fresh interpreter each: the fork server is
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV, WorkerForkServer, fork_workers_enabled
+from beam_tfrecord.engine.forked_workers import FORK_WORKERS_ENV, WorkerForkServer, fork_workers_enabled
 from tests.docs.command_zygote import Job, serving
 
 pytestmark = pytest.mark.skipif(not fork_workers_enabled(), reason="forking workers needs Linux")
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not fork_workers_enabled(), reason="forking work
 SCRIPT = textwrap.dedent("""
     import json, os, sys
     import apache_beam as beam
-    from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
+    from beam_tfrecord.engine.local_engine import LocalBatchRunner
 
     json.set_by_launcher = "yes"
     out = sys.argv[1]
@@ -44,7 +44,7 @@ SCRIPT = textwrap.dedent("""
 
     run(out)
     if sys.argv[2:3] == ["--then-turned-off"]:  # a second run, its workers not forked: into sys.argv[3]
-        from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV
+        from beam_tfrecord.engine.forked_workers import FORK_WORKERS_ENV
         os.environ[FORK_WORKERS_ENV] = "0"
         run(sys.argv[3])
     print("client", os.getpid())
@@ -52,8 +52,8 @@ SCRIPT = textwrap.dedent("""
 
 
 # What the scripts import, imported once by the server their processes are forked from.
-PRELOAD = ("apache_beam", "apache_beam.runners.portability.fn_api_runner", "beam_tfrecord.beam.runners.local_engine",
-           "beam_tfrecord.beam.runners.forked_workers")
+PRELOAD = ("apache_beam", "apache_beam.runners.portability.fn_api_runner", "beam_tfrecord.engine.local_engine",
+           "beam_tfrecord.engine.forked_workers")
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_no_fork_server_once_other_threads_run(jobs, tmp_path, start):
     ArrayRecord write or read, does not survive a fork either): no fork server then, and the run takes Beam's
     own command line (the path the turned-off case above runs whole)."""
     script = (textwrap.dedent("""
-        from beam_tfrecord.beam.runners import forked_workers
+        from beam_tfrecord.engine import forked_workers
         with forked_workers.worker_fork_server() as server:
             print("before", server is not None)
     """) + textwrap.dedent(_THREAD_STARTS[start]) + textwrap.dedent("""
@@ -156,7 +156,7 @@ def test_the_launchers_exit_code_is_the_forked_workers(jobs, tmp_path):
     """Beam sees a worker's end through its launcher: the same exit code as a fresh interpreter's."""
     script = textwrap.dedent("""
         import os, subprocess, sys
-        from beam_tfrecord.beam.runners.forked_workers import WorkerForkServer
+        from beam_tfrecord.engine.forked_workers import WorkerForkServer
         server = WorkerForkServer()
         env = dict(os.environ, CONTROL_API_SERVICE_DESCRIPTOR="url: 'localhost:1'", PIPELINE_OPTIONS="{not json")
         code = subprocess.run(server.launch_command, shell=True, env=env, timeout=120).returncode

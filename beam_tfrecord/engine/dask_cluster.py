@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.beam.dask_watch import DaskClusterOptions, DaskRunReport, wait_for_dask
-from beam_tfrecord.beam.runners.table import uses_dask_runner
-from beam_tfrecord.beam.worker_placement import scheduler_on_this_machine
+from beam_tfrecord.engine.dask_watch import DaskClusterOptions, DaskRunReport, wait_for_dask
+from beam_tfrecord.engine.table import uses_dask_runner
+from beam_tfrecord.engine.worker_placement import scheduler_on_this_machine
 
 __all__ = ["DaskClusterOptions", "DaskRunReport", "local_cluster_for", "wait_for_dask"]
 

@@ -15,7 +15,7 @@ def main() -> None:
     """Runs Beam's SDK worker harness until the runner closes it."""
     from apache_beam.runners.worker import sdk_worker_main
 
-    from beam_tfrecord.beam.runners.worker_memory import keep_freed_memory
+    from beam_tfrecord.engine.worker_memory import keep_freed_memory
 
     keep_freed_memory()
 

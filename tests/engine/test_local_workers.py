@@ -13,12 +13,12 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
 from beam_tfrecord import DType, Sample, Scalar, Schema, WriterTuning, WriteTFRecordDataset, read_numpy
-from beam_tfrecord.beam.runners.local_engine import (
+from beam_tfrecord.engine.local_engine import (
     LocalBatchRunner,
     error_from_worker,
     local_batch_runner_for,
 )
-from beam_tfrecord.beam.runners.local_workers import (
+from beam_tfrecord.engine.local_workers import (
     LOCAL_WORKERS_ENV,
     available_cores,
     local_workers_for,

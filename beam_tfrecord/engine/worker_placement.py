@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.runners.table import traits_of_name
+from beam_tfrecord.engine.table import Workers, runner_name, traits_of_name
 from beam_tfrecord.errors import LocalPathError
 
 # Dask schedulers of clusters this process started on this machine (``scheduler_on_this_machine``).
@@ -43,23 +45,29 @@ def remote_workers_reason(runner_name: str, options: PipelineOptions) -> str | N
     cluster (``scheduler_on_this_machine``).
     """
     name = runner_name.rsplit(".", 1)[-1]
-    if name == "PortableRunner":
+    workers = traits_of_name(runner_name, job_endpoint=options.view_as(PortableOptions).job_endpoint).workers
+    if workers is Workers.BY_ENVIRONMENT:
         environment = (options.view_as(PortableOptions).environment_type or "DOCKER").upper()
         if environment == "LOOPBACK":
             return None
-        return (f"the PortableRunner starts its SDK workers with --environment_type={environment} "
+        return (f"the {name} starts its SDK workers with --environment_type={environment} "
                 "(containers, or a worker pool that may run on other machines)")
-    if name == "DaskRunner":
-        from apache_beam.runners.dask.dask_runner import DaskOptions  # the [dask] extra, there with the runner
-
-        dask = options.view_as(DaskOptions)
+    if workers is Workers.BY_SCHEDULER:
+        dask = _dask_options(options)
         scheduler = dask.address or dask.scheduler_file
         if not scheduler or scheduler in _LOCAL_SCHEDULERS:
             return None
-        return f"the DaskRunner runs on the Dask scheduler {scheduler}, whose workers may run on other machines"
-    if traits_of_name(name).workers_on_this_machine:  # the DirectRunner, Prism and their kin
+        return f"the {name} runs on the Dask scheduler {scheduler}, whose workers may run on other machines"
+    if workers is Workers.THIS_MACHINE:  # the DirectRunner, Prism and their kin
         return None
     return f"the {name}'s workers run on other machines"
+
+
+def _dask_options(options: PipelineOptions) -> Any:
+    """A Dask job's options: the scheduler they name (``address`` or ``scheduler_file``; neither: a cluster here)."""
+    from apache_beam.runners.dask.dask_runner import DaskOptions  # the [dask] extra, there with the runner
+
+    return options.view_as(DaskOptions)
 
 
 # Given local paths, why the workers do not see them as this machine does (None: they do).
@@ -67,15 +75,13 @@ WorkersProbe = Callable[[Sequence[str]], "str | None"]
 
 
 def workers_probe(runner_name: str, options: PipelineOptions) -> WorkersProbe | None:
-    """How to ask the workers of ``runner_name`` with ``options`` whether they see local paths: a DaskRunner
-    given a scheduler can be asked (``dask_probe``); None for the other runners."""
-    if runner_name.rsplit(".", 1)[-1] != "DaskRunner":
+    """How to ask the workers of ``runner_name`` with ``options`` whether they see local paths: a Dask cluster's
+    scheduler, given by address, can be asked (``dask_probe``); None for the other runners."""
+    if traits_of_name(runner_name).workers is not Workers.BY_SCHEDULER:
         return None
-    from apache_beam.runners.dask.dask_runner import DaskOptions  # the [dask] extra, there with the runner
+    from beam_tfrecord.engine.dask_probe import workers_unseen_reason
 
-    from beam_tfrecord.beam.dask_probe import workers_unseen_reason
-
-    dask = options.view_as(DaskOptions)
+    dask = _dask_options(options)
     if not (dask.address or dask.scheduler_file):
         return None
     return functools.partial(workers_unseen_reason, address=dask.address, scheduler_file=dask.scheduler_file)
@@ -111,3 +117,12 @@ def require_shared_paths(paths: Mapping[str, str | None], *, remote_reason: str 
         remote_reason = unseen
     role, path = next(iter(local.items()))
     raise LocalPathError(role, path, remote_reason, declare)
+
+
+def require_pipeline_paths(pipeline: beam.Pipeline, paths: Mapping[str, str | None], *, shared_filesystem: bool,
+                           declare: str) -> bool:
+    """``require_shared_paths`` for the workers of the runner ``pipeline`` runs on (the writers' check)."""
+    runner = runner_name(pipeline)
+    return require_shared_paths(paths, remote_reason=remote_workers_reason(runner, pipeline.options),
+                                shared_filesystem=shared_filesystem, declare=declare,
+                                probe=workers_probe(runner, pipeline.options))

@@ -1,4 +1,4 @@
-"""The local worker processes reuse the memory they free (``beam/runners/worker_memory.py``) rather
+"""The local worker processes reuse the memory they free (``engine/worker_memory.py``) rather
 than give it back and fault fresh pages in again: counted as the minor page faults of a loop that
 allocates and frees big blocks, in a worker process (forked or started with a command line) and in
 a plain process with and without ``keep_freed_memory``."""
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from beam_tfrecord.beam.runners.forked_workers import fork_workers_enabled
+from beam_tfrecord.engine.forked_workers import fork_workers_enabled
 
 # Allocates and frees 8 MiB in four 2 MiB blocks, ROUNDS times, touching every page; prints the
 # minor page faults of the rounds after the first. Freed, 8 MiB at the top of the heap is more than
@@ -44,7 +44,7 @@ def _python(script: str, *args: str, env: dict | None = None) -> str:
 @needs_glibc
 def test_a_process_that_keeps_freed_memory_does_not_fault_it_in_again():
     script = CHURN + textwrap.dedent("""
-        from beam_tfrecord.beam.runners.worker_memory import keep_freed_memory
+        from beam_tfrecord.engine.worker_memory import keep_freed_memory
         print(churn_faults())  # the default first, then in the same process after keep_freed_memory
         assert keep_freed_memory()
         print(churn_faults())
@@ -58,9 +58,9 @@ PIPELINE = CHURN + textwrap.dedent("""
     import os
     import sys
     import apache_beam as beam
-    from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV
-    from beam_tfrecord.beam.runners.local_engine import LocalBatchRunner
-    from beam_tfrecord.beam.runners.local_workers import use_local_workers
+    from beam_tfrecord.engine.forked_workers import FORK_WORKERS_ENV
+    from beam_tfrecord.engine.local_engine import LocalBatchRunner
+    from beam_tfrecord.engine.local_workers import use_local_workers
 
     def report(_):
         import os  # in the worker

@@ -19,7 +19,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 
-from beam_tfrecord.beam.runners.worker_memory import keep_freed_memory
+from beam_tfrecord.engine.worker_memory import keep_freed_memory
 from beam_tfrecord.formats.array_record import riegeli_runs_here
 
 FORK_WORKERS_ENV = "BEAM_TFRECORD_FORK_WORKERS"

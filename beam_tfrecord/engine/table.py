@@ -8,11 +8,21 @@ distributed service with a disk-backed shuffle (Dataflow, Flink, Spark, Samza...
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 from collections.abc import Mapping
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions, StandardOptions
+
+
+class Workers(enum.Enum):
+    """Where a runner's workers run, and so whether they see this machine's local paths (``worker_placement``)."""
+
+    THIS_MACHINE = "this machine"
+    ELSEWHERE = "other machines"
+    BY_ENVIRONMENT = "where --environment_type puts them"  # LOOPBACK: here; containers or a worker pool: anywhere
+    BY_SCHEDULER = "where the scheduler's are"  # a cluster started here, or one given by address (asked: dask_probe)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,20 +38,29 @@ class RunnerTraits:
             unoptimised graph): the writer joins with GroupByKey instead.
         workers_on_this_machine: its workers run on this machine, so they can share a local
             folder (the live progress display).
+        workers: where its workers run, for the paths they must see.
+        splittable_dofns: it runs a splittable DoFn's restrictions (Beam's DaskRunner does not translate
+            them): otherwise a reader plans its ranges up front (``beam/read_dataset.py``).
+        dry_run: ``--dry_run=True`` builds its job without submitting it (``pipelines/dry_run.py``).
     """
 
     in_memory_shuffle: bool = False
     recomputes_side_inputs: bool = False
     workers_on_this_machine: bool = False
+    workers: Workers = Workers.ELSEWHERE
+    splittable_dofns: bool = True
+    dry_run: bool = False
 
 
-_LOCAL = RunnerTraits(in_memory_shuffle=True, workers_on_this_machine=True)
+_LOCAL = RunnerTraits(in_memory_shuffle=True, workers_on_this_machine=True, workers=Workers.THIS_MACHINE)
 _DISTRIBUTED = RunnerTraits()
 # Beam's DaskRunner also drops what a DoFn emits in ``finish_bundle`` (it collects a partition's outputs
 # before calling it): no trait, because the writer's DoFns never emit there (``beam/encode_fn.py``).
-_DASK = RunnerTraits(in_memory_shuffle=True, recomputes_side_inputs=True)
+_DASK = RunnerTraits(in_memory_shuffle=True, recomputes_side_inputs=True, workers=Workers.BY_SCHEDULER,
+                     splittable_dofns=False)
+_DATAFLOW = RunnerTraits(dry_run=True)
 DIRECT_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "TestDirectRunner", "LocalBatchRunner")
-FIXED_DASK_RUNNER = "beam_tfrecord.beam.dask_runner.DaskRunner"  # Beam's, two defects fixed (see that module)
+FIXED_DASK_RUNNER = "beam_tfrecord.engine.dask_runner.DaskRunner"  # Beam's, two defects fixed (see that module)
 BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
 
 # Keyed by the runner's dotted path (looked up first) or class name, and by Beam's short names.
@@ -51,7 +70,10 @@ _TABLE: Mapping[str, RunnerTraits] = {
                     _LOCAL),
     "DaskRunner": _DASK,
     FIXED_DASK_RUNNER: _DASK,
+    **dict.fromkeys(("DataflowRunner", "TestDataflowRunner", "dataflow"), _DATAFLOW),
 }
+# The engines the project runs a runner on, named as the user chose the runner (the job summary's words).
+_CHOSEN_AS = {"LocalBatchRunner": "DirectRunner"}
 
 
 def traits_of_name(runner: str, *, job_endpoint: str | None = None) -> RunnerTraits:
@@ -62,7 +84,8 @@ def traits_of_name(runner: str, *, job_endpoint: str | None = None) -> RunnerTra
     """
     name = runner.rsplit(".", 1)[-1]
     if name == "PortableRunner":
-        return _LOCAL if job_endpoint in (None, "embed") else _DISTRIBUTED
+        traits = _LOCAL if job_endpoint in (None, "embed") else _DISTRIBUTED
+        return dataclasses.replace(traits, workers=Workers.BY_ENVIRONMENT)
     return _TABLE.get(runner, _TABLE.get(name, _DISTRIBUTED))
 
 
@@ -84,6 +107,12 @@ def traits_of(pipeline: beam.Pipeline) -> RunnerTraits:
     runner = type(pipeline.runner)
     return traits_of_name(f"{runner.__module__}.{runner.__name__}", job_endpoint=endpoint)
 
+
+def runner_name(pipeline: beam.Pipeline) -> str:
+    """The class name of the runner ``pipeline`` runs on, as the user chose it (the DirectRunner, not the batch
+    engine the project runs it on): what summaries and errors call it."""
+    name = type(pipeline.runner).__name__
+    return _CHOSEN_AS.get(name, name)
 
 
 def runs_on_direct_runner(pipeline: beam.Pipeline) -> bool:
@@ -110,9 +139,21 @@ def use_fixed_dask_runner(pipeline: beam.Pipeline) -> None:
     runner = type(pipeline.runner)
     if f"{runner.__module__}.{runner.__name__}" != BEAM_DASK_RUNNER:
         return
-    from beam_tfrecord.beam.dask_runner import DaskRunner  # Beam's DaskRunner is importable, so is this
+    from beam_tfrecord.engine.dask_runner import DaskRunner  # Beam's DaskRunner is importable, so is this
 
     pipeline.runner = DaskRunner()
     logging.getLogger(__name__).info("running the pipeline on %s (Beam's DaskRunner, fixed) instead of %s",
                                      FIXED_DASK_RUNNER, BEAM_DASK_RUNNER)
 
+
+
+def import_runner_options() -> None:
+    """Registers the options of runners whose module defines them (the DaskRunner's) with Beam, when installed.
+
+    Importing Beam's DaskRunner (Dask, distributed) takes ~0.4 s, on a job's critical path before any work, so
+    ``JobCommand.parse`` calls this only for a command line naming an option Beam does not know without it.
+    """
+    try:
+        import apache_beam.runners.dask.dask_runner  # noqa: F401
+    except ImportError:
+        pass

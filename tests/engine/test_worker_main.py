@@ -1,4 +1,4 @@
-"""Worker processes end without the interpreter's teardown (``beam_tfrecord.beam.runners.worker_main``):
+"""Worker processes end without the interpreter's teardown (``beam_tfrecord.engine.worker_main``):
 they still run every bundle and every DoFn's ``teardown``, and a failing DoFn still fails the job.
 """
 
@@ -10,15 +10,15 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import environments
 
-from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV
-from beam_tfrecord.beam.runners.local_engine import (
+from beam_tfrecord.engine.forked_workers import FORK_WORKERS_ENV
+from beam_tfrecord.engine.local_engine import (
     BEAM_WORKER_COMMAND,
     WORKER_COMMAND,
     WORKER_MODULE,
     LocalBatchRunner,
     with_fast_ending_workers,
 )
-from beam_tfrecord.beam.runners.local_workers import available_cores, use_local_workers
+from beam_tfrecord.engine.local_workers import available_cores, use_local_workers
 
 
 @pytest.fixture(autouse=True)

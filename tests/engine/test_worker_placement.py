@@ -14,7 +14,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord import DType, Scalar, Schema, WriteBalancedTFRecord, WriterTuning, WriteTFRecordDataset
-from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
+from beam_tfrecord.engine.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.errors import LocalPathError
 from pipelines import build_from_arrays, build_from_manifest, build_image_dataset, refresh_image_dataset
 

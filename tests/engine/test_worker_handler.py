@@ -1,5 +1,5 @@
 """A job whose bundle fails before its other worker process has connected ends with the error
-(``beam_tfrecord.beam.runners.worker_handler``); with Beam 2.77's own handler the runner and that
+(``beam_tfrecord.engine.worker_handler``); with Beam 2.77's own handler the runner and that
 worker wait for each other for good."""
 
 import os
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from beam_tfrecord.beam.runners.forked_workers import FORK_WORKERS_ENV
+from beam_tfrecord.engine.forked_workers import FORK_WORKERS_ENV
 
 # worker_0 starts 3 s late; the failing bundle runs in worker_1 (Beam 2.77 gives it the bundle), so
 # the job fails while worker_0 has not connected yet: the moment Beam's own handler hangs at.
@@ -18,8 +18,8 @@ JOB = textwrap.dedent("""
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
-    from beam_tfrecord.beam.runners import local_engine
-    from beam_tfrecord.beam.runners.local_workers import use_local_workers
+    from beam_tfrecord.engine import local_engine
+    from beam_tfrecord.engine.local_workers import use_local_workers
 
     def refuse(element):
         raise ValueError(f"element {element} refused")
