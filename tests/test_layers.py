@@ -26,9 +26,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),  # pure: schema, encoding, framing, naming, planning, the manifest
     ("storage",),  # one backend per scheme; the disk's own tools (direct I/O, buffers, disk space)
     ("statistics", "quality"),  # what the data holds: feature statistics and drift; duplicates and leakage
-    ("dataset", "describe", "encoding", "job", "remote_reads", "spill"),
+    ("dataset", "encoding", "job", "remote_reads", "spill"),
     ("formats",),
-    ("versions", "reader", "verify", "interop"),
+    ("interop",),  # views for other tools (TFDS, Croissant, TFMD, DALI, Ray), written and read beside the manifest
+    ("describe", "versions", "reader", "verify"),
     ("beam",),
     ("sources", "report"),
     ("pipelines",),

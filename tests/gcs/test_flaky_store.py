@@ -21,9 +21,9 @@ from flaky_proxy import FAULT_KINDS, FlakyProxy
 from remote_datasets import SMALL_READS, VARIANTS, write_local
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.interop import INTEROP_FILENAMES
+from beam_tfrecord.interop.tfds import tfds_files
 from beam_tfrecord.job import lease
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.storage import gcs

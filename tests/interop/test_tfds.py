@@ -14,9 +14,9 @@ import tensorflow_datasets as tfds
 from beam_tfrecord import DType, Scalar, Schema, VarList, load_manifest
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, FEATURES_FILENAME, unsupported_reason
 from beam_tfrecord.dataset import resolve_dataset_dir
 from beam_tfrecord.describe import describe_manifest
+from beam_tfrecord.interop.tfds import DATASET_INFO_FILENAME, FEATURES_FILENAME, unsupported_reason
 from beam_tfrecord.reader.tf_data import read_dataset
 from interop.conftest import SCHEMA, make_samples, write_dataset
 

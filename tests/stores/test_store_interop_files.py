@@ -21,8 +21,8 @@ from beam_tfrecord import (
 )
 from beam_tfrecord.core.naming import FileFormat
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.interop import INTEROP_FILENAMES, interop_files
+from beam_tfrecord.interop.tfds import tfds_files
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING)})
 BUCKETS = {"gs": "gcs_bucket", "s3": "s3_bucket", "az": "az_container"}  # a fresh bucket's fixture per store
