@@ -65,7 +65,7 @@ import psutil
 from measure import already_built
 
 from beam_tfrecord import ClassLabel, DType, Sample, Scalar, Schema
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.storage.backend import RangedRead
 

@@ -36,8 +36,8 @@ from beam_tfrecord.beam.shard_pieces import describe_pieces
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
+from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig
 from beam_tfrecord.core.units import MiB

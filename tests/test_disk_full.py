@@ -255,7 +255,7 @@ from beam_tfrecord.beam.spill_path import EncodeToRunsFn
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.spill_path import WriteShardFromRunsFn
 from beam_tfrecord.core.cut_planner import plan_dataset
-from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.errors import DiskFullError

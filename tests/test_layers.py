@@ -193,10 +193,10 @@ def test_core_imports_only_errors(graph):
 
 
 def format_members_named(root: pathlib.Path) -> list[str]:
-    """Each ``FileFormat.MEMBER`` outside ``formats/`` and ``core/naming.py`` (which declares them), as
+    """Each ``FileFormat.MEMBER`` outside ``formats/`` and ``core/file_format.py`` (which declares them), as
     'module: FileFormat.MEMBER': code that branches on the format instead of asking ``formats``."""
     return sorted(f"{name}: FileFormat.{node.attr}" for name, path in _modules(root).items()
-                  if room(name) != "formats" and name != "beam_tfrecord.core.naming"
+                  if room(name) != "formats" and name != "beam_tfrecord.core.file_format"
                   for node in ast.walk(ast.parse(path.read_text()))
                   if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                   and node.value.id == "FileFormat" and node.attr.isupper())

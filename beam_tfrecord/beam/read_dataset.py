@@ -17,8 +17,8 @@ from apache_beam.transforms.core import RestrictionProvider
 
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.runners import use_fixed_dask_runner, uses_dask_runner
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
-from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.record_schema import RAW_FEATURE, holds_verbatim_payloads
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import open_dataset

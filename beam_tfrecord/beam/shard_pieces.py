@@ -17,8 +17,8 @@ import numpy as np
 from beam_tfrecord import storage
 from beam_tfrecord.beam.shards import ShardTarget, WriteShardFn
 from beam_tfrecord.core.dali_index import dali_index_name
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.pieces import (
     PIECES_COUNTER,
     PieceSpec,

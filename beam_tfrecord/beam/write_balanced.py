@@ -26,7 +26,7 @@ from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncodin
 from beam_tfrecord.beam.tuning import WriterTuning
 from beam_tfrecord.beam.worker_placement import remote_workers_reason, require_shared_paths, workers_probe
 from beam_tfrecord.beam.write import DEFAULT_SALT, WriteTFRecordDataset
-from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.record_schema import PAYLOAD_METADATA_KEY, RAW_FEATURE
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import DEFAULT_TARGET_SHARD_BYTES, ShardingConfig, SplitConfig

@@ -6,7 +6,7 @@ Only an uncompressed TFRecord file can be indexed (``unsupported_reason``); the 
 
 from __future__ import annotations
 
-from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.file_format import Compression, FileFormat
 
 DALI_INDEX_SUFFIX = ".idx"  # ``<shard file name>.idx``, beside the shard
 

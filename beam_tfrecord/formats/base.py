@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from beam_tfrecord.core.blocks import RecordBlock
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import unframed
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import ReaderError
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.blocks import RecordBlock, split_frames
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import (
     FOOTER_BYTES,
     FRAMING_BYTES,
@@ -22,7 +23,6 @@ from beam_tfrecord.core.framing import (
     iter_records,
 )
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.dataset import split_path
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter, TFDataFiles

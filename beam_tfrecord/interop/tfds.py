@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.schema import (
     ClassLabel,
     DType,

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.framing import framed_size, iter_records
-from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.runs import make_record_entry
 from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import Sample

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import frame, framed_size
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.formats import ShardFormat, shard_format
 from beam_tfrecord.formats.tfrecord import JOIN_MAX_RECORD_BYTES

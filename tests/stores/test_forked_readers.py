@@ -21,7 +21,7 @@ import pytest
 from fixtures_gcs import FakeGcs
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.storage import azure_blob, s3
 from tests.gcs.remote_datasets import write_local
 from tests.stores.forked_readers import assert_every_record_once, run_forked_readers

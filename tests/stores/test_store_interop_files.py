@@ -19,7 +19,7 @@ from beam_tfrecord import (
     storage,
     verify_dataset,
 )
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.interop import INTEROP_FILENAMES, interop_files
 from beam_tfrecord.interop.tfds import tfds_files
