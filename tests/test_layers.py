@@ -4,8 +4,9 @@ Rules kept true here: every room (a subpackage or top-level module of ``beam_tfr
 ``pipelines``) has a layer; a room imports only rooms in lower layers; the module import graph
 has no cycles (imports inside functions count); the Beam-free rooms never import Apache Beam;
 no module outside ``formats/`` names a ``FileFormat`` member (branches on the format); no
-constant name and no public class name is defined in two modules; and docs/development.md lists
-the layers as ``LAYERS`` has them. A new room gets a line in ``LAYERS``.
+constant name and no public class name is defined in two modules; every room of 3 or more modules has
+its ``tests/<room>/``; and docs/development.md lists the layers as ``LAYERS`` has them. A new room gets
+a line in ``LAYERS``.
 """
 
 from __future__ import annotations
@@ -285,6 +286,34 @@ def classes_defined_twice(root: pathlib.Path) -> dict[str, list[str]]:
 
 def test_each_public_class_name_is_defined_once():
     assert classes_defined_twice(REPO) == {}
+
+
+MIN_MODULES_FOR_TESTS_FOLDER = 3
+UNMIRRORED: tuple[str, ...] = ("encoding", "errors", "job", "pipelines", "remote_reads", "versions")  # to move
+
+
+def rooms_without_tests_folder(root: pathlib.Path) -> list[str]:
+    """Each room (a package of ``beam_tfrecord``, or ``pipelines``) of ``MIN_MODULES_FOR_TESTS_FOLDER`` or more
+    modules, its subpackages' included, with no test file in ``tests/<room>/``: where a reader looks for its tests."""
+    sizes = collections.Counter(room(name) for name in _modules(root) if name not in (f"beam_tfrecord.{room(name)}",
+                                                                                        "pipelines"))
+    return sorted(name for name, size in sizes.items() if size >= MIN_MODULES_FOR_TESTS_FOLDER
+                  and name != "__init__" and not any((root / "tests" / name).glob("test_*.py")))
+
+
+def test_every_room_of_three_modules_has_its_tests_folder():
+    assert rooms_without_tests_folder(REPO) == sorted(UNMIRRORED)
+
+
+def test_the_tests_folder_check_finds_a_room_without_one(tmp_path):
+    _write(tmp_path, {"beam_tfrecord/cli.py": "", "beam_tfrecord/job/__init__.py": "", "beam_tfrecord/job/a.py": "",
+                      "beam_tfrecord/job/b.py": "", "beam_tfrecord/job/sub/__init__.py": "",
+                      "beam_tfrecord/two/__init__.py": "", "beam_tfrecord/two/a.py": "", "beam_tfrecord/two/b.py": "",
+                      "pipelines/a.py": "", "pipelines/b.py": "", "pipelines/c.py": "", "tests/pipelines/test_c.py": "",
+                      "tests/job/helper.py": ""})
+    assert rooms_without_tests_folder(tmp_path) == ["job"]  # a helper is not a test file; "two" has 2 modules
+    _write(tmp_path, {"tests/job/test_a.py": ""})
+    assert rooms_without_tests_folder(tmp_path) == []
 
 
 def layers_text() -> str:
