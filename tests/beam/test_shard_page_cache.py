@@ -16,7 +16,7 @@ from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import ShardSpec
 from beam_tfrecord.storage import direct_io
-from tests.test_direct_io import needs_o_direct, resident_fraction
+from tests.storage.test_direct_io import needs_o_direct, resident_fraction
 
 SCHEMA = Schema({"blob": Scalar(DType.BYTES)})
 

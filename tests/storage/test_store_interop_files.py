@@ -57,7 +57,7 @@ def test_dali_indexes_and_views_are_published_on_the_store(bucket: str) -> None:
     assert index.count(b"\n") == manifest.shards[0].num_records  # one "offset size" line per record
 
 
-@pytest.mark.parametrize("bucket", ["s3", "az"], indirect=True)  # gs://: tests/gcs/test_remote_reads.py
+@pytest.mark.parametrize("bucket", ["s3", "az"], indirect=True)  # gs://: tests/remote_reads/test_remote_reads.py
 def test_array_record_shards_are_read_back_from_the_store(bucket: str) -> None:
     output = f"{bucket}/datasets/array_record"
     _write(output, 120, file_format=FileFormat.ARRAY_RECORD)

@@ -60,7 +60,7 @@ def in_namespace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InNamespa
     if refusal:
         pytest.skip(refusal)
     folder = Path(tempfile.mkdtemp(prefix="bt-disk-"))  # short: a socket path has at most 107 characters
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PATH": os.pathsep.join([str(folder), os.environ["PATH"]]),
            "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     command_zygote.write_shims(folder, str(folder / "socket"), sys.executable)

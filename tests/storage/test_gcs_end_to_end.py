@@ -22,7 +22,7 @@ RUNNERS = {
                                 "--direct_num_workers=2"],
 }
 # The DaskRunner's gs:// build (workers inheriting the emulator's environment) runs in
-# tests/gcs/test_flaky_store.py, through injected faults, with the same checks.
+# tests/storage/test_flaky_store.py, through injected faults, with the same checks.
 
 
 def _local_images(root: str) -> dict[str, bytes]:
