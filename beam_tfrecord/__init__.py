@@ -13,10 +13,10 @@ from typing import Any
 from beam_tfrecord._version import __version__
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
 from beam_tfrecord.core.description import DatasetDescription
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.image_ops import ResizeImage, ResizeMethod
 from beam_tfrecord.core.infer import infer_array_schema, infer_schema
 from beam_tfrecord.core.manifest import MANIFEST_VERSION, Manifest, ShardInfo, SplitInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.sample_encoder import image_format_of
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample
 from beam_tfrecord.core.schema import (

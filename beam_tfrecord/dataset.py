@@ -14,7 +14,6 @@ import re
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
-from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
 from beam_tfrecord.errors import DatasetNotFoundError, LatestPointerError, ManifestError
 
 LATEST_FILENAME = "LATEST"
@@ -211,15 +210,3 @@ def shard_paths(dataset_dir: str, manifest: Manifest, split: str) -> list[str]:
     keeps to the version the manifest was loaded from.
     """
     return LoadedDataset(dataset_dir, resolve_dataset_dir(dataset_dir), manifest).shard_paths(split)
-
-
-def write_tfds_files(dataset_dir: str, manifest: Manifest) -> None:
-    """Writes TFDS's metadata of a published dataset (``dataset_info.json`` last).
-
-    The same manifest always gives the same bytes, so this is safe to repeat: publishing writes
-    them just after the manifest, and a step that finds a manifest a crash left without them (a
-    re-executed publish, a refresh adopting a finished version) writes them again.
-    """
-    files = tfds_files(manifest)
-    for name in sorted(files, key=lambda n: n == DATASET_INFO_FILENAME):
-        storage.write_bytes_atomic(storage.join(dataset_dir, name), files[name])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from beam_tfrecord.core.manifest import Manifest, SplitInfo
 from beam_tfrecord.core.schema import feature_to_json
-from beam_tfrecord.core.tfds_info import unsupported_reason
+from beam_tfrecord.interop.tfds import unsupported_reason
 from beam_tfrecord.quality.duplicate_counts import describe_duplicates
 from beam_tfrecord.quality.near_report import REPORT_KEY as NEAR_REPORT_KEY
 from beam_tfrecord.quality.near_report import describe_near_duplicates

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.dali_index import DaliIndexBuilder
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats import ShardCount, ShardReader, shard_format
+from beam_tfrecord.interop.dali import DaliIndexBuilder
 from beam_tfrecord.statistics import check_statistics
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from read_benchmark import build
 
 from beam_tfrecord import load_manifest, read_numpy
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.formats.array_record import ArrayRecordShardReader
 
 

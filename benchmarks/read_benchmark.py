@@ -54,7 +54,7 @@ import numpy as np
 from measure import already_built
 
 from beam_tfrecord import ClassLabel, Image, ImageFormat, Sample, Schema, Tensor, TensorDType
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.dataset import load_manifest, shard_paths
 
 SCHEMA = Schema(features={"image": Tensor(TensorDType.UINT8, (32, 32, 3)),

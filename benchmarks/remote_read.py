@@ -1,7 +1,7 @@
 """Remote read benchmark: each reader on each object store behind a slow link, against its local-disk speed.
 
 Each store of ``--stores`` (gs: fake-gcs-server; s3: moto's server; az: Azurite) holds the datasets in
-turn; every request reaches it through the shaping proxy of ``tests/gcs/flaky_proxy.py`` (its own
+turn; every request reaches it through the shaping proxy of ``tests/storage/flaky_proxy.py`` (its own
 process, 127.0.0.1 only): ``--latency_ms`` before each answer's first byte and ``--connection_mb_s``
 per connection, what a real bucket gives one connection. Three workloads, built once locally with the
 project's writer (16 shards each):
@@ -58,14 +58,14 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path[:0] = [HERE, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "gcs")]
+sys.path[:0] = [HERE, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "storage")]
 
 import numpy as np
 import psutil
 from measure import already_built
 
 from beam_tfrecord import ClassLabel, DType, Sample, Scalar, Schema
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.storage.backend import RangedRead
 
@@ -116,7 +116,7 @@ def start_store(store: str, work: Path, *, latency_s: float,
         emulator = launch_fake_gcs(work, port=emulator_port, external_url=proxy_url)
     else:
         emulator = (launch_moto if store == "s3" else launch_azurite)(work, emulator_port)
-    proxy = subprocess.Popen([sys.executable, "-c", _PROXY, os.path.join(ROOT, "tests", "gcs"),
+    proxy = subprocess.Popen([sys.executable, "-c", _PROXY, os.path.join(ROOT, "tests", "storage"),
                               f"http://127.0.0.1:{emulator_port}", str(proxy_port), str(latency_s), str(bytes_per_s)])
     wait_until_listening(proxy_url, timeout_seconds=20)
     return [proxy, emulator], f"http://127.0.0.1:{emulator_port}", proxy_url

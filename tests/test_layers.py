@@ -4,9 +4,9 @@ Rules kept true here: every room (a subpackage or top-level module of ``beam_tfr
 ``pipelines``) has a layer; a room imports only rooms in lower layers; the module import graph
 has no cycles (imports inside functions count); the Beam-free rooms never import Apache Beam;
 no module outside ``formats/`` names a ``FileFormat`` member (branches on the format), none outside ``engine/``
-names a runner; no
-constant name and no public class name is defined in two modules; and docs/development.md lists
-the layers as ``LAYERS`` has them. A new room gets a line in ``LAYERS``.
+names a runner; no constant name and no public class name is defined in two modules; every room of 3 or more
+modules has its ``tests/<room>/``; and docs/development.md lists the layers as ``LAYERS`` has them. A new room
+gets a line in ``LAYERS``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),  # pure: schema, encoding, framing, naming, planning, the manifest
     ("storage",),  # one backend per scheme; the disk's own tools (direct I/O, buffers, disk space)
     ("statistics", "quality"),  # what the data holds: feature statistics and drift; duplicates and leakage
-    ("dataset", "describe", "encoding", "job", "remote_reads", "spill"),
+    ("dataset", "encoding", "job", "remote_reads", "spill"),
     ("formats",),
-    ("versions", "reader", "verify", "interop"),
+    ("interop",),  # views for other tools (TFDS, Croissant, TFMD, DALI, Ray), written and read beside the manifest
+    ("describe", "versions", "reader", "verify"),
     ("engine",),  # the runners: each one's traits, the local engine, Dask, where workers run
     ("beam",),
     ("sources", "report"),
@@ -194,10 +195,10 @@ def test_core_imports_only_errors(graph):
 
 
 def format_members_named(root: pathlib.Path) -> list[str]:
-    """Each ``FileFormat.MEMBER`` outside ``formats/`` and ``core/naming.py`` (which declares them), as
+    """Each ``FileFormat.MEMBER`` outside ``formats/`` and ``core/file_format.py`` (which declares them), as
     'module: FileFormat.MEMBER': code that branches on the format instead of asking ``formats``."""
     return sorted(f"{name}: FileFormat.{node.attr}" for name, path in _modules(root).items()
-                  if room(name) != "formats" and name != "beam_tfrecord.core.naming"
+                  if room(name) != "formats" and name != "beam_tfrecord.core.file_format"
                   for node in ast.walk(ast.parse(path.read_text()))
                   if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                   and node.value.id == "FileFormat" and node.attr.isupper())
@@ -346,6 +347,34 @@ def classes_defined_twice(root: pathlib.Path) -> dict[str, list[str]]:
 
 def test_each_public_class_name_is_defined_once():
     assert classes_defined_twice(REPO) == {}
+
+
+MIN_MODULES_FOR_TESTS_FOLDER = 3
+UNMIRRORED: tuple[str, ...] = ()  # rooms whose tests are still to move into tests/<room>/
+
+
+def rooms_without_tests_folder(root: pathlib.Path) -> list[str]:
+    """Each room (a package of ``beam_tfrecord``, or ``pipelines``) of ``MIN_MODULES_FOR_TESTS_FOLDER`` or more
+    modules, its subpackages' included, with no test file in ``tests/<room>/``: where a reader looks for its tests."""
+    sizes = collections.Counter(room(name) for name in _modules(root) if name not in (f"beam_tfrecord.{room(name)}",
+                                                                                        "pipelines"))
+    return sorted(name for name, size in sizes.items() if size >= MIN_MODULES_FOR_TESTS_FOLDER
+                  and name != "__init__" and not any((root / "tests" / name).glob("test_*.py")))
+
+
+def test_every_room_of_three_modules_has_its_tests_folder():
+    assert rooms_without_tests_folder(REPO) == sorted(UNMIRRORED)
+
+
+def test_the_tests_folder_check_finds_a_room_without_one(tmp_path):
+    _write(tmp_path, {"beam_tfrecord/cli.py": "", "beam_tfrecord/job/__init__.py": "", "beam_tfrecord/job/a.py": "",
+                      "beam_tfrecord/job/b.py": "", "beam_tfrecord/job/sub/__init__.py": "",
+                      "beam_tfrecord/two/__init__.py": "", "beam_tfrecord/two/a.py": "", "beam_tfrecord/two/b.py": "",
+                      "pipelines/a.py": "", "pipelines/b.py": "", "pipelines/c.py": "", "tests/pipelines/test_c.py": "",
+                      "tests/job/helper.py": ""})
+    assert rooms_without_tests_folder(tmp_path) == ["job"]  # a helper is not a test file; "two" has 2 modules
+    _write(tmp_path, {"tests/job/test_a.py": ""})
+    assert rooms_without_tests_folder(tmp_path) == []
 
 
 def layers_text() -> str:

@@ -13,7 +13,7 @@ import pytest
 from beam_tfrecord.core.runs import SpilledRun, make_record_entry
 from beam_tfrecord.spill.run_files import RUN_PAGE_CACHE_SHARE, RunSpiller, shard_entries, through_page_cache
 from beam_tfrecord.storage import direct_io
-from tests.test_direct_io import needs_o_direct, resident_fraction
+from tests.storage.test_direct_io import needs_o_direct, resident_fraction
 
 RUN_BYTES = 1 << 20
 

@@ -13,8 +13,9 @@ from typing import Any
 import apache_beam as beam
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
-from beam_tfrecord.core.naming import DEFAULT_SHARD_NAME_TEMPLATE, Compression, PrefixShardNames
+from beam_tfrecord.core.naming import DEFAULT_SHARD_NAME_TEMPLATE, PrefixShardNames
 from beam_tfrecord.core.sharding import SplitConfig
 from beam_tfrecord.dataset import prefix_metadata_dir, split_path
 from beam_tfrecord.errors import BeamTFRecordError, OutputPathError, ShardNameError, WriterOptionError

@@ -25,8 +25,6 @@ from beam_tfrecord.core.description import DatasetDescription
 from beam_tfrecord.core.manifest import DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest, ShardInfo, SplitInfo
 from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.core.sharding import DatasetPlan, balance_spread
-from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, tfds_files
-from beam_tfrecord.dataset import write_tfds_files
 from beam_tfrecord.describe import empty_shards_note
 from beam_tfrecord.errors import (
     BeamTFRecordError,
@@ -36,6 +34,7 @@ from beam_tfrecord.errors import (
     RejectedSamplesError,
 )
 from beam_tfrecord.interop import INTEROP_FILENAMES, write_interop_files
+from beam_tfrecord.interop.tfds import DATASET_INFO_FILENAME, tfds_files, write_tfds_files
 from beam_tfrecord.statistics import STATISTICS_FILE
 
 _LOG = logging.getLogger(__name__)

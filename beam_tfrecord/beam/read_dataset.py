@@ -1,14 +1,13 @@
 """ReadTFRecordDataset: a published dataset's records in a Beam pipeline, its shards split into record ranges.
 
-A splittable DoFn over record indices (``OffsetRange``); a range starts at its record's byte offset, from the
-shard's DALI index or from a scan of its framing. See docs/inputs.md, "Reading a dataset in Beam".
+A splittable DoFn over record indices (``OffsetRange``); the shard's format reads a range from where its first
+record begins (``ShardFormat.read_range``). See docs/inputs.md, "Reading a dataset in Beam".
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,20 +15,18 @@ import apache_beam as beam
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.transforms.core import RestrictionProvider
 
-from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.core.framing import HEADER_BYTES, iter_records
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
-from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression
 from beam_tfrecord.core.record_schema import RAW_FEATURE, holds_verbatim_payloads
 from beam_tfrecord.core.units import MiB
-from beam_tfrecord.dataset import open_dataset, split_path
+from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.engine import traits_of, use_fixed_dask_runner
-from beam_tfrecord.errors import CorruptShardError, ReaderError
+from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.formats import ShardFormat, shard_format
 from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
 
 DEFAULT_SPLIT_BYTES = 64 * MiB  # a range's (framed) bytes: a runner balances work in pieces of about this much
-_LENGTH_BYTES = 8
 RANGES_COUNTER = "record_ranges_read"  # restrictions the splittable DoFn processed (a bundle reads one or more)
 
 
@@ -49,6 +46,7 @@ class RecordRangeTask:
     shard: ShardInfo
     compression: Compression
     split_bytes: int
+    shard_format: ShardFormat
     start: int = 0
     stop: int | None = None
 
@@ -58,55 +56,13 @@ class RecordRangeTask:
         return self.shard.num_record_bytes / self.shard.num_records if self.shard.num_records else 1.0
 
 
-@functools.lru_cache(maxsize=8)  # a worker reads several ranges of the same shards
-def record_offsets(path: str, shard: ShardInfo) -> tuple[int, ...]:
-    """Byte offset of each record of an uncompressed shard: from its DALI index when it has one, else
-    from a scan of its framing (8-byte lengths; no data read). Checks the count and size against ``shard``.
-
-    Raises:
-        CorruptShardError: naming the shard, when its framing or index disagrees with the manifest.
-    """
-    if shard.dali_index is not None:
-        lines = storage.read_bytes(storage.join(split_path(path)[0], shard.dali_index)).split()
-        offsets = tuple(int(v) for v in lines[0::2])
-        end = offsets[-1] + int(lines[-1]) if offsets else 0
-    else:
-        found, end = [], 0
-        with storage.open_read(path) as stream:
-            while header := stream.read(HEADER_BYTES):
-                if len(header) < HEADER_BYTES:
-                    raise CorruptShardError(path, f"truncated record header ({len(header)} of {HEADER_BYTES} bytes)",
-                                            end)
-                found.append(end)
-                end += HEADER_BYTES + int.from_bytes(header[:_LENGTH_BYTES], "little") + 4
-                stream.seek(end)
-        offsets = tuple(found)
-    if len(offsets) != shard.num_records or end != shard.num_bytes:
-        raise CorruptShardError(path, f"{len(offsets)} records in {end} bytes, manifest says {shard.num_records} in "
-                                      f"{shard.num_bytes}")
-    return offsets
-
-
 def read_records(task: RecordRangeTask, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
-    """``(index, data)`` of records ``start`` to ``stop`` of a shard, both CRCs checked.
+    """``(index, data)`` of records ``start`` to ``stop`` of a shard, as its format reads a range.
 
     Raises:
         CorruptShardError: naming the shard, on a CRC mismatch, truncation, or fewer records than listed.
     """
-    if start >= stop:
-        return
-    compressed = task.compression is not Compression.NONE
-    with storage.open_read(task.path, task.compression) as stream:
-        if not compressed:
-            stream.seek(record_offsets(task.path, task.shard)[start])
-        index = start if not compressed else 0
-        for data in iter_records(stream, name=task.path):
-            if index >= start:  # a compressed stream is read from its start
-                yield index, data
-            index += 1
-            if index >= stop:
-                return
-    raise CorruptShardError(task.path, f"{index} records, manifest says {task.shard.num_records}")
+    return task.shard_format.read_range(task.path, task.shard, compression=task.compression, start=start, stop=stop)
 
 
 class RecordRanges(RestrictionProvider):
@@ -209,11 +165,12 @@ class ReadTFRecordDataset(beam.PTransform):
         if isinstance(split_bytes, bool) or not isinstance(split_bytes, int) or split_bytes < 1:
             raise ReaderError(f"split_bytes must be an int >= 1, got {split_bytes!r}")
         dataset = open_dataset(path)
-        if dataset.manifest.file_format is not DEFAULT_FILE_FORMAT:
+        stored = shard_format(dataset.manifest.file_format)
+        if "ReadTFRecordDataset" not in stored.readers:
             raise ReaderError(f"{path!r} holds {dataset.manifest.file_format.value} shards; ReadTFRecordDataset "
-                              "reads TFRecord")
+                              f"reads TFRecord (read these with {' or '.join(stored.readers)})")
         shards = dataset.manifest.split(split).shards
-        self._tasks = [RecordRangeTask(full, shard, dataset.manifest.compression, split_bytes)
+        self._tasks = [RecordRangeTask(full, shard, dataset.manifest.compression, split_bytes, stored)
                        for shard, full in zip(shards, dataset.shard_paths(split), strict=True)]
         self._decode = _Decode(dataset.manifest, output)
 

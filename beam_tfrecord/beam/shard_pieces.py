@@ -16,9 +16,9 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.shards import ShardTarget, WriteShardFn
-from beam_tfrecord.core.dali_index import DaliIndexBuilder, dali_index_name
+from beam_tfrecord.core.dali_index import dali_index_name
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.pieces import (
     PIECES_COUNTER,
     PieceSpec,
@@ -30,6 +30,7 @@ from beam_tfrecord.core.pieces import (
 from beam_tfrecord.core.runs import SpilledRun
 from beam_tfrecord.core.sharding import DatasetPlan
 from beam_tfrecord.errors import CorruptShardError, PipelineInvariantError
+from beam_tfrecord.interop.dali import DaliIndexBuilder
 from beam_tfrecord.spill.resume import record_finished_shard
 from beam_tfrecord.spill.run_files import read_run_index
 from beam_tfrecord.storage import direct_io

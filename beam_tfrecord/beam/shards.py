@@ -15,9 +15,10 @@ from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.shard_statistics import ShardStatistics
 from beam_tfrecord.core.dali_index import dali_index_name
+from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, ShardName
+from beam_tfrecord.core.naming import ShardName
 from beam_tfrecord.core.pieces import PIECES_COUNTER, PieceSpec
 from beam_tfrecord.core.runs import (
     RECORD,

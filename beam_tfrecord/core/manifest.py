@@ -11,13 +11,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.manifest_checks import (
     check_manifest_json,
     parse_file_format,
     parse_shard_naming,
     plain_file_name,
 )
-from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, PrefixShardNames
+from beam_tfrecord.core.naming import PrefixShardNames
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, SchemaError, UnknownSplitError
 

@@ -12,8 +12,9 @@ from typing import Any
 
 from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
+from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.framing import FRAMING_BYTES
-from beam_tfrecord.core.naming import DEFAULT_FILE_FORMAT, Compression, FileFormat, PrefixShardNames, ShardName
+from beam_tfrecord.core.naming import PrefixShardNames, ShardName
 from beam_tfrecord.errors import ManifestError, ShardNameError
 
 MAX_NAME_CHARS = 255  # a file name on every common filesystem and a GCS object name's last part

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.sharding import ShardSpec
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import WriterOptionError

@@ -8,7 +8,7 @@ and its tests in ``tests/formats/``.
 
 from __future__ import annotations
 
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.formats.array_record import ArrayRecordFormat
 from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter, TFDataFiles
 from beam_tfrecord.formats.tfrecord import TFRecordFormat

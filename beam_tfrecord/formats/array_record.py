@@ -16,9 +16,9 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.blocks import RecordBlock
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import (
     BeamTFRecordError,
     CorruptShardError,

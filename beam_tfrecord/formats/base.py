@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from beam_tfrecord.core.blocks import RecordBlock
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import unframed
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import ReaderError
 
 if TYPE_CHECKING:
@@ -148,6 +148,18 @@ class ShardFormat(abc.ABC):
                 ``stream_compression``).
             direct_io: bypass the page cache for local files where the format's writer can.
         """
+
+    def read_range(self, path: str, shard: ShardInfo, *, compression: Compression, start: int,
+                   stop: int) -> Iterator[tuple[int, bytes]]:
+        """``(index, record)`` of records ``start`` to ``stop``, read from where record ``start`` begins: the
+        record ranges of ``ReadTFRecordDataset`` (formats whose ``readers`` list it).
+
+        Raises:
+            ReaderError: the format has no such reads.
+            CorruptShardError: naming the shard, on damaged records or fewer records than listed.
+        """
+        raise ReaderError(f"{path!r}: {self.file_format.value} shards are not read in record ranges; read them with "
+                          f"{' or '.join(self.readers)}")
 
     def tf_data_files(self, compression: Compression) -> TFDataFiles | None:
         """How tf.data reads these files itself; None when it has no reader for them (``read_dataset``

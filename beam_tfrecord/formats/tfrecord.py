@@ -5,6 +5,7 @@ A read that reaches the shard's end checks its record count against the manifest
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
@@ -13,6 +14,7 @@ import numpy as np
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.blocks import RecordBlock, split_frames
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import (
     FOOTER_BYTES,
     FRAMING_BYTES,
@@ -21,7 +23,7 @@ from beam_tfrecord.core.framing import (
     iter_records,
 )
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.dataset import split_path
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader, ShardWriter, TFDataFiles
 from beam_tfrecord.formats.mapping import map_whole
@@ -31,6 +33,7 @@ from beam_tfrecord.storage import direct_io
 WRITE_CHUNK_BYTES = 4 << 20  # framed records joined into one write
 JOIN_MAX_RECORD_BYTES = 64 << 10  # larger records, or parts of one, are written without a copy
 READ_BLOCK_BYTES = 4 << 20  # bytes read at once by ``iter_blocks`` (more when one record is larger)
+_LENGTH_BYTES = 8
 
 
 class TFRecordShardWriter(ShardWriter):
@@ -262,15 +265,63 @@ def _truncation(tail: bytes) -> str:
             f"got {len(tail) - HEADER_BYTES})")
 
 
+@functools.lru_cache(maxsize=8)  # a worker reads several ranges of the same shards
+def record_offsets(path: str, shard: ShardInfo) -> tuple[int, ...]:
+    """Byte offset of each record of an uncompressed shard: from its DALI index when it has one, else
+    from a scan of its framing (8-byte lengths; no data read). Checks the count and size against ``shard``.
+
+    Raises:
+        CorruptShardError: naming the shard, when its framing or index disagrees with the manifest.
+    """
+    if shard.dali_index is not None:
+        lines = storage.read_bytes(storage.join(split_path(path)[0], shard.dali_index)).split()
+        offsets = tuple(int(v) for v in lines[0::2])
+        end = offsets[-1] + int(lines[-1]) if offsets else 0
+    else:
+        found, end = [], 0
+        with storage.open_read(path) as stream:
+            while header := stream.read(HEADER_BYTES):
+                if len(header) < HEADER_BYTES:
+                    raise CorruptShardError(path, f"truncated record header ({len(header)} of {HEADER_BYTES} bytes)",
+                                            end)
+                found.append(end)
+                end += HEADER_BYTES + int.from_bytes(header[:_LENGTH_BYTES], "little") + 4
+                stream.seek(end)
+        offsets = tuple(found)
+    if len(offsets) != shard.num_records or end != shard.num_bytes:
+        raise CorruptShardError(path, f"{len(offsets)} records in {end} bytes, manifest says {shard.num_records} in "
+                                      f"{shard.num_bytes}")
+    return offsets
+
+
 class TFRecordFormat(ShardFormat):
     """Sequential shards, read by every reader (tf.data reads them natively)."""
 
     file_format = FileFormat.TFRECORD
     random_access = False
-    readers = ("read_dataset", "read_numpy", "TFRecordIterableDataset")
+    readers = ("read_dataset", "read_numpy", "TFRecordIterableDataset", "ReadTFRecordDataset")
 
     def open_writer(self, path: str, *, compression: Compression, direct_io: bool) -> ShardWriter:
         return TFRecordShardWriter(path, compression=compression, direct=direct_io)
+
+    def read_range(self, path: str, shard: ShardInfo, *, compression: Compression, start: int,
+                   stop: int) -> Iterator[tuple[int, bytes]]:
+        """Both CRCs of each record checked; an uncompressed shard is read from record ``start``'s offset
+        (``record_offsets``), a compressed one from its start."""
+        if start >= stop:
+            return
+        compressed = compression is not Compression.NONE
+        with storage.open_read(path, compression) as stream:
+            if not compressed:
+                stream.seek(record_offsets(path, shard)[start])
+            index = start if not compressed else 0
+            for data in iter_records(stream, name=path):
+                if index >= start:  # a compressed stream is read from its start
+                    yield index, data
+                index += 1
+                if index >= stop:
+                    return
+        raise CorruptShardError(path, f"{index} records, manifest says {shard.num_records}")
 
     def tf_data_files(self, compression: Compression) -> TFDataFiles:
         return TFDataFiles("TFRecordDataset", compression.value)

@@ -5,16 +5,48 @@ A DALI pipeline then needs neither ``tfrecord2idx`` nor a hand-written spec. See
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.dali_index import DaliIndexBuilder
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Scalar, VarList
 from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats.base import ShardWriter
+
+
+class DaliIndexBuilder:
+    """Collects the framed size of each record appended to a shard; ``text()`` is the index file.
+
+    Memory: 8 bytes per record (a shard of 1 GiB of 100-byte records: ~9.3 M records, 75 MB).
+    """
+
+    def __init__(self) -> None:
+        self._sizes = array("q")
+
+    def add(self, framed_bytes: int) -> None:
+        """Records the next record's framed size (data + 16 bytes)."""
+        self._sizes.append(framed_bytes)
+
+    @property
+    def num_records(self) -> int:
+        return len(self._sizes)
+
+    @property
+    def total_bytes(self) -> int:
+        """The framed bytes of every record added (the shard's ``num_record_bytes``)."""
+        return sum(self._sizes)
+
+    def text(self) -> bytes:
+        """The index: ``"<offset> <size>\\n"`` per record, offsets from 0 in file order."""
+        lines = []
+        offset = 0
+        for size in self._sizes:
+            lines.append(f"{offset} {size}\n")
+            offset += size
+        return "".join(lines).encode("ascii")
 
 
 class DaliIndexingWriter(ShardWriter):

@@ -14,7 +14,7 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.interop.tfmd_schema import SCHEMA_FILENAME

@@ -15,8 +15,9 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import SourceError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE
-from beam_tfrecord.sources.rows import RowConverter, RowOptions, parent_dir
+from beam_tfrecord.sources.rows import RowConverter, RowOptions
 from beam_tfrecord.sources.tabular import ReadRows, Row
+from beam_tfrecord.storage.paths import parent_dir
 
 
 def _pyarrow_parquet() -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,46 +14,9 @@ from typing import Any
 from beam_tfrecord.core.samples import DeadLetter, FileRef, Sample, Stage
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor, VarList
 from beam_tfrecord.errors import MalformedRowError, PathOutsideRootError, SourceError
+from beam_tfrecord.storage.paths import is_inside, resolve_path
 
 _INT_RE = re.compile(r"[+-]?\d+")
-_URI_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-
-
-def _split_uri(path: str) -> tuple[str, str]:
-    match = _URI_RE.match(path)
-    return (path[:match.end()], path[match.end():]) if match else ("", path)
-
-
-def normalize_path(path: str) -> str:
-    """Collapses ``.`` and ``..`` in a local path or URI (``gs://b/x/../y`` -> ``gs://b/y``)."""
-    scheme, rest = _split_uri(path)
-    if not rest:
-        return path
-    normalized = posixpath.normpath(rest)
-    if scheme and normalized.startswith("/"):
-        normalized = normalized.lstrip("/")
-    if rest.endswith("/") and not normalized.endswith("/"):
-        normalized += "/"
-    return scheme + normalized
-
-
-def parent_dir(path: str) -> str:
-    """The folder holding a file (local or URI), with no trailing slash."""
-    scheme, rest = _split_uri(path)
-    return scheme + posixpath.dirname(rest)
-
-
-def resolve_path(base_dir: str, path: str) -> str:
-    """An absolute path or URI for a manifest cell: relative cells are relative to ``base_dir``."""
-    if _URI_RE.match(path) or path.startswith("/"):
-        return normalize_path(path)
-    return normalize_path(base_dir.rstrip("/") + "/" + path)
-
-
-def is_inside(path: str, root: str) -> bool:
-    """True when the normalized ``path`` lies under the folder ``root``."""
-    root = normalize_path(root).rstrip("/") + "/"
-    return normalize_path(path).startswith(root)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,7 +20,8 @@ from beam_tfrecord.core.samples import DeadLetter, Sample, Stage
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import MalformedRowError, SourceError
 from beam_tfrecord.sources.chunks import DEFAULT_CHUNK_SIZE, ReadEachFile, check_chunk_size, chunked
-from beam_tfrecord.sources.rows import RowConverter, RowOptions, check_header, parent_dir
+from beam_tfrecord.sources.rows import RowConverter, RowOptions, check_header
+from beam_tfrecord.storage.paths import parent_dir
 
 Row = Sample | DeadLetter
 # (manifest name, path) -> the manifest's rows as samples or dead letters, in file order.

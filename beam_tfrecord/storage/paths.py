@@ -1,4 +1,5 @@
-"""Path arithmetic of every store: the scheme, joining, and Beam's glob rules (``*``/``?`` within a segment).
+"""Path arithmetic of every store: the scheme, joining, ``.``/``..`` resolved, and Beam's glob rules (``*``/``?``
+within a segment).
 
 Pure string work (no request, no file touched), shared by the backends and the facade.
 """
@@ -6,6 +7,7 @@ Pure string work (no request, no file touched), shared by the backends and the f
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -29,6 +31,44 @@ def join(base: str, *parts: str) -> str:
     for part in parts:
         out = f"{out.rstrip('/')}/{part.lstrip('/')}"
     return out
+
+
+def _split_scheme(path: str) -> tuple[str, str]:
+    """``("gs://", "b/x")`` for ``gs://b/x``; ``("", path)`` for a local path."""
+    match = _SCHEME.match(path)
+    return (path[:match.end()], path[match.end():]) if match else ("", path)
+
+
+def normalize_path(path: str) -> str:
+    """Collapses ``.`` and ``..`` in a local path or URI (``gs://b/x/../y`` -> ``gs://b/y``)."""
+    prefix, rest = _split_scheme(path)
+    if not rest:
+        return path
+    normalized = posixpath.normpath(rest)
+    if prefix and normalized.startswith("/"):
+        normalized = normalized.lstrip("/")
+    if rest.endswith("/") and not normalized.endswith("/"):
+        normalized += "/"
+    return prefix + normalized
+
+
+def parent_dir(path: str) -> str:
+    """The folder holding a file (local or URI), with no trailing slash."""
+    prefix, rest = _split_scheme(path)
+    return prefix + posixpath.dirname(rest)
+
+
+def resolve_path(base_dir: str, path: str) -> str:
+    """An absolute path or URI for a manifest cell: relative cells are relative to ``base_dir``."""
+    if is_remote(path) or path.startswith("/"):
+        return normalize_path(path)
+    return normalize_path(base_dir.rstrip("/") + "/" + path)
+
+
+def is_inside(path: str, root: str) -> bool:
+    """True when the normalized ``path`` lies under the folder ``root``."""
+    root = normalize_path(root).rstrip("/") + "/"
+    return normalize_path(path).startswith(root)
 
 
 def glob_regex(pattern: str) -> re.Pattern[str]:

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.core.prebuilt import PrebuiltRecord
 from beam_tfrecord.dataset import load_manifest, version_dir
 from beam_tfrecord.errors import InputIndexError

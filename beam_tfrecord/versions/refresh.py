@@ -22,7 +22,6 @@ from typing import Any
 from beam_tfrecord import storage
 from beam_tfrecord.core.durations import format_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
-from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME
 from beam_tfrecord.dataset import (
     LATEST_FILENAME,
     VERSION_ID_PATTERN,
@@ -30,9 +29,9 @@ from beam_tfrecord.dataset import (
     load_manifest,
     read_latest,
     version_dir,
-    write_tfds_files,
 )
 from beam_tfrecord.errors import DiskFullError, LatestPointerError, RefreshError
+from beam_tfrecord.interop.tfds import DATASET_INFO_FILENAME, write_tfds_files
 from beam_tfrecord.versions.drift_gate import DriftCheck, check_drift
 
 _LOG = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from beam_tfrecord.beam.publish import PublishSettings, _move_shards, publish
 from beam_tfrecord.beam.shuffle_path import EncodeToBatchesFn, WriteShardFromGroupFn
 from beam_tfrecord.beam.spill_path import EncodeToRunsFn, WriteShardFromRunsFn
 from beam_tfrecord.core.cut_planner import plan_dataset
-from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.sharding import DatasetPlan

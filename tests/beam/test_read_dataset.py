@@ -22,10 +22,10 @@ from beam_tfrecord.beam.read_dataset import (
     RecordOutput,
     RecordRanges,
     read_records,
-    record_offsets,
 )
 from beam_tfrecord.core import proto
 from beam_tfrecord.errors import CorruptShardError, ReaderError, UnknownSplitError
+from beam_tfrecord.formats.tfrecord import record_offsets
 
 NUM_RECORDS = 300
 SPLIT_BYTES = 500  # about a dozen records: every shard is cut into several ranges

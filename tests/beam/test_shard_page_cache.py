@@ -8,15 +8,15 @@ import random
 import pytest
 
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.framing import framed_size, iter_records
-from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.runs import make_record_entry
 from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import ShardSpec
 from beam_tfrecord.storage import direct_io
-from tests.test_direct_io import needs_o_direct, resident_fraction
+from tests.storage.test_direct_io import needs_o_direct, resident_fraction
 
 SCHEMA = Schema({"blob": Scalar(DType.BYTES)})
 

@@ -25,7 +25,7 @@ from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.shard_pieces import JoinPiecesFn, WrittenPiece, describe_pieces, join_pieces
 from beam_tfrecord.beam.shards import ShardTarget
 from beam_tfrecord.beam.spill_path import ShardTask, WriteShardFromRunsFn
-from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.pieces import PieceSpec, ShardWriters, cut_pieces, pieces_per_shard
 from beam_tfrecord.core.sharding import ShardingConfig, ShardSpec, SplitConfig
 from beam_tfrecord.errors import CorruptShardError, WriterOptionError

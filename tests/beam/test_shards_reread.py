@@ -25,8 +25,8 @@ from beam_tfrecord import (
 )
 from beam_tfrecord.beam import METRICS_NAMESPACE
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.framing import framed_size
-from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.runs import make_reference_entry
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.sharding import ShardSpec

@@ -25,9 +25,9 @@ from beam_tfrecord import (
 from beam_tfrecord.core.framing import iter_records
 from beam_tfrecord.core.proto import Example
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.errors import RejectedSamplesError
 from beam_tfrecord.interop import INTEROP_FILENAMES
+from beam_tfrecord.interop.tfds import tfds_files
 
 SCHEMA = Schema({"pixels": Tensor(TensorDType.UINT8, (8, 8, 3)), "label": ClassLabel(tuple("abcdefghij")),
                  "weight": Scalar(DType.FLOAT32)})

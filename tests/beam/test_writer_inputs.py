@@ -31,7 +31,7 @@ from beam_tfrecord import (
 )
 from beam_tfrecord.beam.write import FanIn
 from beam_tfrecord.core import proto
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.describe import describe_manifest
 from beam_tfrecord.errors import RejectedSamplesError, UnboundedInputError, WriterOptionError

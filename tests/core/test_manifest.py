@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.manifest import MANIFEST_VERSION, Manifest, ShardInfo, SplitInfo
-from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.schema import ClassLabel, Image, ImageFormat, Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, UnknownSplitError
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from beam_tfrecord.core.naming import Compression, ShardName
+from beam_tfrecord.core.file_format import Compression
+from beam_tfrecord.core.naming import ShardName
 from beam_tfrecord.errors import ShardNameError
 
 

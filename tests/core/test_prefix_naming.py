@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.manifest import Manifest, ShardInfo, SplitInfo
-from beam_tfrecord.core.naming import Compression, PrefixShardNames
+from beam_tfrecord.core.naming import PrefixShardNames
 from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.errors import ManifestError, ShardNameError
 

@@ -93,7 +93,7 @@ def test_gs_build_on_workers_without_shared_disk_equals_the_direct_runner_build(
 def test_s3_build_on_workers_without_shared_disk_equals_the_direct_runner_build(
         cluster: PrivateCluster, s3_bucket: str, tiny_images: str, reference: dict[str, bytes]) -> None:
     """The reference is the DirectRunner's build of the same images from gs:// (a build's bytes do not
-    depend on the store: tests/stores/test_store_end_to_end.py)."""
+    depend on the store: tests/storage/test_store_end_to_end.py)."""
     _upload_tree(tiny_images, f"{s3_bucket}/raw/images")
     out = f"{s3_bucket}/datasets/dask"
     manifest = build_image_dataset.run([f"--input={s3_bucket}/raw/images", f"--output={out}", *SHARDING,

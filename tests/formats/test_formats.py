@@ -7,9 +7,9 @@ import os
 
 import pytest
 
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import frame, framed_size
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, MissingShardError, ReaderError
 from beam_tfrecord.formats import ShardFormat, shard_format
 from beam_tfrecord.formats.tfrecord import JOIN_MAX_RECORD_BYTES
@@ -52,6 +52,12 @@ def test_round_trip_counts_and_ranges(tmp_path, file_format, compression):
         else:
             with pytest.raises(ReaderError, match="no random access"):
                 reader.read([0])
+    if "ReadTFRecordDataset" in fmt.readers:  # its record ranges, read from where the first one begins
+        assert list(fmt.read_range(path, shard, compression=compression, start=2, stop=4)) == [(2, RECORDS[2]),
+                                                                                               (3, RECORDS[3])]
+    else:
+        with pytest.raises(ReaderError, match="not read in record ranges; read them with read_dataset or"):
+            fmt.read_range(path, shard, compression=compression, start=0, stop=1)
 
 
 @pytest.mark.parametrize(("file_format", "compression"), CASES)

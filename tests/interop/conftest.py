@@ -25,7 +25,7 @@ from beam_tfrecord import (
     VarList,
     WriteTFRecordDataset,
 )
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.samples import Sample
 
 NUM_SAMPLES = 120

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from beam_tfrecord import DatasetDescription, load_manifest, read_numpy, verify_dataset
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.errors import CorruptShardError, ManifestError, MissingShardError, ReaderError, WriterOptionError
 from beam_tfrecord.interop.dali import dali_reader_args
 from tests.interop.conftest import SCHEMA

@@ -23,8 +23,8 @@ from beam_tfrecord import (
 from beam_tfrecord.beam.publish import PublishSettings, _move_shards, publish
 from beam_tfrecord.beam.spill_path import WriteShardFromRunsFn
 from beam_tfrecord.core.cut_planner import plan_dataset
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.framing import FRAMING_BYTES, iter_records
-from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.samples import DeadLetter
 from tests.beam.test_idempotent_steps import SCHEMA, SHARDING, SPLITS, _rows, _spill_bundle

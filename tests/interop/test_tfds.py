@@ -12,11 +12,11 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from beam_tfrecord import DType, Scalar, Schema, VarList, load_manifest
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.core.tfds_info import DATASET_INFO_FILENAME, FEATURES_FILENAME, unsupported_reason
 from beam_tfrecord.dataset import resolve_dataset_dir
 from beam_tfrecord.describe import describe_manifest
+from beam_tfrecord.interop.tfds import DATASET_INFO_FILENAME, FEATURES_FILENAME, unsupported_reason
 from beam_tfrecord.reader.tf_data import read_dataset
 from interop.conftest import SCHEMA, make_samples, write_dataset
 
@@ -128,7 +128,7 @@ def test_datasets_tfds_cannot_read_get_no_tfds_files_and_a_reason(tmp_path, case
     import apache_beam as beam
 
     from beam_tfrecord import WriteTFRecordDataset
-    from beam_tfrecord.core.naming import Compression
+    from beam_tfrecord.core.file_format import Compression
 
     out = str(tmp_path / case)
     values = {"id": 1, "tokens": [[1], [2, 3]]} if schema.sequence_features else {"id": 1}

@@ -34,7 +34,7 @@ from beam_tfrecord import (
     VarList,
     WriteTFRecordDataset,
 )
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.dataset import load_manifest
 
 ALL_TYPES_SCHEMA = Schema(features={

@@ -10,8 +10,8 @@ import tensorflow as tf
 from PIL import Image as PILImage
 
 from beam_tfrecord import Image, ImageFormat, read_dataset
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import FRAMING_BYTES, frame
-from beam_tfrecord.core.naming import Compression, FileFormat
 from beam_tfrecord.dataset import load_manifest, shard_paths
 from beam_tfrecord.errors import DatasetNotFoundError, ReaderError, UnknownSplitError
 from beam_tfrecord.formats import TFDataFiles, shard_format

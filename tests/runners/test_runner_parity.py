@@ -3,7 +3,7 @@
 Both fan-in paths on the DaskRunner (the spill path it picks and the shuffle path forced), on the session's
 shared LocalCluster given by address. The other runners are covered where they cost nothing extra: the
 multi-process DirectRunner and the portable runner (LOOPBACK, the Fn API path of Flink and Dataflow) run an
-image job to the same bytes in tests/stores/test_store_end_to_end.py and the writer with many spill runs and
+image job to the same bytes in tests/storage/test_store_end_to_end.py and the writer with many spill runs and
 dead letters in tests/test_determinism.py; a DaskRunner job that starts its own LocalCluster gives the
 DirectRunner's shards in tests/dask/test_dask_memory.py. Flink itself cannot run here (see deploy/flink).
 """

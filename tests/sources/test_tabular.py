@@ -24,8 +24,9 @@ from beam_tfrecord.core.schema import (
     VarList,
 )
 from beam_tfrecord.errors import SourceError
-from beam_tfrecord.sources.rows import RowConverter, RowOptions, resolve_path
+from beam_tfrecord.sources.rows import RowConverter, RowOptions
 from beam_tfrecord.sources.tabular import CsvRowReader, ReadCsvManifest, ReadJsonlManifest
+from beam_tfrecord.storage.paths import resolve_path
 from pipelines import build_from_manifest
 
 SCHEMA = Schema({

@@ -22,7 +22,7 @@ from beam_tfrecord import (
     SplitConfig,
     WriteTFRecordDataset,
 )
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.remote_reads import RemoteReads
 
 NUM_SAMPLES = 90

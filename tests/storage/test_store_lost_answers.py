@@ -1,24 +1,20 @@
 """A write on s3:// or az:// whose answer is lost (done by the store, the connection then dropped) is retried by
 the client and recognised as done: the conditional create, the versioned delete, and the copy of a rename.
 
-The shaping, fault-injecting proxy of tests/gcs/flaky_proxy.py sits in front of moto's server or Azurite.
+The shaping, fault-injecting proxy of tests/storage/flaky_proxy.py sits in front of moto's server or Azurite.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fixtures_stores import Server, azure_env, s3_env
+from flaky_proxy import FlakyProxy, flaky_proxy
 
 from beam_tfrecord import storage
 from beam_tfrecord.job import lease
 from beam_tfrecord.storage import azure_blob
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "gcs"))
-from flaky_proxy import FlakyProxy, flaky_proxy
 
 SERVERS = {"s3": ("moto_s3", "s3_bucket", s3_env), "az": ("azurite", "az_container", azure_env)}
 

@@ -10,8 +10,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from beam_tfrecord import storage
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.manifest import Manifest
-from beam_tfrecord.core.naming import Compression
 from beam_tfrecord.core.schema import (
     ClassLabel,
     DType,
@@ -129,3 +130,15 @@ def tfds_files(manifest: Manifest) -> dict[str, bytes]:
         if isinstance(feature, ClassLabel):
             files[name + LABELS_SUFFIX] = "".join(f"{label}\n" for label in feature.names)
     return {name: text.encode("utf-8") for name, text in files.items()}
+
+
+def write_tfds_files(dataset_dir: str, manifest: Manifest) -> None:
+    """Writes TFDS's metadata of a published dataset (``dataset_info.json`` last).
+
+    The same manifest always gives the same bytes, so this is safe to repeat: publishing writes
+    them just after the manifest, and a step that finds a manifest a crash left without them (a
+    re-executed publish, a refresh adopting a finished version) writes them again.
+    """
+    files = tfds_files(manifest)
+    for name in sorted(files, key=lambda n: n == DATASET_INFO_FILENAME):
+        storage.write_bytes_atomic(storage.join(dataset_dir, name), files[name])

@@ -20,10 +20,10 @@ from beam_tfrecord import (
     storage,
     verify_dataset,
 )
-from beam_tfrecord.core.naming import FileFormat
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.interop import INTEROP_FILENAMES, interop_files
+from beam_tfrecord.interop.tfds import tfds_files
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.STRING)})
 BUCKETS = {"gs": "gcs_bucket", "s3": "s3_bucket", "az": "az_container"}  # a fresh bucket's fixture per store
@@ -60,7 +60,7 @@ def test_dali_indexes_and_views_are_published_on_the_store(bucket: str) -> None:
     assert index.count(b"\n") == manifest.shards[0].num_records  # one "offset size" line per record
 
 
-@pytest.mark.parametrize("bucket", ["s3", "az"], indirect=True)  # gs://: tests/gcs/test_remote_reads.py
+@pytest.mark.parametrize("bucket", ["s3", "az"], indirect=True)  # gs://: tests/remote_reads/test_remote_reads.py
 def test_array_record_shards_are_read_back_from_the_store(bucket: str) -> None:
     output = f"{bucket}/datasets/array_record"
     _write(output, 120, file_format=FileFormat.ARRAY_RECORD)

@@ -7,11 +7,11 @@ import concurrent.futures
 import json
 
 import pytest
-from test_lease import _try  # the same racing acquire as locally
 
 from beam_tfrecord import storage
 from beam_tfrecord.job import lease
 from beam_tfrecord.job.lease import LeaseHolder, OutputLockedError
+from tests.job.test_lease import _try  # the same racing acquire as locally
 
 
 def test_a_second_acquire_is_refused_and_release_frees_it(gcs_bucket: str) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir
 from beam_tfrecord.interop import INTEROP_FILENAMES
+from beam_tfrecord.interop.tfds import tfds_files
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.verify import verify_dataset
 from beam_tfrecord.versions.refresh import RefreshAction, list_versions

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from fixtures_gcs import FakeGcs
-from remote_datasets import SMALL_READS, VARIANTS, write_local
 
 from beam_tfrecord import storage
 from beam_tfrecord.dataset import load_manifest
@@ -30,6 +29,7 @@ from beam_tfrecord.reader.order.read_plan import plan_read
 from beam_tfrecord.remote_reads.cache import LOCK_NAME, PARTIAL_PREFIX, CacheKey, ShardCache
 from beam_tfrecord.remote_reads.fetcher import range_starts
 from beam_tfrecord.remote_reads.options import COUNTERS, RemoteReads
+from tests.storage.remote_datasets import SMALL_READS, VARIANTS, write_local
 
 SPLIT = "train+test"
 

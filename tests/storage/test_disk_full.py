@@ -60,7 +60,7 @@ def in_namespace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InNamespa
     if refusal:
         pytest.skip(refusal)
     folder = Path(tempfile.mkdtemp(prefix="bt-disk-"))  # short: a socket path has at most 107 characters
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PATH": os.pathsep.join([str(folder), os.environ["PATH"]]),
            "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     command_zygote.write_shims(folder, str(folder / "socket"), sys.executable)
@@ -256,7 +256,7 @@ from beam_tfrecord.beam.spill_path import EncodeToRunsFn
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.spill_path import WriteShardFromRunsFn
 from beam_tfrecord.core.cut_planner import plan_dataset
-from beam_tfrecord.core.naming import Compression
+from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.runs import RunIndex, SpilledRun
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.errors import DiskFullError

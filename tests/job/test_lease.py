@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from fixtures_gcs import tiny_images  # noqa: F401  (pytest fixture)
 
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.interop import INTEROP_FILENAMES
+from beam_tfrecord.interop.tfds import tfds_files
 from beam_tfrecord.job import lease
 from beam_tfrecord.job.lease import LeaseHolder, OutputLockedError
 from pipelines import build_image_dataset

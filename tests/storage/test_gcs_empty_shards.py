@@ -8,9 +8,9 @@ import pytest
 
 from beam_tfrecord import WriteBalancedTFRecord, load_manifest, read_numpy, storage, verify_dataset
 from beam_tfrecord.core import proto
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.errors import OutputPathError
 from beam_tfrecord.interop import INTEROP_FILENAMES
+from beam_tfrecord.interop.tfds import tfds_files
 
 
 def _example(i: int) -> bytes:

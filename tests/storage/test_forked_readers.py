@@ -21,10 +21,10 @@ import pytest
 from fixtures_gcs import FakeGcs
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.naming import Compression, FileFormat
+from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.storage import azure_blob, s3
-from tests.gcs.remote_datasets import write_local
-from tests.stores.forked_readers import assert_every_record_once, run_forked_readers
+from tests.storage.forked_readers import assert_every_record_once, run_forked_readers
+from tests.storage.remote_datasets import write_local
 
 BUCKET = "bt-forked-readers"
 RUNNER_WORKERS = Path(__file__).with_name("runner_workers.py")
@@ -68,7 +68,7 @@ def test_runner_workers_read_the_stores_after_the_launching_process_did(store_co
                                                                         tmp_path: Path) -> None:
     """The DirectRunner's workers forked from the launching process, the portable runner's LOOPBACK workers (in
     it) and a Dask LocalCluster's spawned workers each read every store after the launcher read them
-    (tests/stores/runner_workers.py). The encode pool's processes read no store (their samples are sent to them)."""
+    (tests/storage/runner_workers.py). The encode pool's processes read no store (their samples are sent to them)."""
     done = subprocess.run([sys.executable, str(RUNNER_WORKERS), str(tmp_path), ",".join(RUNNERS), *store_copies],
                           capture_output=True, text=True, env=os.environ.copy(), timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -8,9 +8,9 @@ import pytest
 from fixtures_gcs import FakeGcs
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.dataset import load_manifest, resolve_dataset_dir, shard_paths
 from beam_tfrecord.interop import INTEROP_FILENAMES
+from beam_tfrecord.interop.tfds import tfds_files
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.verify import verify_dataset
 from beam_tfrecord.versions.refresh import RefreshAction, list_versions
@@ -22,7 +22,7 @@ RUNNERS = {
                                 "--direct_num_workers=2"],
 }
 # The DaskRunner's gs:// build (workers inheriting the emulator's environment) runs in
-# tests/gcs/test_flaky_store.py, through injected faults, with the same checks.
+# tests/storage/test_flaky_store.py, through injected faults, with the same checks.
 
 
 def _local_images(root: str) -> dict[str, bytes]:

@@ -10,16 +10,16 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_lease import _try  # the same racing acquire as locally and on gs://
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.interop import INTEROP_FILENAMES
+from beam_tfrecord.interop.tfds import tfds_files
 from beam_tfrecord.job import lease
 from beam_tfrecord.job.lease import LeaseHolder, OutputLockedError
 from beam_tfrecord.verify import verify_dataset
 from pipelines import build_image_dataset
+from tests.job.test_lease import _try  # the same racing acquire as locally and on gs://
 
 BUCKETS = {"s3": "s3_bucket", "az": "az_container"}
 

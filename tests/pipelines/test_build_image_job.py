@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from beam_tfrecord import cli, verify_dataset
-from beam_tfrecord.core.tfds_info import tfds_files
 from beam_tfrecord.errors import CorruptShardError
 from beam_tfrecord.interop import INTEROP_FILENAMES
+from beam_tfrecord.interop.tfds import tfds_files
 from pipelines import build_image_dataset
 
 
