@@ -38,6 +38,7 @@ from beam_tfrecord.engine.local_workers import (
     available_cores,
     choose_local_workers,
     local_workers_of,
+    quiet_worker_start_up,
 )
 from beam_tfrecord.engine.table import (
     runner_name_of,
@@ -234,13 +235,14 @@ def quiet_logging() -> None:
     re-raises it; the re-raised exception carries the same traceback (and ``run_as_command``
     turns ours into their message), so that log line only repeats it. With worker processes the
     same log lines come relayed from each worker as ERROR records (twice per error): dropped too,
-    while the workers' warnings still pass.
+    with each worker's two start-up warnings, while the workers' other warnings still pass.
     """
     logging.getLogger().setLevel(logging.WARNING)
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
     relay = logging.getLogger(WORKER_LOG_RELAY)
     if not any(isinstance(f, _DropRelayedErrors) for f in relay.filters):
         relay.addFilter(_DropRelayedErrors())
+    quiet_worker_start_up()
 
 
 class _DropRelayedErrors(logging.Filter):

@@ -21,6 +21,7 @@ from beam_tfrecord.engine.local_workers import (
     choose_local_workers,
     local_workers_for,
     local_workers_of,
+    quiet_worker_start_up,
     runner_parallelism_chosen,
     use_local_workers,
 )
@@ -43,7 +44,7 @@ __all__ = [
     "BEAM_DASK_RUNNER", "FIXED_DASK_RUNNER", "LOCAL_WORKERS_ENV", "SMALL_JOB_MAX_INPUT_BYTES", "SMALL_JOB_MAX_SAMPLES",
     "WORKER_LOG_RELAY", "InputSize", "LocalBatchRunner", "LocalWorkersChoice", "RunnerTraits", "Workers",
     "available_cores", "choose_local_workers", "error_from_worker", "job_runner_for", "local_batch_runner_for",
-    "local_workers_for", "local_workers_of", "runner_name", "runner_name_of", "runner_parallelism_chosen",
-    "runs_on_direct_runner", "traits_of", "traits_of_name", "traits_of_options", "use_fixed_dask_runner",
-    "use_local_workers", "uses_dask_runner",
+    "local_workers_for", "local_workers_of", "quiet_worker_start_up", "runner_name", "runner_name_of",
+    "runner_parallelism_chosen", "runs_on_direct_runner", "traits_of", "traits_of_name", "traits_of_options",
+    "use_fixed_dask_runner", "use_local_workers", "uses_dask_runner",
 ]

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 
 from beam_tfrecord.engine.worker_memory import keep_freed_memory
+from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks
 from beam_tfrecord.formats.array_record import riegeli_runs_here
 
 FORK_WORKERS_ENV = "BEAM_TFRECORD_FORK_WORKERS"
@@ -202,6 +203,7 @@ def _run_worker(connection: socket.socket, request: dict) -> None:
         from apache_beam.runners.worker import sdk_worker_main
 
         keep_freed_memory()
+        drop_typed_error_tracebacks()
         sdk_worker_main.main([])
         code = 0
     except SystemExit as exit_:

@@ -152,7 +152,7 @@ def use_local_workers(pipeline: beam.Pipeline, workers: int) -> None:
     direct = pipeline.options.view_as(DirectOptions)
     direct.direct_running_mode = "multi_processing"
     direct.direct_num_workers = workers
-    _quiet_worker_start_up()
+    quiet_worker_start_up()
     paths = [path for path in sys.path if path]
     known = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [*known, *(p for p in paths if p not in known)]))
@@ -171,7 +171,7 @@ class _DropWorkerStartUpNoise(logging.Filter):
         return not any(noise in message for noise in _WORKER_START_UP_NOISE)
 
 
-def _quiet_worker_start_up() -> None:
+def quiet_worker_start_up() -> None:
     """Drops the two start-up warnings of each worker (once per process; other worker logs pass)."""
     relay = logging.getLogger(WORKER_LOG_RELAY)
     if not any(isinstance(f, _DropWorkerStartUpNoise) for f in relay.filters):

@@ -16,8 +16,10 @@ def main() -> None:
     from apache_beam.runners.worker import sdk_worker_main
 
     from beam_tfrecord.engine.worker_memory import keep_freed_memory
+    from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks
 
     keep_freed_memory()
+    drop_typed_error_tracebacks()
 
     sdk_worker_main.main(sys.argv)
 

@@ -91,6 +91,21 @@ def test_s3_without_credentials_is_one_line_from_a_job_naming_what_it_reads(moto
     assert "no credentials found" in line and "AWS_ACCESS_KEY_ID" in line
 
 
+def test_a_store_failing_in_the_worker_processes_is_one_line(moto_s3, tmp_path):
+    """A manifest whose rows name objects of a missing bucket: the DirectRunner's 2 worker processes meet the error
+    mid-job. Beam's harness prints each failed instruction's traceback to the worker's standard error (~140 lines
+    here before): a typed error's is left out (``engine/worker_stderr.py``), as are the workers' start-up warnings."""
+    manifest = tmp_path / "rows.csv"
+    manifest.write_text("id,image,label\n" + "".join(f"{i},s3://no-such-bucket/{i}.jpg,{i % 2}\n" for i in range(20)))
+    done = subprocess.run([sys.executable, "-m", "beam_tfrecord.cli", "build-manifest", "--manifest", str(manifest),
+                           "--output", str(tmp_path / "out"), "--key_column", "id", "--file_columns", "image",
+                           "--direct_running_mode=multi_processing", "--direct_num_workers=2", "--progress=none"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert one_line(done.stderr, "BucketNotFoundError") == done.stderr.strip()  # nothing else on stderr
+    assert "no-such-bucket" in done.stderr
+
+
 def test_azure_with_a_rejected_key_is_one_line_and_a_typed_error(azurite, capsys, monkeypatch):
     container = new_bucket("az", "wrong-key")
     connection = os.environ["AZURE_STORAGE_CONNECTION_STRING"]
