@@ -1,5 +1,5 @@
-"""obstore's extension module for this process: the installed one, or a private copy in a process forked after
-the installed one's runtime had started.
+"""obstore's extension module for this process: the installed one, or a private copy in a process forked from one
+that had loaded it (whose runtime may have started).
 
 Invariant: no request goes through a Tokio runtime whose threads were left behind by ``fork()``. See
 docs/reading.md, "Forked workers and object stores".
