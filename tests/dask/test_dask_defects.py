@@ -24,13 +24,20 @@ FIXED_DASK_RUNNER = "beam_tfrecord.engine.dask_runner.DaskRunner"
 
 @pytest.fixture(scope="module")
 def dask_address() -> Iterator[str]:
-    """Workers of this module's own: Beam's runner computes a side input inside a task, which needs the worker's
-    Dask client, and on the suite's shared cluster whether a worker has a usable one depends on the tests that ran
-    there before (``engine/dask_runner._give_worker_its_client``): these tests failed with "no Client active" in one
-    order of the suite's files and passed in another."""
+    """Workers of this module's own, started without a ``scheduler`` in Dask's configuration.
+
+    Beam's runner computes a side input inside a task. A worker takes the configuration of the process that
+    started it, and with ``scheduler: dask.distributed`` there (what a ``Client`` made as the default sets, and
+    what a test that did not close one leaves behind) that compute needs a client on the worker, which Beam's
+    runner never makes: "Requested dask.distributed scheduler but no Client active". These tests failed so in
+    one order of the suite's files and passed in another. (The project's runner makes the worker's client:
+    ``engine/dask_runner._give_worker_its_client``.)
+    """
+    import dask
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with dask.config.set(scheduler=None), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         yield cluster.scheduler_address
 
 
