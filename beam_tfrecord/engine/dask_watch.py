@@ -79,7 +79,7 @@ class _StallWatch:
             if self._addresses.get(name, address) != address:
                 self.restarts += 1  # the nanny started a new worker process under the same name
             self._addresses[name] = address
-            self.memory_limit_bytes = info.get("memory_limit") or self.memory_limit_bytes
+        self.note_memory_limit(workers)
         self._lost = set(self._addresses) - names
         counts = {address: info.get("metrics", {}).get("task_counts") for address, info in workers.items()}
         moved, self._counts = counts != self._counts, counts  # a task changed state: work got done in between
@@ -89,6 +89,11 @@ class _StallWatch:
         if self.stalled_since is None:
             self.stalled_since = now
         return now - self.stalled_since
+
+    def note_memory_limit(self, workers: dict[str, dict[str, Any]]) -> None:
+        """The workers' memory limit as the scheduler reports it, kept once they are gone (killed, restarting)."""
+        for info in workers.values():
+            self.memory_limit_bytes = info.get("memory_limit") or self.memory_limit_bytes
 
     def describe(self, workers: dict[str, dict[str, Any]], seconds: float) -> str:
         states = [_describe_worker(address, info) for address, info in sorted(workers.items())]
@@ -139,6 +144,8 @@ def wait_for_dask(result: Any, *, stall_timeout_seconds: float = DEFAULT_STALL_T
 
     futures = result.futures if isinstance(result.futures, (list, tuple)) else [result.futures]
     watch = _StallWatch()
+    with contextlib.suppress(Exception):  # now, while the workers are there: a job may fail before the first poll
+        watch.note_memory_limit(result.client.scheduler_info(n_workers=-1).get("workers", {}))
     longest = 0.0
     while True:
         try:

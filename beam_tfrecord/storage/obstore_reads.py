@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 _STORES: dict[tuple[object, ...], Any] = {}
 _STORES_LOCK = threading.Lock()
 _AWS_HOSTS = ".amazonaws.com"
+# How obstore's error names an answer 416 ("Server returned non-2xx status code: 416 Range Not Satisfiable"). Not
+# "416" alone: its messages also hold the time waited ("in 1.0416s") and the URL, where those digits may appear.
+_RANGE_NOT_SATISFIABLE = "status code: 416 "
 
 
 def _client_options(endpoint: str, connections: int, deadlines: StoreDeadlines) -> ClientConfig:
@@ -69,7 +72,7 @@ def _ranges(store_for: Callable[[str], tuple[Any, str] | None], fallback: Ranged
         try:
             data = obstore.get_range(store, key, start=start, end=stop)  # FileNotFoundError when missing
         except obstore.exceptions.GenericError as err:
-            if "416" in str(err):  # a range that starts past the end (one that ends past it gives fewer bytes)
+            if _RANGE_NOT_SATISFIABLE in str(err):  # a range that starts past the end (one ending past it: fewer bytes)
                 return b""
             raise
         # A read-only view of obstore's buffer, not a copy: bytes() cost 0.75-0.87 CPU s per GB read from az://

@@ -93,6 +93,8 @@ def test_write_read_and_ranged_reads(root: str) -> None:
     assert backend.read_range(path, 100, 1100) == data[100:1100]
     assert backend.read_range(path, len(data) - 5, len(data) + 100) == data[-5:]  # past the end: fewer bytes
     assert backend.ranged_reader(4)(path, 0, 10) == data[:10]
+    assert bytes(backend.ranged_reader(4)(path, len(data) - 5, len(data) + 100)) == data[-5:]
+    assert bytes(backend.ranged_reader(4)(path, len(data) + 10, len(data) + 20)) == b""  # starts past the end
     with pytest.raises(FileNotFoundError):
         backend.read_range(storage.join(root, "missing"), 0, 10)
     with pytest.raises(FileNotFoundError):
