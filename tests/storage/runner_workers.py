@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 
+THREADS_END_SECONDS = 30
 MARK = "beam-tfrecord runner_workers"  # set on ``json`` by the launching process: a forked worker has it
 
 
@@ -45,8 +47,11 @@ def run_on(runner: str, paths: list[str], out: str) -> None:
     if runner == "direct-forked":
         from beam_tfrecord.engine.local_engine import LocalBatchRunner
 
-        while len(__import__("threading").enumerate()) > 1:  # the readers' fetch threads end after their read
-            time.sleep(0.01)
+        deadline = time.monotonic() + THREADS_END_SECONDS
+        while threading.active_count() > 1 and time.monotonic() < deadline:  # the readers' fetch threads end after
+            time.sleep(0.01)                                                   # their read: then workers are forked
+        if threading.active_count() > 1:
+            raise SystemExit(f"threads still running, workers would not be forked: {threading.enumerate()}")
         with beam.Pipeline(runner=LocalBatchRunner(), argv=["--direct_running_mode=multi_processing",
                                                             "--direct_num_workers=2"]) as pipeline:
             _ = pipeline | beam.Create(elements) | beam.Reshuffle() | beam.Map(step)

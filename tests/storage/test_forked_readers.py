@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from fixtures_gcs import FakeGcs
 
-from beam_tfrecord import storage
 from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.storage import azure_blob, s3
 from tests.storage.forked_readers import assert_every_record_once, run_forked_readers
@@ -28,12 +27,6 @@ from tests.storage.remote_datasets import write_local
 
 BUCKET = "bt-forked-readers"
 RUNNER_WORKERS = Path(__file__).with_name("runner_workers.py")
-
-
-def upload(local: str, remote: str) -> None:
-    for path in sorted(Path(local).rglob("*")):
-        if path.is_file():
-            storage.copy_file(str(path), f"{remote}/{path.relative_to(local).as_posix()}")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +39,7 @@ def store_copies(tmp_path_factory: pytest.TempPathFactory, moto_s3: object, fake
     azure_blob.service(None).create_container(BUCKET)
     copies = [f"{scheme}://{BUCKET}/ds" for scheme in ("s3", "gs", "az")]
     for remote in copies:
-        upload(local, remote)
+        fake_gcs.upload_tree(local, remote)  # any store: it writes through beam_tfrecord.storage
     return copies
 
 
