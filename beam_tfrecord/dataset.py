@@ -163,6 +163,7 @@ def open_dataset(path: str) -> LoadedDataset:
     if data is None:
         if location.version is not None:
             raise LatestPointerError(path, f"names {location.shards_dir!r}, which has no {MANIFEST_FILENAME}")
+        storage.raise_if_bucket_missing(path)
         raise DatasetNotFoundError(f"no published dataset at {path!r}: {MANIFEST_FILENAME} is missing "
                                    f"(in it, or in {prefix_metadata_dir(path)!r} for a Beam prefix; a build that "
                                    "did not finish leaves none)")

@@ -56,6 +56,12 @@ def read_bytes_or_none(path: str) -> bytes | None:
     return backend_for(path).read_bytes_or_none(path)
 
 
+def raise_if_bucket_missing(path: str) -> None:
+    """Raises ``BucketNotFoundError`` when ``path``'s bucket is not there (where a store's "not found" left it
+    open: after ``read_bytes_or_none`` found nothing)."""
+    backend_for(path).raise_if_bucket_missing(path)
+
+
 def open_read(path: str, compression: Compression = Compression.NONE) -> BinaryIO:
     """Opens a file for reading, decompressing as it goes."""
     return decompressed(backend_for(path).open_read(path), compression)
@@ -186,7 +192,7 @@ __all__ = [
     "HashingWriter", "StorageBackend", "StoreDeadlines", "StoredFile", "VersionedBytes", "backend_for", "copy_file",
     "crc32c_and_size", "create_if_absent", "decompressed", "delete_if_exists", "delete_if_unchanged",
     "delete_tree", "exists", "glob_escape", "glob_regex", "is_remote", "join", "list_details", "list_files",
-    "literal_prefix", "make_dirs", "open_read", "open_write", "read_bytes", "read_bytes_or_none",
-    "read_versioned", "rename", "scheme",
+    "literal_prefix", "make_dirs", "open_read", "open_write", "raise_if_bucket_missing", "read_bytes",
+    "read_bytes_or_none", "read_versioned", "rename", "scheme",
     "write_bytes_atomic",
 ]

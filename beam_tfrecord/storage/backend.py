@@ -141,6 +141,12 @@ class StorageBackend(abc.ABC):
     def read_versioned(self, path: str) -> VersionedBytes | None:
         """The bytes at ``path`` and their version; None if there is none."""
 
+    def raise_if_bucket_missing(self, path: str) -> None:
+        """Raises ``BucketNotFoundError`` when the bucket of ``path`` is not there. For a store whose "not found"
+        does not say whether the object or the bucket is missing (``gs://`` on its emulator), so that a read whose
+        "not found" is an answer (``read_bytes_or_none``) costs no second request; asked once nothing was found."""
+        del path
+
     @abc.abstractmethod
     def delete_if_unchanged(self, path: str, read: VersionedBytes) -> None:
         """Deletes ``path`` only if it still holds what ``read_versioned`` gave; else (or if gone) leaves it."""

@@ -51,9 +51,17 @@ class GcsBackend(StorageBackend):
         try:
             return gcs.read_bytes(path)
         except NotFound:
-            if gcs.bucket_missing(path):
-                raise  # typed as BucketNotFoundError
-            return None
+            return None  # object or bucket: ``raise_if_bucket_missing`` tells, where nothing was found
+
+    def raise_if_bucket_missing(self, path: str) -> None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            gcs.client().get_bucket(gcs.split(path)[0], retry=None, timeout=gcs.timeout())
+        except NotFound as err:
+            raise gcs.STORE.bucket_not_found(path) from err
+        except Exception:  # the question's own failure (unreachable...): the caller reports what it found
+            return
 
     def read_range(self, path: str, start: int, stop: int) -> bytes:
         return bytes(obstore_reads.gcs_ranges(1, current_deadlines())(path, start, stop))

@@ -81,6 +81,11 @@ class Store:
     bucket_of: Callable[[str], str]
     diagnose: Callable[[BaseException, str], Diagnosis | None]
 
+    def bucket_not_found(self, path: str) -> BucketNotFoundError:
+        """The error for ``path``'s bucket (container) not being there."""
+        return BucketNotFoundError(store=self.name, bucket=self.bucket_of(path), path=path, kind=self.bucket_kind,
+                                   endpoint=self.endpoint())
+
     def typed(self, err: BaseException, path: str, *, seconds: float, doing: str,
               deadlines: StoreDeadlines | None = None) -> StoreError | None:
         """The typed error ``err`` is, or None when it is none this store recognises."""
@@ -90,7 +95,7 @@ class Store:
         bucket = self.bucket_of(path)
         where = {"store": self.name, "bucket": bucket, "path": path}
         if found.failure is Failure.BUCKET_MISSING:
-            return BucketNotFoundError(**where, kind=self.bucket_kind, endpoint=self.endpoint())
+            return self.bucket_not_found(path)
         if found.failure is Failure.UNREACHABLE:
             return StoreUnreachableError(**where, endpoint=self.endpoint(), seconds=seconds, reason=found.detail)
         if found.failure is Failure.TIMED_OUT:
