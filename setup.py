@@ -78,6 +78,8 @@ setup(
         # The readers' per-record CRC32C checks: hardware CRC over memoryview slices (LGPL-2.1+, a C extension;
         # google-crc32c needs NumPy slices, ~0.35 us more per record). Also required by the `tfrecord` package.
         "crc32c>=2.4,<3",
+        # Deletion vectors (beam_tfrecord.core.deletions): portable Roaring bitmaps, Iceberg v3's and Delta's choice.
+        "pyroaring>=1.0,<2",
         "mmh3>=4,<6",  # exact duplicates' content hash (MurmurHash3 x64 128): ~9x BLAKE2b's speed on 3 KB records
         "google-cloud-storage>=2.14",
         # The readers' ranged reads of gs:// (and of s3:// and Azure): HTTP outside the GIL, less CPU per byte.

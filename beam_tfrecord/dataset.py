@@ -13,13 +13,13 @@ import dataclasses
 import re
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
+from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest, ShardInfo
+from beam_tfrecord.core.naming import VERSION_ID_PATTERN
 from beam_tfrecord.errors import DatasetNotFoundError, LatestPointerError, ManifestError
 
 LATEST_FILENAME = "LATEST"
 VERSIONS_DIRNAME = "versions"
 # 20260131T020000.000Z-1a2b3c (UTC, milliseconds; ids without milliseconds are read too): sorts by time.
-VERSION_ID_PATTERN = re.compile(r"\d{8}T\d{6}(?:\.\d{3})?Z-[0-9a-f]{6}")
 # A dataset written under a Beam prefix keeps its manifest and metadata in ``FOLDER/.PREFIX.beam-tfrecord/``:
 # hidden, so no consumer's glob (``PREFIX-*``, ``PREFIX*``, ``FOLDER/*``) sees it.
 PREFIX_METADATA_SUFFIX = ".beam-tfrecord"
@@ -142,7 +142,12 @@ class LoadedDataset:
 
     def shard_paths(self, split: str) -> list[str]:
         """Full paths of a split's shards, in index order."""
-        return [storage.join(self.directory, shard.filename) for shard in self.manifest.split(split).shards]
+        return [self.shard_path(shard) for shard in self.manifest.split(split).shards]
+
+    def shard_path(self, shard: ShardInfo) -> str:
+        """The full path of a shard the manifest lists: in its directory, or in the earlier version of the same
+        root that wrote it (``ShardInfo.stored_in``)."""
+        return shard_file_path(self.directory, shard)
 
 
 def open_dataset(path: str) -> LoadedDataset:
@@ -202,6 +207,26 @@ def load_manifest(dataset_dir: str) -> Manifest:
     loaded. ``open_dataset`` gives the directory it was read from too.
     """
     return open_dataset(dataset_dir).manifest
+
+
+def shard_file_path(directory: str, shard: ShardInfo, filename: str | None = None) -> str:
+    """The full path of ``filename`` (default: the shard's file; its DALI index...) of a shard listed by the
+    manifest in ``directory``: ``directory/filename``, or ``ROOT/versions/<stored_in>/filename`` when an earlier
+    version of the root wrote it.
+
+    Raises:
+        ManifestError: the shard is stored in another version but ``directory`` is not a version of a root (a
+            version copied out of its root lost the shards it shares: ``compact`` it first).
+    """
+    filename = filename or shard.filename
+    if shard.stored_in is None:
+        return storage.join(directory, filename)
+    versions, own = split_path(directory.rstrip("/"))
+    if split_path(versions)[1] != VERSIONS_DIRNAME or not VERSION_ID_PATTERN.fullmatch(own):
+        raise ManifestError(f"shard {shard.filename!r} is stored in version {shard.stored_in} of the dataset's "
+                            f"root, but {directory!r} is not a version of a root (ROOT/{VERSIONS_DIRNAME}/<id>); "
+                            "read the root, or compact the version first")
+    return storage.join(versions, shard.stored_in, filename)
 
 
 def shard_paths(dataset_dir: str, manifest: Manifest, split: str) -> list[str]:

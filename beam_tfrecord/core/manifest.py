@@ -1,7 +1,9 @@
 """The manifest: a versioned JSON file that describes (and, written last, publishes) a dataset.
 
 A reader trusts only what a manifest lists. The format version is the constant
-``MANIFEST_VERSION``, shared by writer and reader; any other version is a typed error.
+``MANIFEST_VERSION``, shared by writer and reader; a reader reads it and every earlier version
+(``READABLE_MANIFEST_VERSIONS``), any other is a typed error. Version 2 added shards shared between
+the versions of a root (``ShardInfo.stored_in``) and deletion vectors (``core.deletions``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.manifest_checks import (
     check_manifest_json,
@@ -22,7 +25,8 @@ from beam_tfrecord.core.naming import PrefixShardNames
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, SchemaError, UnknownSplitError
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+READABLE_MANIFEST_VERSIONS = (1, 2)
 MANIFEST_FILENAME = "manifest.json"
 DEAD_LETTER_FILENAME = "dead_letters.jsonl"
 
@@ -43,6 +47,11 @@ class ShardInfo:
             for every object, so a gs:// copy can be checked against its metadata.
         dali_index: the shard's NVIDIA DALI index file (``core.dali_index``), or None when the
             writer was not asked for one (then the field is left out of the JSON).
+        stored_in: the id of the version of the same root whose directory holds the file (an earlier
+            version that wrote it; ``ROOT/versions/<stored_in>/<filename>``), or None (absent from the
+            JSON) when it is in the manifest's own directory.
+        deletions: the records of the file this version no longer holds, or None (absent) when all are live.
+            ``num_records`` always counts the file's records; ``num_live`` the ones a reader returns.
     """
 
     filename: str
@@ -53,12 +62,44 @@ class ShardInfo:
     num_record_bytes: int
     crc32c: str
     dali_index: str | None = None
+    stored_in: str | None = None
+    deletions: DeletionVector | None = None
+
+    @property
+    def num_live(self) -> int:
+        """Records a reader returns: the file's records but the deleted ones."""
+        return self.num_records - (self.deletions.count if self.deletions is not None else 0)
+
+    def live_runs(self) -> list[tuple[int, int]]:
+        """``(start, length)`` runs of the live records, in file order (one run when none is deleted)."""
+        if self.deletions is None:
+            return [(0, self.num_records)] if self.num_records else []
+        return self.deletions.live_runs(self.num_records)
+
+    @property
+    def self_contained(self) -> bool:
+        """Whether the file is in the manifest's own directory and every record of it is live."""
+        return self.stored_in is None and self.deletions is None
 
     def to_json(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        if self.dali_index is None:  # left out: manifests without DALI indexes stay readable by older versions
-            del data["dali_index"]
+        data: dict[str, Any] = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                                if field.name not in ("dali_index", "stored_in", "deletions")}
+        # Each left out when unset: manifests without them stay as earlier versions wrote them.
+        if self.dali_index is not None:
+            data["dali_index"] = self.dali_index
+        if self.stored_in is not None:
+            data["stored_in"] = self.stored_in
+        if self.deletions is not None:
+            data["deletions"] = self.deletions.to_json()
         return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, path: str) -> "ShardInfo":
+        """A shard entry of a manifest whose fields ``manifest_checks`` has checked already."""
+        fields = {key: value for key, value in data.items() if key != "deletions"}
+        deletions = data.get("deletions")
+        return cls(**fields, deletions=None if deletions is None else DeletionVector.from_json(
+            deletions, path=f"{path}.deletions", num_records=data["num_records"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +119,8 @@ class SplitInfo:
 
     @property
     def num_records(self) -> int:
-        return sum(s.num_records for s in self.shards)
+        """Live records: what a reader returns of the split."""
+        return sum(s.num_live for s in self.shards)
 
     @property
     def num_bytes(self) -> int:
@@ -155,6 +197,17 @@ class Manifest:
     def shards(self) -> tuple[ShardInfo, ...]:
         return tuple(shard for split in self.splits for shard in split.shards)
 
+    @property
+    def self_contained(self) -> bool:
+        """Whether every shard is in the manifest's directory and whole: what a reader outside this project
+        (TFDS, DALI, Ray, Croissant, a glob) can read. A version that is not is made so by ``compact``."""
+        return all(shard.self_contained for shard in self.shards)
+
+    @property
+    def num_deleted(self) -> int:
+        """Records of the listed files that this version no longer holds."""
+        return sum(shard.num_records - shard.num_live for shard in self.shards)
+
     def to_json(self) -> dict[str, Any]:
         data = self._json_fields()
         if self.file_format is not DEFAULT_FILE_FORMAT:
@@ -202,14 +255,15 @@ class Manifest:
     def from_json(cls, data: Mapping[str, Any]) -> "Manifest":
         if not isinstance(data, Mapping):
             raise ManifestError(f"a manifest must be a JSON object, got {type(data).__name__}")
-        if data.get("version") != MANIFEST_VERSION:
+        if data.get("version") not in READABLE_MANIFEST_VERSIONS or type(data.get("version")) is not int:
             raise ManifestVersionError(data.get("version"), MANIFEST_VERSION)
         check_manifest_json(data)  # untrusted until every field is checked; no file is opened before
         try:
             splits = tuple(
                 SplitInfo(name=s["name"], balance_spread=float(s.get("balance_spread", 0.0)),
-                          shards=tuple(ShardInfo(**shard) for shard in s["shards"]))
-                for s in data["splits"]
+                          shards=tuple(ShardInfo.from_json(shard, path=f"splits[{i}].shards[{j}]")
+                                       for j, shard in enumerate(s["shards"])))
+                for i, s in enumerate(data["splits"])
             )
             return cls(
                 dataset_name=data["dataset_name"], schema=Schema.from_json(data["schema"]), splits=splits,

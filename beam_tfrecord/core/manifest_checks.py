@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from beam_tfrecord.core.dali_index import dali_index_name
+from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
 from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.framing import FRAMING_BYTES
-from beam_tfrecord.core.naming import PrefixShardNames, ShardName
+from beam_tfrecord.core.naming import VERSION_ID_PATTERN, PrefixShardNames, ShardName
 from beam_tfrecord.errors import ManifestError, ShardNameError
 
 MAX_NAME_CHARS = 255  # a file name on every common filesystem and a GCS object name's last part
@@ -22,16 +23,15 @@ MAX_TEXT_CHARS = 10_000
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _CRC32C = re.compile(r"[0-9a-f]{8}")
 _SHARD_FIELDS = {"filename", "split", "index", "num_records", "num_bytes", "num_record_bytes", "crc32c"}
-_OPTIONAL_SHARD_FIELDS = {"dali_index"}
+_OPTIONAL_SHARD_FIELDS = {"dali_index", "stored_in", "deletions"}
+_SHARED_SHARD_FIELDS = {"stored_in", "deletions"}  # manifest format 2 on
 _TOP_FIELDS = {"version", "dataset_name", "created_at", "tool_version", "command", "compression", "num_inputs",
                "num_written", "num_rejected", "dead_letters", "salt", "sharding", "schema", "splits", "metadata",
                "run_id", "file_format", "shard_naming", "num_dropped", "statistics"}
 _NAMING_FIELDS = {"prefix": str, "template": str, "suffix": str, "split_in_name": bool}
 
 
-def _fail(path: str, expected: str, value: Any) -> ManifestError:
-    shown = repr(value)
-    return ManifestError(f"manifest field {path!r}: expected {expected}, got {shown[:200]}")
+_fail = ManifestError.field
 
 
 def _count(data: Mapping[str, Any], key: str, path: str) -> int:
@@ -83,8 +83,14 @@ def plain_file_name(value: Any, path: str) -> str:
 
 
 def _check_shard_name(filename: str, path: str, *, dataset: str, split: str, index: int, count: int,
-                      compression: Compression, file_format: FileFormat, naming: PrefixShardNames | None) -> None:
-    """The name the writer gives shard ``index`` of ``count`` in ``split``, or ManifestError."""
+                      compression: Compression, file_format: FileFormat, naming: PrefixShardNames | None,
+                      shared: bool) -> ShardName | None:
+    """The name the writer gives shard ``index`` of ``count`` in ``split``, or ManifestError.
+
+    In a version that shares shards (``shared``), each shard keeps the name its writer gave it: its own index
+    and count among the shards that writer wrote, so only the dataset, split, format and compression are
+    checked here (``_check_shared_names`` checks each writer's shards together). Returns the parsed name.
+    """
     if naming is not None:
         try:
             expected = naming.format(split, index, count)
@@ -92,20 +98,61 @@ def _check_shard_name(filename: str, path: str, *, dataset: str, split: str, ind
             raise _fail(path, f"a shard name of shard_naming ({err})", filename) from err
         if filename != expected:
             raise _fail(path, f"{expected!r} (shard_naming's name of this split, index and count)", filename)
-        return
+        return None
     try:
         name = ShardName.parse(filename)
     except ShardNameError as err:
         raise _fail(path, "a shard name DATASET-SPLIT.FORMAT-SSSSS-of-NNNNN[.gz|.zz]", filename) from err
-    expected_name = ShardName(dataset, split, index, count, compression, file_format)
+    expected_name = ShardName(dataset, split, name.index if shared else index, name.count if shared else count,
+                              compression, file_format)
     if name != expected_name:
-        raise _fail(path, f"{str(expected_name)!r} (its dataset, split, index, count, format and compression)",
-                    filename)
+        what = "its dataset, split, format and compression" if shared else \
+            "its dataset, split, index, count, format and compression"
+        raise _fail(path, f"{str(expected_name)!r} ({what})", filename)
+    return name
+
+
+def _check_shared_names(split_path: str, shards: list[Any], names: list[ShardName | None]) -> None:
+    """In a version that shares shards, the shards of one writer (same ``stored_in``) in a split have one count
+    and distinct indexes, so no file is listed twice and no name is made up."""
+    counts: dict[Any, int] = {}
+    seen: set[tuple[Any, int]] = set()
+    for j, (shard, name) in enumerate(zip(shards, names)):
+        if name is None:
+            continue
+        writer = shard.get("stored_in")
+        if counts.setdefault(writer, name.count) != name.count:
+            raise _fail(f"{split_path}.shards[{j}].filename", f"a shard count of {counts[writer]}, as the other "
+                        f"shards of {writer or 'this version'} in the split have", shard["filename"])
+        if (writer, name.index) in seen:
+            raise _fail(f"{split_path}.shards[{j}].filename", "a file no other shard of the split lists",
+                        shard["filename"])
+        seen.add((writer, name.index))
+
+
+def _check_shared_fields(shard: Mapping[str, Any], path: str, *, version: Any, naming: PrefixShardNames | None,
+                         records: int) -> None:
+    """``stored_in`` names a version of the same root (an id, nothing that leads elsewhere); ``deletions`` is a
+    valid vector of the shard's records; neither in a manifest of format 1 or a dataset under a Beam prefix."""
+    present = sorted(_SHARED_SHARD_FIELDS & set(shard))
+    if not present:
+        return
+    if version == 1:
+        raise _fail(f"{path}.{present[0]}", "no such field in a manifest of format version 1", shard[present[0]])
+    if naming is not None:
+        raise _fail(f"{path}.{present[0]}", "no shared shards in a dataset under a Beam prefix (it has no "
+                                            "versions)", shard[present[0]])
+    stored_in = shard.get("stored_in")
+    if "stored_in" in shard and (not isinstance(stored_in, str) or not VERSION_ID_PATTERN.fullmatch(stored_in)):
+        raise _fail(f"{path}.stored_in", "the id of a version of this root (YYYYMMDDTHHMMSS.mmmZ-xxxxxx; the shard "
+                                         "is ROOT/versions/<id>/<filename>)", stored_in)
+    if "deletions" in shard:
+        DeletionVector.from_json(shard["deletions"], path=f"{path}.deletions", num_records=records)
 
 
 def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int, count: int,
-                 compression: Compression, file_format: FileFormat,
-                 naming: PrefixShardNames | None) -> tuple[int, int]:
+                 compression: Compression, file_format: FileFormat, naming: PrefixShardNames | None,
+                 version: Any, shared: bool) -> tuple[int, int, ShardName | None]:
     if not isinstance(shard, Mapping):
         raise _fail(path, "a shard object", type(shard).__name__)
     unknown = set(shard) - _SHARD_FIELDS - _OPTIONAL_SHARD_FIELDS
@@ -113,8 +160,8 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
         raise _fail(path, f"the fields {sorted(_SHARD_FIELDS)} (and optionally {sorted(_OPTIONAL_SHARD_FIELDS)})",
                     sorted(shard))
     filename = plain_file_name(shard["filename"], f"{path}.filename")
-    _check_shard_name(filename, f"{path}.filename", dataset=dataset, split=split, index=index, count=count,
-                      compression=compression, file_format=file_format, naming=naming)
+    name = _check_shard_name(filename, f"{path}.filename", dataset=dataset, split=split, index=index, count=count,
+                             compression=compression, file_format=file_format, naming=naming, shared=shared)
     if shard["split"] != split:
         raise _fail(f"{path}.split", repr(split), shard["split"])
     if type(shard["index"]) is not int or shard["index"] != index:
@@ -132,7 +179,9 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
     if "dali_index" in shard and shard["dali_index"] != dali_index_name(filename):
         raise _fail(f"{path}.dali_index", f"{dali_index_name(filename)!r} (the shard's name + '.idx')",
                     shard["dali_index"])
-    return records, stored
+    _check_shared_fields(shard, path, version=version, naming=naming, records=records)
+    live = records - (shard["deletions"]["count"] if "deletions" in shard else 0)
+    return live, stored, name
 
 
 def _check_dali_indexes(splits: list[Any], compression: Compression, file_format: FileFormat) -> None:
@@ -206,6 +255,10 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
                                                   f"{len(splits)}", False)
     written = 0
     names: set[str] = set()
+    # A version that lists a shard of an earlier version keeps every shard's own name (see _check_shard_name).
+    shared = any(isinstance(split, Mapping) and isinstance(split.get("shards"), list) and
+                 any(isinstance(shard, Mapping) and "stored_in" in shard for shard in split["shards"])
+                 for split in splits)
     for i, split in enumerate(splits):
         path = f"splits[{i}]"
         if not isinstance(split, Mapping) or not isinstance(split.get("shards"), list):
@@ -219,11 +272,17 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
             raise _fail(f"{path}.balance_spread", "a number in [0, 1]", spread)
         shards = split["shards"]
         records = stored = 0
+        shard_names = []
         for j, shard in enumerate(shards):
-            r, b = _check_shard(shard, f"{path}.shards[{j}]", dataset=dataset, split=name,  # type: ignore[arg-type]
-                                index=j, count=len(shards), compression=compression, file_format=file_format,
-                                naming=naming)
+            r, b, shard_name = _check_shard(shard, f"{path}.shards[{j}]", dataset=dataset,
+                                            split=name,  # type: ignore[arg-type]
+                                            index=j, count=len(shards), compression=compression,
+                                            file_format=file_format, naming=naming, version=data.get("version"),
+                                            shared=shared)
             records, stored = records + r, stored + b
+            shard_names.append(shard_name)
+        if shared:
+            _check_shared_names(path, shards, shard_names)
         for key, total in (("num_records", records), ("num_bytes", stored)):
             if key in split and split[key] != total:
                 raise _fail(f"{path}.{key}", f"the sum over its shards ({total})", split[key])

@@ -15,6 +15,9 @@ import re
 from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.errors import ShardNameError
 
+# A version of a dataset root, ``ROOT/versions/<id>``: UTC creation time to the millisecond and a random token.
+VERSION_ID_PATTERN = re.compile(r"\d{8}T\d{6}(?:\.\d{3})?Z-[0-9a-f]{6}")
+
 _NAME_PART = r"[A-Za-z0-9_]+"
 
 

@@ -17,6 +17,11 @@ class RecordSchemaError(SchemaError):
 class ManifestError(BeamTFRecordError, ValueError):
     """A manifest is missing, unreadable or malformed."""
 
+    @classmethod
+    def field(cls, path: str, expected: str, value: object) -> "ManifestError":
+        """The error for manifest field ``path`` (a JSON path) holding ``value`` instead of ``expected``."""
+        return cls(f"manifest field {path!r}: expected {expected}, got {repr(value)[:200]}")
+
 
 class ManifestVersionError(ManifestError):
     """A manifest was written by a format version this code does not read."""
@@ -25,7 +30,7 @@ class ManifestVersionError(ManifestError):
         self.found = found
         self.supported = supported
         super().__init__(
-            f"manifest format version {found!r} is not supported; this beam-tfrecord reads version {supported}"
+            f"manifest format version {found!r} is not supported; this beam-tfrecord reads version {supported} and earlier ones"
         )
 
 

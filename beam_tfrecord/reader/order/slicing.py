@@ -121,7 +121,9 @@ def resolve_split(manifest: Manifest, expression: str) -> tuple[ReadSegment, ...
     for part in parse_split(expression):
         split = manifest.split(part.split)
         start, stop = part.bounds(split.num_records)
-        whole = [ReadSegment(shard, 0, shard.num_records) for shard in split.shards]
+        # A shard with deleted records is its live runs: every reader skips the deleted ones, counts stay exact.
+        whole = [ReadSegment(shard, run_start, run_length) for shard in split.shards
+                 for run_start, run_length in shard.live_runs()]
         segments.extend(sub_range(whole, start, stop))
     return tuple(_merge(segments))
 
