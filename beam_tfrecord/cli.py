@@ -22,6 +22,9 @@ _JOBS: dict[str, str] = {
     "refresh": "scheduled refresh of a versioned dataset root from any source (--dataset_root, and the source's "
                f"input option: {', '.join(source.input_flag for source in SOURCES)}): new versions, LATEST, "
                "incremental, retention; see `beam-tfrecord refresh --help`",
+    "compact": "rewrite LATEST of a versioned root into balanced shards of its own (no shared shard, no deletion): "
+               "byte-identical to a full build, readable by TFDS, DALI, Ray and globs; see `beam-tfrecord compact "
+               "--help`",
 }
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import dataclasses
-import re
 
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest, ShardInfo

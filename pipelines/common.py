@@ -52,6 +52,7 @@ from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.quality.split_groups import SplitKeyFn
 from beam_tfrecord.spill.resume import SkipsReusedKeys, describe_reused_shards
 from beam_tfrecord.spill.run_files import DEFAULT_RUN_BYTES
+from beam_tfrecord.versions.commit import VersionCommit
 from beam_tfrecord.versions.refresh import fingerprint_inputs
 from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.job_options import JobCommand
@@ -187,7 +188,7 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
                 duplicates: DuplicatesCheck | None = None, near_duplicates: NearDuplicateSettings | None = None,
                 split_key_fn: SplitKeyFn | None = None,
                 expected_inputs: int | None = None, inputs_identity: str | None = None, resume: bool = False,
-                metadata: Mapping[str, Any] | None = None) -> WriteTFRecordDataset:
+                metadata: Mapping[str, Any] | None = None, commit: VersionCommit | None = None) -> WriteTFRecordDataset:
     """The writer from the shared options: its ``DatasetDescription`` and ``WriterTuning`` from the flags (``workers``:
     ``choose_local_workers`` when not given), the arguments in its ``WriterChecks`` and ``WriterProvenance``."""
     require_output(options)
@@ -205,7 +206,7 @@ def make_writer(options: DatasetOutputOptions, schema: Schema, command: Sequence
                                     near_duplicates=near_duplicates, split_key_fn=split_key_fn),
                                 provenance=WriterProvenance(
                                     expected_inputs=expected_inputs, inputs_identity=inputs_identity, resume=resume,
-                                    command=redact_command(command), metadata=metadata or {}),
+                                    command=redact_command(command), metadata=metadata or {}, commit=commit),
                                 tuning=WriterTuning(
                                     spill_run_bytes=options.spill_run_mib * MiB, fan_in=FanIn.parse(options.fan_in),
                                     local_workers=workers.workers, encode_processes=options.encode_processes,

@@ -24,11 +24,20 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.durations import format_duration, parse_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.sharding import SplitConfig
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
 from beam_tfrecord.errors import DurationError, InputIndexError
 from beam_tfrecord.job import lease
 from beam_tfrecord.sources.kept_records import ReadKeptRecords
+from beam_tfrecord.versions.append import (
+    DEFAULT_MAX_DELETED_FRACTION,
+    DEFAULT_MAX_SMALL_SHARDS,
+    AppendPlan,
+    CompactionPolicy,
+    append_plan_from_root,
+)
+from beam_tfrecord.versions.commit import WRITER_KEY, VersionCommit, writer_metadata
 from beam_tfrecord.versions.incremental import REFRESH_KEY, IncrementalPlan, killed_refresh, plan_from_root
 from beam_tfrecord.versions.input_index import IndexedInput, InputIndex, encoding_digest, write_input_index
 from beam_tfrecord.versions.refresh import (
@@ -72,6 +81,18 @@ class RefreshOptions(PipelineOptions):
                                  "that opened it finish: 24h, 30m, 1h30m, 7d, 90s; 0 deletes at once")
         parser.add_argument("--force", type=parse_bool, nargs="?", const=True, default=False,
                             help="rebuild even when the inputs are unchanged (--force or --force=true)")
+        parser.add_argument("--append", type=parse_bool, nargs="?", const=True, default=True,
+                            help="list LATEST's shards in the new version instead of writing them again: records of "
+                                 "removed and changed inputs go into deletion vectors, new and changed inputs into "
+                                 "new shards; a split past --max_small_shards or --max_deleted_fraction is "
+                                 "rewritten (--append=false: every split is rewritten, the records of unchanged "
+                                 "inputs copied, as before)")
+        parser.add_argument("--max_small_shards", type=int, default=DEFAULT_MAX_SMALL_SHARDS,
+                            help="rewrite a split holding more shards than this whose records fill less than half "
+                                 "of --target_shard_bytes (each append adds at least one)")
+        parser.add_argument("--max_deleted_fraction", type=float, default=DEFAULT_MAX_DELETED_FRACTION,
+                            help="rewrite a split when more than this fraction of the records in its files is "
+                                 "deleted")
         parser.add_argument("--incremental", type=parse_bool, nargs="?", const=True, default=True,
                             help="keep the records of inputs unchanged since LATEST (an image or array file of "
                                  "the same key, size and mtime, or gs:// generation; a manifest row of the same "
@@ -199,10 +220,12 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
     encoding = encoding_digest(schema_json=prepared.schema.to_json(), transforms=prepared.feature_transforms,
                                salt=output.salt, source=prepared.source_options)
     index = InputIndex(encoding, tuple(sorted(prepared.inputs, key=lambda i: i.key)))
-    incremental = _incremental_plan(plan, index) if refresh.incremental else None
+    appended = _append_plan(plan, index, refresh) if refresh.incremental and refresh.append else None
+    incremental = _incremental_plan(plan, index) if refresh.incremental and appended is None else None
+    base = appended.base_version if appended else incremental.base_version if incremental else None
     # What a killed refresh of the same inputs (index included), base version and options must have had for
     # this one to take over its version (the writer checks the schema, splits, sharding and salt too).
-    identity = json.dumps({"inputs": fingerprint.to_json(), "base": incremental.base_version if incremental else None,
+    identity = json.dumps({"inputs": fingerprint.to_json(), "base": base, "append": appended is not None,
                            "command": list(source.command),
                            "index": hashlib.sha256(index.to_bytes()).hexdigest()}, sort_keys=True)
     killed = killed_refresh(root, plan.latest, identity)
@@ -210,21 +233,26 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
         plan = dataclasses.replace(plan, version_id=killed)
         print(f"refresh {root}: resuming version {killed}, which a killed refresh of these inputs left")
     output.output = plan.version_dir
-    metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id, **prepared.metadata}
+    metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id, **prepared.metadata,
+                WRITER_KEY: writer_metadata(SplitConfig.parse(output.splits), statistics=not output.no_statistics,
+                                            dali_index=bool(output.dali_index))}
     if incremental is not None:
         metadata[REFRESH_KEY] = incremental.metadata()
+    commit = appended.commit(plan.version_id) if appended is not None else \
+        VersionCommit(plan.version_id, tuple(i.key for i in index.inputs), base_version=base)
+    expected_inputs = prepared.expected_inputs if appended is None else _expected_inputs(prepared, appended)
     quiet_logging()
     with cleaned_up_when_disk_full(lambda: _delete_if_unfinished(plan)):
         # Before the writer runs: the version is complete only once its manifest is written, index included.
         write_input_index(plan.version_dir, index)
-        with progress_for(options, expected_inputs=prepared.expected_inputs) as progress_dir, \
+        with progress_for(options, expected_inputs=expected_inputs) as progress_dir, \
                 job_pipeline(options) as pipeline:
             writer = make_writer(output, prepared.schema, list(source.command), metadata=metadata,
                                  feature_transforms=dict(prepared.feature_transforms), progress_dir=progress_dir,
-                                 shared_filesystem=shared_filesystem, expected_inputs=prepared.expected_inputs,
-                                 inputs_identity=identity, resume=killed is not None,
+                                 shared_filesystem=shared_filesystem, expected_inputs=expected_inputs,
+                                 inputs_identity=identity, resume=killed is not None, commit=commit,
                                  **quality_writer_options(options, prepared.schema, key_feature=prepared.key_feature))
-            _ = (_read_inputs(pipeline, prepared, incremental)  # Sample | [Sample, ...] | [PrebuiltRecord, ...]
+            _ = (_read_inputs(pipeline, prepared, incremental, appended)  # Sample | [Sample] | [PrebuiltRecord]
                  | "WriteVersion" >> writer
                  # the published Manifest of the new version: every source moves LATEST here, in one place
                  | "PublishVersion" >> beam.Map(publish_version, root=root, version_id=plan.version_id,
@@ -258,11 +286,39 @@ def _incremental_plan(plan: RefreshPlan, index: InputIndex) -> IncrementalPlan |
     return incremental
 
 
-def _read_inputs(pipeline: beam.Pipeline, prepared: PreparedSource,
-                 incremental: IncrementalPlan | None) -> beam.PCollection:
-    """Every sample of the inputs (a full build), or the base's kept records and the fresh samples."""
-    if incremental is None:
+def _append_plan(plan: RefreshPlan, index: InputIndex, refresh: RefreshOptions) -> AppendPlan | None:
+    """What the new version keeps of LATEST, deletes and writes; None when LATEST cannot lend its shards (then
+    ``_incremental_plan`` copies its records, or the build is full)."""
+    if plan.latest is None:
+        return None
+    policy = CompactionPolicy(max_small_shards=refresh.max_small_shards,
+                              max_deleted_fraction=refresh.max_deleted_fraction)
+    try:
+        appended = append_plan_from_root(plan.root, plan.latest, index, policy)
+    except InputIndexError as err:
+        print(f"refresh {plan.root}: no append: version {plan.latest} cannot lend its shards ({err.reason})")
+        return None
+    print(f"refresh {plan.root}: {appended.describe()}")
+    return appended
+
+
+def _expected_inputs(prepared: PreparedSource, appended: AppendPlan) -> int | None:
+    """The inputs the writer of an append must see: the fresh ones and the records of rewritten splits (None:
+    unknown, when the source's count is not one per indexed input)."""
+    if prepared.expected_inputs != len(prepared.inputs):
+        return None
+    return len(appended.fresh) + appended.rewritten_records
+
+
+def _read_inputs(pipeline: beam.Pipeline, prepared: PreparedSource, incremental: IncrementalPlan | None,
+                 appended: AppendPlan | None) -> beam.PCollection:
+    """Every sample of the inputs (a full build), or the kept records to write again and the fresh samples."""
+    if incremental is None and appended is None:
         return prepared.read_all(pipeline)
-    kept = pipeline | "ReadKeptRecords" >> ReadKeptRecords(incremental.shards)
-    fresh = prepared.read_fresh(pipeline, incremental.fresh)
+    reuses, fresh_inputs = (incremental.shards, incremental.fresh) if incremental is not None else \
+        (appended.rewritten, appended.fresh)  # type: ignore[union-attr]
+    fresh = prepared.read_fresh(pipeline, fresh_inputs)
+    if not reuses:
+        return fresh
+    kept = pipeline | "ReadKeptRecords" >> ReadKeptRecords(reuses)
     return (kept, fresh) | "KeptAndFresh" >> beam.Flatten()

@@ -160,8 +160,12 @@ def refresh_any(argv: Sequence[str] | None = None, *, prog: str | None = None) -
 
 
 def job_of_command(command: str) -> Callable[..., object]:
-    """The ``run`` of ``beam-tfrecord COMMAND``: a source's build, or the refresh of any source."""
+    """The ``run`` of ``beam-tfrecord COMMAND``: a source's build, the refresh of any source, or ``compact``."""
     if command == "refresh":
         return refresh_any
+    if command == "compact":
+        from pipelines.compact import run  # a job of its own, with no source
+
+        return run
     [source] = [s for s in SOURCES if s.command == command]
     return BuildJob(spec_of(source), f"beam-tfrecord {command}").run

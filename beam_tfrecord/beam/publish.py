@@ -35,7 +35,9 @@ from beam_tfrecord.errors import (
 )
 from beam_tfrecord.interop import INTEROP_FILENAMES, write_interop_files
 from beam_tfrecord.interop.tfds import DATASET_INFO_FILENAME, tfds_files, write_tfds_files
-from beam_tfrecord.statistics import STATISTICS_FILE
+from beam_tfrecord.statistics import APPENDED_STATISTICS_FILE, STATISTICS_FILE
+from beam_tfrecord.versions.commit import VersionCommit
+from beam_tfrecord.versions.locations import RECORD_LOCATIONS_FILENAME, write_record_locations
 
 _LOG = logging.getLogger(__name__)
 
@@ -105,7 +107,8 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     manifest_path = storage.join(settings.output_dir, MANIFEST_FILENAME)
     old = _read_old_manifest(manifest_path)
     if old is not None and old.run_id == settings.run_id:  # this run published already; this is a re-execution
-        write_tfds_files(settings.output_dir, old)  # a crash may have come between the manifest and dataset_info.json
+        if old.self_contained:  # a crash may have come between the manifest and dataset_info.json
+            write_tfds_files(settings.output_dir, old)
         return old
     rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
     num_inputs = sum(s.num_records for s in shard_infos) + len(rejected) + num_dropped  # dropped: duplicates=drop
@@ -116,22 +119,30 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
                             settings.description.sharding)
     shard_infos = [*shard_infos, *_write_empty_shards(settings, plan)]
     by_split = _shards_by_split(plan, shard_infos)
-    manifest = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected),
-                             num_dropped=num_dropped)
+    written = _new_manifest(settings, plan, by_split, num_inputs=num_inputs, num_rejected=len(rejected),
+                            num_dropped=num_dropped)
+    commit = settings.provenance.commit
+    manifest = written if commit is None else commit.merge(written)  # a version's: with the shards it keeps
     try:
         _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
-        write_interop_files(settings.output_dir, manifest)  # croissant.json, schema.pbtxt: before the manifest
-        if manifest.statistics is not None:
+        if manifest.self_contained:  # outside readers only ever see whole versions
+            write_interop_files(settings.output_dir, manifest)  # croissant.json, schema.pbtxt: before the manifest
+        if written.statistics is not None:  # of the written records: the version's, or what it appends
             statistics = gather_statistics(storage.join(settings.temp_dir, "shards"), settings.description.schema,
-                                           [split.name for split in manifest.splits])
-            storage.write_bytes_atomic(storage.join(settings.output_dir, manifest.statistics),
+                                           [split.name for split in written.splits])
+            storage.write_bytes_atomic(storage.join(settings.output_dir, manifest.statistics or
+                                                    APPENDED_STATISTICS_FILE),
                                        statistics.SerializeToString(deterministic=True))
+        if commit is not None:
+            _write_locations(settings.output_dir, commit, written, rejected)
         storage.write_bytes_atomic(manifest_path, manifest.dumps().encode("utf-8"))  # the dataset is published
-        write_tfds_files(settings.output_dir, manifest)
+        if manifest.self_contained:
+            write_tfds_files(settings.output_dir, manifest)
     except DiskFullError:
         # Unpublished again (manifest first), and the shards moved in would only keep the space a re-run needs.
         storage.delete_if_exists([manifest_path, *(storage.join(settings.output_dir, name) for name in
                                                    [*tfds_files(manifest), *INTEROP_FILENAMES, STATISTICS_FILE,
+                                                    APPENDED_STATISTICS_FILE, RECORD_LOCATIONS_FILENAME,
                                                     DEAD_LETTER_FILENAME,
                                                     *_shard_files(shard_infos)])])
         storage.delete_tree(settings.temp_dir)
@@ -142,6 +153,18 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
             _LOG.warning("%s: split %s: %s", settings.output_dir, split.name, note)
     storage.delete_tree(settings.temp_dir)
     return manifest
+
+
+def _write_locations(output_dir: str, commit: VersionCommit, written: Manifest,
+                     rejected: Sequence[DeadLetter]) -> None:
+    """The version's ``record_locations.json``; none (the next refresh rewrites every split) when the written
+    records cannot be placed by key (equal key hashes, dropped duplicates)."""
+    locations = commit.locations(written, [d.key for d in rejected])
+    if locations is None:
+        _LOG.warning("%s: its records cannot all be placed by key; the next refresh rewrites it", output_dir)
+        storage.delete_if_exists([storage.join(output_dir, RECORD_LOCATIONS_FILENAME)])
+    else:
+        write_record_locations(output_dir, locations)
 
 
 def _dead_letter_lines(rejected: Sequence[DeadLetter]) -> bytes:
@@ -211,7 +234,7 @@ def _replace_files(settings: PublishSettings, old: Manifest | None, shard_infos:
     # Unpublish first: from here on nothing looks finished, to this project's readers, to TFDS or to others.
     storage.delete_if_exists([storage.join(out, name)
                               for name in (MANIFEST_FILENAME, DATASET_INFO_FILENAME, *INTEROP_FILENAMES,
-                                           STATISTICS_FILE)])
+                                           STATISTICS_FILE, APPENDED_STATISTICS_FILE)])
     _move_shards(settings, shard_infos)
     if old is not None:
         stale = set(_shard_files(old.shards)) - set(_shard_files(shard_infos))

@@ -15,6 +15,7 @@ from beam_tfrecord.errors import MAX_REJECTED_ARGUMENT, WriterOptionError
 from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.quality.split_groups import SplitKeyFn
+from beam_tfrecord.versions.commit import VersionCommit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,9 @@ class WriterProvenance:
             ``Sample`` inputs, the spill fan-in and the default ``temp_dir`` only.
         command: the command line to record in the manifest.
         metadata: extra facts to record in the manifest.
+        commit: the version of a root these shards join (``versions.commit.VersionCommit``): the manifest then
+            lists the base's shards it keeps too, and ``record_locations.json`` is written; None: a dataset of
+            the written shards alone.
 
     Raises:
         WriterOptionError: at construction, naming the field and the bad value.
@@ -95,8 +99,11 @@ class WriterProvenance:
     resume: bool = False
     command: Sequence[str] = ()
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    commit: VersionCommit | None = None
 
     def __post_init__(self) -> None:
+        if self.commit is not None and not isinstance(self.commit, VersionCommit):
+            raise WriterOptionError(f"commit must be a VersionCommit or None, got {self.commit!r}")
         if self.expected_inputs is not None and (isinstance(self.expected_inputs, bool) or not isinstance(
                 self.expected_inputs, int) or self.expected_inputs < 0):
             raise WriterOptionError(f"expected_inputs must be >= 0, got {self.expected_inputs}")

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from beam_tfrecord.core.dali_index import dali_index_name
-from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
+from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.naming import VERSION_ID_PATTERN, PrefixShardNames, ShardName
@@ -274,8 +274,8 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
         records = stored = 0
         shard_names = []
         for j, shard in enumerate(shards):
-            r, b, shard_name = _check_shard(shard, f"{path}.shards[{j}]", dataset=dataset,
-                                            split=name,  # type: ignore[arg-type]
+            r, b, shard_name = _check_shard(shard, f"{path}.shards[{j}]",
+                                            dataset=dataset, split=name,  # type: ignore[arg-type]
                                             index=j, count=len(shards), compression=compression,
                                             file_format=file_format, naming=naming, version=data.get("version"),
                                             shared=shared)

@@ -30,7 +30,8 @@ class ManifestVersionError(ManifestError):
         self.found = found
         self.supported = supported
         super().__init__(
-            f"manifest format version {found!r} is not supported; this beam-tfrecord reads version {supported} and earlier ones"
+            f"manifest format version {found!r} is not supported; this beam-tfrecord reads version {supported} "
+            "and earlier ones"
         )
 
 

@@ -14,11 +14,14 @@ from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.errors import StatisticsFileError
 
 STATISTICS_FILE = "statistics.pb"
+# A version that keeps shards of its base has no statistics.pb: the records it wrote have theirs in this file (what
+# a refresh's drift check compares), and a reader computes the version's from its live records.
+APPENDED_STATISTICS_FILE = "appended_statistics.pb"
 
 
-def read_statistics(dataset_dir: str) -> Any:
-    """The ``DatasetFeatureStatisticsList`` in ``dataset_dir``'s ``statistics.pb``, or None when it has none
-    (a dataset written before builds wrote it, or with ``statistics=False``).
+def read_statistics(dataset_dir: str, filename: str = STATISTICS_FILE) -> Any:
+    """The ``DatasetFeatureStatisticsList`` in ``dataset_dir``'s ``statistics.pb`` (or ``filename``), or None when
+    it has none (a dataset written before builds wrote it, or with ``statistics=False``).
 
     Raises:
         StatisticsFileError: the file does not parse.
@@ -26,7 +29,7 @@ def read_statistics(dataset_dir: str) -> Any:
     from google.protobuf.message import DecodeError
     from tensorflow_metadata.proto.v0 import statistics_pb2
 
-    path = storage.join(dataset_dir, STATISTICS_FILE)
+    path = storage.join(dataset_dir, filename)
     data = storage.read_bytes_or_none(path)
     if data is None:
         return None
