@@ -113,7 +113,9 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     rejected = sorted(dead_letters, key=lambda d: (d.key, d.stage.value, d.message))
     num_inputs = sum(s.num_records for s in shard_infos) + len(rejected) + num_dropped  # dropped: duplicates=drop
     _refuse_other_inputs(settings, num_inputs)
-    _refuse_too_many_rejected(settings, rejected, num_inputs)
+    # A version's fraction: of its inputs, the records it keeps of its base included.
+    kept = settings.provenance.commit.kept_records if settings.provenance.commit is not None else 0
+    _refuse_too_many_rejected(settings, rejected, num_inputs + kept)
     if plan is None:
         plan = plan_dataset(np.zeros(0, np.uint64), np.zeros(0, np.int64), settings.description.splits,
                             settings.description.sharding)

@@ -46,6 +46,11 @@ class VersionCommit:
     deleted_records: int = 0
     rewritten_splits: tuple[str, ...] = ()
 
+    @property
+    def kept_records(self) -> int:
+        """Live records of the kept shards."""
+        return sum(shard.num_live for shards in self.kept.values() for shard in shards)
+
     def merge(self, written: Manifest) -> Manifest:
         """The version's manifest: each split's kept shards, then the written ones (empty written shards are
         left out of a split that keeps shards); counts, metadata and statistics follow.

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from beam_tfrecord import cli, load_manifest, read_numpy
-from beam_tfrecord.versions.incremental import REFRESH_KEY
+from beam_tfrecord.versions.commit import COMMIT_KEY
 from pipelines.sources import SOURCES
 
 LAYOUT = ["--runner=DirectRunner", "--direct_running_mode=in_memory", "--progress=none", "--target_shard_bytes=400"]
@@ -75,7 +75,7 @@ class Audio:
         return found
 
     command, source = "build-audio", "audio"
-    counts: ClassVar[dict[str, int]] = {"reused_records": 5, "encoded_records": 2, "removed_records": 0}
+    counts: ClassVar[tuple[int, int]] = (5, 2)  # records kept and written by the append
 
 
 class Text:
@@ -105,7 +105,7 @@ class Text:
         return collections.Counter(record["text"].decode("utf-8") for record in read_numpy(dataset))
 
     command, source = "build-text", "text"
-    counts: ClassVar[dict[str, int]] = {"reused_records": 2, "encoded_records": 4, "removed_records": 0}
+    counts: ClassVar[tuple[int, int]] = (2, 4)
 
 
 def _run(*argv: str) -> None:
@@ -121,16 +121,19 @@ def test_a_folder_builds_and_refreshes_from_the_command_line(kind: Any, tmp_path
     _run(*refresh)
     assert kind.records(root) == source.expected()
     first = load_manifest(root)
-    assert REFRESH_KEY not in first.metadata and first.command[0] == f"refresh_{source.source}"
+    assert first.metadata[COMMIT_KEY]["base_version"] is None and first.command[0] == f"refresh_{source.source}"
 
     source.change()
     _run(*refresh)
     refreshed = load_manifest(root)
-    assert refreshed.metadata[REFRESH_KEY] == {"base_version": first.metadata["version_id"], **kind.counts}
+    commit = refreshed.metadata[COMMIT_KEY]
+    assert (commit["base_version"], commit["kept_records"], commit["written_records"]) == \
+        (first.metadata["version_id"], *kind.counts)  # an append: the first version's shards are listed
     assert kind.records(root) == source.expected()
 
     built = str(tmp_path / "built")
     _run(source.command, *source.args, "--output", built, *LAYOUT)
     assert kind.records(built) == source.expected()
+    _run("compact", "--dataset_root", root, "--keep_versions=1", "--min_version_age=0")
     assert [(s.filename, s.crc32c) for s in load_manifest(built).shards] == [
-        (s.filename, s.crc32c) for s in refreshed.shards]  # the incremental version is the clean build, byte for byte
+        (s.filename, s.crc32c) for s in load_manifest(root).shards]  # compacted: the clean build, byte for byte

@@ -1,10 +1,12 @@
-"""Incremental refresh end to end: adds, changes and removals give exactly a full build's shards.
+"""Incremental refresh that copies the kept records (``--append=false``) end to end: adds, changes and removals
+give exactly a full build's shards.
 
 Every case runs the refresh job twice (a full first version, then an incremental one) and builds
 the changed folder in full with ``build_image_dataset``: the two must hold the same records, and
 since the writer plans and writes both the same way, the very same shard bytes. Local and gs://
-(the emulator); a SIGKILL in the middle of an incremental run on gs://, then a re-run (the killed jobs run in
-forks of one server that imported Beam once: tests/docs/command_zygote.py).
+(the emulator); a SIGKILL in the middle of an append refresh (the default) on gs://, then a re-run (the killed
+jobs run in forks of one server that imported Beam once: tests/docs/command_zygote.py). Appends themselves:
+test_append_refresh.py.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ from beam_tfrecord.dataset import load_manifest, read_latest, resolve_dataset_di
 from beam_tfrecord.errors import InputIndexError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.verify import verify_dataset
+from beam_tfrecord.versions.commit import COMMIT_KEY
 from beam_tfrecord.versions.incremental import REFRESH_KEY, plan_incremental
 from beam_tfrecord.versions.input_index import INPUT_INDEX_FILENAME, InputIndex, encoding_digest
 from beam_tfrecord.versions.refresh import RefreshAction, list_versions
 from pipelines import build_image_dataset, refresh_image_dataset
 from tests.docs.command_zygote import Job, serving
+from tests.versions.live_records import live_records
 
 LAYOUT = ["--splits=train=0.7,validation=0.3", "--target_shard_bytes=3000", "--resize=12x12",
           "--max_rejected_fraction=0.1"]
@@ -93,7 +97,7 @@ def test_incremental_refresh_equals_full_build(input_and_root: tuple[str, str], 
     _change_inputs(images)
 
     # Locally through the shuffle fan-in path: both paths write the same shards.
-    second = _refresh(images, root, *([] if root.startswith("gs://") else ["--fan_in=shuffle"]))
+    second = _refresh(images, root, "--append=false", *([] if root.startswith("gs://") else ["--fan_in=shuffle"]))
     assert second.action is RefreshAction.BUILD and read_latest(root) == second.version_id
     manifest = _assert_same_as_full_build(images, root, str(tmp_path / "full"))
     assert manifest.metadata[REFRESH_KEY] == {"base_version": first.version_id, "reused_records": 26,
@@ -102,7 +106,7 @@ def test_incremental_refresh_equals_full_build(input_and_root: tuple[str, str], 
 
     assert _refresh(images, root).action is RefreshAction.SKIP  # a re-run with no change does nothing
     storage.delete_if_exists([sorted(p for p, _ in storage.list_files(images.rstrip("/") + "/*/*"))[0]])
-    _refresh(images, root)  # an incremental version lends its records in turn
+    _refresh(images, root, "--append=false")  # an incremental version lends its records in turn
     assert load_manifest(root).metadata[REFRESH_KEY] == {"base_version": second.version_id, "reused_records": 30,
                                                          "encoded_records": 1, "removed_records": 1}
 
@@ -210,11 +214,11 @@ def _undo_refresh(root: str, first: str) -> None:
 # On gs:// only: the kills on local paths are test_refresh_kill.py's (three moments, incremental runs too).
 @pytest.mark.slow
 @pytest.mark.parametrize("input_and_root", ["gs"], indirect=True)
-def test_sigkill_during_incremental_refresh_then_rerun(input_and_root: tuple[str, str], tmp_path, jobs: str) -> None:
+def test_sigkill_during_append_refresh_then_rerun(input_and_root: tuple[str, str], tmp_path, jobs: str) -> None:
     """Kills land anywhere from the launch listing to retention: the window is measured on an uninterrupted
-    incremental run (the kind killed). Runs vary by a quarter here, so when every seeded kill came after its run
+    append refresh (the kind killed). Runs vary by a quarter here, so when every seeded kill came after its run
     had ended, one more lands at half the shortest run. After each kill, what looks complete is complete; the
-    re-run gives a full build's shards."""
+    re-run gives a full build's records."""
     images, root = input_and_root
     first = _refresh(images, root).version_id  # the base version: built in this process, not the kind killed
     _change_inputs(images)
@@ -248,6 +252,7 @@ def test_sigkill_during_incremental_refresh_then_rerun(input_and_root: tuple[str
 
     again = _refresh(images, root)  # the re-run builds (or adopts what a killed run finished)
     assert read_latest(root) != first and again.action is not RefreshAction.SKIP, context
-    manifest = _assert_same_as_full_build(images, root, str(tmp_path / "full"))
-    assert manifest.metadata[REFRESH_KEY]["base_version"] == first, context
+    build_image_dataset.run(["--input", images, "--output", str(tmp_path / "full"), *LAYOUT, *RUNNER])
+    assert live_records(root) == live_records(str(tmp_path / "full")), context  # an append of the change
+    assert load_manifest(root).metadata[COMMIT_KEY]["base_version"] == first, context
     assert list_versions(root).incomplete == (), context

@@ -33,10 +33,11 @@ from beam_tfrecord.formats import shard_format
 from beam_tfrecord.sources.rows import RowOptions
 from beam_tfrecord.sources.tabular import JsonlRowReader
 from beam_tfrecord.verify import verify_dataset
-from beam_tfrecord.versions.incremental import REFRESH_KEY
+from beam_tfrecord.versions.commit import COMMIT_KEY
 from beam_tfrecord.versions.refresh import RefreshAction, RefreshPlan, list_versions
-from pipelines import build_from_arrays, build_from_manifest, refresh
+from pipelines import build_from_arrays, build_from_manifest, compact, refresh
 from pipelines.sources.manifest import index_rows
+from tests.versions.live_records import live_records
 
 LAYOUT = ["--splits=train=0.75,test=0.25", "--target_shard_bytes=600", "--runner=DirectRunner",
           "--direct_running_mode=in_memory", "--progress=none"]
@@ -69,7 +70,7 @@ class Csv:
     def clean_build(self, output: str) -> Manifest:
         return build_from_manifest.run([*self.args, "--output", output, *LAYOUT])
 
-    counts: ClassVar[dict[str, int]] = {"reused_records": CSV_ROWS - 1, "encoded_records": 1, "removed_records": 0}
+    counts: ClassVar[tuple[int, int, int]] = (CSV_ROWS - 1, 1, 1)  # kept, written, deleted by the append
     total = CSV_ROWS
 
 
@@ -95,7 +96,7 @@ class Npy:
     def clean_build(self, output: str) -> Manifest:
         return build_from_arrays.run([*self.args, "--output", output, *LAYOUT])
 
-    counts: ClassVar[dict[str, int]] = {"reused_records": 30, "encoded_records": 10, "removed_records": 0}
+    counts: ClassVar[tuple[int, int, int]] = (30, 10, 0)
     total = 30
 
 
@@ -154,7 +155,7 @@ def test_refresh_builds_skips_encodes_only_the_change_and_retains(kind: str, tmp
     root = str(tmp_path / "root")
     first = _refresh(source, root)
     assert first.action is RefreshAction.BUILD and read_latest(root) == first.version_id
-    assert REFRESH_KEY not in load_manifest(root).metadata  # the first version is a full build
+    assert load_manifest(root).metadata[COMMIT_KEY]["base_version"] is None  # the first version is a full build
     assert verify_dataset(resolve_dataset_dir(root)).num_records == source.total
 
     capsys.readouterr()
@@ -170,11 +171,21 @@ def test_refresh_builds_skips_encodes_only_the_change_and_retains(kind: str, tmp
         assert f"resuming version {killed}, which a killed refresh of these inputs left" in capsys.readouterr().out
         assert second.version_id == killed
     assert second.action is RefreshAction.BUILD and read_latest(root) == second.version_id
-    manifest = _assert_same_as_clean_build(source, root, str(tmp_path / "full"))
-    assert manifest.metadata[REFRESH_KEY] == {"base_version": first.version_id, **source.counts}
+    # An append: the first version's shards are listed, with the changed record deleted, and only the change written.
+    full = source.clean_build(str(tmp_path / "full"))
+    manifest = load_manifest(root)
+    assert live_records(root) == live_records(str(tmp_path / "full"))
+    commit = manifest.metadata[COMMIT_KEY]
+    assert (commit["base_version"], commit["kept_records"], commit["written_records"], commit["deleted_records"]) == \
+        (first.version_id, *source.counts)
     assert manifest.command[0] == f"refresh_{'manifest' if kind == 'csv' else 'arrays'}"
     listing = list_versions(root)
     assert (listing.complete, listing.incomplete) == ((second.version_id,), ())  # retention: keep 1, age 0
+    verify_dataset(root)  # the retired first version's shards that the second lists are still there
+    compacted = compact.run(["--dataset_root", root, "--keep_versions=1", "--min_version_age=0"])
+    assert compacted is not None
+    _assert_same_as_clean_build(source, root, str(tmp_path / "full"))
+    assert (load_manifest(root).num_written, list_versions(root).complete) == (full.num_written, (compacted,))
 
 
 def test_refresh_help_lists_the_sources(capsys: pytest.CaptureFixture[str]) -> None:
