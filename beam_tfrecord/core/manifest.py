@@ -95,11 +95,13 @@ class ShardInfo:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], *, path: str) -> "ShardInfo":
-        """A shard entry of a manifest whose fields ``manifest_checks`` has checked already."""
-        fields = {key: value for key, value in data.items() if key != "deletions"}
+        """A shard entry of a manifest whose fields ``manifest_checks`` has checked already (its deletion vector
+        is parsed and checked here: ``ManifestError`` naming ``path``)."""
         deletions = data.get("deletions")
-        return cls(**fields, deletions=None if deletions is None else DeletionVector.from_json(
-            deletions, path=f"{path}.deletions", num_records=data["num_records"]))
+        return cls(data["filename"], data["split"], data["index"], data["num_records"], data["num_bytes"],
+                   data["num_record_bytes"], data["crc32c"], data.get("dali_index"), data.get("stored_in"),
+                   None if deletions is None else DeletionVector.from_json(
+                       deletions, path=f"{path}.deletions", num_records=data["num_records"]))
 
 
 @dataclasses.dataclass(frozen=True)
