@@ -16,7 +16,7 @@ from beam_tfrecord.interop.tfds import tfds_files
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.verify import verify_dataset
 from beam_tfrecord.versions.refresh import RefreshAction, list_versions
-from pipelines import build_image_dataset, refresh_image_dataset
+from pipelines import build_image_dataset, compact, refresh_image_dataset
 
 STORES = {"s3": "moto_s3", "az": "azurite"}  # the session fixture of each store's server
 OPTIONS = ["--splits", "train=0.8,validation=0.2", "--target_shard_bytes=6000", "--runner=DirectRunner",
@@ -124,8 +124,13 @@ def test_a_refresh_on_the_store_skips_unchanged_inputs_and_moves_latest(bucket_f
     assert second.action is RefreshAction.BUILD and second.version_id > first.version_id
     assert storage.read_bytes(f"{root}/LATEST").decode().strip() == second.version_id
     assert verify_dataset(resolve_dataset_dir(root)).num_records == 31
-    assert list_versions(root).complete == (second.version_id,)  # keep_versions=1 deleted the first
+    assert list_versions(root).complete == (second.version_id,)  # keep_versions=1 retired the first
+    assert not load_manifest(root).self_contained  # an append: the first version's shards are listed, not copied
     assert sum(1 for _ in read_numpy(root)) == 31  # the reader takes the root and reads LATEST
+    compacted = compact.run(["--dataset_root", root, "--keep_versions=1", "--min_version_age=0"])
+    assert load_manifest(root).self_contained and list_versions(root).complete == (compacted,)
+    assert verify_dataset(resolve_dataset_dir(root)).num_records == 31
+    assert not storage.list_files(f"{root}/versions/{first.version_id}/**")  # nothing lists its shards now
 
 
 RUNNERS = {"multi-processing": ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
