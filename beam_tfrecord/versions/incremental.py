@@ -16,7 +16,7 @@ from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.prebuilt import PrebuiltRecord
-from beam_tfrecord.dataset import load_manifest, version_dir
+from beam_tfrecord.dataset import load_manifest, shard_file_path, version_dir
 from beam_tfrecord.errors import InputIndexError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.spill.resume import killed_inputs
@@ -129,7 +129,7 @@ def plan_incremental(*, base_version: str, base_dir: str, manifest: Manifest, ba
         for shard in sorted(split.shards, key=lambda s: s.index):
             keys = tuple(key if key in unchanged else None for key in order[start:start + shard.num_records])
             start += shard.num_records
-            reuse = ShardReuse(storage.join(base_dir, shard.filename), shard, manifest.compression,
+            reuse = ShardReuse(shard_file_path(base_dir, shard), shard, manifest.compression,
                                manifest.file_format, keys)
             if reuse.num_kept:
                 shards.append(reuse)
