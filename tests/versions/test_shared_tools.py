@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fixtures_stores import az_container, azurite, moto_s3, s3_bucket  # noqa: F401  (pytest fixtures)
 from tools_fixtures import EARLIER, LATER, LIVE_X, NUM_DELETED, SharedRoot, build_shared_root
 
 from beam_tfrecord import cli, storage
@@ -31,6 +32,7 @@ from beam_tfrecord.versions.refresh import commit_version
 
 SHARED = "3 of its 4 shards are stored in earlier versions (shared with them)"
 DELETED = f"{NUM_DELETED} records of its shards are deleted (deletion vectors)"
+BUCKETS = {"gs": "gcs_bucket", "s3": "s3_bucket", "az": "az_container"}  # a fresh bucket's fixture per store
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +166,18 @@ def test_the_reason_names_what_is_shared_and_what_is_deleted(shared):
     assert not_self_contained_reason(only("stored_in")) == DELETED
     assert not_self_contained_reason(load_manifest(shared.earlier_dir)) is None
     assert MANIFEST_FILENAME in os.listdir(shared.later_dir)
+
+
+@pytest.mark.parametrize("store", list(BUCKETS))
+def test_on_every_store_the_tools_find_shared_shards_and_count_live_records(store, request):
+    shared = build_shared_root(f"{request.getfixturevalue(BUCKETS[store])}/root")
+    report = verify_dataset(shared.root)
+    assert (report.num_records, report.num_deleted, report.num_shared_shards) == (11, 3, 3)
+    statistics = statistics_of(shared.root)
+    assert [(d.name, d.num_examples) for d in statistics.datasets] == [("train", 9), ("test", 2)]
+    count, x = _x_stats(statistics, "test")
+    assert (count, x.min, x.max) == (2, 101, 102)
+    listed = {path.rsplit("/", 1)[1] for path, _ in storage.list_files(f"{shared.later_dir}/**")}
+    assert SCHEMA_FILENAME in listed and not {DATASET_INFO_FILENAME, "croissant.json"} & listed
+    with pytest.raises(NotSelfContainedError, match=f"compact {shared.root}`"):
+        ray_read_args(shared.root)
