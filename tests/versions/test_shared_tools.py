@@ -16,7 +16,13 @@ from tools_fixtures import EARLIER, LATER, LIVE_X, NUM_DELETED, SharedRoot, buil
 from beam_tfrecord import cli, storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.dataset import load_manifest
-from beam_tfrecord.errors import CorruptShardError, MissingShardError, NotSelfContainedError, ReaderError
+from beam_tfrecord.errors import (
+    CorruptShardError,
+    ManifestError,
+    MissingShardError,
+    NotSelfContainedError,
+    ReaderError,
+)
 from beam_tfrecord.interop import interop_files
 from beam_tfrecord.interop.dali import dali_reader_args
 from beam_tfrecord.interop.ray_data import ray_read_args
@@ -67,6 +73,13 @@ def test_verify_checks_a_shared_shards_dali_index_where_stored(damaged):
     Path(index).write_text("0 1\n")
     with pytest.raises(CorruptShardError, match=f"shard '{index}': the DALI index differs from the 3 records"):
         verify_dataset(damaged.root)
+
+
+def test_verify_of_a_version_copied_out_of_its_root_says_compact(shared, tmp_path):
+    copy = shutil.copytree(shared.later_dir, tmp_path / LATER)
+    with pytest.raises(ManifestError, match=f"is stored in version {EARLIER} of the dataset's root, but '{copy}' is "
+                                            "not a version of a root .*compact the version first"):
+        verify_dataset(str(copy))
 
 
 def test_inspect_shows_where_shards_are_stored_deleted_and_live_counts(shared, capsys):
