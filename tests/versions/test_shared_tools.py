@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 from fixtures_stores import az_container, azurite, moto_s3, s3_bucket  # noqa: F401  (pytest fixtures)
-from tools_fixtures import EARLIER, LATER, LIVE_X, NUM_DELETED, SharedRoot, build_shared_root
+from tools_fixtures import (
+    EARLIER,
+    LATER,
+    LIVE_X,
+    NUM_DELETED,
+    SharedRoot,
+    add_test_shard_named_as_earliers,
+    build_shared_root,
+)
 
 from beam_tfrecord import cli, storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
@@ -39,6 +47,11 @@ from beam_tfrecord.versions.refresh import commit_version
 SHARED = "3 of its 4 shards are stored in earlier versions (shared with them)"
 DELETED = f"{NUM_DELETED} records of its shards are deleted (deletion vectors)"
 BUCKETS = {"gs": "gcs_bucket", "s3": "s3_bucket", "az": "az_container"}  # a fresh bucket's fixture per store
+
+
+def _without_crc(line: str) -> str:
+    """A line of ``inspect``, stripped, without a shard's ``  crc32c XXXXXXXX`` (the fixture's bytes decide it)."""
+    return line.split("  crc32c")[0].strip() + line.partition("crc32c ")[2][8:]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +88,18 @@ def test_verify_checks_a_shared_shards_dali_index_where_stored(damaged):
         verify_dataset(damaged.root)
 
 
+def test_two_shards_of_one_name_in_two_versions_are_two_files(damaged, capsys):
+    add_test_shard_named_as_earliers(damaged, [300, 301])
+    report = verify_dataset(damaged.root)
+    assert (report.num_shards, report.num_records, report.num_shared_shards) == (5, 13, 3)
+    count, x = _x_stats(statistics_of(damaged.root), "test")
+    assert (count, x.min, x.max) == (4, 101, 301)
+    assert cli.main(["inspect", damaged.root]) == 0
+    test_shards = [_without_crc(line) for line in capsys.readouterr().out.splitlines() if "d-test" in line]
+    assert test_shards == [f"d-test.tfrecord-00000-of-00001  2 records (1 of 3 deleted)  138 B  stored in version "
+                           f"{EARLIER}", "d-test.tfrecord-00000-of-00001  2 records  94 B"]
+
+
 def test_verify_of_a_version_copied_out_of_its_root_says_compact(shared, tmp_path):
     copy = shutil.copytree(shared.later_dir, tmp_path / LATER)
     with pytest.raises(ManifestError, match=f"is stored in version {EARLIER} of the dataset's root, but '{copy}' is "
@@ -89,7 +114,7 @@ def test_inspect_shows_where_shards_are_stored_deleted_and_live_counts(shared, c
     assert lines[2] == (f"  not self-contained: {SHARED} and {DELETED}; readers outside beam-tfrecord (TFDS, DALI, "
                         "Ray, Croissant, a glob of its files) get no files for it and are refused: `beam-tfrecord "
                         "compact ROOT` writes a version they read")
-    shards = [line.split("  crc32c")[0].strip() + line.partition("crc32c ")[2][8:] for line in lines[3:9]]
+    shards = [_without_crc(line) for line in lines[3:9]]
     assert shards == [
         "split train: 9 records in 3 shards (2 more deleted), 508 B, balance spread 0.00%",
         f"d-train.tfrecord-00000-of-00002  3 records (2 of 5 deleted)  230 B  stored in version {EARLIER}",

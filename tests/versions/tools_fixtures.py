@@ -22,7 +22,7 @@ from beam_tfrecord.core.naming import ShardName
 from beam_tfrecord.core.sample_encoder import SampleEncoder
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import ClassLabel, DType, Scalar, Schema
-from beam_tfrecord.dataset import VERSIONS_DIRNAME
+from beam_tfrecord.dataset import VERSIONS_DIRNAME, load_manifest
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.interop import write_interop_files
 from beam_tfrecord.interop.dali import DaliIndexingWriter
@@ -102,3 +102,12 @@ def build_shared_root(root: str) -> SharedRoot:
     _publish(built.later_dir, _manifest(shared))
     commit_version(root, LATER)
     return built
+
+
+def add_test_shard_named_as_earliers(built: SharedRoot, xs: list[int]) -> None:
+    """Gives LATER's test split a shard of its own (records ``xs``) under the very name of EARLIER's test shard
+    (``d-test.tfrecord-00000-of-00001``: each writer names its shards among its own), rewriting LATER's manifest."""
+    manifest = load_manifest(built.later_dir)
+    own = _write_shard(built.later_dir, "test", 0, 1, xs)
+    splits = {split.name: [*split.shards, *([own] if split.name == "test" else [])] for split in manifest.splits}
+    _publish(built.later_dir, _manifest(splits))
