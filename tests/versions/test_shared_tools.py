@@ -31,7 +31,7 @@ from beam_tfrecord.errors import (
     NotSelfContainedError,
     ReaderError,
 )
-from beam_tfrecord.interop import interop_files
+from beam_tfrecord.interop import croissant, interop_files, tfds
 from beam_tfrecord.interop.dali import dali_reader_args
 from beam_tfrecord.interop.ray_data import ray_read_args
 from beam_tfrecord.interop.self_contained import not_self_contained_reason
@@ -164,6 +164,9 @@ def test_no_file_for_an_outside_reader_is_written_for_a_version_that_is_not_self
     assert outside <= earlier and not outside & later and SCHEMA_FILENAME in later  # the schema reads no shard
     manifest = load_manifest(shared.root)
     assert tfds_files(manifest) == {} and set(interop_files(manifest)) == {SCHEMA_FILENAME}
+    for reason in (tfds.unsupported_reason(manifest), croissant.unsupported_reason(manifest)):
+        assert reason is not None and f"not self-contained ({SHARED} and {DELETED})" in reason
+        assert "`beam-tfrecord compact ROOT` writes a version" in reason
 
 
 def test_committing_a_version_tfds_cannot_read_again_writes_nothing_and_moves_latest(damaged):
