@@ -113,10 +113,11 @@ class NotSelfContainedError(ReaderError):
         reader: the outside reader refused.
         version: the version's directory.
         reason: what is shared or deleted.
+        root: the versioned root to compact (the version's directory when it is in none).
     """
 
     def __init__(self, *, reader: str, version: str, reason: str, root: str) -> None:
-        self.reader, self.version, self.reason = reader, version, reason
+        self.reader, self.version, self.reason, self.root = reader, version, reason, root
         super().__init__(f"{reader} cannot read version {version!r}: {reason}; it reads only a self-contained "
                          "version (every shard in the version's directory, no record deleted). Run "
                          f"`beam-tfrecord compact {root}` and give it the compacted version, or read this one with "

@@ -18,10 +18,12 @@ def not_self_contained_reason(manifest: Manifest) -> str | None:
     if manifest.self_contained:
         return None
     shared = sum(1 for shard in manifest.shards if shard.stored_in is not None)
-    parts = [f"{shared} of its {len(manifest.shards)} shards are stored in earlier versions (shared with them)"
-             if shared else "", f"{manifest.num_deleted} records of its shards are deleted (deletion vectors)"
-             if manifest.num_deleted else ""]
-    return " and ".join(part for part in parts if part)
+    parts = []
+    if shared:
+        parts.append(f"{shared} of its {len(manifest.shards)} shards are stored in earlier versions (shared with them)")
+    if manifest.num_deleted:
+        parts.append(f"{manifest.num_deleted} records of its shards are deleted (deletion vectors)")
+    return " and ".join(parts)
 
 
 def require_self_contained(dataset: LoadedDataset, *, reader: str) -> None:
