@@ -22,6 +22,7 @@ from tools_fixtures import (
 )
 
 from beam_tfrecord import cli, storage
+from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.errors import (
@@ -222,3 +223,14 @@ def test_on_every_store_the_tools_find_shared_shards_and_count_live_records(stor
     assert SCHEMA_FILENAME in listed and not {DATASET_INFO_FILENAME, "croissant.json"} & listed
     with pytest.raises(NotSelfContainedError, match=f"compact {shared.root}`"):
         ray_read_args(shared.root)
+
+
+def test_array_record_shards_shared_and_deleted_are_verified_and_read_live(tmp_path, capsys):
+    shared = build_shared_root(str(tmp_path / "root"), FileFormat.ARRAY_RECORD)
+    report = verify_dataset(shared.root)
+    assert (report.num_shards, report.num_records, report.num_deleted, report.num_shared_shards) == (4, 11, 3, 3)
+    for split, xs in LIVE_X.items():
+        count, x = _x_stats(statistics_of(shared.root), split)
+        assert (count, x.min, x.max, x.mean) == (len(xs), min(xs), max(xs), pytest.approx(sum(xs) / len(xs)))
+    assert cli.main(["inspect", shared.root]) == 0
+    assert "d-test.array_record-00000-of-00001  2 records (1 of 3 deleted)" in capsys.readouterr().out
