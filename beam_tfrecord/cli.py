@@ -90,8 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"statistics from {written.source}")
         else:
             report = verify_dataset(args.dataset)
-            print(f"OK: {report.num_shards} shards, {report.num_records} records, {report.num_bytes} bytes "
-                  f"verified in {args.dataset}")
+            print(f"OK: {report.summary()} verified in {args.dataset}")
     except (BeamTFRecordError, OSError) as err:
         print(f"beam-tfrecord {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
         return 2 if args.command == "compare" else 1

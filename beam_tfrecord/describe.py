@@ -5,8 +5,9 @@ Not to be confused with ``core/summary.py``: the hash-bucket histograms the plan
 
 from __future__ import annotations
 
-from beam_tfrecord.core.manifest import Manifest, SplitInfo
+from beam_tfrecord.core.manifest import Manifest, ShardInfo, SplitInfo
 from beam_tfrecord.core.schema import feature_to_json
+from beam_tfrecord.interop.self_contained import not_self_contained_reason
 from beam_tfrecord.interop.tfds import unsupported_reason
 from beam_tfrecord.quality.duplicate_counts import describe_duplicates
 from beam_tfrecord.quality.near_report import REPORT_KEY as NEAR_REPORT_KEY
@@ -48,6 +49,15 @@ def empty_shards_note(split: SplitInfo) -> str | None:
     return f"{empty} of its {total} shards " + ("is an empty file" if empty == 1 else "are empty files") + f": {why}"
 
 
+def _shard_line(shard: ShardInfo) -> str:
+    """A shard for people: its live records, the deleted ones and where it is stored when another version has it."""
+    deleted = shard.num_records - shard.num_live
+    return (f"{shard.filename}  {shard.num_live} records" + (f" ({deleted} of {shard.num_records} deleted)"
+                                                              if deleted else "")
+            + f"  {_size(shard.num_bytes)}  crc32c {shard.crc32c}"
+            + (f"  stored in version {shard.stored_in}" if shard.stored_in is not None else ""))
+
+
 def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = True,
                       drift: DriftRecord | None = None) -> str:
     """Lines for people: counts, format, the drift check (``drift``: the version's ``drift.json``: why it was
@@ -75,19 +85,24 @@ def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = 
     if isinstance(near, dict):
         lines.append(f"  {describe_near_duplicates(near)}")
     lines.extend(f"  {line}" for line in describe_duplicates(manifest.metadata))
+    shared = not_self_contained_reason(manifest)
+    if shared is not None:
+        lines.append(f"  not self-contained: {shared}; readers outside beam-tfrecord (TFDS, DALI, Ray, Croissant, "
+                     "a glob of its files) get no files for it and are refused: `beam-tfrecord compact ROOT` "
+                     "writes a version they read")
     no_tfds = unsupported_reason(manifest)
-    if no_tfds is not None:
+    if no_tfds is not None and shared is None:
         lines.append(f"  no TFDS metadata (dataset_info.json) written: {no_tfds}")
     for split in manifest.splits:
-        lines.append(f"  split {split.name}: {split.num_records} records in {len(split.shards)} shards, "
-                     f"{_size(split.num_bytes)}, balance spread {split.balance_spread:.2%}")
+        deleted = sum(shard.num_records - shard.num_live for shard in split.shards)
+        lines.append(f"  split {split.name}: {split.num_records} records in {len(split.shards)} shards"
+                     + (f" ({deleted} more deleted)" if deleted else "")
+                     + f", {_size(split.num_bytes)}, balance spread {split.balance_spread:.2%}")
         note = empty_shards_note(split)
         if note is not None:
             lines.append(f"    ({note})")
         if show_shards:
-            for shard in split.shards:
-                lines.append(f"    {shard.filename}  {shard.num_records} records  {_size(shard.num_bytes)}  "
-                             f"crc32c {shard.crc32c}")
+            lines.extend(f"    {_shard_line(shard)}" for shard in split.shards)
     lines.append("  schema:")
     for name, feature in {**manifest.schema.features, **manifest.schema.sequence_features}.items():
         fields = {k: v for k, v in feature_to_json(feature).items() if k != "kind" and v not in (None, False)}

@@ -1,4 +1,9 @@
-"""Verification: read every record of every shard and check it against the manifest."""
+"""Verification: read every record of every shard and check it against the manifest.
+
+A version's shards may be stored in earlier versions of its root (``dataset.shard_file_path`` finds them) and
+have deleted records: a file still holds every record it was written with (``ShardInfo.num_records``), so that is
+what is checked; the report counts the live ones, what readers return.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import dataclasses
 from beam_tfrecord import storage
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.manifest import ShardInfo
-from beam_tfrecord.dataset import open_dataset
+from beam_tfrecord.dataset import open_dataset, shard_file_path
 from beam_tfrecord.errors import CorruptShardError, MissingShardError
 from beam_tfrecord.formats import ShardCount, ShardReader, shard_format
 from beam_tfrecord.interop.dali import DaliIndexBuilder
@@ -16,14 +21,33 @@ from beam_tfrecord.statistics import check_statistics
 
 @dataclasses.dataclass(frozen=True)
 class VerifyReport:
+    """What ``verify_dataset`` checked.
+
+    Attributes:
+        num_shards: shards the version lists.
+        num_records: their live records (what a reader returns; the deleted ones left out).
+        num_bytes: the listed files' stored bytes.
+        num_deleted: records of the listed files that the version no longer holds (deletion vectors).
+        num_shared_shards: listed shards stored in earlier versions of the root.
+    """
+
     num_shards: int
     num_records: int
     num_bytes: int
+    num_deleted: int = 0
+    num_shared_shards: int = 0
+
+    def summary(self) -> str:
+        """One line for people: ``4 shards (3 stored in earlier versions), 11 records (3 deleted not counted)``."""
+        shared = f" ({self.num_shared_shards} stored in earlier versions)" if self.num_shared_shards else ""
+        deleted = f" ({self.num_deleted} deleted not counted)" if self.num_deleted else ""
+        return f"{self.num_shards} shards{shared}, {self.num_records} records{deleted}, {self.num_bytes} bytes"
 
 
 def verify_dataset(dataset_dir: str) -> VerifyReport:
     """Checks every shard's size, every record's CRCs (reporting the offset of the first bad one),
-    the record count and bytes, and the whole file's CRC32C against the manifest, and each listed
+    the record count (of the file: deleted records are still in it) and bytes, and the whole file's CRC32C
+    against the manifest, wherever the file is stored (``dataset.shard_file_path``), and each listed
     DALI index against the records it indexes (in the same pass); then the statistics file, if listed.
     Shards are read through their format's reader (``beam_tfrecord.formats``; ArrayRecord checks its chunk hashes).
 
@@ -35,9 +59,8 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
     dataset = open_dataset(dataset_dir)  # a refresh root means its latest complete version; a Beam prefix, its shards
     dataset_dir, manifest = dataset.directory, dataset.manifest
     file_format = shard_format(manifest.file_format)
-    records = 0
     for shard in manifest.shards:
-        path = storage.join(dataset_dir, shard.filename)
+        path = dataset.shard_path(shard)
         if not storage.exists(path):
             raise MissingShardError(path)
         crc32c, size = storage.crc32c_and_size(path)
@@ -45,7 +68,7 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
             raise CorruptShardError(path, f"size {size} bytes, manifest says {shard.num_bytes}")
         with file_format.open_reader(path, shard, compression=manifest.compression) as reader:
             found = reader.count() if shard.dali_index is None else _count_checking_dali_index(
-                reader, shard, storage.join(dataset_dir, shard.dali_index))
+                reader, shard, shard_file_path(dataset_dir, shard, shard.dali_index))
         if found.num_records != shard.num_records:
             raise CorruptShardError(path, f"{found.num_records} records, manifest says {shard.num_records}")
         if found.num_record_bytes != shard.num_record_bytes:
@@ -53,10 +76,10 @@ def verify_dataset(dataset_dir: str) -> VerifyReport:
                                           f"{shard.num_record_bytes}")
         if crc32c != shard.crc32c:
             raise CorruptShardError(path, f"file CRC32C {crc32c} differs from the manifest's {shard.crc32c}")
-        records += found.num_records
     check_statistics(dataset.metadata_dir or dataset_dir, manifest)  # beside the manifest
-    return VerifyReport(num_shards=len(manifest.shards), num_records=records,
-                        num_bytes=sum(s.num_bytes for s in manifest.shards))
+    return VerifyReport(num_shards=len(manifest.shards), num_records=manifest.num_written,
+                        num_bytes=sum(s.num_bytes for s in manifest.shards), num_deleted=manifest.num_deleted,
+                        num_shared_shards=sum(1 for s in manifest.shards if s.stored_in is not None))
 
 
 def _count_checking_dali_index(reader: ShardReader, shard: ShardInfo, index_path: str) -> ShardCount:

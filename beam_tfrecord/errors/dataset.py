@@ -104,6 +104,27 @@ class ReaderError(BeamTFRecordError, ValueError):
     """Read options are invalid: a malformed split expression, a bad worker index or batch size."""
 
 
+class NotSelfContainedError(ReaderError):
+    """A reader outside this project (TFDS, NVIDIA DALI, Ray Data, Croissant, a glob of shard files) was given a
+    version that is not self-contained: it lists shards stored in earlier versions of its root, or records of its
+    shards it no longer holds (deletion vectors), which such a reader would miss or return. The remedy,
+    ``beam-tfrecord compact ROOT``, writes a version that is, or this project's readers read it as it is.
+
+    Attributes:
+        reader: the outside reader refused.
+        version: the version's directory.
+        reason: what is shared or deleted.
+        root: the versioned root to compact (the version's directory when it is in none).
+    """
+
+    def __init__(self, *, reader: str, version: str, reason: str, root: str) -> None:
+        self.reader, self.version, self.reason, self.root = reader, version, reason, root
+        super().__init__(f"{reader} cannot read version {version!r}: {reason}; it reads only a self-contained "
+                         "version (every shard in the version's directory, no record deleted). Run "
+                         f"`beam-tfrecord compact {root}` and give it the compacted version, or read this one with "
+                         "beam-tfrecord's readers (read_dataset, read_numpy, TFRecordIterableDataset)")
+
+
 class IncompatibleSchemasError(ReaderError):
     """Datasets mixed in one read have schemas that differ, so their examples cannot share batches.
 

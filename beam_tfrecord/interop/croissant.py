@@ -11,6 +11,7 @@ from typing import Any
 
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Tensor, TensorDType, VarList
+from beam_tfrecord.interop.self_contained import not_self_contained_reason
 
 CROISSANT_FILENAME = "croissant.json"
 CONFORMS_TO = "http://mlcommons.org/croissant/1.1"
@@ -40,6 +41,10 @@ _SHARDS_ID = "shard-files"
 
 def unsupported_reason(manifest: Manifest) -> str | None:
     """Why no ``croissant.json`` describes this dataset, or None when one does."""
+    shared = not_self_contained_reason(manifest)
+    if shared is not None:  # its file set matches the shards by name, in the version's directory, every record
+        return (f"the version is not self-contained ({shared}); `beam-tfrecord compact ROOT` writes a version "
+                "Croissant describes")
     if manifest.schema.sequence_features:
         return "records are tf.train.SequenceExample: Croissant fields have no per-step feature lists"
     return None

@@ -12,9 +12,10 @@ from typing import Any
 from beam_tfrecord import storage
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Scalar, VarList
-from beam_tfrecord.dataset import open_dataset
+from beam_tfrecord.dataset import open_dataset, shard_file_path
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats.base import ShardWriter
+from beam_tfrecord.interop.self_contained import require_self_contained
 
 
 class DaliIndexBuilder:
@@ -115,11 +116,12 @@ def dali_reader_args(path: str, *, split: str = "train", features: Sequence[str]
     Raises:
         ReaderError: the dataset has no DALI index (written without ``--dali_index``) or is not local,
             or a feature asked for is not in the schema or not readable by DALI.
+        NotSelfContainedError: the version shares shards with earlier ones or deletes records (DALI's index
+            lists every record of a file): ``beam-tfrecord compact ROOT`` first.
         ImportError: DALI is not installed (``pip install nvidia-dali-cuda120``).
     """
-    import nvidia.dali.tfrecord as tfrec
-
     dataset = open_dataset(path)
+    require_self_contained(dataset, reader="NVIDIA DALI's tfrecord reader")
     if storage.is_remote(dataset.directory):
         raise ReaderError(f"{path!r}: DALI's tfrecord reader opens local files; copy the dataset or mount the bucket")
     shards = dataset.manifest.split(split).shards
@@ -138,6 +140,8 @@ def dali_reader_args(path: str, *, split: str = "train", features: Sequence[str]
         reason = dali_unreadable_reason(schema.features[name])
         if reason is not None:
             raise ReaderError(f"feature {name!r}: {reason}")
-    return {"path": [storage.join(dataset.directory, s.filename) for s in shards],
-            "index_path": [storage.join(dataset.directory, str(s.dali_index)) for s in shards],
+    import nvidia.dali.tfrecord as tfrec  # the dataset is checked first: its errors do not need DALI installed
+
+    return {"path": [dataset.shard_path(s) for s in shards],
+            "index_path": [shard_file_path(dataset.directory, s, str(s.dali_index)) for s in shards],
             "features": {name: _dali_feature(schema.features[name], tfrec) for name in names}}

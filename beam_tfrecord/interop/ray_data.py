@@ -17,6 +17,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.interop.self_contained import require_self_contained
 from beam_tfrecord.interop.tfmd_schema import SCHEMA_FILENAME
 
 _ARROW_COMPRESSION = {Compression.NONE: None, Compression.GZIP: "gzip"}  # ZLIB: no Arrow stream codec
@@ -29,8 +30,11 @@ def ray_read_args(path: str, *, split: str = "train") -> dict[str, Any]:
     Raises:
         ReaderError: the records are SequenceExamples, the shards are ZLIB-compressed, or the dataset
             has no ``schema.pbtxt`` (written before it existed).
+        NotSelfContainedError: the version shares shards with earlier ones or deletes records (Ray reads every
+            record of the files it is given): ``beam-tfrecord compact ROOT`` first.
     """
     dataset = open_dataset(path)
+    require_self_contained(dataset, reader="Ray Data's read_tfrecords")
     manifest = dataset.manifest
     if manifest.schema.sequence_features:
         raise ReaderError(f"{path!r}: records are tf.train.SequenceExample; Ray's read_tfrecords reads "
@@ -41,7 +45,7 @@ def ray_read_args(path: str, *, split: str = "train") -> dict[str, Any]:
     if not storage.exists(schema_path):
         raise ReaderError(f"{path!r}: no {SCHEMA_FILENAME} (written by versions before it); publish it again")
     args: dict[str, Any] = {
-        "paths": [storage.join(dataset.directory, s.filename) for s in manifest.split(split).shards],
+        "paths": [dataset.shard_path(s) for s in manifest.split(split).shards],
         "tf_schema": text_format.Parse(storage.read_bytes(schema_path).decode("utf-8"), schema_pb2.Schema()),
     }
     if _ARROW_COMPRESSION[manifest.compression] is not None:

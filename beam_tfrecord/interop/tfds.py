@@ -25,6 +25,7 @@ from beam_tfrecord.core.schema import (
     Tensor,
     VarList,
 )
+from beam_tfrecord.interop.self_contained import not_self_contained_reason
 
 DATASET_INFO_FILENAME = "dataset_info.json"
 FEATURES_FILENAME = "features.json"
@@ -41,6 +42,10 @@ def unsupported_reason(manifest: Manifest) -> str | None:
     if manifest.shard_naming is not None:
         return ("shards are named by a Beam file_path_prefix (PREFIX-SSSSS-of-NNNNN); TFDS reads its own names "
                 "(NAME-SPLIT.tfrecord-SSSSS-of-NNNNN): write with output_dir= for TFDS")
+    shared = not_self_contained_reason(manifest)
+    if shared is not None:
+        return (f"the version is not self-contained ({shared}): TFDS would read only its own directory's files, "
+                "every record of them; `beam-tfrecord compact ROOT` writes a version it reads")
     if manifest.schema.sequence_features:
         return ("records are tf.train.SequenceExample: TFDS parses tf.train.Example only (its Sequence feature "
                 "stores the steps flattened inside an Example)")

@@ -190,10 +190,10 @@ class RecordPass:
 
 
 def split_sizes(manifest: Manifest, split: str) -> SplitStats:
-    """A split's records and bytes, in all and per shard (from the manifest), nothing more yet."""
+    """A split's live records and stored bytes, in all and per shard (from the manifest), nothing more yet."""
     info = manifest.split(split)
     return SplitStats(split, info.num_records, info.num_bytes, [s.num_bytes for s in info.shards],
-                      [s.num_records for s in info.shards])
+                      [s.num_live for s in info.shards])
 
 
 class SplitCollector:

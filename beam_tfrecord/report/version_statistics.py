@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from beam_tfrecord import storage
 from beam_tfrecord.dataset import LoadedDataset, open_dataset
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.statistics import read_statistics
@@ -17,13 +16,14 @@ from beam_tfrecord.statistics.records import statistics_of_records
 
 
 def _records(dataset: LoadedDataset) -> Iterator[tuple[str, bytes]]:
-    """Every ``(split, serialized record)`` of the dataset, shard after shard."""
+    """Every live ``(split, serialized record)`` of the dataset, shard after shard (wherever each is stored; the
+    records a deletion vector names left out)."""
     manifest, file_format = dataset.manifest, shard_format(dataset.manifest.file_format)
     for shard in manifest.shards:
-        path = storage.join(dataset.directory, shard.filename)
-        with file_format.open_reader(path, shard, compression=manifest.compression) as reader:
-            for record, _ in reader.iter_records(0, shard.num_records):
-                yield shard.split, bytes(record)
+        with file_format.open_reader(dataset.shard_path(shard), shard, compression=manifest.compression) as reader:
+            for start, length in shard.live_runs():
+                for record, _ in reader.iter_records(start, start + length):
+                    yield shard.split, bytes(record)
 
 
 def statistics_of(dataset_dir: str) -> Any:

@@ -252,7 +252,10 @@ def commit_version(root: str, version_id: str, *, now: datetime.datetime | None 
 
     A run killed between its manifest and TFDS's metadata leaves a complete version without
     ``dataset_info.json`` (written last): then those files are written again (the same bytes)
-    before LATEST moves. A version made LATEST again (a roll-back) loses its old record first.
+    before LATEST moves. The rule: a version has ``dataset_info.json`` exactly when TFDS can read it
+    (``tfds.unsupported_reason``); one it cannot (compressed, sequence features, not self-contained: shards shared
+    with earlier versions or records deleted) never gets it, so its absence there is no unfinished publication and
+    ``write_tfds_files`` writes nothing. A version made LATEST again (a roll-back) loses its old record first.
 
     Raises:
         LatestPointerError: when the version has no manifest (it is not complete).
@@ -261,7 +264,7 @@ def commit_version(root: str, version_id: str, *, now: datetime.datetime | None 
     if not storage.exists(storage.join(directory, MANIFEST_FILENAME)):
         raise LatestPointerError(root, f"cannot name {version_id!r}: that version has no {MANIFEST_FILENAME}")
     if not storage.exists(storage.join(directory, DATASET_INFO_FILENAME)):  # written last: its presence means all
-        write_tfds_files(directory, load_manifest(directory))
+        write_tfds_files(directory, load_manifest(directory))  # nothing for a version TFDS cannot read
     try:
         previous = read_latest(root)
     except LatestPointerError:

@@ -27,6 +27,7 @@ NAMES = (
     "ShardChangedError",  # a shard changed under a DataLoader worker's reference (issue 49)
     "StoreError", "BucketNotFoundError", "StoreUnreachableError", "StoreTimeoutError", "StoreAccessError",
     "StoreThrottledError", "StoreDeadlinesError",  # a store that fails (issues 64 and 65)
+    "NotSelfContainedError",  # an outside reader given a version that shares shards (issue 60)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 
