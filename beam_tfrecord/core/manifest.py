@@ -94,14 +94,11 @@ class ShardInfo:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, path: str) -> "ShardInfo":
-        """A shard entry of a manifest whose fields ``manifest_checks`` has checked already (its deletion vector
-        is parsed and checked here: ``ManifestError`` naming ``path``)."""
-        deletions = data.get("deletions")
+    def from_json(cls, data: Mapping[str, Any], *, deletions: DeletionVector | None = None) -> "ShardInfo":
+        """A shard entry of a manifest whose fields ``manifest_checks`` has checked (and whose deletion vector it
+        parsed: ``deletions``)."""
         return cls(data["filename"], data["split"], data["index"], data["num_records"], data["num_bytes"],
-                   data["num_record_bytes"], data["crc32c"], data.get("dali_index"), data.get("stored_in"),
-                   None if deletions is None else DeletionVector.from_json(
-                       deletions, path=f"{path}.deletions", num_records=data["num_records"]))
+                   data["num_record_bytes"], data["crc32c"], data.get("dali_index"), data.get("stored_in"), deletions)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,11 +256,11 @@ class Manifest:
             raise ManifestError(f"a manifest must be a JSON object, got {type(data).__name__}")
         if data.get("version") not in READABLE_MANIFEST_VERSIONS or type(data.get("version")) is not int:
             raise ManifestVersionError(data.get("version"), MANIFEST_VERSION)
-        check_manifest_json(data)  # untrusted until every field is checked; no file is opened before
+        deletions = check_manifest_json(data)  # untrusted until every field is checked; no file is opened before
         try:
             splits = tuple(
                 SplitInfo(name=s["name"], balance_spread=float(s.get("balance_spread", 0.0)),
-                          shards=tuple(ShardInfo.from_json(shard, path=f"splits[{i}].shards[{j}]")
+                          shards=tuple(ShardInfo.from_json(shard, deletions=deletions.get(f"splits[{i}].shards[{j}]"))
                                        for j, shard in enumerate(s["shards"])))
                 for i, s in enumerate(data["splits"])
             )

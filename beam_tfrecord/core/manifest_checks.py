@@ -13,6 +13,7 @@ from typing import Any
 
 from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.dali_index import unsupported_reason as dali_unsupported_reason
+from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.naming import VERSION_ID_PATTERN, PrefixShardNames, ShardName
@@ -155,10 +156,10 @@ def _is_version_id(text: str) -> bool:
 
 
 def _check_shared_fields(shard: Mapping[str, Any], path: str, *, version: Any, naming: PrefixShardNames | None,
-                         records: int) -> int:
-    """``stored_in`` names a version of the same root (an id, nothing that leads elsewhere); ``deletions`` counts
-    at most the shard's records (``ShardInfo.from_json`` parses the vector itself and checks its checksum and
-    positions); neither in a manifest of format 1 or a dataset under a Beam prefix. Returns the deleted count."""
+                         records: int) -> DeletionVector | None:
+    """``stored_in`` names a version of the same root (an id, nothing that leads elsewhere); ``deletions`` is a
+    valid vector of the shard's records; neither in a manifest of format 1 or a dataset under a Beam prefix.
+    Returns the vector, parsed (once: ``Manifest.from_json`` keeps it)."""
     if version == 1 or naming is not None:
         present = sorted(_SHARED_SHARD_FIELDS & set(shard))[0]
         why = "no such field in a manifest of format version 1" if version == 1 else \
@@ -169,21 +170,17 @@ def _check_shared_fields(shard: Mapping[str, Any], path: str, *, version: Any, n
         raise _fail(f"{path}.stored_in", "the id of a version of this root (YYYYMMDDTHHMMSS.mmmZ-xxxxxx; the shard "
                                          "is ROOT/versions/<id>/<filename>)", stored_in)
     if "deletions" not in shard:
-        return 0
-    deletions = shard["deletions"]
-    if not isinstance(deletions, Mapping):
-        raise _fail(f"{path}.deletions", "an object of ['count', 'crc32c', 'roaring']", deletions)
-    deleted = _count(deletions, "count", f"{path}.deletions.")
-    if not 0 < deleted <= records:
-        raise _fail(f"{path}.deletions.count", f"at least 1 and at most the shard's {records} records", deleted)
-    return deleted
+        return None
+    return DeletionVector.from_json(shard["deletions"], path=f"{path}.deletions", num_records=records)
 
 
 def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int, count: int,
                  compression: Compression, file_format: FileFormat, naming: PrefixShardNames | None,
-                 version: Any, shared: bool, framed_files: bool) -> tuple[int, int, tuple[int, int] | None]:
+                 version: Any, shared: bool, framed_files: bool,
+                 parsed: dict[str, DeletionVector]) -> tuple[int, int, tuple[int, int] | None]:
     """The shard's live records, stored bytes and name's (index, count); ``framed_files``: an uncompressed file
-    is exactly its framed records. Runs once per shard: 100,000 of them are checked in well under a second."""
+    is exactly its framed records; ``parsed`` gets its deletion vector by ``path``. Runs once per shard: 100,000
+    of them are checked in well under a second."""
     if not isinstance(shard, Mapping):
         raise _fail(path, "a shard object", type(shard).__name__)
     if not _SHARD_FIELDS <= shard.keys() <= _ALL_SHARD_FIELDS:
@@ -212,7 +209,10 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
         raise _fail(f"{path}.dali_index", f"{dali_index_name(filename)!r} (the shard's name + '.idx')",
                     shard["dali_index"])
     if "stored_in" in shard or "deletions" in shard:
-        records -= _check_shared_fields(shard, path, version=version, naming=naming, records=records)
+        deletions = _check_shared_fields(shard, path, version=version, naming=naming, records=records)
+        if deletions is not None:
+            parsed[path] = deletions
+            records -= deletions.count
     return records, stored, name
 
 
@@ -234,8 +234,9 @@ def _check_dali_indexes(splits: list[Any], compression: Compression, file_format
         raise _fail(f"splits[{i}].shards[{j}].dali_index", "a DALI index, as the other shards list one", None)
 
 
-def check_manifest_json(data: Mapping[str, Any]) -> None:
-    """Checks a manifest's JSON (version already checked) before any of it is used.
+def check_manifest_json(data: Mapping[str, Any]) -> dict[str, DeletionVector]:
+    """Checks a manifest's JSON (version already checked) before any of it is used; returns the deletion vectors
+    it parsed, by the JSON path of their shard (``splits[0].shards[3]``).
 
     Raises:
         ManifestError: naming the first field that is missing, of the wrong type or out of range.
@@ -288,6 +289,7 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
     written = 0
     names: set[str] = set()
     framed_files = file_format.stores_framed_records and compression is Compression.NONE
+    parsed: dict[str, DeletionVector] = {}
     # A version that lists a shard of an earlier version keeps every shard's own name (see _check_shard_name).
     shared = any(isinstance(split, Mapping) and isinstance(split.get("shards"), list) and
                  any(isinstance(shard, Mapping) and "stored_in" in shard for shard in split["shards"])
@@ -311,7 +313,7 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
                                             dataset=dataset, split=name,  # type: ignore[arg-type]
                                             index=j, count=len(shards), compression=compression,
                                             file_format=file_format, naming=naming, version=data.get("version"),
-                                            shared=shared, framed_files=framed_files)
+                                            shared=shared, framed_files=framed_files, parsed=parsed)
             records, stored = records + r, stored + b
             shard_names.append(shard_name)
         if shared:
@@ -327,3 +329,4 @@ def check_manifest_json(data: Mapping[str, Any]) -> None:
     if inputs != written + rejected + dropped:
         raise _fail("num_inputs", f"num_written + num_rejected + num_dropped ({written} + {rejected} + {dropped})",
                     inputs)
+    return parsed
