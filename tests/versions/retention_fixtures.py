@@ -1,0 +1,149 @@
+"""A versioned root whose versions share shards, built by hand (as the append refresh will), for retention tests.
+
+Two tiny datasets are written once by the library's writer (one pipeline; DALI indexes; every record an int64
+``n``): ``A`` (4 shards) and another of 6 shards whose shards 0-1 play ``B0``-``B1`` and 2-3 ``C0``-``C1`` (its
+count differs from A's, so no two files of the chain share a name). The chain, on any store:
+
+- v1: A in full.
+- v2: A0 left out (all its records removed), A1 with record 0 deleted, A2, A3 (all ``stored_in`` v1); B0, B1 its own.
+- v3: A2, A3 (``stored_in`` v1; A1 left out); B0 (``stored_in`` v2, record 0 deleted; B1 left out); C0, C1 its own.
+
+Version ``i`` stops being LATEST at ``T0 + i days`` (``superseded.json``, written by ``commit_version``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from collections.abc import Mapping, Sequence
+
+import apache_beam as beam
+
+from beam_tfrecord import DatasetDescription, DType, Scalar, Schema, ShardingConfig, WriteTFRecordDataset, storage
+from beam_tfrecord.core.deletions import DeletionVector
+from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest, ShardInfo, SplitInfo
+from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.dataset import VERSIONS_DIRNAME, load_manifest, shard_file_path, version_dir
+from beam_tfrecord.reader.numpy_reader import read_numpy
+from beam_tfrecord.versions.refresh import commit_version
+
+SCHEMA = Schema({"n": Scalar(DType.INT64)})
+WRITTEN = {"A": (range(0, 20), 4), "BC": (range(100, 130), 6)}  # dataset -> (values of its records, shards)
+WHERE = {"A": ("A", 0), "B": ("BC", 0), "C": ("BC", 2)}  # part -> (dataset, index of its first shard)
+IDS = ("20260101T000000.000Z-aaaaaa", "20260102T000000.000Z-bbbbbb", "20260103T000000.000Z-cccccc",
+       "20260104T000000.000Z-dddddd")
+T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+DAY = datetime.timedelta(days=1)
+Parts = Mapping[str, str]  # written dataset -> its directory
+
+
+def write_parts(directory: str) -> dict[str, str]:
+    """Writes the datasets under ``directory`` (local), in one pipeline."""
+    out = {name: os.path.join(directory, name) for name in WRITTEN}
+    with beam.Pipeline() as pipeline:
+        for name, (values, num_shards) in WRITTEN.items():
+            description = DatasetDescription(schema=SCHEMA, dali_index=True, statistics=False,
+                                             sharding=ShardingConfig(num_shards=num_shards))
+            _ = (pipeline | f"Create{name}" >> beam.Create([Sample(f"k{n}", {"n": n}) for n in values])
+                 | f"Write{name}" >> WriteTFRecordDataset(out[name], description=description))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    """One shard a version lists: shard ``index`` of ``part``, stored in version ``stored_in`` (an index into
+    IDS; None: the version's own), with ``deleted`` record positions."""
+
+    part: str
+    index: int
+    stored_in: int | None = None
+    deleted: tuple[int, ...] = ()
+
+
+CHAIN: tuple[tuple[Ref, ...], ...] = (
+    tuple(Ref("A", i) for i in range(4)),
+    (Ref("A", 1, 0, (0,)), Ref("A", 2, 0), Ref("A", 3, 0), Ref("B", 0), Ref("B", 1)),
+    (Ref("A", 2, 0), Ref("A", 3, 0), Ref("B", 0, 1, (0,)), Ref("C", 0), Ref("C", 1)),
+)
+FOURTH = (Ref("C", 0), Ref("C", 1))  # a v4 that lists nothing of the others
+
+
+def shard_of(parts: Parts, ref: Ref) -> ShardInfo:
+    written, first = WHERE[ref.part]
+    return load_manifest(parts[written]).shards[first + ref.index]
+
+
+def files_of(parts: Parts, ref: Ref) -> set[str]:
+    """The files of a listed shard (the shard and its DALI index)."""
+    shard = shard_of(parts, ref)
+    return {shard.filename, str(shard.dali_index)}
+
+
+def write_version(parts: Parts, root: str, number: int, refs: Sequence[Ref]) -> Manifest:
+    """Writes version IDS[number]: its own shards copied in from the parts, then its manifest (the last file)."""
+    directory = version_dir(root, IDS[number])
+    shards = []
+    for position, ref in enumerate(refs):
+        shard = shard_of(parts, ref)
+        if ref.stored_in is None:
+            for name in files_of(parts, ref):
+                storage.copy_file(os.path.join(parts[WHERE[ref.part][0]], name), storage.join(directory, name))
+        shards.append(dataclasses.replace(
+            shard, index=position, stored_in=None if ref.stored_in is None else IDS[ref.stored_in],
+            deletions=DeletionVector.of(ref.deleted) if ref.deleted else None))
+    base = load_manifest(parts["A"])
+    split = SplitInfo("train", tuple(shards))
+    manifest = dataclasses.replace(base, splits=(split,), num_inputs=split.num_records, num_rejected=0,
+                                   dead_letters=None, statistics=None)
+    storage.write_bytes_atomic(storage.join(directory, MANIFEST_FILENAME), manifest.dumps().encode())
+    return manifest
+
+
+def build_chain(parts: Parts, root: str, versions: Sequence[Sequence[Ref]] = CHAIN) -> None:
+    """Writes the versions in order, each made LATEST a day after the one before (at ``T0 + i days``)."""
+    for number, refs in enumerate(versions):
+        write_version(parts, root, number, refs)
+        commit_version(root, IDS[number], now=T0 + number * DAY)
+
+
+def part_values(parts: Parts) -> dict[tuple[str, int], list[int]]:
+    """(part, shard index) -> the ``n`` of the shard's records in file order."""
+    found = {}
+    for part, (written, first) in WHERE.items():
+        values = [int(example["n"]) for example in read_numpy(parts[written])]  # shard by shard, in file order
+        starts = [0]
+        for shard in load_manifest(parts[written]).shards:
+            starts.append(starts[-1] + shard.num_records)
+        for index in range(4 if part == "A" else 2):
+            found[part, index] = values[starts[first + index]:starts[first + index + 1]]
+    return found
+
+
+def expected_values(values: Mapping[tuple[str, int], list[int]], refs: Sequence[Ref]) -> list[int]:
+    """The sorted ``n`` of the records a version lists: its shards' records but the deleted ones."""
+    return sorted(n for ref in refs for position, n in enumerate(values[ref.part, ref.index])
+                  if position not in ref.deleted)
+
+
+def read_version(root: str, number: int) -> list[int]:
+    """The sorted ``n`` of every record version IDS[number] holds, as the NumPy reader returns them."""
+    return sorted(int(example["n"]) for example in read_numpy(version_dir(root, IDS[number])))
+
+
+def root_files(root: str) -> set[str]:
+    """Every file under ``ROOT/versions/`` as ``<version index>/<name>`` (``0/...`` for IDS[0]...)."""
+    prefix = storage.join(root, VERSIONS_DIRNAME).rstrip("/") + "/"
+    found = set()
+    for path, _ in storage.list_files(prefix + "**"):
+        version_id, _, name = path[len(prefix):].partition("/")
+        found.add(f"{IDS.index(version_id)}/{name}")
+    return found
+
+
+def assert_whole(root: str, number: int) -> None:
+    """Every file version IDS[number] lists exists with the size and CRC32C its manifest names."""
+    directory = version_dir(root, IDS[number])
+    for shard in load_manifest(directory).shards:
+        assert storage.crc32c_and_size(shard_file_path(directory, shard)) == (shard.crc32c, shard.num_bytes), shard
+        assert storage.exists(shard_file_path(directory, shard, str(shard.dali_index))), shard
