@@ -66,7 +66,7 @@ CHAIN: tuple[tuple[Ref, ...], ...] = (
     (Ref("A", 1, 0, (0,)), Ref("A", 2, 0), Ref("A", 3, 0), Ref("B", 0), Ref("B", 1)),
     (Ref("A", 2, 0), Ref("A", 3, 0), Ref("B", 0, 1, (0,)), Ref("C", 0), Ref("C", 1)),
 )
-FOURTH = (Ref("C", 0), Ref("C", 1))  # a v4 that lists nothing of the others
+FOURTH = CHAIN[0]  # a v4 as a compaction writes it: its own copy of A, nothing of the others listed
 
 
 def shard_of(parts: Parts, ref: Ref) -> ShardInfo:
