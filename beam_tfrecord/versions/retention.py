@@ -174,14 +174,12 @@ def _expired(root: str, candidates: Sequence[str], *, latest: str, min_version_a
     return expired
 
 
-def _retire(root: str, version_id: str, files: Mapping[str, int], *, listed: set[str] | None,
-            latest: str, moment: datetime.datetime) -> None:
-    """Deletes the version's manifest (first: it never looks complete again), then every file of its directory
-    that no kept version lists (``listed``; None: unknown, all stay). A directory left with none goes whole;
-    else it keeps them and ``retired.json``, which a run killed before writing it leaves for the next to write."""
+def _sweep(root: str, version_id: str, files: Mapping[str, int], *, listed: set[str] | None,
+           latest: str, moment: datetime.datetime) -> None:
+    """Deletes every file of a version without a manifest (retired, or abandoned unfinished) that no kept version
+    lists (``listed``; None: unknown, all stay). A directory left with none goes whole; else it keeps them and
+    ``retired.json``, which a run killed before writing it leaves for the next to write."""
     directory = version_dir(root, version_id)
-    if MANIFEST_FILENAME in files:
-        storage.delete_if_exists([storage.join(directory, MANIFEST_FILENAME)])
     kept = {name for name in files if listed is None or name in listed} - {MANIFEST_FILENAME, RETIRED_FILENAME}
     if not kept:
         storage.delete_tree(directory)
@@ -190,9 +188,9 @@ def _retire(root: str, version_id: str, files: Mapping[str, int], *, listed: set
     if RETIRED_FILENAME not in files:
         record = {"retired_at": moment.isoformat(timespec="milliseconds"), "latest": latest,
                   "why": "newer versions list files of this directory; deleted once no kept version lists them"}
-        try:
-            storage.write_bytes_atomic(storage.join(directory, RETIRED_FILENAME),
-                                       (json.dumps(record, sort_keys=True) + "\n").encode())
+        try:  # one call (its presence is what counts), so even runs killed at their first call each make progress
+            storage.create_if_absent(storage.join(directory, RETIRED_FILENAME),
+                                     (json.dumps(record, sort_keys=True) + "\n").encode())
         except DiskFullError as err:  # it looks unfinished (older than LATEST) until a later run writes it
             _LOG.warning("retention: cannot mark version %s of %s retired (%s)", version_id, root, err)
     doomed = sorted(set(files) - kept - {MANIFEST_FILENAME, RETIRED_FILENAME})
@@ -240,9 +238,13 @@ def apply_retention(root: str, keep_versions: int, *,
         root, published[:-keep_versions], latest=latest, min_version_age=min_version_age, moment=moment)
     if doomed or listing.retired:
         shared = _shared_by(root, [v for v in listing.complete if v not in doomed])
+        # Every manifest first: a file of v1 that only v2 lists goes while v2 is retired too, never while v2 looks
+        # complete.
+        storage.delete_if_exists([storage.join(version_dir(root, v), MANIFEST_FILENAME)
+                                  for v in sorted(doomed) if MANIFEST_FILENAME in files[v]])
         for version_id in sorted(doomed | set(listing.retired)):
-            _retire(root, version_id, files[version_id], latest=latest, moment=moment,
-                    listed=None if shared is None else shared.get(version_id, set()))
+            _sweep(root, version_id, files[version_id], latest=latest, moment=moment,
+                   listed=None if shared is None else shared.get(version_id, set()))
     # storage.write_bytes_atomic writes LATEST as "LATEST.tmp-<hex>" and renames it.
     stale_pointers = storage.list_files(storage.join(root, LATEST_FILENAME) + ".tmp-*")
     storage.delete_if_exists([path for path, _ in stale_pointers])

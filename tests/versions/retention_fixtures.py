@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import apache_beam as beam
+import pytest
 
 from beam_tfrecord import DatasetDescription, DType, Scalar, Schema, ShardingConfig, WriteTFRecordDataset, storage
 from beam_tfrecord.core.deletions import DeletionVector
@@ -26,7 +28,7 @@ from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest, ShardInfo, 
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.dataset import VERSIONS_DIRNAME, load_manifest, shard_file_path, version_dir
 from beam_tfrecord.reader.numpy_reader import read_numpy
-from beam_tfrecord.versions.refresh import commit_version
+from beam_tfrecord.versions.refresh import RETIRED_FILENAME, commit_version
 
 SCHEMA = Schema({"n": Scalar(DType.INT64)})
 WRITTEN = {"A": (range(0, 20), 4), "BC": (range(100, 130), 6)}  # dataset -> (values of its records, shards)
@@ -66,6 +68,7 @@ CHAIN: tuple[tuple[Ref, ...], ...] = (
     (Ref("A", 1, 0, (0,)), Ref("A", 2, 0), Ref("A", 3, 0), Ref("B", 0), Ref("B", 1)),
     (Ref("A", 2, 0), Ref("A", 3, 0), Ref("B", 0, 1, (0,)), Ref("C", 0), Ref("C", 1)),
 )
+METADATA = ("dataset_info.json", "features.json", MANIFEST_FILENAME)  # a complete version's files but shards
 FOURTH = CHAIN[0]  # a v4 as a compaction writes it: its own copy of A, nothing of the others listed
 
 
@@ -141,9 +144,52 @@ def root_files(root: str) -> set[str]:
     return found
 
 
-def assert_whole(root: str, number: int) -> None:
-    """Every file version IDS[number] lists exists with the size and CRC32C its manifest names."""
+def assert_whole(root: str, number: int, *, listed: Mapping[str, int] | None = None) -> None:
+    """Every file version IDS[number] lists exists with the size and CRC32C its manifest names (with ``listed``,
+    the paths and sizes of one listing of the root: the size is checked, from it, no file read)."""
     directory = version_dir(root, IDS[number])
     for shard in load_manifest(directory).shards:
-        assert storage.crc32c_and_size(shard_file_path(directory, shard)) == (shard.crc32c, shard.num_bytes), shard
-        assert storage.exists(shard_file_path(directory, shard, str(shard.dali_index))), shard
+        path, index = shard_file_path(directory, shard), shard_file_path(directory, shard, str(shard.dali_index))
+        if listed is not None:
+            assert listed.get(path) == shard.num_bytes and index in listed, (path, index)
+            continue
+        assert storage.crc32c_and_size(path) == (shard.crc32c, shard.num_bytes), shard
+        assert storage.exists(index), shard
+
+
+def listing(root: str) -> dict[str, int]:
+    """Every file under ``ROOT/versions/``: path -> size (one listing)."""
+    return dict(storage.list_files(storage.join(root, VERSIONS_DIRNAME).rstrip("/") + "/**"))
+
+
+def whole(parts: Parts, number: int, refs: Iterable[Ref]) -> set[str]:
+    """The files of version ``number`` as it was written: its own shards, metadata and (not LATEST) superseded.json."""
+    own = {name for ref in refs if ref.stored_in is None for name in files_of(parts, ref)}
+    superseded = {"superseded.json"} if number < 2 else set()
+    return {f"{number}/{name}" for name in (*own, *METADATA, *superseded)}
+
+
+def retired(parts: Parts, number: int, refs: Iterable[Ref]) -> set[str]:
+    """The files left of version ``number`` once retired while ``refs`` (its shards) are listed by kept versions."""
+    return {f"{number}/{name}" for ref in refs for name in files_of(parts, ref)} | {f"{number}/{RETIRED_FILENAME}"}
+
+
+def expected_after(parts: Parts, case: str) -> set[str]:
+    """What the root holds after retention: "none" retired, "v1" retired (v2 and v3 kept), "v1+v2" (v3 kept)."""
+    v1 = {"none": whole(parts, 0, CHAIN[0]), "v1": retired(parts, 0, CHAIN[1][:3]),
+          "v1+v2": retired(parts, 0, CHAIN[2][:2])}[case]
+    v2 = retired(parts, 1, CHAIN[2][2:3]) if case == "v1+v2" else whole(parts, 1, CHAIN[1])
+    return v1 | v2 | whole(parts, 2, CHAIN[2])
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory: pytest.TempPathFactory) -> Parts:
+    return write_parts(str(tmp_path_factory.mktemp("retention-parts")))
+
+
+@pytest.fixture(scope="module")
+def local_chain(parts: Parts, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chain on local disk, built once: tests copy it."""
+    root = tmp_path_factory.mktemp("retention-chain") / "root"
+    build_chain(parts, str(root))
+    return root

@@ -2,8 +2,8 @@
 
 ``python retention_kill_server.py KEEP``: reads ``ROOT CALLS`` lines on stdin; for each, forks a child that runs
 ``apply_retention(ROOT, KEEP, min_version_age=0)`` and kills itself (SIGKILL: no handler, no clean-up) right after its
-CALLS-th call of a mutating storage method (delete, delete_tree, write_new, rename, copy; a store's rename is a copy
-and a delete), and answers ``killed``, ``finished`` (the run ended first) or ``failed`` (it raised). This process never touches a store
+CALLS-th call of a mutating storage method (``MUTATING``; a store's rename is a copy and a delete), and answers
+``killed``, ``finished`` (the run ended first) or ``failed`` (it raised). This process never touches a store
 itself, so every fork starts with fresh clients; one interpreter serves a whole test.
 """
 
@@ -14,24 +14,30 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 from beam_tfrecord import storage
 from beam_tfrecord.versions.retention import apply_retention
 
-MUTATING = ("delete", "delete_tree", "write_new", "rename", "copy")
+MUTATING = ("delete", "delete_tree", "write_new", "rename", "copy", "create_if_absent")
+
+
+def _counted(method: Callable[..., Any], calls: list[int], after_calls: int) -> Callable[..., Any]:
+    def counted(*args: Any) -> Any:
+        result = method(*args)
+        calls[0] += 1
+        if calls[0] == after_calls:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+    return counted
 
 
 def _run_killed(root: str, keep: int, after_calls: int) -> None:
     backend = storage.backend_for(root)
     calls = [0]
     for name in MUTATING:
-        def counted(*args: object, _original=getattr(backend, name)) -> object:  # type: ignore[no-untyped-def]
-            result = _original(*args)
-            calls[0] += 1
-            if calls[0] == after_calls:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return result
-        setattr(backend, name, counted)
+        setattr(backend, name, _counted(getattr(backend, name), calls, after_calls))
     apply_retention(root, keep, min_version_age=datetime.timedelta(0))
 
 

@@ -11,21 +11,25 @@ from pathlib import Path
 
 import pytest
 from fixtures_stores import az_container, azurite, moto_s3, s3_bucket  # noqa: F401  (pytest fixtures)
-from retention_fixtures import (
+from retention_fixtures import (  # noqa: F401  (local_chain, parts: pytest fixtures)
     CHAIN,
     DAY,
     FOURTH,
     IDS,
+    METADATA,
     T0,
     Parts,
-    Ref,
     assert_whole,
     build_chain,
+    expected_after,
     expected_values,
     files_of,
+    local_chain,
     part_values,
+    parts,
     read_version,
     root_files,
+    whole,
     write_parts,
     write_version,
 )
@@ -33,51 +37,22 @@ from retention_fixtures import (
 from beam_tfrecord import storage
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.dataset import version_dir
-from beam_tfrecord.versions.refresh import RETIRED_FILENAME, VersionListing, apply_retention, commit_version, \
-    list_versions
+from beam_tfrecord.versions.refresh import (
+    RETIRED_FILENAME,
+    VersionListing,
+    apply_retention,
+    commit_version,
+    list_versions,
+)
 
 HOURS_24 = datetime.timedelta(hours=24)
 NOW = T0 + 2 * DAY + datetime.timedelta(hours=1)  # v1 stopped being LATEST 25 h before, v2 1 h before
-METADATA = ("dataset_info.json", "features.json", MANIFEST_FILENAME)  # every complete version's own files but shards
 BUCKETS = {"gs": "gcs_bucket", "s3": "s3_bucket", "az": "az_container"}
-
-
-@pytest.fixture(scope="module")
-def parts(tmp_path_factory: pytest.TempPathFactory) -> Parts:
-    return write_parts(str(tmp_path_factory.mktemp("retention-parts")))
-
-
-@pytest.fixture(scope="module")
-def local_chain(parts: Parts, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The chain on local disk, built once: tests copy it."""
-    root = tmp_path_factory.mktemp("retention-chain") / "root"
-    build_chain(parts, str(root))
-    return root
 
 
 @pytest.fixture()
 def chain(local_chain: Path, tmp_path: Path) -> str:
     return str(shutil.copytree(local_chain, tmp_path / "root"))
-
-
-def whole(parts: Parts, number: int, refs: Iterable[Ref]) -> set[str]:
-    """The files of version ``number`` as it was written: its own shards, metadata and (not LATEST) superseded.json."""
-    own = {name for ref in refs if ref.stored_in is None for name in files_of(parts, ref)}
-    superseded = {"superseded.json"} if number < 2 else set()
-    return {f"{number}/{name}" for name in (*own, *METADATA, *superseded)}
-
-
-def retired(parts: Parts, number: int, refs: Iterable[Ref]) -> set[str]:
-    """The files left of version ``number`` once retired while ``refs`` (its shards) are listed by kept versions."""
-    return {f"{number}/{name}" for ref in refs for name in files_of(parts, ref)} | {f"{number}/{RETIRED_FILENAME}"}
-
-
-def expected_after(parts: Parts, case: str) -> set[str]:
-    """What the root holds after retention: "none" retired, "v1" retired (v2 and v3 kept), "v1+v2" (v3 kept)."""
-    v1 = {"none": whole(parts, 0, CHAIN[0]), "v1": retired(parts, 0, CHAIN[1][:3]),
-          "v1+v2": retired(parts, 0, CHAIN[2][:2])}[case]
-    v2 = retired(parts, 1, CHAIN[2][2:3]) if case == "v1+v2" else whole(parts, 1, CHAIN[1])
-    return v1 | v2 | whole(parts, 2, CHAIN[2])
 
 
 def assert_kept(parts: Parts, root: str, kept: Iterable[int]) -> None:
