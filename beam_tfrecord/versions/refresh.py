@@ -2,8 +2,8 @@
 
 One refresh: fingerprint the inputs (path, size, update time of every file, as storage lists them) ->
 skip if LATEST was built from the same -> else build ``ROOT/versions/<id>/`` -> replace LATEST in one
-step -> delete old versions that stopped being LATEST at least ``min_version_age`` ago. Invariant:
-LATEST always names a complete version (or there is none). Runs of one root must not overlap.
+step -> retention (``versions.retention``, its names importable from here too). Invariant: LATEST always
+names a complete version (or there is none). Runs of one root must not overlap.
 Layout, and why a minimum age: docs/operations.md#storage.
 """
 
@@ -13,32 +13,39 @@ import dataclasses
 import datetime
 import enum
 import hashlib
-import json
 import logging
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.durations import format_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
 from beam_tfrecord.dataset import (
     LATEST_FILENAME,
     VERSION_ID_PATTERN,
-    VERSIONS_DIRNAME,
     load_manifest,
     read_latest,
     version_dir,
 )
-from beam_tfrecord.errors import DiskFullError, LatestPointerError, RefreshError
+from beam_tfrecord.errors import LatestPointerError, RefreshError
 from beam_tfrecord.interop.tfds import DATASET_INFO_FILENAME, write_tfds_files
 from beam_tfrecord.versions.drift_gate import DriftCheck, check_drift
+from beam_tfrecord.versions.retention import (  # retention's names stay importable from here
+    DEFAULT_KEEP_VERSIONS,
+    DEFAULT_MIN_VERSION_AGE,
+    RETIRED_FILENAME,
+    SUPERSEDED_FILENAME,
+    VersionListing,
+    apply_retention,
+    list_versions,
+    record_superseded,
+    superseded_at,
+)
+from beam_tfrecord.versions.retention import record_superseded_if_room as _record_if_room
+from beam_tfrecord.versions.retention import utc_now as _utc_now
 
 _LOG = logging.getLogger(__name__)
 FINGERPRINT_KEY = "input_fingerprint"  # the key of the fingerprint in the manifest's metadata
-DEFAULT_KEEP_VERSIONS = 3
-DEFAULT_MIN_VERSION_AGE = datetime.timedelta(hours=24)  # a version is kept this long after it stops being LATEST
-SUPERSEDED_FILENAME = "superseded.json"  # in a version's directory: when (and by which version) it stopped being LATEST
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,32 +134,6 @@ def new_version_id(now: datetime.datetime | None = None, token: str | None = Non
     return version_id
 
 
-@dataclasses.dataclass(frozen=True)
-class VersionListing:
-    """What ``ROOT/versions/`` holds. Ids sort oldest first.
-
-    Attributes:
-        complete: versions whose manifest exists.
-        incomplete: versions with files but no manifest (being written, or abandoned by a crash).
-    """
-
-    complete: tuple[str, ...]
-    incomplete: tuple[str, ...]
-
-
-def list_versions(root: str) -> VersionListing:
-    """The complete and incomplete versions under ``root``."""
-    prefix = storage.join(root, VERSIONS_DIRNAME).rstrip("/") + "/"
-    seen: dict[str, bool] = {}
-    for path, _ in storage.list_files(prefix + "**"):
-        relative = path[len(prefix):] if path.startswith(prefix) else ""
-        version_id, _, rest = relative.partition("/")
-        if VERSION_ID_PATTERN.fullmatch(version_id):
-            seen[version_id] = seen.get(version_id, False) or rest == MANIFEST_FILENAME
-    return VersionListing(complete=tuple(sorted(v for v, done in seen.items() if done)),
-                          incomplete=tuple(sorted(v for v, done in seen.items() if not done)))
-
-
 def stored_fingerprint(manifest: Manifest) -> InputFingerprint | None:
     data = manifest.metadata.get(FINGERPRINT_KEY)
     return InputFingerprint.from_json(data) if data is not None else None
@@ -213,37 +194,10 @@ def plan_refresh(root: str, fingerprint: InputFingerprint, *, force: bool = Fals
                                f"version {candidate} of these inputs is complete but was not published "
                                "(the last run stopped before moving LATEST); publishing it")
     why = "forced rebuild" if force else ("first build" if latest is None else f"inputs changed since {latest}")
-    version_id = new_version_id(now, after=[*listing.complete, *listing.incomplete, *([latest] if latest else [])])
+    existing = [*listing.complete, *listing.incomplete, *listing.retired, *([latest] if latest else [])]
+    version_id = new_version_id(now, after=existing)
     return RefreshPlan(root, RefreshAction.BUILD, version_id, latest, fingerprint,
                        f"{why}: building version {version_id} from {fingerprint.num_files} files")
-
-
-def _utc_now(now: datetime.datetime | None) -> datetime.datetime:
-    return (now or datetime.datetime.now(datetime.timezone.utc)).astimezone(datetime.timezone.utc)
-
-
-def superseded_at(root: str, version_id: str) -> datetime.datetime | None:
-    """When the version stopped being LATEST, as recorded in its ``superseded.json``; None without a
-    readable record (one damaged by hand is logged and treated as missing: its clock restarts)."""
-    path = storage.join(version_dir(root, version_id), SUPERSEDED_FILENAME)
-    if not storage.exists(path):
-        return None
-    try:
-        data = json.loads(storage.read_bytes(path))
-        return datetime.datetime.fromisoformat(data["superseded_at"]).astimezone(datetime.timezone.utc)
-    except (ValueError, KeyError, TypeError) as err:
-        _LOG.warning("retention: unreadable %s (%s); the version's retention clock restarts now", path, err)
-        return None
-
-
-def record_superseded(root: str, version_id: str, *, by: str,
-                      now: datetime.datetime | None = None) -> datetime.datetime:
-    """Writes the version's ``superseded.json``: it stopped being LATEST ``now``, for ``by``. Returns the time."""
-    moment = _utc_now(now)
-    record = {"superseded_at": moment.isoformat(timespec="milliseconds"), "superseded_by": by}
-    storage.write_bytes_atomic(storage.join(version_dir(root, version_id), SUPERSEDED_FILENAME),
-                               (json.dumps(record, sort_keys=True) + "\n").encode())
-    return moment
 
 
 def commit_version(root: str, version_id: str, *, now: datetime.datetime | None = None) -> None:
@@ -278,72 +232,6 @@ def commit_version(root: str, version_id: str, *, now: datetime.datetime | None 
         _record_if_room(root, previous, by=version_id, now=_utc_now(now))
 
 
-def _record_if_room(root: str, version_id: str, *, by: str, now: datetime.datetime) -> datetime.datetime | None:
-    """``record_superseded``, or None when the disk is full: LATEST has moved already, so the job goes
-    on, and the version stays (its clock starts when a later retention can record it)."""
-    try:
-        return record_superseded(root, version_id, by=by, now=now)
-    except DiskFullError as err:
-        _LOG.warning("retention: cannot record when version %s stopped being LATEST (%s); it is kept", version_id, err)
-        return None
-
-
-def apply_retention(root: str, keep_versions: int, *,
-                    min_version_age: datetime.timedelta = DEFAULT_MIN_VERSION_AGE,
-                    now: datetime.datetime | None = None) -> list[str]:
-    """Deletes complete versions beyond the newest ``keep_versions`` that stopped being LATEST at
-    least ``min_version_age`` before ``now``, and abandoned unfinished ones.
-
-    Never deletes LATEST's version, nor anything newer than it (a run may be writing it). A
-    version beyond ``keep_versions`` that is younger than ``min_version_age`` is kept, so a reader
-    that opened it before LATEST moved on finishes its epoch; one without a ``superseded.json``
-    gets one (its clock starts ``now``). ``min_version_age`` 0 deletes at once. A complete version
-    loses its manifest first, so a half-deleted version never looks complete. Temporary pointer
-    files left by a run killed while moving LATEST are removed too.
-
-    Args:
-        root: the dataset root.
-        keep_versions: complete versions to keep at any age (LATEST among them), at least 1.
-        min_version_age: how long a version is kept after it stopped being LATEST.
-        now: the time to measure ages at (default: the clock).
-
-    Returns:
-        The ids deleted, oldest first.
-    """
-    if keep_versions < 1:
-        raise RefreshError(f"keep_versions must be >= 1, got {keep_versions}")
-    if min_version_age < datetime.timedelta(0):
-        raise RefreshError(f"min_version_age must be >= 0, got {min_version_age}")
-    latest = read_latest(root)
-    if latest is None:
-        return []
-    moment = _utc_now(now)
-    listing = list_versions(root)
-    published = [v for v in listing.complete if v <= latest]
-    doomed = {v for v in listing.incomplete if v < latest}
-    for version_id in published[:-keep_versions]:
-        if version_id == latest:
-            continue
-        if min_version_age:
-            stopped = superseded_at(root, version_id) or _record_if_room(root, version_id, by=latest, now=moment)
-            if stopped is None:
-                continue  # no record could be written (disk full): kept, its clock not started
-            if moment - stopped < min_version_age:
-                _LOG.info("retention: kept version %s of %s: not LATEST since %s, less than %s ago",
-                          version_id, root, stopped.isoformat(timespec="seconds"), format_duration(min_version_age))
-                continue
-        doomed.add(version_id)
-    for version_id in sorted(doomed):
-        directory = version_dir(root, version_id)
-        storage.delete_if_exists([storage.join(directory, MANIFEST_FILENAME)])
-        storage.delete_tree(directory)
-        _LOG.info("retention: deleted version %s of %s", version_id, root)
-    # storage.write_bytes_atomic writes LATEST as "LATEST.tmp-<hex>" and renames it.
-    stale_pointers = storage.list_files(storage.join(root, LATEST_FILENAME) + ".tmp-*")
-    storage.delete_if_exists([path for path, _ in stale_pointers])
-    return sorted(doomed)
-
-
 def publish_version(_manifest: Manifest, *, root: str, version_id: str, keep_versions: int,
                     min_version_age: datetime.timedelta = DEFAULT_MIN_VERSION_AGE,
                     drift: DriftCheck | None = None) -> str:
@@ -356,3 +244,11 @@ def publish_version(_manifest: Manifest, *, root: str, version_id: str, keep_ver
     commit_version(root, version_id)
     apply_retention(root, keep_versions, min_version_age=min_version_age)
     return version_id
+
+
+__all__ = [
+    "DEFAULT_KEEP_VERSIONS", "DEFAULT_MIN_VERSION_AGE", "FINGERPRINT_KEY", "RETIRED_FILENAME", "SUPERSEDED_FILENAME",
+    "InputFile", "InputFingerprint", "RefreshAction", "RefreshPlan", "VersionListing", "apply_retention",
+    "commit_version", "fingerprint_inputs", "list_input_files", "list_versions", "new_version_id", "plan_refresh",
+    "publish_version", "record_superseded", "stored_fingerprint", "superseded_at",
+]
