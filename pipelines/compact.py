@@ -21,6 +21,7 @@ from beam_tfrecord.beam.write_options import WriterProvenance
 from beam_tfrecord.dataset import load_manifest, read_latest, version_dir
 from beam_tfrecord.errors import RefreshError
 from beam_tfrecord.job import lease
+from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.sources.kept_records import ReadKeptRecords
 from beam_tfrecord.versions.append import CompactionPolicy, append_plan_from_root
 from beam_tfrecord.versions.commit import COMMIT_KEY, description_of
@@ -31,7 +32,7 @@ from beam_tfrecord.versions.refresh import (
     new_version_id,
     publish_version,
 )
-from pipelines.common import job_pipeline, parse_job, quiet_logging
+from pipelines.common import job_pipeline, parse_job, quiet_logging, run_as_command
 from pipelines.job_options import JobCommand
 from pipelines.refresh_driver import RefreshOptions, min_version_age
 
@@ -100,3 +101,7 @@ def _publish(root: str, version_id: str, compact: RefreshOptions, age: Any) -> b
                     min_version_age=age)
 
 
+
+
+if __name__ == "__main__":
+    run_and_exit(lambda: run_as_command(run, prog=PROG))  # ended without the interpreter's teardown
