@@ -37,7 +37,7 @@ from beam_tfrecord.versions.append import (
     CompactionPolicy,
     append_plan_from_root,
 )
-from beam_tfrecord.versions.commit import WRITER_KEY, VersionCommit, writer_metadata
+from beam_tfrecord.versions.commit import COMMIT_KEY, WRITER_KEY, VersionCommit, describe_commit, writer_metadata
 from beam_tfrecord.versions.incremental import REFRESH_KEY, IncrementalPlan, killed_refresh, plan_from_root
 from beam_tfrecord.versions.input_index import IndexedInput, InputIndex, encoding_digest, write_input_index
 from beam_tfrecord.versions.refresh import (
@@ -262,7 +262,10 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
     print(f"refresh {root}: published version {plan.version_id} (LATEST updated, keeping {refresh.keep_versions}, "
           f"and older ones for {refresh.min_version_age} after they stopped being LATEST)")
     published = storage.exists(storage.join(plan.version_dir, MANIFEST_FILENAME))  # not when only a job was built
-    print_how_it_ran(pipeline, writer, load_manifest(plan.version_dir) if published else None)
+    manifest = load_manifest(plan.version_dir) if published else None
+    if manifest is not None and COMMIT_KEY in manifest.metadata:
+        print(f"refresh {root}: {describe_commit(manifest.metadata[COMMIT_KEY])}")
+    print_how_it_ran(pipeline, writer, manifest)
     return plan
 
 

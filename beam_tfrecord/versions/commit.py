@@ -93,6 +93,19 @@ class VersionCommit:
                 "written_bytes": sum(s.num_bytes for s in own), "rewritten_splits": list(self.rewritten_splits)}
 
 
+def describe_commit(summary: Mapping[str, Any]) -> str:
+    """One line of what a commit did (its ``summary``, as the manifest's ``metadata.commit`` holds it)."""
+    written = (f"wrote {summary.get('written_records')} records in {summary.get('written_shards')} shards "
+               f"({summary.get('written_bytes', 0) / 1e6:.1f} MB)")
+    if summary.get("base_version") is None:
+        return f"{written} (a full build)"
+    text = (f"{written}; kept {summary.get('kept_shards')} shards of version {summary.get('base_version')} as they "
+            f"are ({summary.get('kept_records')} records, not read or copied); deleted "
+            f"{summary.get('deleted_records')} records (deletion vectors)")
+    rewritten = summary.get("rewritten_splits") or []
+    return text + (f"; rewrote split(s) {', '.join(rewritten)} (compaction)" if rewritten else "")
+
+
 def writer_metadata(splits: SplitConfig, *, statistics: bool, dali_index: bool) -> dict[str, Any]:
     """What a refresh records of its writer so that ``compact`` writes as it did (the manifest has the rest)."""
     return {"splits": splits.to_text(), "statistics": statistics, "dali_index": dali_index}
