@@ -80,7 +80,8 @@ class RefreshOptions(PipelineOptions):
                             help="keep a version at least this long after it stopped being LATEST, so readers "
                                  "that opened it finish: 24h, 30m, 1h30m, 7d, 90s; 0 deletes at once")
         parser.add_argument("--force", type=parse_bool, nargs="?", const=True, default=False,
-                            help="rebuild even when the inputs are unchanged (--force or --force=true)")
+                            help="rebuild even when the inputs are unchanged, every split rewritten (--force or "
+                                 "--force=true)")
         parser.add_argument("--append", type=parse_bool, nargs="?", const=True, default=True,
                             help="list LATEST's shards in the new version instead of writing them again: records of "
                                  "removed and changed inputs go into deletion vectors, new and changed inputs into "
@@ -220,7 +221,9 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
     encoding = encoding_digest(schema_json=prepared.schema.to_json(), transforms=prepared.feature_transforms,
                                salt=output.salt, source=prepared.source_options)
     index = InputIndex(encoding, tuple(sorted(prepared.inputs, key=lambda i: i.key)))
-    appended = _append_plan(plan, index, refresh) if refresh.incremental and refresh.append else None
+    # --force rewrites every split (an append of unchanged inputs would list every shard as it is).
+    appended = _append_plan(plan, index, refresh) if refresh.incremental and refresh.append and not refresh.force \
+        else None
     incremental = _incremental_plan(plan, index) if refresh.incremental and appended is None else None
     base = appended.base_version if appended else incremental.base_version if incremental else None
     # What a killed refresh of the same inputs (index included), base version and options must have had for

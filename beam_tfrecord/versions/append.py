@@ -1,10 +1,9 @@
 """An append refresh's plan: what a new version keeps of its base, deletes from it, rewrites and encodes.
 
 Unchanged inputs keep their records where they are (the base's shards, listed with ``stored_in``, never read);
-removed and changed inputs become deletion-vector positions, found through the base's record locations; new and
-changed inputs are encoded into new shards. A split past the compaction policy's limits (``CompactionPolicy``), or
-every split for ``compact``, is rewritten instead: its live records are read with their keys and written again
-with the fresh ones, as a full build would write them. Pure: storage only through the caller's arguments.
+removed and changed ones become deletion-vector positions (found through the base's record locations); new and
+changed ones are encoded into new shards. A split past ``CompactionPolicy``'s limits, or every split for
+``compact``, is rewritten: its live records are read with their keys and written again, as a full build would.
 See docs/operations.md, "Scheduled refresh: versioned dataset roots".
 """
 

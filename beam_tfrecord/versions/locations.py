@@ -1,11 +1,10 @@
-"""Record locations: where each live record of a version is (its key -> the version that wrote the shard, the
-shard's file and the record's position in it).
+"""Record locations: each live record of a version by key (the version that wrote its shard, the shard, the position).
 
-Every version a refresh or a compaction writes has ``record_locations.json`` beside its manifest, written before
-it. The next refresh turns removed and changed keys into deletion-vector positions with it, and reads the kept
-records of a split it rewrites with their keys, without reading any shard it keeps. Read back it is untrusted
-input (``InputIndexError``). A version without one (built before, or with dropped duplicates: which keys were
-dropped is not recorded) lends nothing: the next refresh rewrites every split. See docs/operations.md#storage.
+Every version a refresh or a compaction writes has ``record_locations.json``, written before its manifest. The next
+refresh turns removed and changed keys into deletion-vector positions with it, and reads the records of a split it
+rewrites with their keys. Read back it is untrusted input (``InputIndexError``). A version without one (built
+before, or with dropped duplicates: which keys were dropped is not recorded) lends nothing: the next refresh
+rewrites every split. See docs/operations.md#storage.
 """
 
 from __future__ import annotations

@@ -69,6 +69,7 @@ CHAIN: tuple[tuple[Ref, ...], ...] = (
     (Ref("A", 2, 0), Ref("A", 3, 0), Ref("B", 0, 1, (0,)), Ref("C", 0), Ref("C", 1)),
 )
 METADATA = ("dataset_info.json", "features.json", MANIFEST_FILENAME)  # a complete version's files but shards
+SHARED_METADATA = (MANIFEST_FILENAME,)  # the same of a version that shares shards: TFDS cannot read it (no TFDS files)
 FOURTH = CHAIN[0]  # a v4 as a compaction writes it: its own copy of A, nothing of the others listed
 
 
@@ -164,9 +165,11 @@ def listing(root: str) -> dict[str, int]:
 
 def whole(parts: Parts, number: int, refs: Iterable[Ref]) -> set[str]:
     """The files of version ``number`` as it was written: its own shards, metadata and (not LATEST) superseded.json."""
+    refs = tuple(refs)
     own = {name for ref in refs if ref.stored_in is None for name in files_of(parts, ref)}
     superseded = {"superseded.json"} if number < 2 else set()
-    return {f"{number}/{name}" for name in (*own, *METADATA, *superseded)}
+    self_contained = all(ref.stored_in is None and not ref.deleted for ref in refs)
+    return {f"{number}/{name}" for name in (*own, *(METADATA if self_contained else SHARED_METADATA), *superseded)}
 
 
 def retired(parts: Parts, number: int, refs: Iterable[Ref]) -> set[str]:

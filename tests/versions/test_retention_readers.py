@@ -22,7 +22,7 @@ SMALL_SHARDS = "--target_shard_bytes=2000"  # ~20 train shards of the 30 tiny im
 
 def _refresh(images: str, root: str, *extra: str) -> str:
     plan = refresh_image_dataset.run(["--input", images, "--dataset_root", root, "--keep_versions=1", SMALL_SHARDS,
-                                      "--force", "--direct_num_workers=1", *extra])
+                                      "--force", "--direct_num_workers=1", *extra])  # --force: a rewrite
     return plan.version_id
 
 
