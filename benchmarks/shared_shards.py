@@ -40,8 +40,7 @@ TARGET_WRITTEN_FRACTION = 0.05
 TARGET_CHAIN_RATIO = 1.3
 TARGET_OPEN_SECONDS = 1.0
 LAYOUT = ["--splits=train=0.9,validation=0.1", "--min_version_age=0", "--keep_versions=10"]
-# The copying refresh loses records at this scale when the exact-duplicates check is on (a bug being fixed): every
-# job here runs without it, so the three compare alike (--duplicates_check=on measures the default).
+# The exact-duplicates check is left out by default (--duplicates_check=on measures it), in all three jobs alike.
 DUPLICATES_OFF = ["--duplicates=off"]
 _CHECKS: list[str] = []
 
@@ -112,6 +111,7 @@ def refresh_part(args: argparse.Namespace, work: str, images: str) -> None:
           f"change: {added} added, {changed} changed, {removed} removed")
     times: dict[str, list[float]] = {"append": [], "copy (--append=false)": [], "full build": []}
     written: list[int] = []
+    failures: list[str] = []
     for round_number in range(args.rounds):
         for job in times:
             root = os.path.join(work, "round")
@@ -133,14 +133,21 @@ def refresh_part(args: argparse.Namespace, work: str, images: str) -> None:
                 shutil.rmtree(root)
                 times[job].append(_refresh(scratch, root))
             else:
-                times[job].append(_refresh(scratch, root, "--append=false"))
-        print(f"round {round_number + 1}: " + ", ".join(f"{job} {t[-1]:.1f} s" for job, t in times.items()))
+                try:
+                    times[job].append(_refresh(scratch, root, "--append=false"))
+                except RuntimeError as err:  # the copying refresh's known loss of records at this scale
+                    print(f"round {round_number + 1}: {job} failed: {str(err).strip().splitlines()[-1][:300]}")
+                    failures.append(job)
+        print(f"round {round_number + 1}: " + ", ".join(f"{job} {t[-1]:.1f} s" for job, t in times.items() if t))
     fraction = statistics.median(written) / dataset_bytes
     print(f"append wrote {statistics.median(written) / 1e6:.1f} MB = {fraction:.2%} of the dataset's bytes "
           f"(target <= {TARGET_WRITTEN_FRACTION:.0%}: {'met' if fraction <= TARGET_WRITTEN_FRACTION else 'NOT met'})")
     print("unchanged shards read by the append: 0 bytes (every shard of the base was out of reach while it ran)")
     append = statistics.median(times["append"])
     for job in ("copy (--append=false)", "full build"):
+        if not times[job]:
+            print(f"{job}: no run finished ({failures.count(job)} failed)")
+            continue
         print(f"append {append:.1f} s vs {job} {statistics.median(times[job]):.1f} s: "
               f"{statistics.median(times[job]) / append:.2f}x faster (medians of {args.rounds})")
 
