@@ -221,9 +221,8 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
     encoding = encoding_digest(schema_json=prepared.schema.to_json(), transforms=prepared.feature_transforms,
                                salt=output.salt, source=prepared.source_options)
     index = InputIndex(encoding, tuple(sorted(prepared.inputs, key=lambda i: i.key)))
-    # --force rewrites every split (an append of unchanged inputs would list every shard as it is).
-    appended = _append_plan(plan, index, refresh) if refresh.incremental and refresh.append and not refresh.force \
-        else None
+    appended = _append_plan(plan, index, refresh) if refresh.incremental else None
+    # A base without record locations (written before them) lends its records by key hash order instead.
     incremental = _incremental_plan(plan, index) if refresh.incremental and appended is None else None
     base = appended.base_version if appended else incremental.base_version if incremental else None
     # What a killed refresh of the same inputs (index included), base version and options must have had for
@@ -239,8 +238,8 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
     metadata = {FINGERPRINT_KEY: fingerprint.to_json(), "version_id": plan.version_id, **prepared.metadata,
                 WRITER_KEY: writer_metadata(SplitConfig.parse(output.splits), statistics=not output.no_statistics,
                                             dali_index=bool(output.dali_index))}
-    if incremental is not None:
-        metadata[REFRESH_KEY] = incremental.metadata()
+    if incremental is not None or (appended is not None and appended.rewrites_all):
+        metadata[REFRESH_KEY] = (incremental or appended).metadata()  # type: ignore[union-attr]
     commit = appended.commit(plan.version_id) if appended is not None else \
         VersionCommit(plan.version_id, tuple(i.key for i in index.inputs), base_version=base)
     expected_inputs = prepared.expected_inputs if appended is None else _expected_inputs(prepared, appended)
@@ -293,12 +292,15 @@ def _incremental_plan(plan: RefreshPlan, index: InputIndex) -> IncrementalPlan |
 
 
 def _append_plan(plan: RefreshPlan, index: InputIndex, refresh: RefreshOptions) -> AppendPlan | None:
-    """What the new version keeps of LATEST, deletes and writes; None when LATEST cannot lend its shards (then
-    ``_incremental_plan`` copies its records, or the build is full)."""
+    """What the new version keeps of LATEST, deletes and writes (with ``--append=false`` or ``--force``: every split
+    rewritten from LATEST's records and the fresh inputs); None when LATEST has no record locations or cannot lend
+    (then ``_incremental_plan``, or a full build)."""
     if plan.latest is None:
         return None
+    # --append=false and --force rewrite every split (an append of unchanged inputs would list the same shards).
     policy = CompactionPolicy(max_small_shards=refresh.max_small_shards,
-                              max_deleted_fraction=refresh.max_deleted_fraction)
+                              max_deleted_fraction=refresh.max_deleted_fraction,
+                              compact_all=not refresh.append or refresh.force)
     try:
         appended = append_plan_from_root(plan.root, plan.latest, index, policy)
     except InputIndexError as err:

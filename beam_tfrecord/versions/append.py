@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
@@ -98,6 +99,16 @@ class AppendPlan:
     def rewritten_records(self) -> int:
         return sum(reuse.num_kept for reuse in self.rewritten)
 
+    @property
+    def rewrites_all(self) -> bool:
+        """Whether the version keeps no shard of its base as it is (every split rewritten)."""
+        return not any(self.kept.values())
+
+    def metadata(self) -> dict[str, Any]:
+        """The manifest's ``metadata.refresh`` when every split is rewritten, as the copying refresh records it."""
+        return {"base_version": self.base_version, "reused_records": self.rewritten_records,
+                "encoded_records": len(self.fresh), "removed_records": self.removed_records}
+
     def commit(self, version_id: str) -> VersionCommit:
         """The commit the writer's publication makes of this plan into version ``version_id``."""
         rewritten_keys = [key for reuse in self.rewritten for key in reuse.keys if key is not None]
@@ -108,6 +119,10 @@ class AppendPlan:
 
     def describe(self) -> str:
         """One line for the job's log."""
+        if self.rewrites_all:
+            return (f"rewrite of {self.base_version}: {self.rewritten_records} of its records read and written again, "
+                    f"{len(self.fresh)} inputs to encode, {self.removed_records} records removed and "
+                    f"{self.changed_records} changed")
         kept = sum(len(shards) for shards in self.kept.values())
         text = (f"append to {self.base_version}: {kept} shards kept ({len(self.kept_locations)} records, not read), "
                 f"{len(self.fresh)} inputs to encode, {self.removed_records} records removed and "

@@ -117,6 +117,8 @@ def plan_incremental(*, base_version: str, base_dir: str, manifest: Manifest, ba
     """
     if base_index.encoding != current.encoding:
         raise InputIndexError(base_dir, "built with another schema, transform or salt")
+    if not manifest.self_contained:  # its records are not in key hash order across its own shards
+        raise InputIndexError(base_dir, "shares shards or deletes records, and has no record locations")
     rejected = rejected_keys(base_dir, manifest)
     order = _keys_in_record_order(base_index, rejected, manifest)
     now = {i.key: i for i in current.inputs}
