@@ -1,13 +1,24 @@
-"""A job whose bundle fails before its other worker process has connected ends with the error
-(``beam_tfrecord.engine.worker_handler``); with Beam 2.77's own handler the runner and that
-worker wait for each other for good."""
+"""The handler of LocalBatchRunner's workers (``beam_tfrecord.engine.worker_handler``): a job whose bundle fails
+before its other worker process has connected ends with the error (with Beam 2.77's own handler the runner and
+that worker wait for each other for good), and a bundle's input reaches its worker whole, however long the runner
+takes to write it (Beam's periodic flush lost what was written while it sent the rest)."""
 
 import os
+import queue
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+
+import grpc
+import pytest
+from apache_beam.portability.api import beam_fn_api_pb2_grpc, beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import worker_handlers
+from apache_beam.runners.worker import data_plane
 
 from beam_tfrecord.engine.forked_workers import FORK_WORKERS_ENV
+from beam_tfrecord.engine.worker_handler import local_workers_urn
 
 # worker_0 starts 3 s late; the failing bundle runs in worker_1 (Beam 2.77 gives it the bundle), so
 # the job fails while worker_0 has not connected yet: the moment Beam's own handler hangs at.
@@ -47,3 +58,47 @@ def test_a_job_failing_before_a_worker_connected_ends_with_its_error() -> None:
         raise AssertionError("the runner and the late worker waited for each other (killed after 120 s)") from err
     assert done.returncode == 0, done.stderr[-2000:]
     assert "the job failed: True" in done.stdout
+
+
+def _received(responses, instruction_id: str, into: list[bytes]) -> None:
+    """What the worker is sent for ``instruction_id``, until its end marker."""
+    for elements in responses:
+        for data in elements.data:
+            if data.instruction_id == instruction_id:
+                into.append(data.data)
+                if data.is_last:
+                    return
+
+
+def test_a_bundles_input_reaches_its_worker_whole_while_a_flush_is_held_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Beam's runner gave each local worker's channel a flush every DATA_BUFFER_TIME_LIMIT_MS (shortened here: the
+    # test waits for one), from a thread that takes what is written, sends it, then empties the stream. The send
+    # waits while the channel's queues are full (no worker reads yet), so what the runner writes meanwhile went.
+    monkeypatch.setattr(worker_handlers, "DATA_BUFFER_TIME_LIMIT_MS", 20)
+    server = worker_handlers.GrpcServer(worker_handlers.StateServicer(), None, None)
+    handler = worker_handlers.WorkerHandler.create(
+        beam_runner_api_pb2.Environment(urn=local_workers_urn(), payload=b"true"), server.state, None, server)
+    requests: queue.Queue = queue.Queue()
+    try:
+        filler = handler.data_conn.output_stream("filler", "read")
+        for _ in range(2 * data_plane._DEFAULT_SEND_QUEUE_MAX_ELEMENTS + 1):  # both send queues full, none waits
+            filler.write(b"f")
+            filler.flush()
+        stream = handler.data_conn.output_stream("bundle", "read")
+        stream.write(b"first half;")
+        time.sleep(0.2)  # a periodic flush (if any) has taken the first half and waits to send it
+        stream.write(b"second half")
+        channel = grpc.insecure_channel(f"localhost:{server.data_port}")
+        responses = beam_fn_api_pb2_grpc.BeamFnDataStub(channel).Data(
+            iter(requests.get, None), metadata=[("worker_id", handler.worker_id)])
+        sent: list[bytes] = []
+        reader = threading.Thread(target=_received, args=(responses, "bundle", sent), daemon=True)
+        reader.start()  # the worker reads: the queues drain
+        stream.close()
+        reader.join(timeout=30)
+        assert not reader.is_alive(), "the bundle's input never ended"
+        assert b"".join(sent) == b"first half;second half"
+    finally:
+        requests.put(None)
+        handler.data_conn.close()  # ends what it sends: the server then stops at once, not after its grace period
+        server.close()
