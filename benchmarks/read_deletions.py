@@ -6,7 +6,8 @@ random positions (tests/deleted_records.py); and the compacted twin: the same li
 shards, written without deletions. Then times full passes of each reader over both, variant after variant in each
 round (read_benchmark.measure: best of ``--rounds`` after a warm-up; NumPy and PyTorch in a child process without
 TensorFlow), and prints each ratio deletions / twin (the target: at least 0.95). ``--before`` also times, once,
-tf.data reading the version as it did before shard passes: a ``skip``/``take`` per live run of each shard.
+tf.data reading the version as it did before shard passes: a ``skip``/``take`` per live run of each shard
+(one round after a warm-up).
 
 Run: python benchmarks/read_deletions.py [--records 60000] [--dir /tmp/bt_read_deletions] [--rounds 5] [--before]
 """
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     rates.update(measure(tf_modes(root, twin), live, args.rounds))
     ratios(rates)
     if args.before:
-        before = measure({"before": lambda: runs_one_by_one(root)}, live, 0)["before"][0]
+        before = measure({"before": lambda: runs_one_by_one(root)}, live, 1)["before"][0]
         print(f"tf.data, a skip/take per live run (before shard passes): {before:,.0f} rec/s, "
               f"{before / rates['tf.data twin'][0]:.3f} of the twin")
 

@@ -114,16 +114,18 @@ _MIN_RUN_POSITIONS = 16  # positions per run on average, else one gather (a Pyth
 
 
 def _even_runs(pos: np.ndarray) -> tuple[np.ndarray, int] | None:
-    """Where each run of positions ``stride`` apart starts (indexes into ``pos``), and the stride (the median
+    """Where each run of positions ``stride`` apart starts (indexes into ``pos``), and the stride (the least
     step); None when the positions are not mostly evenly spaced, ascending."""
     if len(pos) < 2:
         return (np.zeros(1, dtype=np.int64), 1) if len(pos) else None
     steps = np.diff(pos)
-    stride = int(np.partition(steps, len(steps) // 2)[len(steps) // 2])
+    stride = int(steps.min())
     if stride <= 0:
         return None
-    starts = np.concatenate([[0], np.flatnonzero(steps != stride) + 1])
-    return (starts, stride) if len(starts) * _MIN_RUN_POSITIONS <= len(pos) else None
+    starts = np.flatnonzero(steps != stride) + 1
+    if (len(starts) + 1) * _MIN_RUN_POSITIONS > len(pos):
+        return None
+    return np.concatenate([[0], starts]), stride
 
 
 def _fixed_bytes(cursor: _Cursor, limit: np.ndarray, size: int) -> np.ndarray:
