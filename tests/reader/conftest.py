@@ -121,7 +121,8 @@ def write_dataset(out_dir: str, schema: Schema, samples: dict[str, dict], *, spl
              | beam.Create([Sample(key, values) for key, values in samples.items()])
              | WriteTFRecordDataset(out_dir, description=DatasetDescription(
                  schema=schema, name="t", compression=compression, file_format=file_format,
-                 sharding=ShardingConfig(target_shard_bytes=target_shard_bytes, num_shards=num_shards), splits=SplitConfig.parse(splits))))
+                 sharding=ShardingConfig(target_shard_bytes=target_shard_bytes, num_shards=num_shards),
+                 splits=SplitConfig.parse(splits))))
     return out_dir
 
 

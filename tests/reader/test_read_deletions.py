@@ -18,13 +18,14 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import KEYED_SCHEMA, write_dataset
+from conftest import write_dataset
 from deleted_records import first_version, live_records, shard_records, shared_version
 from fixtures_gcs import fake_gcs  # noqa: F401  (a pytest fixture: one emulator per test process)
 
 from beam_tfrecord.beam.read_dataset import ReadTFRecordDataset
 from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.core.schema import DType, Scalar, Schema, VarList
 from beam_tfrecord.dataset import load_manifest, version_dir
 from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
 from beam_tfrecord.reader.numpy_reader import read_numpy
@@ -33,6 +34,12 @@ from beam_tfrecord.reader.order.random_access import RandomAccessRecords
 from beam_tfrecord.reader.order.read_plan import plan_read
 
 FIRST, SECOND = "20260101T000000.000Z-a1a1a1", "20260102T000000.000Z-b2b2b2"
+SCHEMA = Schema(features={"key": Scalar(DType.STRING), "i": Scalar(DType.INT64), "v": VarList(DType.INT64)})
+
+
+def _samples(prefix: str, count: int, sign: int) -> dict[str, dict]:
+    return {f"{prefix}{i:04d}": {"key": f"{prefix}{i:04d}", "i": sign * i, "v": list(range(i % 3))}
+            for i in range(count)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,16 +69,14 @@ def _deleted_positions(number: int, num_records: int) -> list[int]:
 def _build(tmp_path_factory: pytest.TempPathFactory, file_format: FileFormat) -> Shared:
     tmp = tmp_path_factory.mktemp(f"deletions_{file_format.value}")
     root = str(tmp / "root")
-    samples = {f"d{i:04d}": {"key": f"d{i:04d}", "i": i} for i in range(400)}
+    sizes = {"target_shard_bytes": 1 << 20, "num_shards": 4, "file_format": file_format}
     base = first_version(root, FIRST, lambda directory: write_dataset(
-        directory, KEYED_SCHEMA, samples, splits="train=0.75,test=0.25", target_shard_bytes=1 << 20, num_shards=4,
-        file_format=file_format))
-    own = write_dataset(str(tmp / "own"), KEYED_SCHEMA, {f"n{i:04d}": {"key": f"n{i:04d}", "i": -i} for i in range(40)},
-                        splits="train=1.0", target_shard_bytes=1 << 20, num_shards=4, file_format=file_format)
+        directory, SCHEMA, _samples("d", 400, 1), splits="train=0.75,test=0.25", **sizes))
+    own = write_dataset(str(tmp / "own"), SCHEMA, _samples("n", 40, -1), splits="train=1.0", **sizes)
     deleted = {shard.filename: _deleted_positions(number + 3 * (split.name == "test"), shard.num_records)
                for split in base.splits for number, shard in enumerate(split.shards)}
     manifest = shared_version(root, FIRST, SECOND, deleted=deleted, own=own)
-    decoder = RecordDecoder(KEYED_SCHEMA)
+    decoder = RecordDecoder(SCHEMA)
 
     def key(record: bytes) -> bytes:
         return decoder.decode(record, shard="", offset=0)["key"]
@@ -127,6 +132,8 @@ def test_tf_data_reads_the_live_records_in_order(shared, options):
     dataset = read_dataset(shared.root, split="train", batch_size=16, **options)
     keys = _tf_keys(dataset)
     expected = shared.live["train"]
+    for batch in dataset:  # a ragged feature's rows stay with their records
+        assert [len(row) for row in batch["v"].to_list()] == [abs(i) % 3 for i in batch["i"].numpy().tolist()]
     assert len(dataset) == math.ceil(len(expected) / 16)
     assert (keys if not options else sorted(keys)) == (expected if not options else sorted(expected))
 
@@ -140,7 +147,7 @@ def test_tf_data_drops_records_a_batch_at_a_time_across_epochs(shared):
     repeated = read_dataset(shared.root, split="train", batch_size=16, repeat=True)
     batches = [batch["key"].numpy().tolist() for batch in repeated.take(2 * len(expected) // 16 + 3)]
     assert {len(batch) for batch in batches} == {16}
-    assert sum(batches, []) == (expected * 3)[:len(batches) * 16]
+    assert [key for batch in batches for key in batch] == (expected * 3)[:len(batches) * 16]
     dropped = read_dataset(shared.root, split="train", batch_size=16, drop_remainder=True, verify_count=False)
     assert len(dropped) == len(expected) // 16 and _tf_keys(dropped) == expected[:len(expected) // 16 * 16]
     assert {batch["key"].shape[0] for batch in dropped} == {16}
@@ -231,7 +238,7 @@ def test_array_record_random_access_maps_live_records_only(shared_array_record):
     shared = shared_array_record
     expected = shared.live["train"]
     records = RandomAccessRecords(plan_read(shared.root, split="train"))
-    decoder = RecordDecoder(KEYED_SCHEMA)
+    decoder = RecordDecoder(SCHEMA)
     try:
         assert len(records) == len(expected)
         found = records.read(np.arange(len(expected))[::-1])
