@@ -51,15 +51,16 @@ def _record(record: tf.Tensor, _: tf.Tensor) -> tf.Tensor:
     return record
 
 
-def dropping(records: tf.data.Dataset, keep: tf.Tensor) -> tf.data.Dataset:
+def dropping(records: tf.data.Dataset, keep: tf.Tensor, *, beyond: bool = True) -> tf.data.Dataset:
     """``records`` but those where ``keep`` (bool, one per record) is False; any past its end are kept (so a count
-    check sees them).
+    check sees them) when ``beyond`` (a stage per record), else left out.
 
     Each record is zipped with its flag, filtered and unzipped by functions that return one of their arguments:
     tf.data passes those through without running a function per record (a computed predicate cost 20x the read
     of a 3 KB record; a ``skip``/``take`` per live run re-reads the shard from its start per run).
     """
-    flags = tf.data.Dataset.from_tensor_slices(keep).concatenate(tf.data.Dataset.from_tensors(True).repeat())
+    flags = tf.data.Dataset.from_tensor_slices(keep)
+    flags = flags.concatenate(tf.data.Dataset.from_tensors(True).repeat()) if beyond else flags
     # A map fused with the batch after it is called per record, not passed through (10x the read of 3 KB records).
     options = tf.data.Options()
     options.experimental_optimization.map_and_batch_fusion = False
@@ -85,7 +86,7 @@ def _read_pass(read: FilesReader, dropped: np.ndarray | None) -> Callable[..., t
             return piece
         positions = table[first:last]
         deleted = tf.scatter_nd(positions[:, None], tf.ones_like(positions), tf.reshape(span, [1]))
-        return dropping(piece, tf.equal(deleted, 0))
+        return dropping(piece, tf.equal(deleted, 0), beyond=False)  # ``take`` ended it
 
     return records
 
