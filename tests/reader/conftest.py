@@ -115,14 +115,13 @@ def sequence_values(n: int) -> dict[str, dict]:
 
 def write_dataset(out_dir: str, schema: Schema, samples: dict[str, dict], *, splits: str,
                   target_shard_bytes: int, compression: Compression = Compression.NONE,
-                  file_format: FileFormat = FileFormat.TFRECORD, num_shards: int | None = None) -> str:
+                  file_format: FileFormat = FileFormat.TFRECORD) -> str:
     with beam.Pipeline() as pipeline:
         _ = (pipeline
              | beam.Create([Sample(key, values) for key, values in samples.items()])
              | WriteTFRecordDataset(out_dir, description=DatasetDescription(
                  schema=schema, name="t", compression=compression, file_format=file_format,
-                 sharding=ShardingConfig(target_shard_bytes=target_shard_bytes, num_shards=num_shards),
-                 splits=SplitConfig.parse(splits))))
+                 sharding=ShardingConfig(target_shard_bytes=target_shard_bytes), splits=SplitConfig.parse(splits))))
     return out_dir
 
 

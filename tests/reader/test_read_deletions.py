@@ -18,10 +18,10 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
-from conftest import write_dataset
 from deleted_records import first_version, live_records, shard_records, shared_version
 from fixtures_gcs import fake_gcs  # noqa: F401  (a pytest fixture: one emulator per test process)
 
+from beam_tfrecord import DatasetDescription, Sample, ShardingConfig, SplitConfig, WriteTFRecordDataset
 from beam_tfrecord.beam.read_dataset import ReadTFRecordDataset
 from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.manifest import Manifest
@@ -37,9 +37,15 @@ FIRST, SECOND = "20260101T000000.000Z-a1a1a1", "20260102T000000.000Z-b2b2b2"
 SCHEMA = Schema(features={"key": Scalar(DType.STRING), "i": Scalar(DType.INT64), "v": VarList(DType.INT64)})
 
 
-def _samples(prefix: str, count: int, sign: int) -> dict[str, dict]:
-    return {f"{prefix}{i:04d}": {"key": f"{prefix}{i:04d}", "i": sign * i, "v": list(range(i % 3))}
-            for i in range(count)}
+def _write(directory: str, prefix: str, count: int, *, splits: str, file_format: FileFormat) -> str:
+    """``count`` records keyed ``<prefix>0000``... in 4 shards per split (so two writers give files the same names)."""
+    samples = [Sample(f"{prefix}{i:04d}", {"key": f"{prefix}{i:04d}", "i": i, "v": list(range(i % 3))})
+               for i in range(count)]
+    description = DatasetDescription(schema=SCHEMA, name="t", file_format=file_format,
+                                     sharding=ShardingConfig(num_shards=4), splits=SplitConfig.parse(splits))
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create(samples) | WriteTFRecordDataset(directory, description=description)
+    return directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +75,9 @@ def _deleted_positions(number: int, num_records: int) -> list[int]:
 def _build(tmp_path_factory: pytest.TempPathFactory, file_format: FileFormat) -> Shared:
     tmp = tmp_path_factory.mktemp(f"deletions_{file_format.value}")
     root = str(tmp / "root")
-    sizes = {"target_shard_bytes": 1 << 20, "num_shards": 4, "file_format": file_format}
-    base = first_version(root, FIRST, lambda directory: write_dataset(
-        directory, SCHEMA, _samples("d", 400, 1), splits="train=0.75,test=0.25", **sizes))
-    own = write_dataset(str(tmp / "own"), SCHEMA, _samples("n", 40, -1), splits="train=1.0", **sizes)
+    base = first_version(root, FIRST, lambda directory: _write(directory, "d", 400, splits="train=0.75,test=0.25",
+                                                               file_format=file_format))
+    own = _write(str(tmp / "own"), "n", 40, splits="train=1.0", file_format=file_format)
     deleted = {shard.filename: _deleted_positions(number + 3 * (split.name == "test"), shard.num_records)
                for split in base.splits for number, shard in enumerate(split.shards)}
     manifest = shared_version(root, FIRST, SECOND, deleted=deleted, own=own)
@@ -133,7 +138,7 @@ def test_tf_data_reads_the_live_records_in_order(shared, options):
     keys = _tf_keys(dataset)
     expected = shared.live["train"]
     for batch in dataset:  # a ragged feature's rows stay with their records
-        assert [len(row) for row in batch["v"].to_list()] == [abs(i) % 3 for i in batch["i"].numpy().tolist()]
+        assert [len(row) for row in batch["v"].to_list()] == [i % 3 for i in batch["i"].numpy().tolist()]
     assert len(dataset) == math.ceil(len(expected) / 16)
     assert (keys if not options else sorted(keys)) == (expected if not options else sorted(expected))
 
@@ -225,6 +230,17 @@ def test_torch_ranks_and_resume(shared):
     assert before + after == [example["key"] for example in TFRecordIterableDataset(
         shared.root, split="train", shuffle=True, seed=9)]
     assert sorted(before + after) == sorted(expected)
+
+
+def test_mixtures_count_live_records(shared):
+    """A mixture of the root with its own version directory (the same records): each live record twice."""
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    mixture = {shared.root: 1.0, version_dir(shared.root, SECOND): 1.0}
+    expected = collections.Counter(shared.live["train"] * 2)
+    assert num_examples(mixture, split="train") == sum(expected.values())
+    assert collections.Counter(example["key"] for example in read_numpy(mixture, split="train", seed=1)) == expected
+    assert collections.Counter(_tf_keys(read_dataset(mixture, split="train", batch_size=32, seed=1))) == expected
 
 
 def test_beam_reads_the_live_records(shared):
