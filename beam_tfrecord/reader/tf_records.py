@@ -179,7 +179,7 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
             weakref.finalize(records, _close_all, held)
     else:
         records = _read_passes(plan, files_reader(files), shuffle_files=shuffle_files, seed=seed,
-                                 num_parallel_reads=num_parallel_reads)
+                               num_parallel_reads=num_parallel_reads)
     if verify_count:
         records = records.apply(tf.data.experimental.assert_cardinality(plan.num_records))
     return records
