@@ -55,6 +55,11 @@ class RecordRangeTask:
         """Mean framed bytes of a record (1 for an empty shard)."""
         return self.shard.num_record_bytes / self.shard.num_records if self.shard.num_records else 1.0
 
+    def is_live(self, index: int) -> bool:
+        """Whether record ``index`` of the shard is read (not in its deletion vector): a range claims every index,
+        deleted or not, so that restrictions and their sizes stay the file's."""
+        return self.shard.deletions is None or index not in self.shard.deletions.positions
+
 
 def read_records(task: RecordRangeTask, start: int, stop: int) -> Iterator[tuple[int, bytes]]:
     """``(index, data)`` of records ``start`` to ``stop`` of a shard, as its format reads a range.
@@ -120,7 +125,8 @@ class ReadRecordRangesFn(beam.DoFn):
         for index, data in read_records(task, restriction.start, restriction.stop):
             if not tracker.try_claim(index):
                 return
-            yield self._decode(data, task, index)
+            if task.is_live(index):
+                yield self._decode(data, task, index)
 
 
 class ReadRangeFn(beam.DoFn):
@@ -132,7 +138,8 @@ class ReadRangeFn(beam.DoFn):
     def process(self, task: RecordRangeTask) -> Iterator[Any]:
         stop = task.shard.num_records if task.stop is None else task.stop
         for index, data in read_records(task, task.start, stop):
-            yield self._decode(data, task, index)
+            if task.is_live(index):
+                yield self._decode(data, task, index)
 
 
 class ReadTFRecordDataset(beam.PTransform):
@@ -143,7 +150,8 @@ class ReadTFRecordDataset(beam.PTransform):
     records (a splittable DoFn), which runners with dynamic splitting rebalance. On Beam's DaskRunner
     (no splittable DoFns) the same ranges are planned up front and read by a plain ``ParDo``: the same
     records. Each record's CRCs are checked, and each shard's record count and size (a
-    ``CorruptShardError`` naming the shard); the whole file's CRC32C is ``verify_dataset``'s.
+    ``CorruptShardError`` naming the shard); the whole file's CRC32C is ``verify_dataset``'s. Records a version
+    deleted (its shards' deletion vectors) are read past, never output; a shard with none live is not read.
 
     Args:
         path: the dataset: a directory, a versioned root, a Beam ``file_path_prefix`` it was written
@@ -171,7 +179,7 @@ class ReadTFRecordDataset(beam.PTransform):
                               f"reads TFRecord (read these with {' or '.join(stored.readers)})")
         shards = dataset.manifest.split(split).shards
         self._tasks = [RecordRangeTask(full, shard, dataset.manifest.compression, split_bytes, stored)
-                       for shard, full in zip(shards, dataset.shard_paths(split), strict=True)]
+                       for shard, full in zip(shards, dataset.shard_paths(split), strict=True) if shard.num_live]
         self._decode = _Decode(dataset.manifest, output)
 
     def planned_ranges(self) -> list[RecordRangeTask]:

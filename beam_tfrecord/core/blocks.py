@@ -60,6 +60,11 @@ class RecordBlock:
         return RecordBlock(self.path, self.buffer, self.starts[start:stop], self.lengths[start:stop],
                            self.offsets[start:stop], self.paths[start:stop])
 
+    def select(self, keep: np.ndarray) -> "RecordBlock":
+        """The records where ``keep`` (one bool per record) is True (the same buffer, no copy of their bytes)."""
+        paths = tuple(path for path, kept in zip(self.paths, keep.tolist()) if kept)
+        return RecordBlock(self.path, self.buffer, self.starts[keep], self.lengths[keep], self.offsets[keep], paths)
+
     @classmethod
     def of_records(cls, path: str, records: list[bytes], offsets: np.ndarray | list[int], *,
                    paths: list[str] | None = None) -> "RecordBlock":

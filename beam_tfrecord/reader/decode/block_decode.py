@@ -90,22 +90,44 @@ class _Cursor:
         return length
 
     def gather(self, size: int, *, allocated: bool = False) -> np.ndarray:
-        """(records, size) bytes at the positions, moving past them (one strided copy when evenly spaced);
+        """(records, size) bytes at the positions, moving past them: one strided copy per run of evenly spaced
+        positions (a block of fixed-size records is one run; each record a reader dropped from it splits one);
         ``allocated``: into an array from the cursor's ``Allocate`` (a column handed out)."""
         pos = self.pos
-        if len(pos) > 1 and pos[1] > pos[0] and (np.diff(pos) == pos[1] - pos[0]).all():
-            strided = np.lib.stride_tricks.as_strided(self.data[pos[0]:], shape=(len(pos), size),
-                                                      strides=(int(pos[1] - pos[0]), 1))
-            if self.views:
-                out = strided
-            else:
-                out = self.allocate(len(pos) * size, np.dtype(np.uint8)).reshape(len(pos), size) if allocated else \
-                    np.empty((len(pos), size), np.uint8)
-                np.copyto(out, strided)
-        else:
+        runs = _even_runs(pos) if size else None
+        if runs is None:
             out = self.data[pos[:, None] + np.arange(size)] if size else np.zeros((len(pos), 0), np.uint8)
+        elif self.views and len(runs[0]) == 1:
+            out = np.lib.stride_tricks.as_strided(self.data[pos[0]:], shape=(len(pos), size), strides=(runs[1], 1))
+        else:
+            out = self.allocate(len(pos) * size, np.dtype(np.uint8)).reshape(len(pos), size) if allocated else \
+                np.empty((len(pos), size), np.uint8)
+            starts, stride = runs
+            offsets = pos[starts].tolist()
+            for begin, end, offset in zip(starts.tolist(), [*starts[1:].tolist(), len(pos)], offsets):
+                # np.ndarray over the buffer: a strided view at a fifth of as_strided's cost per run
+                np.copyto(out[begin:end], np.ndarray((end - begin, size), np.uint8, buffer=self.data, offset=offset,
+                                                     strides=(stride, 1)))
         self.pos = pos + size
         return out
+
+
+_MIN_RUN_POSITIONS = 16  # positions per run on average, else one gather (a Python step per run costs more)
+
+
+def _even_runs(pos: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """Where each run of positions ``stride`` apart starts (indexes into ``pos``), and the stride (the least
+    step); None when the positions are not mostly evenly spaced, ascending."""
+    if len(pos) < 2:
+        return (np.zeros(1, dtype=np.int64), 1) if len(pos) else None
+    steps = np.diff(pos)
+    stride = int(steps.min())
+    if stride <= 0:
+        return None
+    starts = np.flatnonzero(steps != stride) + 1
+    if (len(starts) + 1) * _MIN_RUN_POSITIONS > len(pos):
+        return None
+    return np.concatenate([[0], starts]), stride
 
 
 def _fixed_bytes(cursor: _Cursor, limit: np.ndarray, size: int) -> np.ndarray:

@@ -14,9 +14,10 @@ from collections.abc import Generator, Iterator, Sequence
 import numpy as np
 
 from beam_tfrecord.core.blocks import RecordBlock
+from beam_tfrecord.reader.order.passes import ShardPass, pass_blocks, pass_records, shard_passes
 from beam_tfrecord.reader.order.random_access import RandomAccessRecords
 from beam_tfrecord.reader.order.read_plan import ReadPlan
-from beam_tfrecord.reader.order.slicing import ReadSegment, sub_range
+from beam_tfrecord.reader.order.slicing import sub_range
 from beam_tfrecord.remote_reads.fetched import FetchedShard
 from beam_tfrecord.remote_reads.fetcher import ShardFetcher
 from beam_tfrecord.remote_reads.options import RemoteReads
@@ -40,10 +41,10 @@ class RecordOrder(abc.ABC):
         self.reads = reads or RemoteReads()
         self.num_records = plan.num_records
 
-    def _fetching(self, segments: Sequence[ReadSegment],
+    def _fetching(self, passes: Sequence[ShardPass],
                   side_by_side: Sequence[Sequence[int]] = ()) -> contextlib.AbstractContextManager[ShardFetcher | None]:
-        """A fetcher of the segments' shards in this order (None for local shards), closed after the block."""
-        fetcher = self.plan.fetcher(segments, self.reads, side_by_side=side_by_side)
+        """A fetcher of the passes' shards in this order (None for local shards), closed after the block."""
+        fetcher = self.plan.fetcher(passes, self.reads, side_by_side=side_by_side)
         return fetcher if fetcher is not None else contextlib.nullcontext()
 
     @abc.abstractmethod
@@ -59,10 +60,10 @@ class RecordOrder(abc.ABC):
         finally:
             records.close()  # type: ignore[attr-defined]
 
-    def _iter_segment(self, segment: ReadSegment, fetched: FetchedShard | None) -> Iterator[Record]:
-        path = self.plan.path(segment)
-        with self.plan.open_shard(segment, verify=self.verify, fetched=fetched) as reader:
-            for record, offset in reader.iter_records(segment.skip, segment.skip + segment.take):
+    def _iter_pass(self, shard_pass: ShardPass, fetched: FetchedShard | None) -> Iterator[Record]:
+        path = self.plan.path(shard_pass)
+        with self.plan.open_shard(shard_pass, verify=self.verify, fetched=fetched) as reader:
+            for record, offset in pass_records(reader, shard_pass):
                 yield record, path, offset
 
 
@@ -74,18 +75,18 @@ class StoredOrder(RecordOrder):
     """The records in the order the split expression lists them."""
 
     def iter_range(self, lo: int, hi: int) -> Iterator[Record]:
-        segments = sub_range(self.plan.segments, lo, hi)
-        with self._fetching(segments) as fetcher:
-            for number, segment in enumerate(segments):
-                yield from self._iter_segment(segment, _open(fetcher, number))
+        passes = shard_passes(sub_range(self.plan.segments, lo, hi))
+        with self._fetching(passes) as fetcher:
+            for number, shard_pass in enumerate(passes):
+                yield from self._iter_pass(shard_pass, _open(fetcher, number))
 
     def iter_blocks(self, lo: int, hi: int) -> Iterator[RecordBlock]:
         """A stored run read straight in the format's blocks (TFRecord: framing walked a buffer at a time)."""
-        segments = sub_range(self.plan.segments, lo, hi)
-        with self._fetching(segments) as fetcher:
-            for number, segment in enumerate(segments):
-                with self.plan.open_shard(segment, verify=self.verify, fetched=_open(fetcher, number)) as reader:
-                    yield from reader.iter_blocks(segment.skip, segment.skip + segment.take)
+        passes = shard_passes(sub_range(self.plan.segments, lo, hi))
+        with self._fetching(passes) as fetcher:
+            for number, shard_pass in enumerate(passes):
+                with self.plan.open_shard(shard_pass, verify=self.verify, fetched=_open(fetcher, number)) as reader:
+                    yield from pass_blocks(reader, shard_pass)
 
 
 class PermutedOrder(RecordOrder):
@@ -113,32 +114,34 @@ class PermutedOrder(RecordOrder):
 
 
 class WindowedOrder(RecordOrder):
-    """Shuffled shard order, shards read ``CYCLE_SHARDS`` at a time, records permuted per window."""
+    """Shuffled shard order, shards read ``CYCLE_SHARDS`` at a time, records permuted per window.
+
+    The unit shuffled and read side by side is a pass (``passes``): a shard with deleted records is walked once.
+    """
 
     def __init__(self, plan: ReadPlan, *, verify: bool, reads: RemoteReads | None, seed_parts: Sequence[int],
                  shuffle_buffer: int) -> None:
         super().__init__(plan, verify=verify, reads=reads)
         self._seed_parts = tuple(seed_parts)
-        segments = [plan.segments[i] for i in generator(*seed_parts).permutation(len(plan.segments)).tolist()]
-        cycle = max(1, min(CYCLE_SHARDS, len(segments)))
+        passes = [plan.passes[i] for i in generator(*seed_parts).permutation(len(plan.passes)).tolist()]
+        cycle = max(1, min(CYCLE_SHARDS, len(passes)))
         self._chunk = max(1, shuffle_buffer // cycle)
-        self._cycles = [segments[i:i + cycle] for i in range(0, len(segments), cycle)]
+        self._cycles = [passes[i:i + cycle] for i in range(0, len(passes), cycle)]
         windows: list[tuple[int, int]] = []  # (cycle, chunk number)
         sizes: list[int] = []
         for number, group in enumerate(self._cycles):
-            takes = np.array([segment.take for segment in group], dtype=np.int64)
+            takes = np.array([shard_pass.num_records for shard_pass in group], dtype=np.int64)
             for t in range(-(-int(takes.max()) // self._chunk)):
                 windows.append((number, t))
                 sizes.append(int(np.clip(takes - t * self._chunk, 0, self._chunk).sum()))
         self._windows = windows
         self._starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
 
-    def _from(self, segment: ReadSegment, first: int, fetcher: ShardFetcher | None,
+    def _from(self, shard_pass: ShardPass, first: int, fetcher: ShardFetcher | None,
               number: int) -> Generator[Record, None, None]:
-        """Segment ``segment`` from its record ``first`` on (``number``: its shard in the fetcher's list)."""
-        if first < segment.take:
-            yield from self._iter_segment(ReadSegment(segment.shard, segment.skip + first, segment.take - first),
-                                          _open(fetcher, number))
+        """A pass from its record ``first`` on (``number``: its shard in the fetcher's list)."""
+        if first < shard_pass.num_records:
+            yield from self._iter_pass(shard_pass.after(first), _open(fetcher, number))
 
     def iter_range(self, lo: int, hi: int) -> Iterator[Record]:
         number = int(np.searchsorted(self._starts, lo, side="right")) - 1
@@ -148,7 +151,7 @@ class WindowedOrder(RecordOrder):
         cycles = self._cycles[first_cycle:]
         ends = list(itertools.accumulate(len(group) for group in cycles))  # a cycle's shards in the fetcher's list
         side_by_side = [range(end - len(group), end) for group, end in zip(cycles, ends)]
-        with self._fetching([segment for group in cycles for segment in group], side_by_side) as fetcher:
+        with self._fetching([shard_pass for group in cycles for shard_pass in group], side_by_side) as fetcher:
             yield from self._windows_from(number, lo, hi, fetcher, first_cycle, side_by_side)
 
     def _windows_from(self, number: int, lo: int, hi: int, fetcher: ShardFetcher | None, first_cycle: int,
@@ -162,12 +165,13 @@ class WindowedOrder(RecordOrder):
                     for stream in streams:
                         stream.close()
                     listed = side_by_side[cycle - first_cycle]
-                    streams = [self._from(segment, t * self._chunk, fetcher, listed[i])
-                               for i, segment in enumerate(self._cycles[cycle])]
+                    streams = [self._from(shard_pass, t * self._chunk, fetcher, listed[i])
+                               for i, shard_pass in enumerate(self._cycles[cycle])]
                     open_cycle = cycle
                 window: list[Record] = []
-                for segment, stream in zip(self._cycles[cycle], streams):
-                    window.extend(itertools.islice(stream, max(0, min(self._chunk, segment.take - t * self._chunk))))
+                for shard_pass, stream in zip(self._cycles[cycle], streams):
+                    window.extend(itertools.islice(stream, max(0, min(self._chunk,
+                                                                      shard_pass.num_records - t * self._chunk))))
                 start = int(self._starts[number])
                 order = generator(*self._seed_parts, number).permutation(len(window))
                 for index in order[max(lo - start, 0):min(hi - start, len(window))].tolist():

@@ -36,7 +36,10 @@ class RandomAccessRecords:
         self._plan = plan
         self._segments = plan.segments
         self._ends = np.cumsum([s.take for s in plan.segments], dtype=np.int64)
-        self._readers: dict[str, ShardReader] = {}
+        # Each segment's pass: the fetcher lists each shard once however many deleted records split it into runs.
+        self._passes = plan.passes
+        self._pass_of = np.repeat(np.arange(len(self._passes)), [len(p.segments) for p in self._passes]).tolist()
+        self._readers: dict[str, ShardReader] = {}  # by full path: versions of a root may share a file name
         self._reads = reads or RemoteReads()
         self._fetcher: ShardFetcher | None = None
         self._fetching = False  # the fetcher was made (None: the shards are local)
@@ -46,12 +49,13 @@ class RandomAccessRecords:
 
     def _reader(self, segment_number: int) -> ShardReader:
         segment = self._segments[segment_number]
-        if segment.shard.filename not in self._readers:
+        path = self._plan.path(segment)
+        if path not in self._readers:
             if not self._fetching:
-                self._fetcher, self._fetching = self._plan.fetcher(self._segments, self._reads), True
-            fetched = self._fetcher.open(segment_number) if self._fetcher is not None else None
-            self._readers[segment.shard.filename] = self._plan.open_shard(segment, fetched=fetched)
-        return self._readers[segment.shard.filename]
+                self._fetcher, self._fetching = self._plan.fetcher(self._passes, self._reads), True
+            fetched = self._fetcher.open(self._pass_of[segment_number]) if self._fetcher is not None else None
+            self._readers[path] = self._plan.open_shard(segment, fetched=fetched)
+        return self._readers[path]
 
     def read(self, positions: Sequence[int] | np.ndarray) -> list[tuple[bytes, str, int]]:
         """(record, shard path, index in the shard) of each position, in the order given."""

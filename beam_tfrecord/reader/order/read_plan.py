@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 
-from beam_tfrecord.core.manifest import Manifest
+from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.dataset import LoadedDataset, open_dataset, resolve_dataset_dir
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import ShardFormat, ShardReader, shard_format
+from beam_tfrecord.reader.order.passes import ShardPass, shard_passes
 from beam_tfrecord.reader.order.slicing import ReadSegment, partition, resolve_split
 from beam_tfrecord.remote_reads.fetched import FetchedShard
 from beam_tfrecord.remote_reads.fetcher import COPIES_AHEAD, ShardFetcher, shard_fetcher
 from beam_tfrecord.remote_reads.options import RemoteReads, RemoteShard
+
+ReadPart = ReadSegment | ShardPass  # what names a shard to open or fetch
+
+
+def shard_key(shard: ShardInfo) -> tuple[str | None, str]:
+    """What tells a manifest's shards apart: versions of a root may each have written a file of the same name."""
+    return shard.stored_in, shard.filename
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +35,8 @@ class ReadPlan:
         num_workers: workers sharing the records.
         worker_index: this worker.
         segments: this worker's records, in order.
-        paths: shard file name -> full path (in the version the manifest was loaded from).
+        paths: ``shard_key`` -> full path (in the version the manifest was loaded from, or the earlier version
+            of its root that wrote the file).
     """
 
     dataset_dir: str
@@ -35,33 +45,38 @@ class ReadPlan:
     num_workers: int
     worker_index: int
     segments: tuple[ReadSegment, ...]
-    paths: Mapping[str, str]
+    paths: Mapping[tuple[str | None, str], str]
 
     @property
     def num_records(self) -> int:
         """Records this worker reads per epoch (the same for every worker)."""
         return sum(segment.take for segment in self.segments)
 
-    def path(self, segment: ReadSegment) -> str:
-        """The full path of a segment's shard."""
-        return self.paths[segment.shard.filename]
+    @functools.cached_property
+    def passes(self) -> tuple[ShardPass, ...]:
+        """The segments as the passes over their files that read them (``passes``): one per shard, however many
+        deleted records split it into runs."""
+        return shard_passes(self.segments)
+
+    def path(self, part: ReadPart) -> str:
+        """The full path of a segment's or a pass's shard."""
+        return self.paths[shard_key(part.shard)]
 
     @property
     def format(self) -> ShardFormat:
         """The shards' format (``beam_tfrecord.formats``), from the manifest's ``file_format``."""
         return shard_format(self.manifest.file_format)
 
-    def open_shard(self, segment: ReadSegment, *, verify: bool = True,
-                   fetched: FetchedShard | None = None) -> ShardReader:
-        """A reader of a segment's shard, in the shards' format (see ``ShardFormat.open_reader``)."""
-        return self.format.open_reader(self.path(segment), segment.shard, compression=self.manifest.compression,
+    def open_shard(self, part: ReadPart, *, verify: bool = True, fetched: FetchedShard | None = None) -> ShardReader:
+        """A reader of a segment's or a pass's shard, in the shards' format (see ``ShardFormat.open_reader``)."""
+        return self.format.open_reader(self.path(part), part.shard, compression=self.manifest.compression,
                                        verify=verify, fetched=fetched)
 
-    def remote_shards(self, segments: Sequence[ReadSegment]) -> list[RemoteShard]:
-        """The segments' shards as the fetcher and the cache know them: full path, size and CRC32C as listed."""
-        return [RemoteShard(self.path(s), s.shard.num_bytes, s.shard.crc32c) for s in segments]
+    def remote_shards(self, parts: Sequence[ReadPart]) -> list[RemoteShard]:
+        """The parts' shards as the fetcher and the cache know them: full path, size and CRC32C as listed."""
+        return [RemoteShard(self.path(s), s.shard.num_bytes, s.shard.crc32c) for s in parts]
 
-    def fetcher(self, segments: Sequence[ReadSegment], reads: RemoteReads, *,
+    def fetcher(self, segments: Sequence[ReadPart], reads: RemoteReads, *,
                 side_by_side: Sequence[Sequence[int]] = (), copies_ahead: int = COPIES_AHEAD) -> ShardFetcher | None:
         """A ``ShardFetcher`` of the segments' shards in this order (``open(i)`` for ``segments[i]``); None when
         they are local (read as they always were). ``side_by_side``: groups of them read together;
@@ -100,6 +115,6 @@ def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_i
                    else LoadedDataset(path, resolve_dataset_dir(path), manifest))
     manifest = dataset.manifest
     segments = partition(resolve_split(manifest, split), num_workers=num_workers, worker_index=worker_index)
-    paths = {shard.filename: full for split_info in manifest.splits
+    paths = {shard_key(shard): full for split_info in manifest.splits
              for shard, full in zip(split_info.shards, dataset.shard_paths(split_info.name))}
     return ReadPlan(path, manifest, split, num_workers, worker_index, segments, paths)
