@@ -21,9 +21,10 @@ from fixtures_stores import Server, moto_s3, s3_bucket  # noqa: F401  (pytest fi
 from private_cluster import PrivateCluster, private_cluster, private_cluster_skip_reason
 
 from beam_tfrecord import load_manifest, storage
+from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.engine.dask_probe import TOKEN_PREFIX
 from beam_tfrecord.errors import InputsMismatchError, LocalPathError
-from beam_tfrecord.versions.incremental import REFRESH_KEY
+from beam_tfrecord.versions.commit import COMMIT_KEY
 from pipelines import build_image_dataset, refresh_image_dataset
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
@@ -53,8 +54,11 @@ def _on_cluster(cluster: PrivateCluster) -> list[str]:
     return [f"--runner={DASK_RUNNER}", f"--dask_client_address={cluster.address}"]
 
 
-def _shard_bytes(dataset: str) -> dict[str, bytes]:
-    return {s.filename: storage.read_bytes(storage.join(dataset, s.filename)) for s in load_manifest(dataset).shards}
+def _shard_bytes(dataset: str) -> dict[tuple[bool, str], bytes]:
+    """(listed from an earlier version, file name) -> bytes of every shard the dataset lists, wherever stored."""
+    opened = open_dataset(dataset)
+    return {(s.stored_in is not None, s.filename): storage.read_bytes(opened.shard_path(s))
+            for s in opened.manifest.shards}
 
 
 def _objects_under(path: str) -> list[str]:
@@ -160,8 +164,9 @@ def test_incremental_refresh_on_workers_without_shared_disk_equals_the_direct_ru
                                               *(_on_cluster(cluster) if name == "dask" else [])])
              for name, root in roots.items()}
     dask, direct = (load_manifest(plans[name].version_dir) for name in ("dask", "direct"))
-    assert dask.metadata[REFRESH_KEY] == {"base_version": plans["dask"].latest, "reused_records": 30,
-                                          "encoded_records": 1, "removed_records": 0}
+    commit = dask.metadata[COMMIT_KEY]  # an append: the base's shards listed, the new image in a shard of its own
+    assert (commit["base_version"], commit["kept_records"], commit["written_records"], commit["deleted_records"]) == \
+        (plans["dask"].latest, 30, 1, 0)
     assert dask.num_written == direct.num_written == 31
     assert _shard_bytes(plans["dask"].version_dir) == _shard_bytes(plans["direct"].version_dir)
 

@@ -13,9 +13,9 @@ from kills import files_exist, kill_when
 
 from beam_tfrecord import load_manifest
 from beam_tfrecord.core.runs import INDEX_SUFFIX
-from beam_tfrecord.dataset import read_latest, resolve_dataset_dir
+from beam_tfrecord.dataset import open_dataset, read_latest, resolve_dataset_dir
 from beam_tfrecord.spill.resume import TEMP_PREFIX, finished_runs
-from beam_tfrecord.versions.incremental import REFRESH_KEY
+from beam_tfrecord.versions.commit import COMMIT_KEY
 from pipelines import refresh_image_dataset
 from pipelines.make_sample_images import write_sample_images
 
@@ -25,9 +25,11 @@ def _args(images: Path, root: Path) -> list[str]:
             "--target_shard_bytes=200000", "--progress=none", "--direct_num_workers=1", "--min_version_age=0"]
 
 
-def _latest_shards(root: Path) -> dict[str, bytes]:
-    folder = resolve_dataset_dir(str(root))
-    return {s.filename: Path(folder, s.filename).read_bytes() for s in load_manifest(folder).shards}
+def _latest_shards(root: Path) -> dict[tuple[bool, str], bytes]:
+    """(listed from the base version, file name) -> bytes of every shard LATEST lists."""
+    dataset = open_dataset(str(root))
+    return {(s.stored_in is not None, s.filename): Path(dataset.shard_path(s)).read_bytes()
+            for s in dataset.manifest.shards}
 
 
 def test_a_killed_refresh_is_resumed_by_the_next_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,8 +59,8 @@ def test_a_killed_refresh_is_resumed_by_the_next_run(tmp_path: Path, capsys: pyt
     assert read_latest(str(root)) == killed
     metadata = load_manifest(resolve_dataset_dir(str(root))).metadata
     assert metadata["resumed"]["reused_records"] == finished > 0
-    assert metadata[REFRESH_KEY]["base_version"] == first
-    assert metadata[REFRESH_KEY]["reused_records"] > 0  # incremental: records kept from the first version
+    assert metadata[COMMIT_KEY]["base_version"] == first
+    assert metadata[COMMIT_KEY]["kept_records"] == 300  # an append: the first version's records stay where they are
 
     refresh_image_dataset.run(_args(images, clean_root))
     assert "resumed" not in load_manifest(resolve_dataset_dir(str(clean_root))).metadata

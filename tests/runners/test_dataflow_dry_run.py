@@ -107,7 +107,8 @@ def _template_example(parameter: dict, bucket: str) -> str:
                 "no_statistics": "false", "salt": "s1", "shard_writers": "1", "on_drift": "warn",
                 "drift_thresholds": f"{bucket}/config/drift.json",
                 "max_rejected_fraction": "0.25", "fan_in": "auto", "encode_processes": "1", "spill_run_mib": "16",
-                "keep_versions": "2", "min_version_age": "12h", "incremental": "true",
+                "keep_versions": "2", "min_version_age": "12h", "incremental": "true", "append": "true",
+                "max_small_shards": "32", "max_deleted_fraction": "0.25",
                 "force": "true", "break_lock": "false", "shared_filesystem": "false",
                 "duplicates": "report", "duplicates_exclude": "image", "split_by": "label"}
     value = examples[parameter["name"]]
