@@ -5,6 +5,7 @@ A violation is a ``ManifestError`` naming the field (as a JSON path) and the val
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -84,38 +85,55 @@ def plain_file_name(value: Any, path: str) -> str:
     return value
 
 
-def _check_shard_name(filename: str, path: str, *, dataset: str, split: str, index: int, count: int,
-                      compression: Compression, file_format: FileFormat, naming: PrefixShardNames | None,
-                      shared: bool) -> tuple[int, int] | None:
-    """The name the writer gives shard ``index`` of ``count`` in ``split``, or ManifestError.
+@dataclasses.dataclass(frozen=True)
+class _SplitChecks:
+    """What every shard of one split is checked against, worked out once per split (a manifest may list 100,000)."""
+
+    dataset: str
+    split: str
+    count: int
+    compression: Compression
+    file_format: FileFormat
+    naming: PrefixShardNames | None
+    version: Any
+    shared: bool
+    framed_files: bool  # an uncompressed file is exactly its framed records: num_bytes == num_record_bytes
+    pattern: re.Pattern[str]  # _name_pattern's
+
+
+def _check_shard_name(filename: str, path: str, index: int, checks: _SplitChecks) -> tuple[int, int] | None:
+    """The name the writer gives shard ``index`` of ``count`` in ``split``, or ManifestError naming ``path``'s
+    filename.
 
     In a version that shares shards (``shared``), each shard keeps the name its writer gave it: its own index
     and count among the shards that writer wrote, so only the dataset, split, format and compression are
     checked here (``_check_shared_names`` checks each writer's shards together). Returns the name's (index, count).
     """
+    naming, shared = checks.naming, checks.shared
     if naming is not None:
         try:
-            expected = naming.format(split, index, count)
+            expected = naming.format(checks.split, index, checks.count)
         except ShardNameError as err:
-            raise _fail(path, f"a shard name of shard_naming ({err})", filename) from err
+            raise _fail(f"{path}.filename", f"a shard name of shard_naming ({err})", filename) from err
         if filename != expected:
-            raise _fail(path, f"{expected!r} (shard_naming's name of this split, index and count)", filename)
+            raise _fail(f"{path}.filename", f"{expected!r} (shard_naming's name of this split, index and count)",
+                        filename)
         return None
-    fast = _name_pattern(dataset, split, file_format, compression).fullmatch(filename)  # 100,000 shards: < 0.1 s
+    fast = checks.pattern.fullmatch(filename)  # 100,000 shards: < 0.1 s
     if fast is not None:
         found = int(fast[1]), int(fast[2])
-        if (found[0] < found[1]) if shared else found == (index, count):
+        if (found[0] < found[1]) if shared else found == (index, checks.count):
             return found
     try:
         name = ShardName.parse(filename)
     except ShardNameError as err:
-        raise _fail(path, "a shard name DATASET-SPLIT.FORMAT-SSSSS-of-NNNNN[.gz|.zz]", filename) from err
-    expected_name = ShardName(dataset, split, name.index if shared else index, name.count if shared else count,
-                              compression, file_format)
+        raise _fail(f"{path}.filename", "a shard name DATASET-SPLIT.FORMAT-SSSSS-of-NNNNN[.gz|.zz]", filename) from err
+    expected_name = ShardName(checks.dataset, checks.split, name.index if shared else index,
+                              name.count if shared else checks.count, checks.compression, checks.file_format)
     if name != expected_name:
         what = "its dataset, split, format and compression" if shared else \
             "its dataset, split, index, count, format and compression"
-        raise _fail(path, f"{str(expected_name)!r} ({what})", filename)
+        raise _fail(f"{path}.filename", f"{str(expected_name)!r} ({what})", filename)
     return name.index, name.count
 
 
@@ -174,23 +192,22 @@ def _check_shared_fields(shard: Mapping[str, Any], path: str, *, version: Any, n
     return DeletionVector.from_json(shard["deletions"], path=f"{path}.deletions", num_records=records)
 
 
-def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int, count: int,
-                 compression: Compression, file_format: FileFormat, naming: PrefixShardNames | None,
-                 version: Any, shared: bool, framed_files: bool,
-                 parsed: dict[str, DeletionVector]) -> tuple[int, int, tuple[int, int] | None]:
-    """The shard's live records, stored bytes and name's (index, count); ``framed_files``: an uncompressed file
-    is exactly its framed records; ``parsed`` gets its deletion vector by ``path``. Runs once per shard: 100,000
-    of them are checked in well under a second."""
-    if not isinstance(shard, Mapping):
+def _check_shard(shard: Any, path: str, index: int, checks: _SplitChecks,
+                 parsed: dict[tuple[int, int], DeletionVector], at: tuple[int, int]) -> tuple[int, int, Any]:
+    """The shard's live records, stored bytes and name's (index, count); its deletion vector goes into ``parsed``
+    under ``at`` (split, shard). Runs once per shard: 100,000 of them are checked in well under a second."""
+    if type(shard) is not dict and not isinstance(shard, Mapping):
         raise _fail(path, "a shard object", type(shard).__name__)
     if not _SHARD_FIELDS <= shard.keys() <= _ALL_SHARD_FIELDS:
         raise _fail(path, f"the fields {sorted(_SHARD_FIELDS)} (and optionally {sorted(_OPTIONAL_SHARD_FIELDS)})",
                     sorted(shard))
-    filename = plain_file_name(shard["filename"], f"{path}.filename")
-    name = _check_shard_name(filename, f"{path}.filename", dataset=dataset, split=split, index=index, count=count,
-                             compression=compression, file_format=file_format, naming=naming, shared=shared)
-    if shard["split"] != split:
-        raise _fail(f"{path}.split", repr(split), shard["split"])
+    filename = shard["filename"]
+    if not (type(filename) is str and len(filename) <= MAX_NAME_CHARS and _PLAIN_NAME.fullmatch(filename)
+            and ".." not in filename):  # the common case without a call; plain_file_name says what is wrong
+        filename = plain_file_name(filename, f"{path}.filename")
+    name = _check_shard_name(filename, path, index, checks)
+    if shard["split"] != checks.split:
+        raise _fail(f"{path}.split", repr(checks.split), shard["split"])
     if type(shard["index"]) is not int or shard["index"] != index:
         raise _fail(f"{path}.index", str(index), shard["index"])
     records, stored, framed = shard["num_records"], shard["num_bytes"], shard["num_record_bytes"]
@@ -201,7 +218,7 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
     if framed < FRAMING_BYTES * records:
         raise _fail(f"{path}.num_record_bytes", f">= {FRAMING_BYTES} x num_records "
                                                 f"({FRAMING_BYTES * records})", framed)
-    if framed_files and stored != framed:
+    if checks.framed_files and stored != framed:
         raise _fail(f"{path}.num_bytes", f"num_record_bytes ({framed}) for an uncompressed shard", stored)
     if not isinstance(shard["crc32c"], str) or not _CRC32C.fullmatch(shard["crc32c"]):
         raise _fail(f"{path}.crc32c", "8 lowercase hex digits", shard["crc32c"])
@@ -209,9 +226,9 @@ def _check_shard(shard: Any, path: str, *, dataset: str, split: str, index: int,
         raise _fail(f"{path}.dali_index", f"{dali_index_name(filename)!r} (the shard's name + '.idx')",
                     shard["dali_index"])
     if "stored_in" in shard or "deletions" in shard:
-        deletions = _check_shared_fields(shard, path, version=version, naming=naming, records=records)
+        deletions = _check_shared_fields(shard, path, version=checks.version, naming=checks.naming, records=records)
         if deletions is not None:
-            parsed[path] = deletions
+            parsed[at] = deletions
             records -= deletions.count
     return records, stored, name
 
@@ -234,9 +251,9 @@ def _check_dali_indexes(splits: list[Any], compression: Compression, file_format
         raise _fail(f"splits[{i}].shards[{j}].dali_index", "a DALI index, as the other shards list one", None)
 
 
-def check_manifest_json(data: Mapping[str, Any]) -> dict[str, DeletionVector]:
+def check_manifest_json(data: Mapping[str, Any]) -> dict[tuple[int, int], DeletionVector]:
     """Checks a manifest's JSON (version already checked) before any of it is used; returns the deletion vectors
-    it parsed, by the JSON path of their shard (``splits[0].shards[3]``).
+    it parsed, by (split, shard) position.
 
     Raises:
         ManifestError: naming the first field that is missing, of the wrong type or out of range.
@@ -289,7 +306,7 @@ def check_manifest_json(data: Mapping[str, Any]) -> dict[str, DeletionVector]:
     written = 0
     names: set[str] = set()
     framed_files = file_format.stores_framed_records and compression is Compression.NONE
-    parsed: dict[str, DeletionVector] = {}
+    parsed: dict[tuple[int, int], DeletionVector] = {}
     # A version that lists a shard of an earlier version keeps every shard's own name (see _check_shard_name).
     shared = any(isinstance(split, Mapping) and isinstance(split.get("shards"), list) and
                  any(isinstance(shard, Mapping) and "stored_in" in shard for shard in split["shards"])
@@ -308,12 +325,11 @@ def check_manifest_json(data: Mapping[str, Any]) -> dict[str, DeletionVector]:
         shards = split["shards"]
         records = stored = 0
         shard_names = []
+        checks = _SplitChecks(dataset, name, len(shards), compression, file_format,  # type: ignore[arg-type]
+                              naming, data.get("version"), shared, framed_files,
+                              _name_pattern(dataset, name, file_format, compression))
         for j, shard in enumerate(shards):
-            r, b, shard_name = _check_shard(shard, f"{path}.shards[{j}]",
-                                            dataset=dataset, split=name,  # type: ignore[arg-type]
-                                            index=j, count=len(shards), compression=compression,
-                                            file_format=file_format, naming=naming, version=data.get("version"),
-                                            shared=shared, framed_files=framed_files, parsed=parsed)
+            r, b, shard_name = _check_shard(shard, f"{path}.shards[{j}]", j, checks, parsed, (i, j))
             records, stored = records + r, stored + b
             shard_names.append(shard_name)
         if shared:
