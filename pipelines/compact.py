@@ -4,14 +4,14 @@ Reads the live records of LATEST (its own shards and those it shares with earlie
 skipped) with their keys, writes them as a full build would, and publishes the result as a new version: its
 shards are byte-identical to a full build of the same inputs, it lists no other version's shard and no deletion,
 so every outside reader (TFDS, DALI, Ray, Croissant, a glob) can read it. Retention then frees what only older
-versions referenced. See docs/operations.md, "Shared shards, deletion vectors and compaction".
+versions referenced. See docs/operations.md, "Scheduled refresh: versioned dataset roots".
 """
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -59,7 +59,7 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> str | 
         return _compact(options, compact, age)
 
 
-def _compact(options: PipelineOptions, compact: RefreshOptions, age: Any) -> str | None:
+def _compact(options: PipelineOptions, compact: RefreshOptions, age: datetime.timedelta) -> str | None:
     root = compact.dataset_root
     latest = read_latest(root)
     if latest is None:
@@ -95,7 +95,7 @@ def _compact(options: PipelineOptions, compact: RefreshOptions, age: Any) -> str
     return version_id
 
 
-def _publish(root: str, version_id: str, compact: RefreshOptions, age: Any) -> beam.PTransform:
+def _publish(root: str, version_id: str, compact: RefreshOptions, age: datetime.timedelta) -> beam.PTransform:
     """The pipeline's last step: LATEST moves to the compacted version, then retention."""
     return beam.Map(publish_version, root=root, version_id=version_id, keep_versions=compact.keep_versions,
                     min_version_age=age)
