@@ -127,8 +127,8 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     manifest = written if commit is None else commit.merge(written)  # a version's: with the shards it keeps
     try:
         _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
-        if manifest.self_contained:  # outside readers only ever see whole versions
-            write_interop_files(settings.output_dir, manifest)  # croissant.json, schema.pbtxt: before the manifest
+        # croissant.json (a self-contained version only: interop.croissant's rule), schema.pbtxt: before the manifest
+        write_interop_files(settings.output_dir, manifest)
         if written.statistics is not None:  # of the written records: the version's, or what it appends
             statistics = gather_statistics(storage.join(settings.temp_dir, "shards"), settings.description.schema,
                                            [split.name for split in written.splits])
