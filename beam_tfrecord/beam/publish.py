@@ -126,7 +126,9 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
     commit = settings.provenance.commit
     manifest = written if commit is None else commit.merge(written)  # a version's: with the shards it keeps
     try:
-        _replace_files(settings, old, shard_infos, rejected)  # from its first step on, no manifest is in place
+        listed = {shard.filename for shard in manifest.shards if shard.stored_in is None}  # not a merge's empty ones
+        _replace_files(settings, old, [s for s in shard_infos if s.filename in listed],
+                       rejected)  # from its first step on, no manifest is in place
         # croissant.json (a self-contained version only: interop.croissant's rule), schema.pbtxt: before the manifest
         write_interop_files(settings.output_dir, manifest)
         if written.statistics is not None:  # of the written records: the version's, or what it appends
