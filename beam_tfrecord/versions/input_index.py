@@ -60,14 +60,7 @@ class InputIndex:
     @classmethod
     def from_bytes(cls, data: bytes, *, path: str) -> "InputIndex":
         """Parses an index read from storage; raises ``InputIndexError`` on anything unexpected."""
-        try:
-            parsed = json.loads(data)
-        except (UnicodeDecodeError, ValueError) as err:
-            raise InputIndexError(path, f"not JSON: {err}") from err
-        if not isinstance(parsed, dict) or parsed.get("format") != INPUT_INDEX_FORMAT:
-            raise InputIndexError(path, f"expected an object with format {INPUT_INDEX_FORMAT!r}")
-        if parsed.get("version") != INPUT_INDEX_VERSION:
-            raise InputIndexError(path, f"version {parsed.get('version')!r}; this reader knows {INPUT_INDEX_VERSION}")
+        parsed = parse_versioned_json(data, path=path, file_format=INPUT_INDEX_FORMAT, version=INPUT_INDEX_VERSION)
         encoding, rows = parsed.get("encoding"), parsed.get("inputs")
         if not isinstance(encoding, str) or not isinstance(rows, list):
             raise InputIndexError(path, "expected 'encoding' (a string) and 'inputs' (a list)")
@@ -80,6 +73,20 @@ class InputIndex:
         if len(set(keys)) != len(keys):
             raise InputIndexError(path, "an input key is listed twice")
         return cls(encoding, tuple(sorted(inputs, key=lambda i: i.key)))
+
+
+def parse_versioned_json(data: bytes, *, path: str, file_format: str, version: int) -> dict[str, Any]:
+    """A JSON object of a version's index files read from storage (``{"format": ..., "version": ..., ...}``);
+    ``InputIndexError`` naming ``path`` when it is not JSON, not an object of ``file_format`` or of another version."""
+    try:
+        parsed = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as err:
+        raise InputIndexError(path, f"not JSON: {err}") from err
+    if not isinstance(parsed, dict) or parsed.get("format") != file_format:
+        raise InputIndexError(path, f"expected an object with format {file_format!r}")
+    if parsed.get("version") != version:
+        raise InputIndexError(path, f"version {parsed.get('version')!r}; this reader knows {version}")
+    return parsed
 
 
 def encoding_digest(*, schema_json: Mapping[str, Any], transforms: Mapping[str, object], salt: str,

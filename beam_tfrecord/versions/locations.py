@@ -18,6 +18,7 @@ from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import VERSION_ID_PATTERN
 from beam_tfrecord.errors import InputIndexError
+from beam_tfrecord.versions.input_index import parse_versioned_json
 
 RECORD_LOCATIONS_FILENAME = "record_locations.json"
 _FORMAT = "beam-tfrecord-record-locations"
@@ -68,12 +69,7 @@ class RecordLocations:
     @classmethod
     def from_bytes(cls, data: bytes, *, path: str) -> "RecordLocations":
         """Parses a file read from storage; ``InputIndexError`` naming ``path`` on anything unexpected."""
-        try:
-            parsed = json.loads(data)
-        except (UnicodeDecodeError, ValueError) as err:
-            raise InputIndexError(path, f"not JSON: {err}") from err
-        if not isinstance(parsed, dict) or parsed.get("format") != _FORMAT or parsed.get("version") != _VERSION:
-            raise InputIndexError(path, f"expected an object of format {_FORMAT!r}, version {_VERSION}")
+        parsed = parse_versioned_json(data, path=path, file_format=_FORMAT, version=_VERSION)
         shards, rows = parsed.get("shards"), parsed.get("records")
         if not isinstance(shards, list) or not isinstance(rows, list):
             raise InputIndexError(path, "expected 'shards' and 'records' lists")

@@ -1,6 +1,7 @@
 """The lease on s3:// (PutObject If-None-Match: *, DeleteObject If-Match) and az:// (the same headers on Put
 Blob and Delete Blob), on real servers: of racing jobs exactly one holds an output; two builds started at
-once into one output publish one dataset, unmixed, and the other is refused with OutputLockedError."""
+once into one output publish one dataset, unmixed, and the other is refused with OutputLockedError. The
+acquire, release and stale-lease cases run on gs:// too (its race: test_gcs_lease.py)."""
 
 from __future__ import annotations
 
@@ -30,8 +31,14 @@ def bucket(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(BUCKETS[request.param]))
 
 
-def test_a_second_acquire_is_refused_and_release_frees_it(bucket: str) -> None:
-    out = f"{bucket}/leases/one"
+@pytest.fixture(params=[*BUCKETS, "gs"])
+def any_bucket(request: pytest.FixtureRequest) -> str:
+    """A fresh bucket on s3://, az:// or gs:// (the GCS emulator)."""
+    return str(request.getfixturevalue({**BUCKETS, "gs": "gcs_bucket"}[request.param]))
+
+
+def test_a_second_acquire_is_refused_and_release_frees_it(any_bucket: str) -> None:
+    out = f"{any_bucket}/leases/one"
     first = lease.acquire(out, run_id="run-a")
     with pytest.raises(OutputLockedError, match=r"run run-a"):
         lease.acquire(out, run_id="run-b")
@@ -55,8 +62,8 @@ def test_a_create_that_meets_its_own_bytes_counts_as_created(bucket: str) -> Non
     assert not storage.create_if_absent(path, b"theirs")
 
 
-def test_a_stale_lease_is_taken_over_and_a_live_one_only_with_break_lock(bucket: str) -> None:
-    out = f"{bucket}/leases/stale"
+def test_a_stale_lease_is_taken_over_and_a_live_one_only_with_break_lock(any_bucket: str) -> None:
+    out = f"{any_bucket}/leases/stale"
     old = {"run_id": "old", "host": "elsewhere", "pid": 1, "started_at": "2026-01-01T00:00:00+00:00"}
     storage.write_bytes_atomic(lease.lease_path(out), json.dumps(old).encode())
     taken = lease.acquire(out, run_id="mine")
@@ -64,7 +71,7 @@ def test_a_stale_lease_is_taken_over_and_a_live_one_only_with_break_lock(bucket:
     with pytest.raises(OutputLockedError, match="run mine"):
         lease.acquire(out, run_id="late")
     assert lease.acquire(out, run_id="breaker", break_lock=True).holder.run_id == "breaker"
-    taken.release()  # no longer its lease (If-Match of the ETag it read fails): left alone
+    taken.release()  # no longer its lease (If-Match of the ETag or generation it read fails): left alone
     assert LeaseHolder.from_bytes(storage.read_bytes(lease.lease_path(out))).run_id == "breaker"
 
 

@@ -32,24 +32,21 @@ def _refresh(images: str, root: str, *extra: str):
     return refresh_image_dataset.run(["--input", images, "--dataset_root", root, *LAYOUT, *RUNNER, *KEEP, *extra])
 
 
-def _moved_away(root: str, manifest: Manifest, version_id: str) -> list[tuple[str, str]]:
-    """Renames every shard of version ``version_id`` aside (a refresh that opened one would fail); the renames."""
-    moves = [(storage.join(version_dir(root, shard.stored_in or version_id), shard.filename),) * 2
-             for shard in manifest.shards]
-    moves = [(path, path + ".aside") for path, _ in moves]
-    storage.rename([a for a, _ in moves], [b for _, b in moves])
-    return moves
+def _moved_away(root: str) -> list[str]:
+    """Renames every shard LATEST lists aside (a refresh that opened one would fail); the shards' paths."""
+    dataset = open_dataset(root)
+    paths = [dataset.shard_path(shard) for shard in dataset.manifest.shards]
+    storage.rename(paths, [path + ".aside" for path in paths])
+    return paths
 
 
 def _append_without_reading(images: str, root: str) -> Manifest:
     """An append refresh run with every shard of LATEST out of reach; the new version's manifest."""
-    latest = read_latest(root)
-    assert latest is not None
-    moves = _moved_away(root, open_dataset(root).manifest, latest)
+    paths = _moved_away(root)
     try:
         plan = _refresh(images, root)
     finally:
-        storage.rename([b for _, b in moves], [a for a, _ in moves])
+        storage.rename([path + ".aside" for path in paths], paths)
     assert plan.action is RefreshAction.BUILD and read_latest(root) == plan.version_id
     return open_dataset(root).manifest
 
