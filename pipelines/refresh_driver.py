@@ -64,6 +64,7 @@ from pipelines.common import (
 from pipelines.drift_options import DriftOptions, drift_check, report_drift
 from pipelines.job_options import option_actions
 from pipelines.source_options import QualityOptions, SchemaOptions, parse_bool, quality_writer_options
+from pipelines.watch import WatchOptions, run_watch, watch_plan
 
 
 class RefreshOptions(PipelineOptions):
@@ -111,7 +112,7 @@ REFRESH_REJECTED_OPTIONS: dict[str, str] = {
 
 def refresh_groups(source: tuple[str, type[PipelineOptions]]) -> tuple[tuple[str, type[PipelineOptions]], ...]:
     """A refresh job's ``--help`` groups around its source's (``("input", ArrayOptions)``)."""
-    return (("refresh", RefreshOptions), ("drift check", DriftOptions), source,
+    return (("refresh", RefreshOptions), ("continuous refresh", WatchOptions), ("drift check", DriftOptions), source,
             ("output and sharding", DatasetOutputOptions), ("schema checks", SchemaOptions),
             ("duplicates and splits", QualityOptions), ("progress", ProgressOptions),
             ("Dask cluster", DaskClusterOptions))
@@ -190,21 +191,40 @@ class RefreshSource:
     prepare: Callable[[], PreparedSource]
 
 
-def run_refresh(options: PipelineOptions, source: RefreshSource, *, shared_filesystem: bool) -> RefreshPlan:
-    """Refreshes ``--dataset_root`` from ``source`` under the root's lease; returns the decision taken."""
+def run_refresh(options: PipelineOptions, source: RefreshSource, *, shared_filesystem: bool) -> RefreshPlan | None:
+    """Refreshes ``--dataset_root`` from ``source`` under the root's lease; returns the decision taken. With
+    ``--watch``, refreshes every interval until SIGTERM or ``--max_intervals`` (``pipelines/watch.py``) and
+    returns the last decision (None: stopped before the first)."""
+    refresh = options.view_as(RefreshOptions)
+    watching = watch_plan(options, force=bool(refresh.force))
+    if watching is None:
+        return _refresh_once(options, source, shared_filesystem=shared_filesystem)
+    return run_watch(watching, lambda: _refresh_once(options, source, shared_filesystem=shared_filesystem,
+                                                     lease_stale_after=watching.lease_ttl, watching=True),
+                     root=refresh.dataset_root)
+
+
+def _refresh_once(options: PipelineOptions, source: RefreshSource, *, shared_filesystem: bool,
+                  lease_stale_after: datetime.timedelta = lease.DEFAULT_STALE_AFTER,
+                  watching: bool = False) -> RefreshPlan:
+    """One refresh under the root's lease. ``watching``: no input file yet is not an error, but nothing to do."""
     refresh = options.view_as(RefreshOptions)
     output = options.view_as(DatasetOutputOptions)
     # One refresh per root at a time: the lease covers deciding, building, pointing LATEST and retention.
-    with lease.held(refresh.dataset_root, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock):
-        return _refresh(options, refresh, output, source, shared_filesystem=shared_filesystem)
+    with lease.held(refresh.dataset_root, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock,
+                    stale_after=lease_stale_after):
+        return _refresh(options, refresh, output, source, shared_filesystem=shared_filesystem, watching=watching)
 
 
 def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetOutputOptions,
-             source: RefreshSource, *, shared_filesystem: bool) -> RefreshPlan:
+             source: RefreshSource, *, shared_filesystem: bool, watching: bool = False) -> RefreshPlan:
     root = refresh.dataset_root
     drift = drift_check(options)
     fingerprint = fingerprint_inputs(source.patterns)
     plan = plan_refresh(root, fingerprint, force=refresh.force)
+    if watching and plan.latest is None and fingerprint.num_files == 0:
+        print(f"refresh {root}: no input files yet ({', '.join(source.patterns)}); nothing to do")
+        return dataclasses.replace(plan, action=RefreshAction.SKIP, reason="no input files yet")
     print(f"refresh {root}: {plan.action.value}: {plan.reason}")
     if plan.action is RefreshAction.ADOPT:  # a finished version never published, or one held for drift
         publish_version(load_manifest(plan.version_dir), root=root, version_id=plan.version_id,

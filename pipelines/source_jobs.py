@@ -101,8 +101,9 @@ class RefreshJob:
         return [action for options_class in self.option_classes for action in option_actions(options_class)
                 if action.dest not in self.refused]
 
-    def run(self, argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan:
-        """Refreshes the dataset (or does nothing when the inputs are unchanged); returns the decision taken."""
+    def run(self, argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan | None:
+        """Refreshes the dataset (or does nothing when the inputs are unchanged); returns the decision taken (with
+        ``--watch``: the last interval's; None when stopped before the first)."""
         spec, entry = self.spec, self.spec.entry
         options, _ = parse_job(self.command, argv, prog=prog)
         value = spec.input_value(options)
@@ -145,7 +146,7 @@ def source_of(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return (given[0] if len(given) == 1 else None), list(argv)
 
 
-def refresh_any(argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan:
+def refresh_any(argv: Sequence[str] | None = None, *, prog: str | None = None) -> RefreshPlan | None:
     """Runs the refresh of the source the arguments name; exits 2 with the usage when they name none."""
     args = list(sys.argv[1:] if argv is None else argv)
     source, job_args = source_of(args)

@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dataset", "encoding", "job", "remote_reads", "spill"),
     ("formats",),
     ("interop",),  # views for other tools (TFDS, Croissant, TFMD, DALI, Ray), written and read beside the manifest
-    ("describe", "versions", "reader", "verify"),
+    ("versions",),  # below the readers: a follower tells a commit's new records by its record locations
+    ("describe", "reader", "verify"),
     ("engine",),  # the runners: each one's traits, the local engine, Dask, where workers run
     ("beam",),
     ("sources", "report"),

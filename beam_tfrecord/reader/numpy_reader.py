@@ -13,6 +13,8 @@ from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.decode.block_decode import BlockDecoder, Columns, rebatch, rows
 from beam_tfrecord.reader.decode.numpy_decode import Example
 from beam_tfrecord.reader.decode.ragged import ragged_items
+from beam_tfrecord.reader.follow import DEFAULT_FOLLOW_POLL_SECONDS, FollowState
+from beam_tfrecord.reader.follow_reader import Decoding, follow_reader
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
 from beam_tfrecord.reader.order import mixing
 from beam_tfrecord.reader.order.mixing import DatasetPaths, EpochOrder, open_sources
@@ -47,7 +49,9 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
                shuffle: bool = False, seed: int = 0, epoch: int = 0, shuffle_buffer: int = 10_000,
                image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0,
                cache_dir: str | None = None, cache_limit: int | None = None,
-               remote_reads: RemoteReads | None = None, batch_size: int | None = None) -> Iterator[Any]:
+               remote_reads: RemoteReads | None = None, batch_size: int | None = None, follow: bool = False,
+               follow_poll_seconds: float = DEFAULT_FOLLOW_POLL_SECONDS, follow_timeout_seconds: float | None = None,
+               follow_state: FollowState | dict[str, Any] | None = None) -> Iterator[Any]:
     """Reads a split expression of one dataset, or a weighted mixture of several, as dicts of NumPy values.
 
     The epoch's order depends only on the datasets, the split expression, ``seed``, ``epoch`` and
@@ -79,6 +83,14 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
         batch_size: yield batches of this many examples (the last may be smaller) as columns: fixed-shape
             features as arrays, bytes and variable-length lists as ``RaggedArray`` (flat values and offsets;
             items are views of them); None: one example at a time.
+        follow: after what is published, wait for each next commit of ``path`` (a root's LATEST moves, a
+            directory's or prefix's manifest is rewritten) and yield its new records, exactly once each, in stored
+            order; returns a ``FollowReader`` (``state()``, ``close()``). Workers take every ``num_workers``-th
+            new shard of each commit. One dataset and one split name; no shuffle. docs/reading.md, "Following a
+            dataset as it grows".
+        follow_poll_seconds: with ``follow``, seconds between two looks for a new commit.
+        follow_timeout_seconds: with ``follow``, end after this long without a new commit; None: never.
+        follow_state: with ``follow``, a ``FollowReader.state()`` (or its ``to_dict()``) to resume from.
 
     Raises:
         ReaderError: on bad options (worker index, start, weights, batch size).
@@ -91,6 +103,10 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
     reads = reads_with_cache(remote_reads, cache_dir=cache_dir, cache_limit=cache_limit)
     if not 0 <= worker_index < max(num_workers, 1):
         raise ReaderError(f"worker_index must be in [0, {num_workers}), got {worker_index}")
+    if follow:
+        return follow_reader(path, split=split, num_workers=num_workers, worker_index=worker_index, shuffle=shuffle,
+                             poll_seconds=follow_poll_seconds, timeout_seconds=follow_timeout_seconds,
+                             state=follow_state, decoding=Decoding(image_decoding, verify, reads, batch_size))
     with deadlines_in_force(reads.deadlines):
         sources = open_sources(path, split=split)
     order = EpochOrder(sources, seed=seed, epoch=epoch, shuffle=shuffle, shuffle_buffer=shuffle_buffer, verify=verify,
