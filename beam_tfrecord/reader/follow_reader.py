@@ -70,7 +70,8 @@ class FollowReader:
     def close(self) -> None:
         """Stops following: the iterator ends (a wait for the next commit is cut short)."""
         self._closed.set()
-        if inspect.getgeneratorstate(self._items) != inspect.GEN_RUNNING:  # running in another thread: it sees the event within a poll
+        # Running in another thread, it cannot be closed from here: it sees the event within a poll.
+        if inspect.getgeneratorstate(self._items) != inspect.GEN_RUNNING:
             self._items.close()
 
     def __iter__(self) -> "FollowReader":

@@ -19,6 +19,8 @@ from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.reader.decode.block_decode import Columns, num_rows, rebatch
 from beam_tfrecord.reader.decode.numpy_decode import Example
 from beam_tfrecord.reader.decode.ragged import Allocate
+from beam_tfrecord.reader.follow import DEFAULT_FOLLOW_POLL_SECONDS
+from beam_tfrecord.reader.follow_reader import Decoding, check_followable
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
 from beam_tfrecord.reader.order.mixing import (
     DatasetPaths,
@@ -41,6 +43,7 @@ from beam_tfrecord.reader.order.resume import (
     worker_states,
 )
 from beam_tfrecord.reader.torch_batches import WorkerBatch, shard_reference, tensors, worker_allocate
+from beam_tfrecord.reader.torch_follow import TorchFollow
 from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
 from beam_tfrecord.storage.deadlines import deadlines_in_force
 
@@ -79,7 +82,8 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         path: dataset directory (the one holding manifest.json), local or ``gs://``; or a mapping
             ``{path: weight}`` to mix datasets in proportion to their weights (the epoch ends when
             the first dataset is exhausted at its weight).
-        split: split expression: ``"train"``, ``"train[:10%]"``, ``"train+validation"``.
+        split: split expression: ``"train"``, ``"train[:10%]"``, ``"train+validation"`` (a split name with
+            ``follow``).
         rank: this process's rank; default from ``torch.distributed`` if initialized, else 0.
         world_size: number of ranks; default from ``torch.distributed`` if initialized, else 1.
         shuffle: shuffle each dataset, reproducibly from ``seed`` and the epoch (a seeded permutation
@@ -103,14 +107,21 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
         remote_reads: how each DataLoader worker fetches ``gs://`` shards (``RemoteReads``: connections, range
             size, bytes in flight); ``cache_dir`` and ``cache_limit`` given here take precedence over its own.
+        follow: after what is published, wait for each next commit and yield its new records (``read_numpy``'s
+            ``follow``): each of the ``world_size x num_workers`` readers takes every that-many-th new shard of
+            each commit; no ``len()``, epochs or shuffle; ``state_dict()`` is each worker's ``FollowState``
+            (resume with the same numbers of workers and ranks).
+        follow_poll_seconds: with ``follow``, seconds between two looks for a new commit.
+        follow_timeout_seconds: with ``follow``, the iteration ends after this long without a new commit.
     """
 
     def __init__(self, path: DatasetPaths, *, split: str = "train", rank: int | None = None,
                  world_size: int | None = None, shuffle: bool = False, seed: int = 0, shuffle_buffer: int = 10_000,
                  image_decoding: ImageDecoding | None = None, verify: bool = True, start: int = 0,
                  batch_size: int | None = None, ragged: bool = True, cache_dir: str | None = None,
-                 cache_limit: int | None = None,
-                 remote_reads: RemoteReads | None = None) -> None:
+                 cache_limit: int | None = None, remote_reads: RemoteReads | None = None, follow: bool = False,
+                 follow_poll_seconds: float = DEFAULT_FOLLOW_POLL_SECONDS,
+                 follow_timeout_seconds: float | None = None) -> None:
         super().__init__()
         check_positive("shuffle_buffer", shuffle_buffer)
         self.reads = reads_with_cache(remote_reads, cache_dir=cache_dir, cache_limit=cache_limit)
@@ -119,6 +130,15 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
         self.batch_size = batch_size
         self.ragged = ragged
         self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self._follow: TorchFollow | None = None
+        if follow:  # the reading is ``torch_follow``'s: no epoch, no length, a state per worker
+            check_followable(path, split, shuffle=shuffle)
+            if start or batch_size is not None:
+                raise ReaderError("follow=True yields examples from each commit's start: leave start and batch_size "
+                                  "out (resume with load_state_dict; batch with the DataLoader)")
+            self._follow = TorchFollow(str(path), split, self.rank, self.world_size, follow_poll_seconds,
+                                       follow_timeout_seconds, Decoding(image_decoding, verify, self.reads))
+            return
         with deadlines_in_force(self.reads.deadlines):
             self.sources = open_sources(path, split=split)
         self.total = sum(epoch_takes(self.sources))
@@ -143,11 +163,15 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
 
     def __len__(self) -> int:
         """The rank's examples left in the epoch; with ``batch_size``, its batches (whatever the number of workers)."""
+        if self._follow is not None:
+            raise TypeError("a following dataset has no length: it grows as commits are published")
         examples = length(rank_share(complement(self.total, self._consumed), self.world_size, self.rank))
         return examples if self.batch_size is None else -(-examples // self.batch_size)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this reader stands (torchdata's ``Stateful``): in a DataLoader worker, that worker's part."""
+        if self._follow is not None:
+            return self._follow.state_dict()
         if self._state is None:
             return self._reader_state(*_worker()).to_dict()
         return dataclasses.replace(self._state, yielded=self._yielded).to_dict()
@@ -159,6 +183,9 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
             ReaderError: when the state is of another read (datasets, weights, split, seed, shuffle),
                 or holds only some of a rank's DataLoader workers.
         """
+        if self._follow is not None:
+            self._follow.load_state_dict(state_dict)
+            return
         states = worker_states(state_dict)
         first = states[0]
         if len(states) == 1 and first.num_workers > 1:  # one worker's part, loaded in that worker
@@ -174,6 +201,8 @@ class TFRecordIterableDataset(torch.utils.data.IterableDataset):
                          unit=self.batch_size or 1)
 
     def __iter__(self) -> Iterator[Example] | Iterator[dict[str, Any]]:
+        if self._follow is not None:
+            return self._follow.iterate()
         worker, num_workers = _worker()
         state = self._reader_state(worker, num_workers)
         skip = 0

@@ -136,6 +136,15 @@ class ReadState:
         return parsed
 
 
+def loader_dataset_states(state: Mapping[str, Any]) -> list[Any]:
+    """The dataset's state in each worker of a torchdata ``StatefulDataLoader``'s ``state_dict()`` (None where
+    missing)."""
+    if "_snapshot" in state:  # StatefulDataLoader with workers: each worker's dataset state
+        snapshots = state["_snapshot"].get("_worker_snapshots", {})
+        return [snapshot.get("dataset_state") for _, snapshot in sorted(snapshots.items())]
+    return [state.get("dataset_state")]  # StatefulDataLoader without workers: the dataset's state itself
+
+
 def worker_states(state: Mapping[str, Any]) -> list[ReadState]:
     """The reader states in ``state``: one of ours, or every worker's of a torchdata ``StatefulDataLoader``.
 
@@ -144,11 +153,7 @@ def worker_states(state: Mapping[str, Any]) -> list[ReadState]:
     """
     if _STATE_KEY in state:
         return [ReadState.from_dict(state)]
-    if "_snapshot" in state:  # StatefulDataLoader with workers: each worker's dataset state
-        snapshots = state["_snapshot"].get("_worker_snapshots", {})
-        found = [snapshot.get("dataset_state") for _, snapshot in sorted(snapshots.items())]
-    else:  # StatefulDataLoader without workers: the dataset's state itself
-        found = [state.get("dataset_state")]
+    found = loader_dataset_states(state)
     if not found or any(item is None for item in found):
         raise ReaderError("the DataLoader state holds no read state of this dataset (was it saved from a "
                           "StatefulDataLoader over a TFRecordIterableDataset, after its first batch?)")

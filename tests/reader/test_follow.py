@@ -1,0 +1,124 @@
+"""Follow mode: a reader of a root yields each commit's new records exactly once, whatever commits it skipped and
+whatever a compaction rewrote; resumes from its ``FollowState``; shares commits between readers and DataLoader
+workers. The root (built once per module by the real refresh job): version 1 = class 0, version 2 appends class 1,
+version 3 adds class 2 and compacts (``--max_small_shards=0``: every record rewritten into new shards).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.reader import read_numpy
+from beam_tfrecord.reader.follow import Follow, FollowState
+from pipelines import refresh_image_dataset
+from pipelines.make_sample_images import CLASSES, write_sample_images
+
+PER_CLASS = 4
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str], dict[int, set[bytes]]]:
+    """(root, its version ids in order, the image bytes of each class)."""
+    base = tmp_path_factory.mktemp("follow")
+    write_sample_images(str(base / "all"), per_class=PER_CLASS, size=16)
+    images, root = base / "images", str(base / "root")
+    images.mkdir()
+    versions = []
+    for number, kind in enumerate(CLASSES):
+        os.rename(base / "all" / kind, images / kind)
+        compact = ["--max_small_shards=0"] if number == 2 else []
+        refresh_image_dataset.run(["--input", str(images), "--dataset_root", root, "--target_shard_bytes=2000",
+                                   "--min_version_age=0", "--runner=DirectRunner", "--direct_running_mode=in_memory",
+                                   *compact])
+        versions.append(max(os.listdir(Path(root, "versions"))))
+    assert load_manifest(root).metadata["commit"]["rewritten_splits"] == ["train"]  # version 3 compacted
+    by_class = {number: {p.read_bytes() for p in (images / kind).glob("*.jpg")} for number, kind in enumerate(CLASSES)}
+    return root, versions, by_class
+
+
+def _images(examples) -> list[bytes]:
+    return [bytes(example["image"]) for example in examples]
+
+
+def test_a_new_follower_reads_what_is_published_then_ends_after_its_timeout(grown):
+    root, _, by_class = grown
+    assert sorted(_images(read_numpy(root, follow=True, follow_timeout_seconds=0))) == \
+        sorted(set().union(*by_class.values()))
+
+
+@pytest.mark.parametrize("after, expected", [(0, (1, 2)), (1, (2,))], ids=["skips-a-commit", "next-commit"])
+def test_a_compacting_commit_yields_only_its_new_records(grown, after, expected):
+    root, versions, by_class = grown
+    state = FollowState(commit=versions[after], position=PER_CLASS * (after + 1),
+                        previous=versions[after - 1] if after else None)
+    read = _images(read_numpy(root, follow=True, follow_timeout_seconds=0, follow_state=state.to_dict()))
+    assert sorted(read) == sorted(set().union(*(by_class[number] for number in expected)))
+
+
+def test_a_restarted_follower_resumes_without_loss_or_repeat(grown):
+    root, versions, by_class = grown
+    first = read_numpy(root, follow=True, follow_timeout_seconds=0,
+                       follow_state=FollowState(commit=versions[0], position=PER_CLASS))
+    head = _images(next(first) for _ in range(3))
+    saved = first.state()
+    assert (saved.commit, saved.position, saved.previous) == (versions[2], 3, versions[0])
+    first.close()
+    rest = _images(read_numpy(root, follow=True, follow_timeout_seconds=0, follow_state=saved))
+    assert sorted(head + rest) == sorted(by_class[1] | by_class[2])
+
+
+def test_readers_share_each_commit_exactly(grown):
+    root, _, by_class = grown
+    parts = [_images(read_numpy(root, follow=True, follow_timeout_seconds=0, num_workers=2, worker_index=index))
+             for index in range(2)]
+    assert parts[0] and parts[1]
+    assert sorted(parts[0] + parts[1]) == sorted(set().union(*by_class.values()))
+
+
+def test_torch_workers_follow_and_resume_from_the_loader_state(grown):
+    pytest.importorskip("torch")
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    from fork_server import FORK_SERVER
+
+    from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset, collate
+
+    root, _, by_class = grown
+
+    def loader():
+        dataset = TFRecordIterableDataset(root, follow=True, follow_timeout_seconds=0, rank=0, world_size=1)
+        return stateful.StatefulDataLoader(dataset, batch_size=2, num_workers=2, collate_fn=collate,
+                                           multiprocessing_context=FORK_SERVER)
+
+    first = loader()
+    head: list[bytes] = []
+    for batch in first:
+        head.extend(batch["image"])
+        if len(head) >= 4:
+            break
+    state = first.state_dict()
+    second = loader()
+    second.load_state_dict(state)
+    rest = [image for batch in second for image in batch["image"]]
+    assert sorted(head + rest) == sorted(set().union(*by_class.values()))
+
+
+def test_bad_follow_options_are_refused(grown):
+    root, _, _ = grown
+    cases = {"shuffle": (dict(shuffle=True), "follow=True reads each commit's new records in stored order: shuffle "
+                                             "must be False"),
+             "expression": (dict(split="train[:10%]"), "follow=True reads one split by name (each commit's new "
+                                                       "records of it), got 'train[:10%]'"),
+             "mixture": (dict(path={root: 1.0}), f"follow=True reads one dataset path (a root, a directory or a Beam "
+                                                 f"prefix), got {{{root!r}: 1.0}}"),
+             "poll": (dict(follow_poll_seconds=0), "follow_poll_seconds must be a number of seconds > 0, got 0")}
+    for name, (options, message) in cases.items():
+        with pytest.raises(ReaderError) as caught:
+            read_numpy(**{"path": root, **options}, follow=True)
+        assert str(caught.value) == message, name
+    with pytest.raises(ReaderError, match="follow_timeout_seconds must be"):
+        Follow(timeout_seconds=-1)
