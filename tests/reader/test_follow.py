@@ -1,7 +1,7 @@
 """Follow mode: a reader of a root yields each commit's new records exactly once, whatever commits it skipped and
 whatever a compaction rewrote; resumes from its ``FollowState``; shares commits between readers and DataLoader
-workers. The root (built once per module by the real refresh job): version 1 = class 0, version 2 appends class 1,
-version 3 adds class 2 and compacts (``--max_small_shards=0``: every record rewritten into new shards).
+workers. The root (built once per module by the real refresh job): version 1 = images 0-1 of each class, version 2
+appends image 2 of each, version 3 appends image 3 of each and compacts (``--max_small_shards=0``: every record rewritten into new shards).
 """
 
 from __future__ import annotations
@@ -21,24 +21,32 @@ from pipelines.make_sample_images import CLASSES, write_sample_images
 PER_CLASS = 4
 
 
+BATCHES = ((0, 1), (2,), (3,))  # the image numbers of each class that arrive with each version
+
+
 @pytest.fixture(scope="module")
 def grown(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[str], dict[int, set[bytes]]]:
-    """(root, its version ids in order, the image bytes of each class)."""
+    """(root, its version ids in order, the image bytes of each batch)."""
     base = tmp_path_factory.mktemp("follow")
     write_sample_images(str(base / "all"), per_class=PER_CLASS, size=16)
     images, root = base / "images", str(base / "root")
-    images.mkdir()
-    versions = []
-    for number, kind in enumerate(CLASSES):
-        os.rename(base / "all" / kind, images / kind)
+    versions, by_batch = [], {}
+    for number, batch in enumerate(BATCHES):
+        by_batch[number] = set()
+        for kind in CLASSES:
+            (images / kind).mkdir(parents=True, exist_ok=True)
+            for image in batch:
+                os.rename(base / "all" / kind / f"{image:04d}.jpg", images / kind / f"{image:04d}.jpg")
+                by_batch[number].add((images / kind / f"{image:04d}.jpg").read_bytes())
         compact = ["--max_small_shards=0"] if number == 2 else []
-        refresh_image_dataset.run(["--input", str(images), "--dataset_root", root, "--target_shard_bytes=2000",
+        refresh_image_dataset.run(["--input", str(images), "--dataset_root", root, "--target_shard_bytes=8000",
                                    "--min_version_age=0", "--runner=DirectRunner", "--direct_running_mode=in_memory",
                                    *compact])
         versions.append(max(os.listdir(Path(root, "versions"))))
-    assert load_manifest(root).metadata["commit"]["rewritten_splits"] == ["train"]  # version 3 compacted
-    by_class = {number: {p.read_bytes() for p in (images / kind).glob("*.jpg")} for number, kind in enumerate(CLASSES)}
-    return root, versions, by_class
+    commits = [load_manifest(str(Path(root, "versions", v))).metadata["commit"] for v in versions]
+    assert [c["base_version"] for c in commits] == [None, *versions[:2]]  # appends
+    assert commits[2]["rewritten_splits"] == ["train"]  # version 3 compacted: every record in new shards
+    return root, versions, by_batch
 
 
 def _images(examples) -> list[bytes]:
@@ -54,7 +62,7 @@ def test_a_new_follower_reads_what_is_published_then_ends_after_its_timeout(grow
 @pytest.mark.parametrize("after, expected", [(0, (1, 2)), (1, (2,))], ids=["skips-a-commit", "next-commit"])
 def test_a_compacting_commit_yields_only_its_new_records(grown, after, expected):
     root, versions, by_class = grown
-    state = FollowState(commit=versions[after], position=PER_CLASS * (after + 1),
+    state = FollowState(commit=versions[after], position=len(by_class[after]),
                         previous=versions[after - 1] if after else None)
     read = _images(read_numpy(root, follow=True, follow_timeout_seconds=0, follow_state=state.to_dict()))
     assert sorted(read) == sorted(set().union(*(by_class[number] for number in expected)))
@@ -63,7 +71,7 @@ def test_a_compacting_commit_yields_only_its_new_records(grown, after, expected)
 def test_a_restarted_follower_resumes_without_loss_or_repeat(grown):
     root, versions, by_class = grown
     first = read_numpy(root, follow=True, follow_timeout_seconds=0,
-                       follow_state=FollowState(commit=versions[0], position=PER_CLASS))
+                       follow_state=FollowState(commit=versions[0], position=len(by_class[0])))
     head = _images(next(first) for _ in range(3))
     saved = first.state()
     assert (saved.commit, saved.position, saved.previous) == (versions[2], 3, versions[0])
