@@ -45,6 +45,7 @@ class Decoding:
     reads: RemoteReads | None = None
     batch_size: int | None = None
     allocate_values: Allocate = allocate
+    serialized: bool = False  # the records' bytes, undecoded (tf.data parses them itself)
 
 
 class FollowReader:
@@ -92,6 +93,10 @@ class FollowReader:
         """(example or batch, records in it) of a commit's new records, from ``start``."""
         plan = plan_read(self._path, split=self._split, dataset=delta)
         decoding = self._decoding
+        if decoding.serialized:
+            order = StoredOrder(plan, verify=decoding.verify, reads=decoding.reads)
+            yield from ((bytes(record), 1) for record, _, _ in order.iter_range(start, plan.num_records))
+            return
         decoder = BlockDecoder(plan.manifest.schema, image_decoding=decoding.image_decoding,
                                verbatim=holds_verbatim_payloads(plan.manifest.metadata),
                                allocate_values=decoding.allocate_values)

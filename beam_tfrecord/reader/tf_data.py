@@ -11,9 +11,11 @@ import numpy as np
 from beam_tfrecord.core.record_schema import holds_verbatim_payloads
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.reader.follow import DEFAULT_FOLLOW_POLL_SECONDS, Follow
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.order.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
+from beam_tfrecord.reader.tf_follow import following_batches
 from beam_tfrecord.reader.tf_records import default_parallel_reads, read_records, stored_chain
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
 from beam_tfrecord.remote_reads.options import RemoteReads, reads_with_cache
@@ -97,6 +99,17 @@ def _dropping_at(parse: Callable[[tf.Tensor], ParsedBatch], keep: np.ndarray,
     return parse_at
 
 
+def _shaped(dataset: tf.data.Dataset, *, var_len: VarLen, label_key: str | None,
+            parallel_calls: int) -> tf.data.Dataset:
+    """Parsed batches with variable-length features padded (``VarLen.PADDED``) and split into (features, label)."""
+    if var_len is VarLen.PADDED:
+        dataset = dataset.map(pad_var_len, num_parallel_calls=parallel_calls, deterministic=True)
+    if label_key is not None:
+        dataset = dataset.map(lambda features: (
+            {name: value for name, value in features.items() if name != label_key}, features[label_key]))
+    return dataset
+
+
 def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 32, shuffle: bool = False,
                  seed: int | None = None, shuffle_buffer: int = 10_000, repeat: bool = False,
                  cache: bool = False, drop_remainder: bool = False, num_workers: int | None = None,
@@ -104,7 +117,9 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
                  label_key: str | None = None, var_len: VarLen = VarLen.RAGGED,
                  image_decoding: ImageDecoding | None = None, num_parallel_reads: int | None = None,
                  verify_count: bool = True, cache_dir: str | None = None, cache_limit: int | None = None,
-                 remote_reads: RemoteReads | None = None) -> tf.data.Dataset:
+                 remote_reads: RemoteReads | None = None, follow: bool = False,
+                 follow_poll_seconds: float = DEFAULT_FOLLOW_POLL_SECONDS,
+                 follow_timeout_seconds: float | None = None) -> tf.data.Dataset:
     """Reads a split expression of a published dataset as batches of feature dicts.
 
     The parse spec, dtypes and shapes come from the manifest's schema. Records are batched
@@ -151,6 +166,12 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
         cache_limit: the most bytes ``cache_dir`` keeps (least recently used shards are removed).
         remote_reads: how ``gs://`` shards are fetched (``RemoteReads``: connections, range size, bytes
             in flight); ``cache_dir`` and ``cache_limit`` given here take precedence over its own.
+        follow: after what is published, wait for each next commit and yield batches of its new records
+            (``read_numpy``'s ``follow``; waits for the first commit, whose schema shapes the batches). A
+            generator-based dataset (``tf_follow``): no cardinality, no ``repeat``/``shuffle``/``cache``, not saved
+            by ``tf.train.Checkpoint`` (resume a follower with ``read_numpy`` or the PyTorch dataset).
+        follow_poll_seconds: with ``follow``, seconds between two looks for a new commit.
+        follow_timeout_seconds: with ``follow``, end after this long without a new commit; None: never.
 
     Raises:
         DatasetNotFoundError, UnknownSplitError: no such dataset or split.
@@ -164,6 +185,14 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     if num_parallel_reads is not None:
         check_positive("num_parallel_reads", num_parallel_reads)
     workers, index = _worker(num_workers, worker_index, input_context)
+    if follow:
+        if repeat or cache:
+            raise ReaderError("follow=True reads each commit once as it comes: repeat and cache must be False")
+        following, schema = following_batches(path, split=split, batch_size=batch_size, num_workers=workers,
+                                              worker_index=index, shuffle=shuffle, image_decoding=image_decoding,
+                                              reads=reads, follow=Follow(follow_poll_seconds, follow_timeout_seconds))
+        check_label_key(schema, label_key)
+        return _shaped(following, var_len=var_len, label_key=label_key, parallel_calls=os.cpu_count() or 1)
     with deadlines_in_force(reads.deadlines):
         if isinstance(path, str):
             plans, choices = [plan_read(path, split=split, num_workers=workers, worker_index=index)], None
@@ -224,12 +253,8 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     steps = (tf.data.INFINITE_CARDINALITY if repeat and plan.num_records
              else plan.num_records // batch_size if drop_remainder
              else -(-plan.num_records // batch_size))
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
-    if var_len is VarLen.PADDED:
-        dataset = dataset.map(pad_var_len, num_parallel_calls=parallel_calls, deterministic=True)
-    if label_key is not None:
-        dataset = dataset.map(lambda features: (
-            {name: value for name, value in features.items() if name != label_key}, features[label_key]))
+    dataset = _shaped(dataset.apply(tf.data.experimental.assert_cardinality(steps)), var_len=var_len,
+                      label_key=label_key, parallel_calls=parallel_calls)
     options = tf.data.Options()
     # The records are already split between workers: tf.distribute must not shard them again.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -130,3 +130,13 @@ def test_bad_follow_options_are_refused(grown):
         assert str(caught.value) == message, name
     with pytest.raises(ReaderError, match="follow_timeout_seconds must be"):
         Follow(timeout_seconds=-1)
+
+
+def test_read_dataset_follows_from_a_commit_to_the_end_of_its_timeout(grown):
+    pytest.importorskip("tensorflow")
+    from beam_tfrecord.reader import read_dataset
+
+    root, _, by_class = grown
+    dataset = read_dataset(root, follow=True, follow_timeout_seconds=0, batch_size=5, label_key="label")
+    read = [bytes(image) for features, _ in dataset for image in features["image"].numpy()]
+    assert sorted(read) == sorted(set().union(*by_class.values()))
