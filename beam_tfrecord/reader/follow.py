@@ -1,12 +1,10 @@
 """Follow mode: after what is published, wait for each next commit and read only ITS new records.
 
-A commit is a version of a root (LATEST moved) or a rewrite of a dataset directory's or a Beam prefix's manifest.
-Its new records are the shards it lists that the previous commit read did not, less the records that are copies
-of ones already read (a compaction or a rebuild rewrites kept records into new shards: told apart by the record
-locations and input indexes of both versions). Each reader takes part ``part`` of ``parts`` of every commit's new
-shards (shard ``i`` goes to part ``i % parts``), in the commit's shard order: exactly once, deterministic per
-commit. Records deleted by a later commit were already yielded: they are not taken back. Rules and limits:
-docs/reading.md, "Following a dataset as it grows".
+A commit is a new version of a root, or a rewritten manifest of a directory or Beam prefix. Its new records: the
+shards it lists that the previous commit read did not, less copies of records already read (a compaction rewrites
+kept records: told apart by both versions' record locations and input indexes). Reader ``part`` of ``parts`` takes
+new shards ``part::parts`` in the commit's order: each record once, deterministic per commit. Records deleted later
+are not taken back. docs/reading.md, "Following a dataset as it grows".
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from beam_tfrecord.reader.follow import FollowState
 from beam_tfrecord.reader.follow_reader import Decoding, FollowReader, follow_reader
 from beam_tfrecord.reader.order.resume import loader_dataset_states
 
-_STATE_KEY = "follow"
+_FOLLOW_KEY = "follow"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +63,8 @@ class TorchFollow:
     def state_dict(self) -> dict[str, Any]:
         """This worker's state: where its reader stands (or the loaded one, before it iterates)."""
         if self.readers:
-            return {_STATE_KEY: self.readers[0].state().to_dict()}
-        return {_STATE_KEY: [state.to_dict() for _, state in sorted(self.states.items())]}
+            return {_FOLLOW_KEY: self.readers[0].state().to_dict()}
+        return {_FOLLOW_KEY: [state.to_dict() for _, state in sorted(self.states.items())]}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resumes from a worker's ``state_dict()``, or from a ``StatefulDataLoader``'s whole state (every worker's).
@@ -78,11 +78,11 @@ class TorchFollow:
 
 
 def _follow_states(state: Mapping[str, Any]) -> list[FollowState]:
-    if _STATE_KEY in state:
-        saved = state[_STATE_KEY]
+    if _FOLLOW_KEY in state:
+        saved = state[_FOLLOW_KEY]
         return [FollowState.from_dict(item) for item in (saved if isinstance(saved, list) else [saved])]
     found = loader_dataset_states(state)
-    if not found or any(not isinstance(item, Mapping) or _STATE_KEY not in item for item in found):
+    if not found or any(not isinstance(item, Mapping) or _FOLLOW_KEY not in item for item in found):
         raise ReaderError("the state holds no follow state (was it saved from a StatefulDataLoader over a "
                           "TFRecordIterableDataset(follow=True), after its first batch?)")
     return [state for item in found for state in _follow_states(item)]
