@@ -9,7 +9,6 @@ Checks: LATEST ends with every input exactly once; a batch landing under a runni
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +84,7 @@ def test_watch_killed_and_restarted_publishes_every_input_once_and_a_follower_re
     _wait(lambda: b"no input files yet" in log.read_bytes(), "the watch's first interval")
     landed = _land(batches, images, CLASSES[0])
     seen = _wait(lambda: _published(root) == PER_BATCH, "batch 1")
+    print(f"batch 1 visible {seen - landed:.1f} s after it landed")
     assert seen - landed <= VISIBLE_WITHIN_SECONDS
     _kill(first)  # between intervals or in an interval with nothing new
 
@@ -99,6 +99,7 @@ def test_watch_killed_and_restarted_publishes_every_input_once_and_a_follower_re
     _wait(lambda: _published(root) == 2 * PER_BATCH, "batch 2 after the restart")
     landed = _land(batches, images, CLASSES[2])
     seen = _wait(lambda: _published(root) == 3 * PER_BATCH, "batch 3")
+    print(f"batch 3 visible {seen - landed:.1f} s after it landed")
     assert seen - landed <= VISIBLE_WITHIN_SECONDS
     third.send_signal(signal.SIGTERM)
     assert third.wait(timeout=60) == 0
@@ -132,4 +133,19 @@ def test_watch_flags_are_checked_before_any_work(tmp_path):
             refresh_image_dataset.run([*base, *flags])
         assert str(caught.value) == message
     assert not (tmp_path / "root").exists()
-    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_the_watch_deployment_passes_options_the_refresh_job_takes():
+    import yaml
+
+    from pipelines import refresh_image_dataset
+    from pipelines.watch import watch_plan
+
+    deployment = yaml.safe_load((Path(__file__).parents[2] / "deploy" / "schedule" / "k8s-deployment-watch.yaml")
+                                .read_text())
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["beam-tfrecord", "refresh"]
+    options = refresh_image_dataset.COMMAND.parse(container["args"])  # exits 2 on an option the job does not take
+    plan = watch_plan(options, force=False)
+    assert plan is not None and plan.schedule.triggering_frequency_seconds == 60
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
