@@ -149,3 +149,38 @@ def test_the_watch_deployment_passes_options_the_refresh_job_takes():
     plan = watch_plan(options, force=False)
     assert plan is not None and plan.schedule.triggering_frequency_seconds == 60
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_a_watch_of_a_bucket_appends_each_batch_once_and_a_follower_reads_each(fake_gcs, gcs_bucket, tmp_path):
+    """On gs:// (the emulator), in this process: the watch of --max_intervals 4 every 1 s, a second batch uploaded
+    into the existing classes once the first is published (an append), a follower reading along."""
+    from pipelines import refresh_image_dataset
+
+    write_sample_images(str(tmp_path / "all"), per_class=2, size=16)
+    first, second = tmp_path / "first", tmp_path / "second"
+    for kind in CLASSES:  # image 0 of each class first, image 1 of each in the second batch
+        for number, batch in enumerate((first, second)):
+            (batch / kind).mkdir(parents=True)
+            os.rename(tmp_path / "all" / kind / f"{number:04d}.jpg", batch / kind / f"{number:04d}.jpg")
+    images, root = f"{gcs_bucket}/raw/images", f"{gcs_bucket}/datasets/images"
+    fake_gcs.upload_tree(str(first), images)
+    follower = read_numpy(root, follow=True, follow_poll_seconds=0.2)
+    followed: list[bytes] = []
+    reading = threading.Thread(target=lambda: followed.extend(bytes(e["image"]) for e in follower), daemon=True)
+    reading.start()
+    uploading = threading.Thread(target=lambda: (_wait(lambda: _published(root) == len(CLASSES), "batch 1"),
+                                                 fake_gcs.upload_tree(str(second), images)), daemon=True)
+    uploading.start()
+    refresh_image_dataset.run(["--input", images, "--dataset_root", root, "--watch", "--triggering_frequency=1",
+                               "--max_intervals=4", "--min_version_age=0", "--runner=DirectRunner",
+                               "--direct_running_mode=in_memory"])
+    uploading.join(timeout=30)
+    expected = {path.read_bytes() for path in tmp_path.glob("*/*/*.jpg") if "all" not in path.parts}
+    manifest = load_manifest(root)
+    assert manifest.metadata["commit"]["base_version"] is not None  # the second batch was an append
+    latest = [bytes(example["image"]) for example in read_numpy(root)]
+    assert len(latest) == len(expected) and set(latest) == expected
+    _wait(lambda: len(followed) >= len(expected), "the follower", timeout=30)
+    follower.close()
+    reading.join(timeout=10)
+    assert len(followed) == len(expected) and set(followed) == expected
