@@ -3,7 +3,8 @@ SIGKILLed between batches and during a commit, restarted each time, and stopped 
 follower (``read_numpy(follow=True)``) started before the first batch reads along.
 
 Checks: LATEST ends with every input exactly once; a batch landing under a running watch is visible within
-``--triggering_frequency`` + 10 s; the follower yields every record exactly once; SIGTERM exits 0 with its line.
+``--triggering_frequency`` + 10 s; the follower yields every record exactly once; SIGTERM during a commit lets it
+finish, then exits 0 with its line. Each batch is a new class folder (a new label: a full build each time).
 """
 
 from __future__ import annotations
@@ -97,11 +98,13 @@ def test_watch_killed_and_restarted_publishes_every_input_once_and_a_follower_re
 
     third = _watch(str(images), root, log)
     _wait(lambda: _published(root) == 2 * PER_BATCH, "batch 2 after the restart")
+    before = set(os.listdir(versions))
     landed = _land(batches, images, CLASSES[2])
+    _wait(lambda: set(os.listdir(versions)) - before, "the version of batch 3 to be started")
+    third.send_signal(signal.SIGTERM)  # during the commit of batch 3: it is finished, then the process ends
     seen = _wait(lambda: _published(root) == 3 * PER_BATCH, "batch 3")
     print(f"batch 3 visible {seen - landed:.1f} s after it landed")
     assert seen - landed <= VISIBLE_WITHIN_SECONDS
-    third.send_signal(signal.SIGTERM)
     assert third.wait(timeout=60) == 0
     assert b"stopped cleanly (SIGTERM received)" in log.read_bytes()
 
