@@ -45,6 +45,10 @@ class TorchFollow:
     states: dict[int, FollowState] = dataclasses.field(default_factory=dict)  # by part: where each resumes
     readers: list[FollowReader] = dataclasses.field(default_factory=list)  # this process's reader, once iterating
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for DataLoader workers without this process's reader (a generator pickles not)."""
+        return {**self.__dict__, "readers": []}
+
     def iterate(self) -> Iterator[Any]:
         """This worker's part, resumed from its loaded state if any."""
         info = torch.utils.data.get_worker_info()
