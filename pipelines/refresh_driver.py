@@ -9,6 +9,7 @@ here. See docs/operations.md, "Scheduled refresh: versioned dataset roots".
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import datetime
 import hashlib
@@ -27,6 +28,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import SplitConfig
 from beam_tfrecord.dataset import load_manifest
 from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
+from beam_tfrecord.engine.local_workers import InputSize, choose_local_workers
 from beam_tfrecord.errors import DurationError, InputIndexError
 from beam_tfrecord.job import lease
 from beam_tfrecord.sources.kept_records import ReadKeptRecords
@@ -44,10 +46,12 @@ from beam_tfrecord.versions.refresh import (
     DEFAULT_KEEP_VERSIONS,
     DEFAULT_MIN_VERSION_AGE,
     FINGERPRINT_KEY,
+    InputFile,
+    InputFingerprint,
     RefreshAction,
     RefreshPlan,
     apply_retention,
-    fingerprint_inputs,
+    list_input_files,
     plan_refresh,
     publish_version,
 )
@@ -199,7 +203,9 @@ def run_refresh(options: PipelineOptions, source: RefreshSource, *, shared_files
     watching = watch_plan(options, force=bool(refresh.force))
     if watching is None:
         return _refresh_once(options, source, shared_filesystem=shared_filesystem)
-    return run_watch(watching, lambda: _refresh_once(options, source, shared_filesystem=shared_filesystem,
+    # Each interval on a copy: the writer sets the runner's worker options on the options it is given.
+    return run_watch(watching, lambda: _refresh_once(copy.deepcopy(options), source,
+                                                     shared_filesystem=shared_filesystem,
                                                      lease_stale_after=watching.lease_ttl, watching=True),
                      root=refresh.dataset_root)
 
@@ -220,7 +226,8 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
              source: RefreshSource, *, shared_filesystem: bool, watching: bool = False) -> RefreshPlan:
     root = refresh.dataset_root
     drift = drift_check(options)
-    fingerprint = fingerprint_inputs(source.patterns)
+    files = list_input_files(source.patterns)
+    fingerprint = InputFingerprint.of(files)
     plan = plan_refresh(root, fingerprint, force=refresh.force)
     if watching and plan.latest is None and fingerprint.num_files == 0:
         print(f"refresh {root}: no input files yet ({', '.join(source.patterns)}); nothing to do")
@@ -263,13 +270,17 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
     commit = appended.commit(plan.version_id) if appended is not None else \
         VersionCommit(plan.version_id, tuple(i.key for i in index.inputs), base_version=base)
     expected_inputs = prepared.expected_inputs if appended is None else _expected_inputs(prepared, appended)
+    # A small refresh (an append of a few new inputs: what a watch's interval usually is) runs in one in-memory
+    # worker, as a small build does: worker processes would cost more than they save.
+    workers = choose_local_workers(options, requested=None, flags=source.command,
+                                   input_size=_work_size(files, prepared, incremental, appended, expected_inputs))
     quiet_logging()
     with cleaned_up_when_disk_full(lambda: _delete_if_unfinished(plan)):
         # Before the writer runs: the version is complete only once its manifest is written, index included.
         write_input_index(plan.version_dir, index)
         with progress_for(options, expected_inputs=expected_inputs) as progress_dir, \
                 job_pipeline(options) as pipeline:
-            writer = make_writer(output, prepared.schema, list(source.command), metadata=metadata,
+            writer = make_writer(output, prepared.schema, list(source.command), workers=workers, metadata=metadata,
                                  feature_transforms=dict(prepared.feature_transforms), progress_dir=progress_dir,
                                  shared_filesystem=shared_filesystem, expected_inputs=expected_inputs,
                                  inputs_identity=identity, resume=killed is not None, commit=commit,
@@ -287,7 +298,7 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
     manifest = load_manifest(plan.version_dir) if published else None
     if manifest is not None and COMMIT_KEY in manifest.metadata:
         print(f"refresh {root}: {describe_commit(manifest.metadata[COMMIT_KEY])}")
-    print_how_it_ran(pipeline, writer, manifest)
+    print_how_it_ran(pipeline, writer, manifest, workers_reason=workers.reason)
     return plan
 
 
@@ -328,6 +339,21 @@ def _append_plan(plan: RefreshPlan, index: InputIndex, refresh: RefreshOptions) 
         return None
     print(f"refresh {plan.root}: {appended.describe()}")
     return appended
+
+
+def _work_size(files: Sequence[InputFile], prepared: PreparedSource, incremental: IncrementalPlan | None,
+               appended: AppendPlan | None, expected_inputs: int | None) -> InputSize:
+    """What the writer of this refresh reads: every input (a full build), or the fresh inputs' files and the kept
+    records of the shards it rewrites; bytes unknown (None) when a fresh input is not one of the listed files."""
+    if incremental is None and appended is None:
+        return InputSize(expected_inputs, sum(f.size_bytes for f in files))
+    fresh, reuses = (incremental.fresh, incremental.shards) if incremental is not None else \
+        (appended.fresh, appended.rewritten)  # type: ignore[union-attr]
+    sizes = {f.path: f.size_bytes for f in files}
+    paths = {i.path for i in fresh}
+    fresh_bytes = sum(sizes[path] for path in paths if path in sizes)
+    known = all(path in sizes for path in paths)
+    return InputSize(expected_inputs, fresh_bytes + sum(r.shard.num_bytes for r in reuses) if known else None)
 
 
 def _expected_inputs(prepared: PreparedSource, appended: AppendPlan) -> int | None:
