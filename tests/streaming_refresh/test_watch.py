@@ -187,3 +187,31 @@ def test_a_watch_of_a_bucket_appends_each_batch_once_and_a_follower_reads_each(f
     follower.close()
     reading.join(timeout=10)
     assert len(followed) == len(expected) and set(followed) == expected
+
+
+def test_a_lease_left_on_another_host_blocks_a_restart_for_at_most_the_watch_lease_ttl(tmp_path):
+    """A holder this host cannot check (another host, or the same PID in a new container) is taken over once
+    older than --watch_lease_ttl, not after the scheduled refresh's 24 h."""
+    import datetime
+
+    from beam_tfrecord.errors import OutputLockedError
+    from beam_tfrecord.job.lease import LEASE_FILENAME, LeaseHolder
+    from pipelines import refresh_image_dataset
+
+    images, root = tmp_path / "images", tmp_path / "root"
+    images.mkdir()
+    root.mkdir()
+
+    def leave_lease(minutes_ago: int) -> None:
+        started = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=minutes_ago)
+        holder = LeaseHolder("killed-run", "another-host", 4242, started.isoformat(timespec="seconds"))
+        (root / LEASE_FILENAME).write_bytes(holder.to_bytes())
+
+    argv = ["--input", str(images), "--dataset_root", str(root), "--watch", "--triggering_frequency=1",
+            "--max_intervals=1", "--watch_lease_ttl=10m"]
+    leave_lease(minutes_ago=1)
+    with pytest.raises(OutputLockedError, match="run killed-run"):
+        refresh_image_dataset.run(argv)
+    leave_lease(minutes_ago=11)
+    refresh_image_dataset.run(argv)  # takes the stale lease over, finds no input yet, releases it
+    assert not (root / LEASE_FILENAME).exists()
