@@ -130,6 +130,12 @@ def test_bad_follow_options_are_refused(grown):
         assert str(caught.value) == message, name
     with pytest.raises(ReaderError, match="follow_timeout_seconds must be"):
         Follow(timeout_seconds=-1)
+    with pytest.raises(ReaderError, match="not a follow state"):
+        FollowState.from_dict({"format": "something else"})
+    other_part = FollowState(part=1, parts=2).to_dict()
+    assert FollowState.from_dict(other_part) == FollowState(part=1, parts=2)
+    with pytest.raises(ReaderError, match="the follow state is of reader 1 of 2, not 0 of 1"):
+        read_numpy(root, follow=True, follow_state=other_part)
 
 
 def test_read_dataset_follows_from_a_commit_to_the_end_of_its_timeout(grown):
