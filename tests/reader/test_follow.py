@@ -1,7 +1,8 @@
 """Follow mode: a reader of a root yields each commit's new records exactly once, whatever commits it skipped and
 whatever a compaction rewrote; resumes from its ``FollowState``; shares commits between readers and DataLoader
 workers. The root (built once per module by the real refresh job): version 1 = images 0-1 of each class, version 2
-appends image 2 of each, version 3 appends image 3 of each and compacts (``--max_small_shards=0``: every record rewritten into new shards).
+appends image 2 of each, version 3 appends image 3 of each and compacts (``--max_small_shards=0``: every record
+rewritten into new shards).
 """
 
 from __future__ import annotations
