@@ -16,8 +16,8 @@ from typing import Any
 from beam_tfrecord.core.record_schema import holds_verbatim_payloads
 from beam_tfrecord.dataset import LoadedDataset
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.decode.block_decode import BlockDecoder, Columns, num_rows, rebatch, rows
-from beam_tfrecord.reader.decode.ragged import Allocate, allocate
+from beam_tfrecord.reader.decode.block_decode import BlockDecoder, num_rows, rebatch, rows
+from beam_tfrecord.reader.decode.ragged import Allocate, allocate, packed_batches
 from beam_tfrecord.reader.follow import Follow, FollowState, follow_commits
 from beam_tfrecord.reader.options import ImageDecoding
 from beam_tfrecord.reader.order.orders import StoredOrder
@@ -105,7 +105,7 @@ class FollowReader:
         if decoding.batch_size is None:
             yield from ((example, 1) for block in blocks for example in rows(block))
             return
-        batches: Iterator[Columns] = rebatch(blocks, decoding.batch_size, decoding.allocate_values)
+        batches = packed_batches(rebatch(blocks, decoding.batch_size, decoding.allocate_values))  # as read_numpy's
         yield from ((batch, num_rows(batch)) for batch in batches)
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from beam_tfrecord.core.record_schema import holds_verbatim_payloads
 from beam_tfrecord.errors import ReaderError
-from beam_tfrecord.reader.decode.block_decode import BlockDecoder, Columns, rebatch, rows
+from beam_tfrecord.reader.decode.block_decode import BlockDecoder, rebatch, rows
 from beam_tfrecord.reader.decode.numpy_decode import Example
-from beam_tfrecord.reader.decode.ragged import ragged_items
+from beam_tfrecord.reader.decode.ragged import packed_batches
 from beam_tfrecord.reader.follow import DEFAULT_FOLLOW_POLL_SECONDS, FollowState
 from beam_tfrecord.reader.follow_reader import Decoding, follow_reader
 from beam_tfrecord.reader.options import ImageDecoding, check_positive
@@ -119,12 +119,6 @@ def read_numpy(path: DatasetPaths, *, split: str = "train", num_workers: int = 1
     positions = take(share, start, length(share))
     if batch_size is None:
         return mixing.iter_examples(order, positions, image_decoding=image_decoding)
-    return _ragged(rebatch(mixing.iter_columns(order, positions, image_decoding=image_decoding, batch_rows=batch_size),
-                           batch_size))
+    columns = mixing.iter_columns(order, positions, image_decoding=image_decoding, batch_rows=batch_size)
+    return packed_batches(rebatch(columns, batch_size))
 
-
-def _ragged(batches: Iterator[Columns]) -> Iterator[Columns]:
-    """Batches whose lists of bytes or of 1-D arrays are packed as ``RaggedArray`` (a mixture's are lists)."""
-    for batch in batches:
-        packed = {name: ragged_items(column) for name, column in batch.items()}
-        yield {name: column if packed[name] is None else packed[name] for name, column in batch.items()}

@@ -147,3 +147,12 @@ def test_read_dataset_follows_from_a_commit_to_the_end_of_its_timeout(grown):
     dataset = read_dataset(root, follow=True, follow_timeout_seconds=0, batch_size=5, label_key="label")
     read = [bytes(image) for features, _ in dataset for image in features["image"].numpy()]
     assert sorted(read) == sorted(set().union(*by_class.values()))
+
+
+def test_a_follower_batches_a_commit_as_read_numpy_batches(grown):
+    root, versions, by_class = grown
+    state = FollowState(commit=versions[0], position=len(by_class[0]))
+    batches = list(read_numpy(root, follow=True, follow_timeout_seconds=0, follow_state=state, batch_size=4))
+    assert [len(batch["label"]) for batch in batches] == [4, 2]  # version 3's 6 new records: one commit
+    assert type(batches[0]["image"]).__name__ == "RaggedArray"  # packed as read_numpy packs its batches
+    assert sorted(bytes(image) for batch in batches for image in batch["image"]) == sorted(by_class[1] | by_class[2])

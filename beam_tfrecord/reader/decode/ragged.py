@@ -184,3 +184,10 @@ def ragged_items(column: Any, allocate_values: Allocate = allocate) -> RaggedArr
             isinstance(item, np.ndarray) and item.ndim == 1 and item.dtype == first.dtype for item in column):
         return RaggedArray.of(column, dtype=first.dtype, is_bytes=False, allocate_values=allocate_values)
     return None
+
+
+def packed_batches(batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Batches (columns) whose lists of bytes or of 1-D arrays are packed as ``RaggedArray`` (``ragged_items``)."""
+    for batch in batches:
+        packed = {name: ragged_items(column) for name, column in batch.items()}
+        yield {name: column if packed[name] is None else packed[name] for name, column in batch.items()}
