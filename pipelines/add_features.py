@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -21,6 +21,7 @@ from beam_tfrecord.core.samples import DeadLetter
 from beam_tfrecord.job import lease
 from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.versions.add_features import OnMissing, plan_add
+from beam_tfrecord.versions.feature_changes import SchemaChange, drop, publish_change, rename
 from pipelines.common import job_pipeline, parse_job, quiet_logging, run_as_command
 from pipelines.job_options import JobCommand
 from pipelines.refresh_driver import RefreshOptions, min_version_age
@@ -92,6 +93,57 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> str:
                  | "AddFeatures" >> AddFeatures(plan, sources, publish=publish))
     print(f"add-features {root.dataset_root}: published version {plan.version_id} (LATEST updated)")
     return plan.version_id
+
+
+class FeatureChangeOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--drop", default=None, help="drop-features: comma-separated features to drop")
+        parser.add_argument("--rename", default=None, help="rename-features: comma-separated OLD=NEW names")
+
+
+_CHANGE_GROUPS = (("change", FeatureChangeOptions), ("root", RefreshOptions))
+DROP_COMMAND = JobCommand("beam-tfrecord drop-features", "Drop features of LATEST of a versioned root: a new version "
+                          "whose manifest says so; no file rewritten.", _CHANGE_GROUPS,
+                          refused=(("rename", "rename-features renames"), *_REFUSED_ROOT))
+RENAME_COMMAND = JobCommand("beam-tfrecord rename-features", "Rename features of LATEST of a versioned root: a new "
+                            "version whose manifest says so; no file rewritten.", _CHANGE_GROUPS,
+                            refused=(("drop", "drop-features drops"), *_REFUSED_ROOT))
+
+
+def _names(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _change(command: JobCommand, argv: Sequence[str] | None, prog: str | None, flag: str,
+            change: Callable[[list[str]], SchemaChange]) -> str:
+    options, args = parse_job(command, argv, prog=prog)
+    root = options.view_as(RefreshOptions)
+    names = _names(getattr(options.view_as(FeatureChangeOptions), flag))
+    if not root.dataset_root or not names:
+        raise SystemExit(f"--dataset_root (a versioned root) and --{flag} are required")
+    age = min_version_age(root)
+    with lease.held(root.dataset_root, run_id=uuid.uuid4().hex[:12]):
+        version_id = publish_change(root.dataset_root, change(names), command=(command.prog, *args),
+                                    keep_versions=root.keep_versions, min_version_age=age)
+    print(f"{command.prog} {root.dataset_root}: published version {version_id} (LATEST updated; no file rewritten)")
+    return version_id
+
+
+def run_drop(argv: Sequence[str] | None = None, *, prog: str | None = None) -> str:
+    """Drops ``--drop`` features of LATEST of ``--dataset_root``; returns the new version's id."""
+    return _change(DROP_COMMAND, argv, prog, "drop", drop)
+
+
+def _renames(pairs: list[str]) -> SchemaChange:
+    if not all(pair.count("=") == 1 and all(pair.split("=")) for pair in pairs):
+        raise SystemExit(f"--rename: expected OLD=NEW[,OLD=NEW...], got {','.join(pairs)!r}")
+    return rename(dict(pair.split("=") for pair in pairs))
+
+
+def run_rename(argv: Sequence[str] | None = None, *, prog: str | None = None) -> str:
+    """Renames ``--rename`` features (OLD=NEW) of LATEST of ``--dataset_root``; returns the new version's id."""
+    return _change(RENAME_COMMAND, argv, prog, "rename", _renames)
 
 
 if __name__ == "__main__":
