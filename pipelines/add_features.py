@@ -22,7 +22,7 @@ from beam_tfrecord.job import lease
 from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.versions.add_features import OnMissing, plan_add
 from beam_tfrecord.versions.feature_changes import SchemaChange, drop, publish_change, rename
-from pipelines.common import job_pipeline, parse_job, quiet_logging, run_as_command
+from pipelines.common import job_pipeline, parse_job, quiet_logging, require_worker_paths, run_as_command
 from pipelines.job_options import JobCommand
 from pipelines.refresh_driver import RefreshOptions, min_version_age
 from pipelines.source_options import SchemaOptions, parse_bool
@@ -73,6 +73,7 @@ def run(argv: Sequence[str] | None = None, *, prog: str | None = None) -> str:
     if not source.key_column:
         raise SystemExit("--key_column is required: the column of --features holding each record's key (the "
                          "dataset's sample key, or a feature of the dataset)")
+    require_worker_paths(options, {"--dataset_root": root.dataset_root, "--features": add.features})
     source.manifest = add.features
     checks = options.view_as(SchemaOptions)
     fmt = manifest_format(source)
