@@ -211,7 +211,8 @@ def commit_add(outcomes: list[tuple[str, Any]], plan: AddPlan, publish: PublishO
     if dead:
         storage.write_bytes_atomic(storage.join(plan.directory, DEAD_LETTER_FILENAME), "".join(
             json.dumps(d.to_json(), sort_keys=True) + "\n" for d in dead).encode("utf-8"))
-    summary = {"action": "add", "base_version": plan.base_version, "features": sorted(plan.added.features),
+    summary = {"action": "add", "base_version": plan.base_version, "indexes_version": plan.indexes_version,
+               "features": sorted(plan.added.features),
                "physical_names": dict(plan.physical), "replaced": list(plan.replaced), "dead_letters": len(dead),
                "records_without_value": without, "column_bytes": sum(c.num_bytes for c in columns.values())}
     manifest = plan.manifest(columns, command=publish.command, tool_version=__version__, summary=summary,

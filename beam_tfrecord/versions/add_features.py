@@ -80,6 +80,7 @@ class AddPlan:
         key_feature: the stored name of the schema feature holding each record's key, or None (sample keys).
         shards: the base shards.
         on_missing: what a record given no value gets.
+        indexes_version: the version holding the records' locations and input index (``indexes_version``).
     """
 
     root: str
@@ -92,6 +93,7 @@ class AddPlan:
     key_feature: str | None
     shards: tuple[BaseShard, ...]
     on_missing: OnMissing = OnMissing.FAIL
+    indexes_version: str = ""
 
     @property
     def directory(self) -> str:
@@ -135,6 +137,17 @@ class AddPlan:
             dropped_features=tuple(sorted({*self.base.dropped_features, *self.replaced})),
             metadata={**self.base.metadata, COLUMNS_KEY: dict(summary)})
         return Manifest.loads(manifest.dumps())  # every check a reader makes, before it is published
+
+
+def indexes_version(root: str, base_version: str, base: Manifest) -> str:
+    """The version whose directory holds the ``record_locations.json`` and input index that describe the records of
+    ``base_version``: itself, or, for a version an add, drop or rename wrote (they write neither: the records and
+    their places are the base's), the version its ``metadata.columns.indexes_version`` names."""
+    if storage.exists(storage.join(version_dir(root, base_version), RECORD_LOCATIONS_FILENAME)):
+        return base_version
+    recorded = base.metadata.get(COLUMNS_KEY, {})
+    found = recorded.get("indexes_version") if isinstance(recorded, Mapping) else None
+    return found if isinstance(found, str) else base_version
 
 
 def with_base_shards(base: Manifest, base_version: str) -> tuple[ShardInfo, ...]:
@@ -286,5 +299,6 @@ def plan_add(root: str, added: Schema, *, key_column: str | None, replace: bool 
     key_feature = base.physical_name(key_column) if key_column and key_column in base.schema.features else None
     sources = base_shards(root, latest, base, keys_from_shards=key_feature is not None)
     plan = AddPlan(root, latest, version_id, base, added, physical, replaced, key_feature,
-                   tuple(dataclasses.replace(source, keys=None) for source in sources), on_missing)
+                   tuple(dataclasses.replace(source, keys=None) for source in sources), on_missing,
+                   indexes_version(root, latest, base))
     return plan, sources

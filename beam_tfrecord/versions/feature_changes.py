@@ -17,7 +17,7 @@ from beam_tfrecord.core.manifest import MANIFEST_FILENAME, Manifest
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest, read_latest, version_dir
 from beam_tfrecord.errors import ColumnsError, FeatureNameError
-from beam_tfrecord.versions.add_features import COLUMNS_KEY, with_base_shards
+from beam_tfrecord.versions.add_features import COLUMNS_KEY, indexes_version, with_base_shards
 from beam_tfrecord.versions.refresh import list_versions, new_version_id, publish_version
 
 # (base manifest) -> (new logical schema features, new physical names, new dropped names, summary)
@@ -68,8 +68,9 @@ def rename(renames: Mapping[str, str]) -> SchemaChange:
 
 
 def changed_manifest(base: Manifest, base_version: str, version_id: str, change: SchemaChange, *,
-                     command: Sequence[str]) -> Manifest:
-    """The version after ``change``: the base's files listed where they are, the schema and names changed."""
+                     command: Sequence[str], indexes: str) -> Manifest:
+    """The version after ``change``: the base's files listed where they are, the schema and names changed;
+    ``indexes``: the version holding the records' locations (``add_features.indexes_version``)."""
     schema, renames, dropped, summary = change(base)
     shards = iter(with_base_shards(base, base_version))
     splits = tuple(dataclasses.replace(s, shards=tuple(next(shards) for _ in s.shards)) for s in base.splits)
@@ -78,7 +79,7 @@ def changed_manifest(base: Manifest, base_version: str, version_id: str, change:
         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tool_version=__version__, command=tuple(command), run_id=version_id, dead_letters=None, num_rejected=0,
         num_inputs=base.num_written + base.num_dropped,
-        metadata={**base.metadata, COLUMNS_KEY: {**summary, "base_version": base_version}})
+        metadata={**base.metadata, COLUMNS_KEY: {**summary, "base_version": base_version, "indexes_version": indexes}})
     return Manifest.loads(manifest.dumps())  # every check a reader makes, before it is published
 
 
@@ -95,7 +96,8 @@ def publish_change(root: str, change: SchemaChange, *, command: Sequence[str], k
     base = load_manifest(version_dir(root, latest))
     listing = list_versions(root)
     version_id = new_version_id(after=[*listing.complete, *listing.incomplete, *listing.retired, latest])
-    manifest = changed_manifest(base, latest, version_id, change, command=command)
+    manifest = changed_manifest(base, latest, version_id, change, command=command,
+                                indexes=indexes_version(root, latest, base))
     storage.write_bytes_atomic(storage.join(version_dir(root, version_id), MANIFEST_FILENAME),
                                manifest.dumps().encode("utf-8"))
     return publish_version(manifest, root=root, version_id=version_id, keep_versions=keep_versions,

@@ -70,12 +70,14 @@ def test_an_added_feature_reads_as_a_native_build_and_no_shard_is_rewritten(inpu
 
 def test_rename_and_drop_read_as_a_native_build_of_the_final_schema(inputs, tmp_path):
     root = _copy_root(inputs, tmp_path)
+    base = read_latest(root)
     add_features.run(["--dataset_root", root, "--features", inputs["emb"], "--key_column", "id", *QUIET])
     before = _files(root)
     add_features.run_rename(["--dataset_root", root, "--rename", "emb=embedding", *QUIET])
     add_features.run_drop(["--dataset_root", root, "--drop", "label", *QUIET])
     manifest = load_manifest(root)
     assert (manifest.physical_names, manifest.dropped_features) == ({"embedding": "emb"}, ("label",))
+    assert manifest.metadata["columns"]["indexes_version"] == base  # the chain's record locations: the base's
     assert joined_records(root) == joined_records(inputs["final"])
     after = _files(root)
     assert sorted(set(after) - set(before)) == sorted(f"versions/{v}/manifest.json" for v in
