@@ -25,7 +25,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
              "emb": write_parquet(work / "emb.parquet", {"id": data["id"], "emb": data["emb"]}),
              "emb_by_name": write_parquet(work / "emb_by_name.parquet", {"name": data["name"], "emb": data["emb"]})}
     build_root(paths["base"], str(work / "base-root"))
-    build_root(write_parquet(work / "native.parquet", data), str(work / "native-root"))
+    paths["native_parquet"] = write_parquet(work / "native.parquet", data)
+    build_root(paths["native_parquet"], str(work / "native-root"))
     final = {"x": data["x"], "name": data["name"], "embedding": data["emb"], "id": data["id"]}
     build_root(write_parquet(work / "final.parquet", final), str(work / "final-root"))
     return {**paths, "base_root": str(work / "base-root"), "native": str(work / "native-root"),
@@ -83,3 +84,15 @@ def test_rename_and_drop_read_as_a_native_build_of_the_final_schema(inputs, tmp_
     assert sorted(set(after) - set(before)) == sorted(f"versions/{v}/manifest.json" for v in
                                                       {p.split("/")[1] for p in set(after) - set(before)})
     assert len(set(after) - set(before)) == 2  # two manifests: nothing else written
+
+
+@pytest.mark.parametrize("layout", [["--file_format=array_record"], ["--compression=gzip"]],
+                         ids=["array_record", "gzip"])
+def test_a_column_file_is_in_its_shard_s_format_and_compression(inputs, tmp_path, layout):
+    root, native = str(tmp_path / "root"), str(tmp_path / "native")
+    build_root(inputs["base"], root, *layout)
+    build_root(inputs["native_parquet"], native, *layout)
+    add_features.run(["--dataset_root", root, "--features", inputs["emb"], "--key_column", "id", *QUIET])
+    manifest = load_manifest(root)
+    assert all(s.columns[0].filename.endswith(s.filename) for s in manifest.shards)  # format and suffix kept
+    assert joined_records(root) == joined_records(native)
