@@ -4,13 +4,19 @@ rename and a drop equal a native build's with the final schema; no shard is rewr
 
 from __future__ import annotations
 
+import datetime
 import shutil
 from pathlib import Path
 
+import apache_beam as beam
 import pytest
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam.add_features import AddFeatures, PublishOptions
+from beam_tfrecord.core.schema import DType, Schema, VarList
 from beam_tfrecord.dataset import load_manifest, read_latest, version_dir
+from beam_tfrecord.job import lease
+from beam_tfrecord.versions.add_features import plan_add
 from pipelines import add_features
 from tests.columns.column_data import QUIET, build_root, columns, joined_records, write_parquet
 
@@ -96,3 +102,18 @@ def test_a_column_file_is_in_its_shard_s_format_and_compression(inputs, tmp_path
     manifest = load_manifest(root)
     assert all(s.columns[0].filename.endswith(s.filename) for s in manifest.shards)  # format and suffix kept
     assert joined_records(root) == joined_records(native)
+
+
+def test_the_transform_adds_what_a_pipeline_computes(inputs, tmp_path):
+    """The library path: a pipeline's own ``(key, {feature: value})`` elements, e.g. a model's output."""
+    root = _copy_root(inputs, tmp_path)
+    emb = columns()["emb"]
+    with lease.held(root, run_id="test"):
+        plan, sources = plan_add(root, Schema({"emb": VarList(DType.FLOAT32)}), key_column="id")
+        publish = PublishOptions(("test",), keep_versions=10, min_version_age=datetime.timedelta(0))
+        with beam.Pipeline() as pipeline:
+            _ = (pipeline
+                 | beam.Create([(str(i), {"emb": vector}) for i, vector in enumerate(emb)])
+                 | AddFeatures(plan, sources, publish=publish))
+    assert read_latest(root) == plan.version_id
+    assert joined_records(root) == joined_records(inputs["native"])
