@@ -13,10 +13,12 @@ import pytest
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam.add_features import AddFeatures, PublishOptions
+from beam_tfrecord.core import proto
 from beam_tfrecord.core.schema import DType, Schema, VarList
 from beam_tfrecord.dataset import load_manifest, read_latest, version_dir
 from beam_tfrecord.job import lease
 from beam_tfrecord.versions.add_features import plan_add
+from beam_tfrecord.versions.refresh import list_versions
 from pipelines import add_features
 from tests.columns.column_data import QUIET, build_root, columns, joined_records, write_parquet
 
@@ -117,3 +119,31 @@ def test_the_transform_adds_what_a_pipeline_computes(inputs, tmp_path):
                  | AddFeatures(plan, sources, publish=publish))
     assert read_latest(root) == plan.version_id
     assert joined_records(root) == joined_records(inputs["native"])
+
+
+def test_retention_keeps_every_file_a_kept_version_lists(inputs, tmp_path):
+    """With one version kept, the base and the add's version are retired, yet their shards, key files and column
+    files stay: the version that drops a feature lists them."""
+    root = _copy_root(inputs, tmp_path)
+    one = ["--keep_versions=1", "--min_version_age=0", "--progress=none"]
+    add_features.run(["--dataset_root", root, "--features", inputs["emb"], "--key_column", "id", *one])
+    add_features.run_drop(["--dataset_root", root, "--drop", "name", *one])
+    add_features.run_rename(["--dataset_root", root, "--rename", "x=x2", *one])  # retention runs again
+    listing = list_versions(root)
+    assert len(listing.complete) == 1 and len(listing.retired) == 2  # base and add: their files are listed
+    assert joined_records(root) == sorted(_renamed_without(r, {"x": "x2"}, "name")
+                                          for r in joined_records(inputs["native"]))
+    manifest = load_manifest(root)
+    assert manifest.physical_names == {"x2": "x"} and manifest.dropped_features == ("name",)
+    base = manifest.shards[0].stored_in
+    assert all(Path(version_dir(root, base), "keys", f"{s.filename}.keys").exists() for s in manifest.shards)
+    assert manifest.metadata["columns"]["indexes_version"] == base  # and its indexes are kept
+    assert all(Path(version_dir(root, base), name).exists() for name in ("record_locations.json", "input_index.json"))
+
+
+def _renamed_without(record: bytes, renames: dict[str, str], dropped: str) -> bytes:
+    example, out = proto.Example.FromString(record), proto.Example()
+    for name, feature in example.features.feature.items():
+        if name != dropped:
+            out.features.feature[renames.get(name, name)].CopyFrom(feature)
+    return out.SerializeToString(deterministic=True)
