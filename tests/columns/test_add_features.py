@@ -147,3 +147,17 @@ def _renamed_without(record: bytes, renames: dict[str, str], dropped: str) -> by
         if name != dropped:
             out.features.feature[renames.get(name, name)].CopyFrom(feature)
     return out.SerializeToString(deterministic=True)
+
+
+def test_a_second_add_lists_the_first_one_s_column_files_where_they_are(inputs, tmp_path):
+    root = _copy_root(inputs, tmp_path)
+    data = columns()
+    first = add_features.run(["--dataset_root", root, "--features", inputs["emb"], "--key_column", "id", *QUIET])
+    score = write_parquet(tmp_path / "score.parquet", {"id": data["id"], "score": [i / 7 for i in data["id"]]})
+    add_features.run(["--dataset_root", root, "--features", score, "--key_column", "id", *QUIET])
+    manifest = load_manifest(root)
+    assert all([(c.features, c.stored_in) for c in s.columns] == [(("emb",), first), (("score",), None)]
+               for s in manifest.shards)
+    native = str(tmp_path / "native")
+    build_root(write_parquet(tmp_path / "native.parquet", {**data, "score": [i / 7 for i in data["id"]]}), native)
+    assert joined_records(root) == joined_records(native)
