@@ -28,6 +28,7 @@ from beam_tfrecord.dataset import load_manifest, read_latest, shard_file_path, v
 from beam_tfrecord.errors import ColumnsError, FeatureNameError, InputIndexError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.versions.locations import (
+    KEYS_DIRNAME,
     RECORD_LOCATIONS_FILENAME,
     key_file_name,
     read_record_locations,
@@ -206,6 +207,20 @@ def check_on_missing(added: Schema, on_missing: OnMissing) -> None:
                            "use --on_missing fail")
 
 
+def _have_key_files(root: str, shards: Sequence[ShardInfo]) -> bool:
+    """Whether every shard (``stored_in`` set) has its key file: one listing per version that wrote shards, not a
+    request per shard (10,000 shards on an object store)."""
+    held: dict[str, set[str]] = {}
+    for shard in shards:
+        version = shard.stored_in or ""
+        if version not in held:
+            folder = storage.join(version_dir(root, version), KEYS_DIRNAME)
+            held[version] = {path.rsplit("/", 1)[-1] for path, _ in storage.list_files(folder + "/*")}
+        if key_file_name(shard.filename).rsplit("/", 1)[-1] not in held[version]:
+            return False
+    return True
+
+
 def base_shards(root: str, base_version: str, base: Manifest, *, keys_from_shards: bool) -> tuple[BaseShard, ...]:
     """The base's shards with where their keys come from: the shards themselves (``keys_from_shards``), each one's
     key file, or (a version written before key files) the version's ``record_locations.json`` split per shard.
@@ -219,7 +234,7 @@ def base_shards(root: str, base_version: str, base: Manifest, *, keys_from_shard
     if keys_from_shards:
         return tuple(BaseShard(n, shard, path) for n, (shard, path) in enumerate(zip(listed, paths)))
     key_paths = [shard_file_path(directory, shard, key_file_name(shard.filename)) for shard in base.shards]
-    if all(storage.exists(path) for path in key_paths):
+    if _have_key_files(root, listed):
         return tuple(BaseShard(n, shard, path, key_path=key_path)
                      for n, (shard, path, key_path) in enumerate(zip(listed, paths, key_paths)))
     try:
