@@ -20,6 +20,8 @@ from beam_tfrecord.core.durations import format_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.dataset import LATEST_FILENAME, VERSION_ID_PATTERN, VERSIONS_DIRNAME, read_latest, version_dir
 from beam_tfrecord.errors import DiskFullError, ManifestError, RefreshError
+from beam_tfrecord.versions.input_index import INPUT_INDEX_FILENAME
+from beam_tfrecord.versions.locations import RECORD_LOCATIONS_FILENAME, key_file_name
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_KEEP_VERSIONS = 3
@@ -28,7 +30,10 @@ SUPERSEDED_FILENAME = "superseded.json"  # in a version's directory: when (and b
 RETIRED_FILENAME = "retired.json"  # in a retired version's directory: it is no version, only files others list
 # The fields of a manifest's shard entry that name a file of the shard (in ``ROOT/versions/<stored_in>/`` when it
 # has ``stored_in``): what ``dataset.shard_file_path`` is asked for. A new per-shard file is one more name here.
+# Each entry of a shard's ``columns`` (``core.columns``) names one more file, with its own ``stored_in``; a version an
+# add, drop or rename wrote keeps the indexes of the version its ``metadata.columns.indexes_version`` names.
 SHARD_FILE_FIELDS = ("filename", "dali_index")
+COLUMNS_FIELD = "columns"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +127,8 @@ def shared_files(manifest_json: bytes) -> dict[str, set[str]]:
         ManifestError: the bytes do not have a manifest's shape (then what it lists is unknown).
     """
     try:
-        splits = json.loads(manifest_json)["splits"]
+        parsed = json.loads(manifest_json)
+        splits = parsed["splits"]
         entries = [shard for split in splits for shard in split["shards"]]
         if not all(isinstance(shard, dict) for shard in entries):
             raise TypeError("a shard entry is not a JSON object")
@@ -134,6 +140,17 @@ def shared_files(manifest_json: bytes) -> dict[str, set[str]]:
         if isinstance(stored_in, str):
             shared.setdefault(stored_in, set()).update(
                 name for name in (shard.get(field) for field in SHARD_FILE_FIELDS) if isinstance(name, str))
+            if isinstance(shard.get("filename"), str):  # its key file, where the version that wrote it has one
+                shared[stored_in].add(key_file_name(shard["filename"]))
+        columns = shard.get(COLUMNS_FIELD)
+        for column in columns if isinstance(columns, list) else ():
+            if isinstance(column, dict) and isinstance(column.get("stored_in"), str) \
+                    and isinstance(column.get("filename"), str):
+                shared.setdefault(column["stored_in"], set()).add(column["filename"])
+    columns = parsed.get("metadata", {}).get(COLUMNS_FIELD) if isinstance(parsed.get("metadata"), dict) else None
+    indexes = columns.get("indexes_version") if isinstance(columns, dict) else None
+    if isinstance(indexes, str):  # an add, drop or rename: its records' locations and input index are there
+        shared.setdefault(indexes, set()).update((RECORD_LOCATIONS_FILENAME, INPUT_INDEX_FILENAME))
     return shared
 
 
