@@ -14,6 +14,7 @@ import numpy as np
 from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor
+from beam_tfrecord.core.wire import read_varint
 from beam_tfrecord.reader.decode.batch_rows import BatchRows, adjacent
 from beam_tfrecord.reader.decode.numpy_decode import Example, RecordDecoder, decode_image
 from beam_tfrecord.reader.decode.ragged import Allocate, RaggedArray, allocate
@@ -174,13 +175,16 @@ def _numbers(cursor: _Cursor, dtype: DType, count: int, limit: np.ndarray) -> np
 class FixedLayout:
     """The vectorized Example decoder of a schema with a fixed number of values per feature.
 
-    Use ``FixedLayout.of(schema)``, which is None for schemas it does not cover.
+    Use ``FixedLayout.of(schema)``, which is None for schemas it does not cover. Entries are found by name (the
+    first record's key, every record's checked), so a joined record (several ``features`` fields: a base record
+    and its column rows) and a block's parts (``RecordBlock.parts``) decode on this path too.
     """
 
     def __init__(self, schema: Schema, allocate_values: Allocate = allocate) -> None:
         self._allocate = allocate_values
-        self._features = sorted(schema.features.items())  # deterministic serialization: map keys in order
+        self._features = dict(schema.features)
         self._keys = {name: np.frombuffer(name.encode("utf-8"), dtype=np.uint8) for name in schema.features}
+        self._longest_key = max((len(key) for key in self._keys.values()), default=0)
 
     @staticmethod
     def of(schema: Schema, allocate_values: Allocate = allocate) -> "FixedLayout | None":
@@ -192,18 +196,45 @@ class FixedLayout:
 
     def parse(self, block: RecordBlock, *, views: bool = False) -> Columns | None:
         """The block's columns (images still encoded), or None when a record does not have the layout."""
-        if not len(block) or not len(block.buffer):
-            return None
+        out: Columns = {}
+        for piece in (block.own(), *block.parts):
+            if not len(piece) or not len(piece.buffer) or not self._parse_piece(piece, out, views=views):
+                return None
+        return out if len(out) == len(self._features) else None
+
+    def _parse_piece(self, block: RecordBlock, out: Columns, *, views: bool) -> bool:
+        """Adds the features of a block's records to ``out``; False when a record does not have the layout."""
         cursor = _Cursor(block, self._allocate, views=views)
         ends = block.starts + block.lengths
         try:
-            cursor.tag(0x0A)  # Example.features
-            cursor.require(cursor.length(ends) + cursor.pos == ends)
-            out = {name: self._entry(cursor, name, feature, ends) for name, feature in self._features}
-            cursor.require(cursor.pos == ends)
+            while not (done := cursor.pos == ends).all():
+                cursor.require(~done)
+                cursor.tag(0x0A)  # Example.features (a joined record has one per part)
+                features_end = cursor.pos + cursor.length(ends)
+                while not (done := cursor.pos == features_end).all():
+                    cursor.require(~done)
+                    name = self._next_name(cursor)
+                    cursor.require(name is not None and name not in out)
+                    out[name] = self._entry(cursor, name, self._features[name], features_end)  # type: ignore[index]
         except _Mismatch:
+            return False
+        return True
+
+    def _next_name(self, cursor: _Cursor) -> str | None:
+        """The feature name of the map entry at the first record's position (None: not one of the schema's)."""
+        at = int(cursor.pos[0])
+        head = cursor.data[at:at + 12 + self._longest_key].tobytes()
+        try:
+            if head[0] != 0x0A:
+                return None
+            _, at = read_varint(head, 1)
+            if head[at] != 0x0A:
+                return None
+            size, at = read_varint(head, at + 1)
+            name = head[at:at + size].decode("utf-8")
+        except (IndexError, UnicodeDecodeError):
             return None
-        return out
+        return name if name in self._features else None
 
     def _entry(self, cursor: _Cursor, name: str, feature: Feature, ends: np.ndarray) -> Any:
         """One map entry (key, Feature) of every record."""
