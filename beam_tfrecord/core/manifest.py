@@ -2,8 +2,9 @@
 
 A reader trusts only what a manifest lists. The format version is the constant
 ``MANIFEST_VERSION``, shared by writer and reader; a reader reads it and every earlier version
-(``READABLE_MANIFEST_VERSIONS``), any other is a typed error. Version 2 added shards shared between
-the versions of a root (``ShardInfo.stored_in``) and deletion vectors (``core.deletions``).
+(``READABLE_MANIFEST_VERSIONS``), any other is a typed error. Version 2 added shared shards and deletion vectors,
+3 column files, renames and drops (``core.columns``); a manifest is written as the lowest format that describes it
+(``Manifest.version``, Delta's protocol rule). See docs/manifest.md.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from beam_tfrecord.core.columns import COLUMNS_MANIFEST_VERSION, ColumnFile, check_columns_json
 from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.manifest_checks import (
@@ -27,8 +29,9 @@ from beam_tfrecord.core.naming import PrefixShardNames
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import ManifestError, ManifestVersionError, SchemaError, UnknownSplitError
 
-MANIFEST_VERSION = 2
-READABLE_MANIFEST_VERSIONS = (1, 2)
+MANIFEST_VERSION = 3
+READABLE_MANIFEST_VERSIONS = (1, 2, 3)
+_SHARED_MANIFEST_VERSION = 2  # the format that added stored_in and deletions: what a build without columns writes
 MANIFEST_FILENAME = "manifest.json"
 DEAD_LETTER_FILENAME = "dead_letters.jsonl"
 
@@ -54,6 +57,9 @@ class ShardInfo:
             JSON) when it is in the manifest's own directory.
         deletions: the records of the file this version no longer holds, or None (absent) when all are live.
             ``num_records`` always counts the file's records; ``num_live`` the ones a reader returns.
+        columns: the files of features added to this shard later (``core.columns``), aligned record by record with
+            it; empty (absent from the JSON) when it has none. The shard's own features are the schema's (by
+            physical name) minus every feature one of them holds.
     """
 
     filename: str
@@ -66,6 +72,7 @@ class ShardInfo:
     dali_index: str | None = None
     stored_in: str | None = None
     deletions: DeletionVector | None = None
+    columns: tuple[ColumnFile, ...] = ()
 
     @property
     def num_live(self) -> int:
@@ -80,12 +87,21 @@ class ShardInfo:
 
     @property
     def self_contained(self) -> bool:
-        """Whether the file is in the manifest's own directory and every record of it is live."""
-        return self.stored_in is None and self.deletions is None
+        """Whether the file is in the manifest's own directory, every record of it is live and it has no column
+        file: what a reader of files alone reads completely."""
+        return self.stored_in is None and self.deletions is None and not self.columns
+
+    def column_for(self, feature: str) -> ColumnFile | None:
+        """The column file holding the feature of PHYSICAL name ``feature``, or None when the shard itself holds
+        it (or nothing does)."""
+        for column in self.columns:
+            if feature in column.features:
+                return column
+        return None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
-                                if field.name not in ("dali_index", "stored_in", "deletions")}
+                                if field.name not in ("dali_index", "stored_in", "deletions", "columns")}
         # Each left out when unset: manifests without them stay as earlier versions wrote them.
         if self.dali_index is not None:
             data["dali_index"] = self.dali_index
@@ -93,14 +109,18 @@ class ShardInfo:
             data["stored_in"] = self.stored_in
         if self.deletions is not None:
             data["deletions"] = self.deletions.to_json()
+        if self.columns:
+            data["columns"] = [column.to_json() for column in self.columns]
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, deletions: DeletionVector | None = None) -> "ShardInfo":
-        """A shard entry of a manifest whose fields ``manifest_checks`` has checked (and whose deletion vector it
-        parsed: ``deletions``)."""
+    def from_json(cls, data: Mapping[str, Any], *, deletions: DeletionVector | None = None,
+                  columns: tuple[ColumnFile, ...] = ()) -> "ShardInfo":
+        """A shard entry of a manifest whose fields ``manifest_checks`` has checked (and whose deletion vector and
+        column files it parsed: ``deletions``, ``columns``)."""
         return cls(data["filename"], data["split"], data["index"], data["num_records"], data["num_bytes"],
-                   data["num_record_bytes"], data["crc32c"], data.get("dali_index"), data.get("stored_in"), deletions)
+                   data["num_record_bytes"], data["crc32c"], data.get("dali_index"), data.get("stored_in"), deletions,
+                   columns)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +154,8 @@ class Manifest:
 
     Attributes:
         dataset_name: the name in the shard files.
-        schema: the feature spec; the reader parses with it.
+        schema: the feature spec (logical names); the reader parses with it, under ``physical_names``. After an
+            add it holds the added features too.
         splits: splits in order.
         compression: shard compression.
         created_at: ISO-8601 UTC time the manifest was written.
@@ -155,7 +176,12 @@ class Manifest:
         num_dropped: inputs left out as exact duplicates (``duplicates=drop``); absent from the JSON when 0.
         statistics: the dataset's feature statistics file (``statistics.pb``: TFMD's
             ``DatasetFeatureStatisticsList``), or None (absent from the JSON) when it has none.
-        version: manifest format version.
+        version: manifest format version: the lowest that describes it (``__post_init__`` sets it): 3 with column
+            files, renames or drops; 2 with shared shards or deletions, or unless read as 1.
+        physical_names: logical feature name -> the name stored in the files, for renamed features only; empty
+            (absent from the JSON) when none is. Every writer into a version with renames writes physical names.
+        dropped_features: physical names still in files but not in the schema (dropped), sorted; empty (absent)
+            when none is.
     """
 
     dataset_name: str
@@ -177,12 +203,33 @@ class Manifest:
     statistics: str | None = None
     version: int = MANIFEST_VERSION
     num_dropped: int = 0
+    physical_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    dropped_features: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "physical_names", dict(sorted(self.physical_names.items())))
+        object.__setattr__(self, "dropped_features", tuple(sorted(self.dropped_features)))
+        object.__setattr__(self, "version", self._lowest_version())
         if self.num_inputs != self.num_written + self.num_rejected + self.num_dropped:
             dropped = f" + dropped duplicates {self.num_dropped}" if self.num_dropped else ""
             raise ManifestError(f"num_inputs {self.num_inputs} != written {self.num_written} + rejected "
                                 f"{self.num_rejected}{dropped}")
+
+    def _lowest_version(self) -> int:
+        """The lowest manifest format that describes this one (Delta's protocol rule)."""
+        if self.physical_names or self.dropped_features or any(shard.columns for shard in self.shards):
+            return COLUMNS_MANIFEST_VERSION
+        if self.version == 1 and not any(shard.stored_in or shard.deletions for shard in self.shards):
+            return 1
+        return _SHARED_MANIFEST_VERSION
+
+    def physical_name(self, feature: str) -> str:
+        """The name the files hold logical feature ``feature`` under."""
+        return self.physical_names.get(feature, feature)
+
+    def column_features(self) -> frozenset[str]:
+        """The physical names of the features held in column files (of any shard)."""
+        return frozenset(name for shard in self.shards for column in shard.columns for name in column.features)
 
     @property
     def num_written(self) -> int:
@@ -200,9 +247,10 @@ class Manifest:
 
     @property
     def self_contained(self) -> bool:
-        """Whether every shard is in the manifest's directory and whole: what a reader outside this project
-        (TFDS, DALI, Ray, Croissant, a glob) can read. A version that is not is made so by ``compact``."""
-        return all(shard.self_contained for shard in self.shards)
+        """Whether every shard is in the manifest's directory, whole, with no column file, and the files hold the
+        schema's names: what a reader outside this project (TFDS, DALI, Ray, Croissant, a glob) can read. A version
+        that is not is made so by ``compact``."""
+        return not self.physical_names and not self.dropped_features and all(s.self_contained for s in self.shards)
 
     @property
     def num_deleted(self) -> int:
@@ -222,6 +270,10 @@ class Manifest:
             data["num_dropped"] = self.num_dropped
         if self.statistics is not None:  # as shard_naming: absent without the file
             data["statistics"] = self.statistics
+        if self.physical_names:  # format 3; absent without a rename
+            data["physical_names"] = dict(self.physical_names)
+        if self.dropped_features:  # format 3; absent without a drop
+            data["dropped_features"] = list(self.dropped_features)
         return data
 
     def _json_fields(self) -> dict[str, Any]:
@@ -259,10 +311,12 @@ class Manifest:
         if data.get("version") not in READABLE_MANIFEST_VERSIONS or type(data.get("version")) is not int:
             raise ManifestVersionError(data.get("version"), MANIFEST_VERSION)
         deletions = check_manifest_json(data)  # untrusted until every field is checked; no file is opened before
+        columns = check_columns_json(data)
         try:
             splits = tuple(
                 SplitInfo(name=s["name"], balance_spread=float(s.get("balance_spread", 0.0)),
-                          shards=tuple(ShardInfo.from_json(shard, deletions=deletions.get((i, j)))
+                          shards=tuple(ShardInfo.from_json(shard, deletions=deletions.get((i, j)),
+                                                           columns=columns.get((i, j), ()))
                                        for j, shard in enumerate(s["shards"])))
                 for i, s in enumerate(data["splits"])
             )
@@ -276,6 +330,8 @@ class Manifest:
                 file_format=parse_file_format(data), shard_naming=parse_shard_naming(data),
                 version=int(data["version"]), num_dropped=int(data.get("num_dropped", 0)),
                 statistics=plain_file_name(data["statistics"], "statistics") if "statistics" in data else None,
+                physical_names=dict(data.get("physical_names", {})),
+                dropped_features=tuple(data.get("dropped_features", ())),
             )
         except ManifestError:
             raise

@@ -25,12 +25,13 @@ MAX_TEXT_CHARS = 10_000
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _CRC32C = re.compile(r"[0-9a-f]{8}")
 _SHARD_FIELDS = {"filename", "split", "index", "num_records", "num_bytes", "num_record_bytes", "crc32c"}
-_OPTIONAL_SHARD_FIELDS = {"dali_index", "stored_in", "deletions"}
+_OPTIONAL_SHARD_FIELDS = {"dali_index", "stored_in", "deletions", "columns"}  # columns: core.columns checks it
 _SHARED_SHARD_FIELDS = {"stored_in", "deletions"}  # manifest format 2 on
 _ALL_SHARD_FIELDS = _SHARD_FIELDS | _OPTIONAL_SHARD_FIELDS
 _TOP_FIELDS = {"version", "dataset_name", "created_at", "tool_version", "command", "compression", "num_inputs",
                "num_written", "num_rejected", "dead_letters", "salt", "sharding", "schema", "splits", "metadata",
-               "run_id", "file_format", "shard_naming", "num_dropped", "statistics"}
+               "run_id", "file_format", "shard_naming", "num_dropped", "statistics", "physical_names",
+               "dropped_features"}  # the last two: core.columns checks them
 _NAMING_FIELDS = {"prefix": str, "template": str, "suffix": str, "split_in_name": bool}
 
 
@@ -169,8 +170,14 @@ def _check_shared_names(split_path: str, shards: list[Any], names: list[tuple[in
 
 
 @functools.lru_cache(maxsize=1024)
-def _is_version_id(text: str) -> bool:
+def is_version_id(text: str) -> bool:
+    """Whether ``text`` is a version id (``YYYYMMDDTHHMMSS.mmmZ-xxxxxx``): what a ``stored_in`` may hold."""
     return VERSION_ID_PATTERN.fullmatch(text) is not None
+
+
+def is_crc32c(value: Any) -> bool:
+    """Whether ``value`` is a file's CRC32C as a manifest holds it: 8 lowercase hex digits."""
+    return isinstance(value, str) and _CRC32C.fullmatch(value) is not None
 
 
 def _check_shared_fields(shard: Mapping[str, Any], path: str, *, version: Any, naming: PrefixShardNames | None,
@@ -184,7 +191,7 @@ def _check_shared_fields(shard: Mapping[str, Any], path: str, *, version: Any, n
             "no shared shards in a dataset under a Beam prefix (it has no versions)"
         raise _fail(f"{path}.{present}", why, shard[present])
     stored_in = shard.get("stored_in")
-    if "stored_in" in shard and (not isinstance(stored_in, str) or not _is_version_id(stored_in)):
+    if "stored_in" in shard and (not isinstance(stored_in, str) or not is_version_id(stored_in)):
         raise _fail(f"{path}.stored_in", "the id of a version of this root (YYYYMMDDTHHMMSS.mmmZ-xxxxxx; the shard "
                                          "is ROOT/versions/<id>/<filename>)", stored_in)
     if "deletions" not in shard:
@@ -220,7 +227,7 @@ def _check_shard(shard: Any, path: str, index: int, checks: _SplitChecks,
                                                 f"({FRAMING_BYTES * records})", framed)
     if checks.framed_files and stored != framed:
         raise _fail(f"{path}.num_bytes", f"num_record_bytes ({framed}) for an uncompressed shard", stored)
-    if not isinstance(shard["crc32c"], str) or not _CRC32C.fullmatch(shard["crc32c"]):
+    if not is_crc32c(shard["crc32c"]):
         raise _fail(f"{path}.crc32c", "8 lowercase hex digits", shard["crc32c"])
     if "dali_index" in shard and shard["dali_index"] != dali_index_name(filename):
         raise _fail(f"{path}.dali_index", f"{dali_index_name(filename)!r} (the shard's name + '.idx')",

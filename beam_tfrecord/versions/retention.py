@@ -28,7 +28,9 @@ SUPERSEDED_FILENAME = "superseded.json"  # in a version's directory: when (and b
 RETIRED_FILENAME = "retired.json"  # in a retired version's directory: it is no version, only files others list
 # The fields of a manifest's shard entry that name a file of the shard (in ``ROOT/versions/<stored_in>/`` when it
 # has ``stored_in``): what ``dataset.shard_file_path`` is asked for. A new per-shard file is one more name here.
+# Each entry of a shard's ``columns`` (``core.columns``) names one more file, with its own ``stored_in``.
 SHARD_FILE_FIELDS = ("filename", "dali_index")
+COLUMNS_FIELD = "columns"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +136,11 @@ def shared_files(manifest_json: bytes) -> dict[str, set[str]]:
         if isinstance(stored_in, str):
             shared.setdefault(stored_in, set()).update(
                 name for name in (shard.get(field) for field in SHARD_FILE_FIELDS) if isinstance(name, str))
+        columns = shard.get(COLUMNS_FIELD)
+        for column in columns if isinstance(columns, list) else ():
+            if isinstance(column, dict) and isinstance(column.get("stored_in"), str) \
+                    and isinstance(column.get("filename"), str):
+                shared.setdefault(column["stored_in"], set()).add(column["filename"])
     return shared
 
 
