@@ -89,3 +89,78 @@ def test_numpy_stored_order_equals_native(pair: Pair) -> None:
     assert [bytes(e["key"]) for e in got] == [bytes(e["key"]) for e in want]  # both in key-hash order
     _equal(_by_key(got), _by_key(want))
     assert not pair.deleted & set(_by_key(got))
+
+
+def _keys(examples) -> list[bytes]:
+    return [bytes(e["key"]) for e in examples]
+
+
+def test_numpy_shuffle_workers_resume_and_batches(pair: Pair) -> None:
+    want = _by_key(list(read_numpy(pair.native)))
+    shuffled = list(read_numpy(pair.root, shuffle=True, seed=5, shuffle_buffer=16))
+    _equal(_by_key(shuffled), want)
+    workers = [list(read_numpy(pair.root, num_workers=2, worker_index=index, shuffle=True, seed=4))
+               for index in range(2)]
+    assert [len(w) for w in workers] == [len(want) // 2] * 2
+    resumed = list(read_numpy(pair.root, num_workers=2, worker_index=1, shuffle=True, seed=4, start=7))
+    assert _keys(resumed) == _keys(workers[1])[7:]
+    batches = list(read_numpy(pair.root, batch_size=32))
+    assert [bytes(k) for batch in batches for k in batch["key"]] == _keys(read_numpy(pair.native))
+    np.testing.assert_array_equal(np.concatenate([b["emb"] for b in batches]),
+                                  np.stack([e["emb"] for e in read_numpy(pair.native)]))
+
+
+@pytest.mark.parametrize("options", [{}, {"num_parallel_reads": 3}, {"shuffle": True, "seed": 3}],
+                         ids=["stored", "interleaved", "shuffled"])
+def test_tf_data_equals_native(pair: Pair, options: dict) -> None:
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    def examples(path: str) -> dict[str, dict]:
+        out = {}
+        for batch in read_dataset(path, batch_size=16, **options):
+            for row in range(batch["key"].shape[0]):
+                example = {name: value[row].numpy() for name, value in batch.items()}
+                out[example["key"].decode()] = example
+        return out
+
+    _equal(examples(pair.root), examples(pair.native))
+    assert len(read_dataset(pair.root, batch_size=16)) == len(read_dataset(pair.native, batch_size=16))
+
+
+def test_torch_equals_native(pair: Pair) -> None:
+    pytest.importorskip("torch")
+    from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
+
+    got = list(TFRecordIterableDataset(pair.root, shuffle=True, seed=2))
+    _equal(_by_key(got), _by_key(list(TFRecordIterableDataset(pair.native))))
+    ranks = [list(TFRecordIterableDataset(pair.root, rank=rank, world_size=2)) for rank in range(2)]
+    assert _keys(ranks[0] + ranks[1]) == _keys(read_numpy(pair.native))[:len(got) // 2 * 2]
+
+
+def test_mixture_of_joined_and_native(pair: Pair) -> None:
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    mixture = {pair.root: 1.0, pair.native: 1.0}
+    keys = [bytes(e["key"]) for e in read_numpy(mixture, seed=1)]
+    assert sorted(keys) == sorted(_keys(read_numpy(pair.native)) * 2)
+    tf_keys = [k for batch in read_dataset(mixture, batch_size=32, seed=1) for k in batch["key"].numpy().tolist()]
+    assert sorted(tf_keys) == sorted(keys)
+
+
+def test_random_access_joins(pair: Pair) -> None:
+    from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
+    from beam_tfrecord.reader.order.random_access import RandomAccessRecords
+    from beam_tfrecord.reader.order.read_plan import plan_read
+
+    plan = plan_read(pair.root)
+    if not plan.format.random_access:
+        pytest.skip("TFRecord has no random access")
+    want = _by_key(list(read_numpy(pair.native)))
+    records = RandomAccessRecords(plan)
+    decoder = RecordDecoder(plan.manifest.schema)
+    try:
+        found = [decoder.decode(record, shard=path, offset=index)
+                 for record, path, index in records.read(np.arange(len(records))[::-1])]
+    finally:
+        records.close()
+    _equal(_by_key(found), want)
