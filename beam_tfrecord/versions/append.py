@@ -17,6 +17,7 @@ from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.dataset import load_manifest, shard_file_path, version_dir
 from beam_tfrecord.errors import InputIndexError, RefreshError
+from beam_tfrecord.formats.joined import StoredNames, column_shard
 from beam_tfrecord.versions.commit import VersionCommit
 from beam_tfrecord.versions.incremental import ShardReuse
 from beam_tfrecord.versions.input_index import IndexedInput, InputIndex, read_input_index
@@ -192,7 +193,9 @@ def _reuses(base_dir: str, manifest: Manifest, shards: tuple[ShardInfo, ...], ba
         if by_position:
             reuses.append(ShardReuse(shard_file_path(base_dir, shard), shard, manifest.compression,
                                      manifest.file_format,
-                                     tuple(by_position.get(p) for p in range(shard.num_records))))
+                                     tuple(by_position.get(p) for p in range(shard.num_records)),
+                                     tuple(shard_file_path(base_dir, column_shard(shard, column))
+                                           for column in shard.columns), StoredNames.of(manifest)))
     return reuses
 
 

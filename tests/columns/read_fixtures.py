@@ -26,6 +26,13 @@ from beam_tfrecord.core.schema import Feature, Schema
 from beam_tfrecord.dataset import LATEST_FILENAME, load_manifest, shard_file_path, version_dir
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
+from beam_tfrecord.versions.input_index import INPUT_INDEX_FILENAME
+from beam_tfrecord.versions.locations import (
+    RECORD_LOCATIONS_FILENAME,
+    keys_by_position,
+    read_record_locations,
+    shard_key,
+)
 from beam_tfrecord.versions.refresh import commit_version
 
 Values = Callable[[str], dict[str, Any]]  # a record's key -> its added features' values
@@ -41,8 +48,14 @@ def write_build(directory: str, samples: list[Sample], schema: Schema, *, file_f
     return load_manifest(directory)
 
 
-def _record_keys(directory: str, manifest: Manifest, shard: Any) -> list[str]:
-    """The ``key`` feature of every record of a shard, in file order."""
+def record_keys(directory: str, manifest: Manifest, shard: Any, version_id: str) -> list[str]:
+    """The key of every record of a shard, in file order: from the version's record locations when it has them,
+    else from its records' ``key`` feature."""
+    locations = read_record_locations(directory)
+    if locations is not None:
+        where = shard_key(shard, version_id)
+        found = keys_by_position(locations.by_key, [where])[where]
+        return [found[position] for position in range(shard.num_records)]
     decoder = RecordDecoder(manifest.schema)
     path = shard_file_path(directory, shard)
     with shard_format(manifest.file_format).open_reader(path, shard, compression=manifest.compression) as reader:
@@ -70,7 +83,7 @@ def add_columns(root: str, base_id: str, version_id: str, *, adds: Iterable[tupl
     for split in base.splits:
         shards = []
         for shard in split.shards:
-            keys = _record_keys(base_dir, base, shard)
+            keys = record_keys(base_dir, base, shard, base_id)
             gone = set((deleted or {}).get(shard.filename, ()))
             columns = []
             for number, (added, values) in enumerate(adds):
@@ -92,6 +105,10 @@ def add_columns(root: str, base_id: str, version_id: str, *, adds: Iterable[tupl
     manifest = dataclasses.replace(base, schema=schema, splits=tuple(splits), num_inputs=live, num_rejected=0,
                                    num_dropped=0, dead_letters=None, statistics=None, physical_names=renamed,
                                    dropped_features=dropped)
+    for side_file in (INPUT_INDEX_FILENAME, RECORD_LOCATIONS_FILENAME):  # what compaction reads: the base's own
+        if storage.exists(storage.join(base_dir, side_file)):
+            storage.write_bytes_atomic(storage.join(directory, side_file),
+                                       storage.read_bytes(storage.join(base_dir, side_file)))
     storage.write_bytes_atomic(storage.join(directory, MANIFEST_FILENAME), manifest.dumps().encode())
     storage.write_bytes_atomic(storage.join(root, LATEST_FILENAME), f"{version_id}\n".encode())
     return manifest

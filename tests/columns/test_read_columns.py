@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from read_fixtures import add_columns, first_version, write_build
+from read_fixtures import add_columns, first_version, record_keys, write_build
 
 from beam_tfrecord import Sample
 from beam_tfrecord.core.file_format import FileFormat
@@ -57,8 +57,7 @@ def _pair(tmp: str, file_format: FileFormat) -> Pair:
     add_columns(root, FIRST, SECOND, adds=[(EMB, _emb), (TAG, _tag)], deleted=deleted)
     gone = set()
     for shard in shards:
-        from read_fixtures import _record_keys
-        keys = _record_keys(version_dir(root, FIRST), manifest, shard)
+        keys = record_keys(version_dir(root, FIRST), manifest, shard, FIRST)
         gone |= {keys[p] for p in deleted.get(shard.filename, ())}
     final = Schema(features={**BASE.features, **EMB, **TAG})
     live = [Sample(s.key, {**s.values, **_emb(s.key), **_tag(s.key)}) for s in samples if s.key not in gone]
