@@ -49,7 +49,7 @@ class ShardReuse:
     file_format: FileFormat
     keys: tuple[str | None, ...]
     column_paths: tuple[str, ...] = ()
-    names: StoredNames = StoredNames()
+    names: StoredNames = dataclasses.field(default_factory=StoredNames)
 
     @property
     def num_kept(self) -> int:

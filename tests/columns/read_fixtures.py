@@ -15,8 +15,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from beam_tfrecord import DatasetDescription, Sample, ShardingConfig, SplitConfig, WriteTFRecordDataset
-from beam_tfrecord import storage
+from beam_tfrecord import DatasetDescription, Sample, ShardingConfig, SplitConfig, WriteTFRecordDataset, storage
 from beam_tfrecord.core.columns import ColumnFile, column_filename
 from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.file_format import FileFormat

@@ -214,8 +214,9 @@ class FixedLayout:
                 while not (done := cursor.pos == features_end).all():
                     cursor.require(~done)
                     name = self._next_name(cursor)
-                    cursor.require(name is not None and name not in out)
-                    out[name] = self._entry(cursor, name, self._features[name], features_end)  # type: ignore[index]
+                    if name is None or name in out:
+                        raise _Mismatch
+                    out[name] = self._entry(cursor, name, self._features[name], features_end)
         except _Mismatch:
             return False
         return True

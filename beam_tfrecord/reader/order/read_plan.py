@@ -79,6 +79,25 @@ class ReadPlan:
         are then read through ``formats.joined`` (every reader of ``open_shard`` does)."""
         return any(needs_join(segment.shard, self.names) for segment in self.segments)
 
+    def part_plans(self) -> "tuple[ReadPlan, ...] | None":
+        """The plan as aligned plans of files without columns: the base shards', then each column file's (the same
+        segments, passes and deletions: record ``i`` of each is one example); None when it has no column file, when
+        names are mapped, or when its shards' column layouts differ (then ``open_shard`` joins them)."""
+        layouts = {tuple(column.features for column in segment.shard.columns) for segment in self.segments}
+        if len(layouts) != 1 or not next(iter(layouts)) or not self.names.identity:
+            return None
+        parts = []
+        for number in range(-1, len(next(iter(layouts)))):
+            replaced: dict[ShardInfo, ShardInfo] = {}
+            for segment in self.segments:
+                shard = segment.shard
+                if shard not in replaced:
+                    replaced[shard] = dataclasses.replace(shard, columns=()) if number < 0 else dataclasses.replace(
+                        column_shard(shard, shard.columns[number]), deletions=shard.deletions)
+            parts.append(dataclasses.replace(self, segments=tuple(
+                dataclasses.replace(segment, shard=replaced[segment.shard]) for segment in self.segments)))
+        return tuple(parts)
+
     def column_paths(self, shard: ShardInfo) -> list[str]:
         """The full paths of a shard's column files, in its ``columns`` order."""
         return [self.paths[shard_key(column_shard(shard, column))] for column in shard.columns]
