@@ -47,9 +47,10 @@ def write_build(directory: str, samples: list[Sample], schema: Schema, *, file_f
     return load_manifest(directory)
 
 
-def record_keys(directory: str, manifest: Manifest, shard: Any, version_id: str) -> list[str]:
+def record_keys(directory: str, manifest: Manifest, shard: Any, version_id: str, *, key_feature: str = "key"
+                ) -> list[str]:
     """The key of every record of a shard, in file order: from the version's record locations when it has them,
-    else from its records' ``key`` feature."""
+    else from its records' ``key_feature``."""
     locations = read_record_locations(directory)
     if locations is not None:
         where = shard_key(shard, version_id)
@@ -58,13 +59,13 @@ def record_keys(directory: str, manifest: Manifest, shard: Any, version_id: str)
     decoder = RecordDecoder(manifest.schema)
     path = shard_file_path(directory, shard)
     with shard_format(manifest.file_format).open_reader(path, shard, compression=manifest.compression) as reader:
-        return [str(decoder.decode(record, shard=path, offset=offset)["key"], "utf-8")
+        return [str(decoder.decode(record, shard=path, offset=offset)[key_feature], "utf-8")
                 for record, offset in reader.iter_records(0, shard.num_records)]
 
 
 def add_columns(root: str, base_id: str, version_id: str, *, adds: Iterable[tuple[Mapping[str, Feature], Values]],
                 deleted: Mapping[str, Iterable[int]] | None = None, renamed: Mapping[str, str] | None = None,
-                dropped: Iterable[str] = ()) -> Manifest:
+                dropped: Iterable[str] = (), key_feature: str = "key") -> Manifest:
     """Writes version ``version_id`` of ``root`` (LATEST): version ``base_id``'s shards where they are, each with
     one column file per add (``(features, values)``) in the new version's ``columns/``, the records at
     ``deleted[file name]`` deleted; ``renamed`` (logical -> stored) and ``dropped`` (stored names) as a rename or
@@ -82,7 +83,7 @@ def add_columns(root: str, base_id: str, version_id: str, *, adds: Iterable[tupl
     for split in base.splits:
         shards = []
         for shard in split.shards:
-            keys = record_keys(base_dir, base, shard, base_id)
+            keys = record_keys(base_dir, base, shard, base_id, key_feature=key_feature)
             gone = set((deleted or {}).get(shard.filename, ()))
             columns = []
             for number, (added, values) in enumerate(adds):

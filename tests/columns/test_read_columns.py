@@ -163,3 +163,42 @@ def test_random_access_joins(pair: Pair) -> None:
     finally:
         records.close()
     _equal(_by_key(found), want)
+
+
+def _with_columns_of(manifest, target: int, source: int):
+    """The manifest with shard ``target``'s column entries taken from shard ``source`` (its count kept)."""
+    shards = list(manifest.split("train").shards)
+    moved = tuple(dataclasses.replace(c, num_records=shards[target].num_records) for c in shards[source].columns)
+    shards[target] = dataclasses.replace(shards[target], columns=moved)
+    split = dataclasses.replace(manifest.split("train"), shards=tuple(shards))
+    return dataclasses.replace(manifest, splits=tuple(split if s.name == "train" else s for s in manifest.splits))
+
+
+def test_verify_checks_column_files(pair: Pair, tmp_path) -> None:
+    import shutil
+
+    from beam_tfrecord import storage
+    from beam_tfrecord.core.manifest import MANIFEST_FILENAME
+    from beam_tfrecord.dataset import load_manifest
+    from beam_tfrecord.errors import CorruptShardError
+    from beam_tfrecord.verify import verify_dataset
+
+    report = verify_dataset(pair.root)
+    assert report.num_column_files == 2 * len(load_manifest(pair.root).shards)
+    assert "column files" in report.summary()
+    copy = str(tmp_path / "root")
+    shutil.copytree(pair.root, copy)
+    manifest_path = f"{version_dir(copy, SECOND)}/{MANIFEST_FILENAME}"
+    manifest = load_manifest(copy)
+    shards = manifest.split("train").shards
+    storage.write_bytes_atomic(manifest_path, _with_columns_of(manifest, 0, 1).dumps().encode())
+    with pytest.raises(CorruptShardError, match=f"named for another shard.*|{shards[0].filename}") as error:
+        verify_dataset(copy)
+    assert shards[0].filename in str(error.value) and shards[1].filename in str(error.value)
+    # The right name, but another shard's rows in it: counts differ, both named.
+    storage.write_bytes_atomic(manifest_path, manifest.dumps().encode())
+    column, other = (f"{version_dir(copy, SECOND)}/{s.columns[0].filename}" for s in shards[:2])
+    shutil.copyfile(other, column)
+    with pytest.raises(CorruptShardError) as error:
+        verify_dataset(copy)
+    assert shards[0].columns[0].filename in str(error.value) and shards[0].filename in str(error.value)
