@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 from beam_tfrecord import storage
-from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.columns import COLUMNS_DIRNAME, ColumnFile
 from beam_tfrecord.core.example_parts import map_entries
+from beam_tfrecord.core.framing import FRAMING_BYTES
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.dataset import LoadedDataset, open_dataset, shard_file_path
 from beam_tfrecord.errors import CorruptShardError, MissingShardError

@@ -15,6 +15,7 @@ from typing import Any
 
 from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
+from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest, shard_file_path, version_dir
 from beam_tfrecord.errors import InputIndexError, RefreshError
 from beam_tfrecord.formats.joined import StoredNames, column_shard
@@ -213,3 +214,22 @@ def append_plan_from_root(root: str, base_version: str, current: InputIndex, pol
                                         "its records could not be placed by key)")
     return plan_append(base_version=base_version, base_dir=base_dir, manifest=load_manifest(base_dir),
                        base_index=read_input_index(base_dir), locations=locations, current=current, policy=policy)
+
+
+def check_refresh_schema(root: str, latest: str, manifest: Manifest, schema: Schema) -> None:
+    """Refuses a refresh whose records would lack features added to version ``latest`` (``manifest``) as column
+    files: each new record would miss them (a feature the source itself stopped giving is the source's change, and
+    builds as before).
+
+    Raises:
+        RefreshError: naming the features, the version holding them, and what to do.
+    """
+    lacking = sorted(name for name in set(manifest.schema.features) - set(schema.features)
+                     if any(shard.column_for(manifest.physical_names.get(name, name)) is not None
+                            for shard in manifest.shards))
+    if lacking:
+        raise RefreshError(f"refresh {root}: version {latest} has features added as column files (add-features) "
+                           f"that the refresh's schema does not give: {', '.join(lacking)}; every record it writes "
+                           "would lack them. Give the source and its --schema these features too (the refresh then "
+                           "writes every record with them), or drop them from the root first (beam-tfrecord "
+                           "drop-features) to refresh without them")

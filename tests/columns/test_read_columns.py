@@ -202,3 +202,35 @@ def test_verify_checks_column_files(pair: Pair, tmp_path) -> None:
     with pytest.raises(CorruptShardError) as error:
         verify_dataset(copy)
     assert shards[0].columns[0].filename in str(error.value) and shards[0].filename in str(error.value)
+
+
+@pytest.fixture(scope="module")
+def renamed(tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    """A version that adds ``emb``, ``score`` and ``tag``, then renames ``emb`` to ``vec`` and drops ``score`` (no
+    file rewritten), and a native build of the final schema."""
+    tmp = str(tmp_path_factory.mktemp("renamed"))
+    samples = [Sample(f"k{i:04d}", _base(i)) for i in range(COUNT)]
+    root, native = f"{tmp}/root", f"{tmp}/native"
+    first_version(root, FIRST, samples, BASE, file_format=FileFormat.TFRECORD)
+    manifest = add_columns(root, FIRST, SECOND, adds=[(EMB, _emb), (TAG, _tag)], renamed={"vec": "emb"},
+                           dropped=["score"])
+    assert set(manifest.schema.features) == {"key", "i", "f", "vec", "tag"}
+    final = Schema(features={**BASE.features, "vec": EMB["emb"], **TAG})
+    write_build(native, [Sample(s.key, {**s.values, "vec": _emb(s.key)["emb"], **_tag(s.key)}) for s in samples],
+                final, file_format=FileFormat.TFRECORD)
+    return Pair(root, native, frozenset())
+
+
+def test_renamed_and_dropped_read_as_the_final_schema(renamed: Pair) -> None:
+    from beam_tfrecord.reader.tf_data import read_dataset
+    from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
+
+    want = _by_key(list(read_numpy(renamed.native)))
+    _equal(_by_key(list(read_numpy(renamed.root))), want)
+    _equal(_by_key(list(read_numpy(renamed.root, shuffle=True, seed=1))), want)
+    _equal(_by_key(list(TFRecordIterableDataset(renamed.root))), want)
+    got = {}
+    for batch in read_dataset(renamed.root, batch_size=16):
+        for row in range(batch["key"].shape[0]):
+            got[batch["key"][row].numpy().decode()] = {name: value[row].numpy() for name, value in batch.items()}
+    _equal(got, want)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from read_fixtures import add_columns
 
 from beam_tfrecord.core.infer import schema_json_text
 from beam_tfrecord.core.schema import DType, FixedList, Scalar, Schema
 from beam_tfrecord.dataset import load_manifest, read_latest
+from beam_tfrecord.errors import RefreshError
 from beam_tfrecord.reader.numpy_reader import read_numpy
 from beam_tfrecord.verify import verify_dataset
 from pipelines import build_from_manifest, compact, refresh
@@ -62,3 +64,16 @@ def test_compact_folds_columns_into_a_native_builds_bytes(tmp_path: Path) -> Non
         [(s.filename, s.num_records, s.crc32c) for s in native.shards]
     assert verify_dataset(root).num_records == ROWS
     assert sorted((bytes(e["emb"]), int(e["label"])) for e in read_numpy(root, split="train")) == joined
+
+
+def test_a_refresh_of_a_root_with_columns_names_what_its_records_lack(tmp_path: Path) -> None:
+    root = str(tmp_path / "root")
+    args = [*_source(tmp_path, "base", BASE, with_emb=False), "--dataset_root", root, "--keep_versions=10",
+            "--min_version_age=0", *LAYOUT]
+    first = refresh.run(args)
+    add_columns(root, first.version_id, ADDED, adds=[(EMB, _emb)])
+    with (tmp_path / "base.jsonl").open("a") as handle:  # a new row: the refresh has work to do
+        handle.write(json.dumps({"id": "row-999", "label": 1, "score": 0.5}) + "\n")
+    with pytest.raises(RefreshError, match=f"version {ADDED} has features added as column files.*: emb;"):
+        refresh.run(args)
+    assert read_latest(root) == ADDED
