@@ -234,3 +234,21 @@ def test_renamed_and_dropped_read_as_the_final_schema(renamed: Pair) -> None:
         for row in range(batch["key"].shape[0]):
             got[batch["key"][row].numpy().decode()] = {name: value[row].numpy() for name, value in batch.items()}
     _equal(got, want)
+
+
+def test_statistics_inspect_and_outside_readers_see_the_columns(pair: Pair) -> None:
+    from beam_tfrecord.dataset import load_manifest, open_dataset
+    from beam_tfrecord.describe import describe_manifest
+    from beam_tfrecord.errors import NotSelfContainedError
+    from beam_tfrecord.interop.self_contained import require_self_contained
+    from beam_tfrecord.report.version_statistics import statistics_of
+
+    statistics = statistics_of(pair.root)
+    native = statistics_of(pair.native)
+    names = {f.name or "/".join(f.path.step) for d in statistics.datasets for f in d.features}
+    assert {"emb", "score", "tag"} <= names
+    assert [d.num_examples for d in statistics.datasets] == [d.num_examples for d in native.datasets]
+    text = describe_manifest(load_manifest(pair.root), pair.root)
+    assert "+ column file columns/" in text and "emb: " in text and "[column files]" in text
+    with pytest.raises(NotSelfContainedError, match="column files.*compact"):
+        require_self_contained(open_dataset(pair.root), reader="tfds")
