@@ -56,7 +56,8 @@ def _shard_line(shard: ShardInfo) -> str:
                                                               if deleted else "")
             + f"  {_size(shard.num_bytes)}  crc32c {shard.crc32c}"
             + (f"  stored in version {shard.stored_in}" if shard.stored_in is not None else "")
-            + "".join(f"\n      + column file {column.filename}  {', '.join(column.features)}  {_size(column.num_bytes)}"
+            + "".join(f"\n      + column file {column.filename}  {', '.join(column.features)}  "
+                      f"{_size(column.num_bytes)}"
                       + (f"  stored in version {column.stored_in}" if column.stored_in is not None else "")
                       for column in shard.columns))
 

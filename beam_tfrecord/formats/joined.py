@@ -46,6 +46,14 @@ class StoredNames:
         return not self.logical_names and not self.dropped
 
 
+def joined_record(parts: Sequence[bytes], names: StoredNames, *, folded: bool = False, where: str) -> bytes:
+    """One example from a base record and its column rows: their bytes joined (one valid Example), or folded into a
+    build's bytes (``core.example_parts.fold``) when ``folded`` or when the version renames or drops features."""
+    if not folded and names.identity:
+        return b"".join(parts)
+    return fold(parts, logical_names=names.logical_names, dropped=names.dropped, where=where)
+
+
 def column_shard(shard: ShardInfo, column: ColumnFile) -> ShardInfo:
     """A column file as its format's reader takes a shard: its name, size, checksum, place; the base's count."""
     return dataclasses.replace(shard, filename=column.filename, num_bytes=column.num_bytes, crc32c=column.crc32c,
@@ -76,10 +84,7 @@ class JoinedShardReader(ShardReader):
         self._folded = folded or not names.identity
 
     def _one(self, parts: Sequence[bytes], offset: int) -> bytes:
-        if not self._folded:
-            return b"".join(parts)
-        return fold(parts, logical_names=self._names.logical_names, dropped=self._names.dropped,
-                    where=f"{self.path} at offset {offset}")
+        return joined_record(parts, self._names, folded=self._folded, where=f"{self.path} at offset {offset}")
 
     def iter_records(self, start: int, stop: int) -> Iterator[tuple[bytes, int]]:
         rows = [column.iter_records(start, stop) for column in self._columns]

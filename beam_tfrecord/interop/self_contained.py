@@ -2,8 +2,9 @@
 
 A tool that reads shard files itself (TFDS, NVIDIA DALI, Ray Data, Croissant's consumers, a glob) cannot honour a
 deletion vector, find a shard stored in an earlier version nor join column files (features added later), so it
-would return deleted records, miss live ones or miss features. Its files are written only for versions that are ``Manifest.self_contained``, and its read arguments are
-refused otherwise (``NotSelfContainedError``, naming ``compact``). See docs/reading.md, "Outside readers".
+would return deleted records, miss live ones or miss features. Its files are written only for versions that are
+``Manifest.self_contained``, and its read arguments are refused otherwise (``NotSelfContainedError``, naming
+``compact``). See docs/reading.md, "Outside readers".
 """
 
 from __future__ import annotations

@@ -252,3 +252,19 @@ def test_statistics_inspect_and_outside_readers_see_the_columns(pair: Pair) -> N
     assert "+ column file columns/" in text and "emb: " in text and "[column files]" in text
     with pytest.raises(NotSelfContainedError, match="column files.*compact"):
         require_self_contained(open_dataset(pair.root), reader="tfds")
+
+
+def test_beam_reads_joined_records(pair: Pair) -> None:
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_tfrecord.beam.read_dataset import ReadTFRecordDataset
+    from beam_tfrecord.dataset import load_manifest
+
+    if load_manifest(pair.root).file_format is not FileFormat.TFRECORD:
+        pytest.skip("ReadTFRecordDataset reads TFRecord shards")
+    want = sorted((bytes(e["key"]), tuple(e["emb"].tolist()), bytes(e["tag"])) for e in read_numpy(pair.native))
+    with beam.Pipeline() as pipeline:
+        rows = (pipeline | ReadTFRecordDataset(pair.root)
+                | beam.Map(lambda e: (bytes(e["key"]), tuple(e["emb"].tolist()), bytes(e["tag"]))))
+        assert_that(rows, equal_to(want))
