@@ -175,16 +175,15 @@ def _numbers(cursor: _Cursor, dtype: DType, count: int, limit: np.ndarray) -> np
 class FixedLayout:
     """The vectorized Example decoder of a schema with a fixed number of values per feature.
 
-    Use ``FixedLayout.of(schema)``, which is None for schemas it does not cover. Entries are found by name (the
-    first record's key, every record's checked), so a joined record (several ``features`` fields: a base record
-    and its column rows) and a block's parts (``RecordBlock.parts``) decode on this path too.
+    Use ``FixedLayout.of(schema)`` (None for schemas it does not cover). Entries are found by name (every record's
+    key checked), so joined records (a ``features`` field per part) and ``RecordBlock.parts`` take this path too.
     """
 
     def __init__(self, schema: Schema, allocate_values: Allocate = allocate) -> None:
         self._allocate = allocate_values
         self._features = dict(schema.features)
         self._keys = {name: np.frombuffer(name.encode("utf-8"), dtype=np.uint8) for name in schema.features}
-        self._longest_key = max((len(key) for key in self._keys.values()), default=0)
+        self._longest_key = max(map(len, self._keys.values()), default=0)
 
     @staticmethod
     def of(schema: Schema, allocate_values: Allocate = allocate) -> "FixedLayout | None":
@@ -197,10 +196,9 @@ class FixedLayout:
     def parse(self, block: RecordBlock, *, views: bool = False) -> Columns | None:
         """The block's columns (images still encoded), or None when a record does not have the layout."""
         out: Columns = {}
-        for piece in (block.own(), *block.parts):
-            if not len(piece) or not len(piece.buffer) or not self._parse_piece(piece, out, views=views):
-                return None
-        return out if len(out) == len(self._features) else None
+        pieces = (block.own(), *block.parts)
+        found = all(len(p) and len(p.buffer) and self._parse_piece(p, out, views=views) for p in pieces)
+        return out if found and len(out) == len(self._features) else None
 
     def _parse_piece(self, block: RecordBlock, out: Columns, *, views: bool) -> bool:
         """Adds the features of a block's records to ``out``; False when a record does not have the layout."""
@@ -213,8 +211,7 @@ class FixedLayout:
                 features_end = cursor.pos + cursor.length(ends)
                 while not (done := cursor.pos == features_end).all():
                     cursor.require(~done)
-                    name = self._next_name(cursor)
-                    if name is None or name in out:
+                    if (name := self._next_name(cursor)) is None or name in out:
                         raise _Mismatch
                     out[name] = self._entry(cursor, name, self._features[name], features_end)
         except _Mismatch:
@@ -224,15 +221,11 @@ class FixedLayout:
     def _next_name(self, cursor: _Cursor) -> str | None:
         """The feature name of the map entry at the first record's position (None: not one of the schema's)."""
         at = int(cursor.pos[0])
-        head = cursor.data[at:at + 12 + self._longest_key].tobytes()
+        head = cursor.data[at:at + 12 + self._longest_key].tobytes()  # entry tag, length, key tag, length, key
         try:
-            if head[0] != 0x0A:
-                return None
-            _, at = read_varint(head, 1)
-            if head[at] != 0x0A:
-                return None
-            size, at = read_varint(head, at + 1)
-            name = head[at:at + size].decode("utf-8")
+            key_at = read_varint(head, 1)[1]
+            size, at = read_varint(head, key_at + 1)
+            name = head[at:at + size].decode("utf-8") if head[0] == head[key_at] == 0x0A else None
         except (IndexError, UnicodeDecodeError):
             return None
         return name if name in self._features else None
@@ -349,11 +342,7 @@ class BlockDecoder:
 
 def rows(columns: Columns) -> Iterator[Example]:
     """The examples of a block's columns, one dict each (arrays are views into the columns)."""
-    names = list(columns)
-    if not names:
-        return
-    count = len(columns[names[0]])
-    for index in range(count):
+    for index in range(num_rows(columns)):
         yield {name: column[index, ...] if isinstance(column, np.ndarray) else column[index]
                for name, column in columns.items()}
 
