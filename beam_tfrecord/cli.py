@@ -25,6 +25,11 @@ _JOBS: dict[str, str] = {
     "compact": "rewrite LATEST of a versioned root into balanced shards of its own (no shared shard, no deletion): "
                "byte-identical to a full build, readable by TFDS, DALI, Ray and globs; see `beam-tfrecord compact "
                "--help`",
+    "add-features": "add features (CSV, JSONL or Parquet rows keyed by --key_column) to LATEST of a versioned root as "
+                    "column files: no shard rewritten; see `beam-tfrecord add-features --help` and docs/columns.md",
+    "drop-features": "drop features of LATEST of a versioned root (--drop a,b): a new version, no file rewritten",
+    "rename-features": "rename features of LATEST of a versioned root (--rename old=new): a new version, no file "
+                       "rewritten",
 }
 
 

@@ -159,6 +159,9 @@ def refresh_any(argv: Sequence[str] | None = None, *, prog: str | None = None) -
     return RefreshJob(spec_of(source_named(source)), prog or REFRESH_PROG).run(job_args)
 
 
+FEATURE_COMMANDS = ("add-features", "drop-features", "rename-features")
+
+
 def job_of_command(command: str) -> Callable[..., object]:
     """The ``run`` of ``beam-tfrecord COMMAND``: a source's build, the refresh of any source, or ``compact``."""
     if command == "refresh":
@@ -167,5 +170,10 @@ def job_of_command(command: str) -> Callable[..., object]:
         from pipelines.compact import run  # a job of its own, with no source
 
         return run
+    if command in FEATURE_COMMANDS:
+        from pipelines import add_features  # jobs of their own: features of a version
+
+        return {"add-features": add_features.run, "drop-features": add_features.run_drop,
+                "rename-features": add_features.run_rename}[command]
     [source] = [s for s in SOURCES if s.command == command]
     return BuildJob(spec_of(source), f"beam-tfrecord {command}").run

@@ -37,7 +37,7 @@ from beam_tfrecord.interop import INTEROP_FILENAMES, write_interop_files
 from beam_tfrecord.interop.tfds import DATASET_INFO_FILENAME, tfds_files, write_tfds_files
 from beam_tfrecord.statistics import APPENDED_STATISTICS_FILE, STATISTICS_FILE
 from beam_tfrecord.versions.commit import VersionCommit
-from beam_tfrecord.versions.locations import RECORD_LOCATIONS_FILENAME, write_record_locations
+from beam_tfrecord.versions.locations import RECORD_LOCATIONS_FILENAME, write_key_files, write_record_locations
 
 _LOG = logging.getLogger(__name__)
 
@@ -169,6 +169,7 @@ def _write_locations(output_dir: str, commit: VersionCommit, written: Manifest,
         storage.delete_if_exists([storage.join(output_dir, RECORD_LOCATIONS_FILENAME)])
     else:
         write_record_locations(output_dir, locations)
+        write_key_files(output_dir, commit.version_id, locations)  # each written shard's keys: an add's join
 
 
 def _dead_letter_lines(rejected: Sequence[DeadLetter]) -> bytes:

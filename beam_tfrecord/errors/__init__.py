@@ -7,6 +7,13 @@ pickled names and a worker's error text stay stable.
 from beam_tfrecord.errors.base import (
     BeamTFRecordError,
 )
+from beam_tfrecord.errors.columns import (
+    ColumnsError,
+    DuplicateFeatureKeyError,
+    FeatureNameError,
+    MissingFeatureValuesError,
+    UnknownKeyError,
+)
 from beam_tfrecord.errors.dataset import (
     CorruptShardError,
     DatasetNotFoundError,
@@ -76,14 +83,17 @@ __all__ = [
     "BeamTFRecordError",
     "BucketNotFoundError",
     "ClusterStalledError",
+    "ColumnsError",
     "CorruptShardError",
     "DatasetNotFoundError",
     "DiskFullError",
     "DriftHeldError",
     "DriftThresholdsError",
+    "DuplicateFeatureKeyError",
     "DuplicatesFoundError",
     "DurationError",
     "EncodePoolError",
+    "FeatureNameError",
     "FeatureTransformError",
     "ImageDecodeError",
     "IncompatibleSchemasError",
@@ -96,6 +106,7 @@ __all__ = [
     "MalformedRowError",
     "ManifestError",
     "ManifestVersionError",
+    "MissingFeatureValuesError",
     "MissingShardError",
     "NotSelfContainedError",
     "OutputLockedError",
@@ -122,6 +133,7 @@ __all__ = [
     "StoreTimeoutError",
     "StoreUnreachableError",
     "UnboundedInputError",
+    "UnknownKeyError",
     "UnknownSplitError",
     "WriterOptionError",
 ]

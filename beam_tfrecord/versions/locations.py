@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.framing import frame
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.core.naming import VERSION_ID_PATTERN
@@ -21,6 +22,7 @@ from beam_tfrecord.errors import InputIndexError
 from beam_tfrecord.versions.input_index import parse_versioned_json
 
 RECORD_LOCATIONS_FILENAME = "record_locations.json"
+KEYS_DIRNAME = "keys"  # ROOT/versions/<id>/keys/<shard filename>.keys (``key_file_name``)
 _FORMAT = "beam-tfrecord-record-locations"
 _VERSION = 1
 
@@ -128,6 +130,24 @@ def written_locations(version_id: str, written: Manifest, keys: Iterable[str], r
 
 def write_record_locations(directory: str, locations: RecordLocations) -> None:
     storage.write_bytes_atomic(storage.join(directory, RECORD_LOCATIONS_FILENAME), locations.to_bytes())
+
+
+def key_file_name(shard_filename: str) -> str:
+    """A shard's key file, relative to the directory of the version that wrote the shard: its records' sample keys
+    in its record order (TFRecord framing of each key's UTF-8 bytes), so an add finds a shard's records by key
+    reading that shard's keys alone (``versions.add_features``)."""
+    return f"{KEYS_DIRNAME}/{shard_filename}.keys"
+
+
+def write_key_files(directory: str, version_id: str, locations: RecordLocations) -> None:
+    """The key file of each shard version ``version_id`` wrote (its records in ``locations``), in ``directory``."""
+    own: dict[str, dict[int, str]] = {}
+    for key, location in locations.by_key.items():
+        if location.version == version_id:
+            own.setdefault(location.filename, {})[location.position] = key
+    for filename, keys in own.items():
+        framed = b"".join(frame(keys[position].encode("utf-8")) for position in sorted(keys))
+        storage.write_bytes_atomic(storage.join(directory, key_file_name(filename)), framed)
 
 
 def read_record_locations(directory: str) -> RecordLocations | None:

@@ -20,6 +20,7 @@ from beam_tfrecord.core.durations import format_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.dataset import LATEST_FILENAME, VERSION_ID_PATTERN, VERSIONS_DIRNAME, read_latest, version_dir
 from beam_tfrecord.errors import DiskFullError, ManifestError, RefreshError
+from beam_tfrecord.versions.locations import key_file_name
 
 _LOG = logging.getLogger(__name__)
 DEFAULT_KEEP_VERSIONS = 3
@@ -136,6 +137,8 @@ def shared_files(manifest_json: bytes) -> dict[str, set[str]]:
         if isinstance(stored_in, str):
             shared.setdefault(stored_in, set()).update(
                 name for name in (shard.get(field) for field in SHARD_FILE_FIELDS) if isinstance(name, str))
+            if isinstance(shard.get("filename"), str):  # its key file, where the version that wrote it has one
+                shared[stored_in].add(key_file_name(shard["filename"]))
         columns = shard.get(COLUMNS_FIELD)
         for column in columns if isinstance(columns, list) else ():
             if isinstance(column, dict) and isinstance(column.get("stored_in"), str) \

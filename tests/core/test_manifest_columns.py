@@ -163,5 +163,6 @@ def test_a_dropped_column_feature_may_stay_in_its_file():
 
 
 def test_retention_keeps_the_column_files_a_version_lists_in_other_directories():
+    second = "d-train.tfrecord-00001-of-00002"
     assert shared_files(_manifest().dumps().encode()) == {
-        BASE: {SHARD, "d-train.tfrecord-00001-of-00002"}, ADD: {f"columns/{BASE}-{SHARD}"}}
+        BASE: {SHARD, second, f"keys/{SHARD}.keys", f"keys/{second}.keys"}, ADD: {f"columns/{BASE}-{SHARD}"}}
