@@ -19,6 +19,7 @@ from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest, shard_file_path, version_dir
 from beam_tfrecord.errors import InputIndexError, RefreshError
 from beam_tfrecord.formats.joined import StoredNames, column_shard
+from beam_tfrecord.versions.add_features import indexes_version
 from beam_tfrecord.versions.commit import VersionCommit
 from beam_tfrecord.versions.incremental import ShardReuse
 from beam_tfrecord.versions.input_index import IndexedInput, InputIndex, read_input_index
@@ -208,12 +209,15 @@ def append_plan_from_root(root: str, base_version: str, current: InputIndex, pol
         BeamTFRecordError: its manifest cannot be read.
     """
     base_dir = version_dir(root, base_version)
-    locations = read_record_locations(base_dir)
+    manifest = load_manifest(base_dir)
+    # An add's, drop's or rename's version keeps its base's records in their places: their index is the base's.
+    index_dir = version_dir(root, indexes_version(root, base_version, manifest))
+    locations = read_record_locations(index_dir)
     if locations is None:
-        raise InputIndexError(base_dir, f"no {RECORD_LOCATIONS_FILENAME} (written before shards were shared, or "
-                                        "its records could not be placed by key)")
-    return plan_append(base_version=base_version, base_dir=base_dir, manifest=load_manifest(base_dir),
-                       base_index=read_input_index(base_dir), locations=locations, current=current, policy=policy)
+        raise InputIndexError(index_dir, f"no {RECORD_LOCATIONS_FILENAME} (written before shards were shared, or "
+                                         "its records could not be placed by key)")
+    return plan_append(base_version=base_version, base_dir=base_dir, manifest=manifest,
+                       base_index=read_input_index(index_dir), locations=locations, current=current, policy=policy)
 
 
 def check_refresh_schema(root: str, latest: str, manifest: Manifest, schema: Schema) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from read_fixtures import add_columns
 
@@ -77,3 +78,34 @@ def test_a_refresh_of_a_root_with_columns_names_what_its_records_lack(tmp_path: 
     with pytest.raises(RefreshError, match=f"version {ADDED} has features added as column files.*: emb;"):
         refresh.run(args)
     assert read_latest(root) == ADDED
+
+
+def test_the_add_command_then_compact_gives_a_native_builds_bytes(tmp_path: Path) -> None:
+    """``add-features`` (the command, a Parquet embedding) then ``compact``: the shards of a root refreshed from a
+    Parquet file with the embedding from the start; every reader reads the added version as that build."""
+    from beam_tfrecord.reader.tf_data import read_dataset
+    from pipelines import add_features
+    from tests.columns.column_data import QUIET, build_root, columns, write_parquet
+
+    data = columns()
+    root, native = str(tmp_path / "root"), str(tmp_path / "native")
+    build_root(write_parquet(tmp_path / "base.parquet", {k: v for k, v in data.items() if k != "emb"}), root)
+    build_root(write_parquet(tmp_path / "native.parquet", data), native)
+    add_features.run(["--dataset_root", root, "--features",
+                      write_parquet(tmp_path / "emb.parquet", {"id": data["id"], "emb": data["emb"]}),
+                      "--key_column", "id", *QUIET])
+    assert all(shard.columns for shard in load_manifest(root).shards)
+
+    def rows(examples) -> list[tuple]:
+        return sorted((bytes(e["name"]), np.asarray(e["emb"]).tobytes()) for e in examples)
+
+    assert rows(read_numpy(root)) == rows(read_numpy(native))
+    batches = list(read_dataset(root, batch_size=32))
+    tf_rows = sorted((name, emb.tobytes()) for b in batches
+                     for name, emb in zip(b["name"].numpy().tolist(), b["emb"].numpy()))
+    assert tf_rows == rows(read_numpy(native))
+    compact.run(["--dataset_root", root, *QUIET, *LAYOUT[2:3]])
+    compacted, built = load_manifest(root), load_manifest(native)
+    assert compacted.schema == built.schema and not any(s.columns for s in compacted.shards)
+    assert [(s.filename, s.num_records, s.crc32c) for s in compacted.shards] == \
+        [(s.filename, s.num_records, s.crc32c) for s in built.shards]
