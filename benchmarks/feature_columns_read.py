@@ -23,7 +23,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.join(os.path.dirname(HERE), "tests", "columns")]
+sys.path[:0] = [os.path.join(os.path.dirname(HERE), "tests", name) for name in ("columns", "")]
 
 import numpy as np
 from read_benchmark import measure
@@ -71,20 +71,12 @@ def tf_modes(root: str, native: str) -> Modes:
 
 
 def child_modes(root: str, native: str) -> Modes:
-    import torch.utils.data
+    """read_deletions' NumPy and PyTorch modes (batches, examples, 0 and 2 workers) over the joined and native."""
+    from read_deletions import child_modes as reader_modes
 
-    from beam_tfrecord.reader.numpy_reader import read_numpy
-    from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset
-
-    modes: Modes = {}
-    for variant, path in (("joined", root), ("native", native)):
-        modes[f"numpy batches {variant}"] = lambda path=path: read_numpy(path, batch_size=BATCH)
-        modes[f"numpy examples {variant}"] = lambda path=path: read_numpy(path)
-        for workers in (0, 2):
-            modes[f"torch {workers} workers {variant}"] = lambda path=path, workers=workers: (
-                torch.utils.data.DataLoader(TFRecordIterableDataset(path, batch_size=BATCH), batch_size=None,
-                                            num_workers=workers))
-    return modes
+    names = {" deleted": " joined", " twin": " native"}
+    return {name.replace(suffix, names[suffix]): make for name, make in reader_modes(root, native).items()
+            for suffix in names if name.endswith(suffix)}
 
 
 def main(argv: list[str] | None = None) -> None:
