@@ -11,11 +11,13 @@ import dataclasses
 
 import numpy as np
 import pytest
+from fixtures_gcs import fake_gcs  # noqa: F401  (a pytest fixture: one emulator per test process)
 from read_fixtures import add_columns, first_version, record_keys, write_build
 
 from beam_tfrecord import Sample
 from beam_tfrecord.core.file_format import FileFormat
 from beam_tfrecord.core.schema import DType, FixedList, Scalar, Schema
+from beam_tfrecord.dataset import load_manifest as load_manifest_of
 from beam_tfrecord.dataset import version_dir
 from beam_tfrecord.reader.numpy_reader import read_numpy
 
@@ -268,3 +270,17 @@ def test_beam_reads_joined_records(pair: Pair) -> None:
         rows = (pipeline | ReadTFRecordDataset(pair.root)
                 | beam.Map(lambda e: (bytes(e["key"]), tuple(e["emb"].tolist()), bytes(e["tag"]))))
         assert_that(rows, equal_to(want))
+
+
+def test_gcs_reads_join_column_files(pair: Pair, fake_gcs, tmp_path) -> None:
+    """On gs:// (the emulator): column files fetched and cached as shards are, each reader joins them."""
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    bucket = fake_gcs.create_bucket(f"columns-{FileFormat(load_manifest_of(pair.root).file_format).value}")
+    fake_gcs.upload_tree(pair.root, f"{bucket}/root")
+    remote = f"{bucket}/root"
+    want = _by_key(list(read_numpy(pair.native)))
+    _equal(_by_key(list(read_numpy(remote))), want)
+    _equal(_by_key(list(read_numpy(remote, shuffle=True, seed=2, cache_dir=str(tmp_path / "cache")))), want)
+    keys = [k for batch in read_dataset(remote, batch_size=16) for k in batch["key"].numpy().tolist()]
+    assert keys == _keys(read_numpy(pair.native))
