@@ -18,7 +18,7 @@ from beam_tfrecord.core.example_parts import fold
 from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.dataset import LoadedDataset
-from beam_tfrecord.errors import CorruptShardError
+from beam_tfrecord.errors import CorruptShardError, ReaderError
 from beam_tfrecord.formats import shard_format
 from beam_tfrecord.formats.base import ShardCount, ShardFormat, ShardReader
 
@@ -101,13 +101,16 @@ class JoinedShardReader(ShardReader):
             return
         aligned = [_Rows(column.iter_blocks(start, stop, block_records=block_records)) for column in self._columns]
         for block in self._base.iter_blocks(start, stop, block_records=block_records):
-            parts = []
-            for column, rows in zip(self._columns, aligned):
-                part = rows.take(len(block))
-                if part is None:
-                    raise self._misaligned(column, "fewer")
-                parts.append(part)
-            yield dataclasses.replace(block, parts=tuple(parts))
+            at = 0
+            while at < len(block):  # cut where any column file's blocks end: every part a slice, no copy
+                count = len(block) - at
+                for column, rows in zip(self._columns, aligned):
+                    count = rows.available(count)
+                    if not count:
+                        raise self._misaligned(column, "fewer")
+                yield dataclasses.replace(block.slice(at, at + count), parts=tuple(rows.take(count)
+                                                                                    for rows in aligned))
+                at += count
         for column, rows in zip(self._columns, aligned):
             if not rows.finished():
                 raise self._misaligned(column, "more")
@@ -142,29 +145,28 @@ class JoinedShardReader(ShardReader):
 
 
 class _Rows:
-    """A stream of blocks taken ``count`` rows at a time (slices of one block where they fit, else one copy)."""
+    """A stream of blocks handed out as slices (no copy) of at most what one block still holds."""
 
     def __init__(self, blocks: Iterator[RecordBlock]) -> None:
         self._blocks = blocks
         self._held: RecordBlock | None = None
         self._at = 0
 
-    def take(self, count: int) -> RecordBlock | None:
-        pieces: list[RecordBlock] = []
-        while count:
-            if self._held is None or self._at == len(self._held):
-                self._held, self._at = next(self._blocks, None), 0
-                if self._held is None:
-                    return None
-            got = min(count, len(self._held) - self._at)
-            pieces.append(self._held.slice(self._at, self._at + got))
-            self._at += got
-            count -= got
-        if len(pieces) == 1:
-            return pieces[0]
-        records = [piece.record(i) for piece in pieces for i in range(len(piece))]
-        offsets = [int(offset) for piece in pieces for offset in piece.offsets.tolist()]
-        return RecordBlock.of_records(pieces[0].path, records, offsets)
+    def available(self, wanted: int) -> int:
+        """How many of ``wanted`` rows the next ``take`` can give from one block (0: the stream has ended)."""
+        while self._held is None or self._at == len(self._held):
+            self._held, self._at = next(self._blocks, None), 0
+            if self._held is None:
+                return 0
+        return min(wanted, len(self._held) - self._at)
+
+    def take(self, count: int) -> RecordBlock:
+        """The next ``count`` rows (``available`` said they are in the block held)."""
+        if self._held is None:
+            raise ReaderError("a column file's rows were taken before available() found them")
+        piece = self._held.slice(self._at, self._at + count)
+        self._at += count
+        return piece
 
     def finished(self) -> bool:
         """Whether no row is left (the stream is read to its end, so a reader checks its count there)."""
@@ -179,12 +181,14 @@ def open_joined(file_format: ShardFormat, path: str, shard: ShardInfo, column_pa
     """A ``JoinedShardReader`` of ``shard`` at ``path`` and its column files at ``column_paths`` (in the shard's
     ``columns`` order); ``base``: the base shard's reader when already open (fetched), else opened here."""
     base = base or file_format.open_reader(path, shard, compression=compression, verify=verify)
+    columns: list[ShardReader] = []
     try:
-        columns = [file_format.open_reader(column_path, column_shard(shard, column), compression=compression,
-                                           verify=verify)
-                   for column, column_path in zip(shard.columns, column_paths, strict=True)]
+        for column, column_path in zip(shard.columns, column_paths, strict=True):
+            columns.append(file_format.open_reader(column_path, column_shard(shard, column), compression=compression,
+                                                   verify=verify))
     except BaseException:
-        base.close()
+        for reader in (base, *columns):
+            reader.close()
         raise
     return JoinedShardReader(base, columns, names=names, folded=folded)
 
