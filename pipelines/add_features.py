@@ -28,7 +28,7 @@ from pipelines.refresh_driver import RefreshOptions, min_version_age
 from pipelines.source_options import SchemaOptions, parse_bool
 from pipelines.sources.manifest import ManifestOptions, manifest_format, manifest_reader, manifest_schema
 
-PROG = "python -m pipelines.add_features"
+ADD_PROG = "python -m pipelines.add_features"
 
 
 class AddFeaturesOptions(PipelineOptions):
@@ -47,7 +47,8 @@ class AddFeaturesOptions(PipelineOptions):
 _REFUSED_ROOT = (("append", "an add writes no shard"), ("incremental", "an add reads no source"),
                  ("max_small_shards", "an add writes no shard"), ("max_deleted_fraction", "an add deletes nothing"),
                  ("force", "an add always writes a version"))
-COMMAND = JobCommand(PROG, "Add features to LATEST of a versioned root: a column file per shard, no shard rewritten.",
+COMMAND = JobCommand(ADD_PROG, "Add features to LATEST of a versioned root: a column file per shard, no shard "
+                               "rewritten.",
                      (("add", AddFeaturesOptions), ("features file", ManifestOptions), ("root", RefreshOptions),
                       ("schema", SchemaOptions)),
                      refused=(("manifest", "the features file is --features"),
@@ -148,4 +149,4 @@ def run_rename(argv: Sequence[str] | None = None, *, prog: str | None = None) ->
 
 
 if __name__ == "__main__":
-    run_and_exit(lambda: run_as_command(run, prog=PROG))  # ended without the interpreter's teardown
+    run_and_exit(lambda: run_as_command(run, prog=ADD_PROG))  # ended without the interpreter's teardown

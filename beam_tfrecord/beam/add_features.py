@@ -20,6 +20,7 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord._version import __version__
+from beam_tfrecord.core.batch_encoder import BatchEncoder
 from beam_tfrecord.core.columns import COLUMNS_DIRNAME, ColumnFile
 from beam_tfrecord.core.manifest import DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest
 from beam_tfrecord.core.sample_encoder import SampleEncoder
@@ -30,6 +31,7 @@ from beam_tfrecord.formats import shard_format
 from beam_tfrecord.versions.add_features import AddPlan, BaseShard, OnMissing, shard_keys
 from beam_tfrecord.versions.refresh import publish_version
 
+ENCODE_BATCH = 512  # rows encoded at once (the build's chunk size is of this order)
 # What the join and the writers send to the commit, as (tag, payload) elements.
 _ROW, _DEAD, _TWICE, _AMBIGUOUS, _MISSING, _WRITTEN = "row", "dead", "twice", "ambiguous", "missing", "written"
 
@@ -50,27 +52,32 @@ class PublishOptions:
 
 
 class _EncodeFn(beam.DoFn):
-    """(key, {feature: value}) -> (key, its row: the values encoded as any build checks them), or (key, DeadLetter)
-    when the schema refuses a value: before the join, so the shuffle carries the encoded row (~2x smaller than the
-    values as Python objects)."""
+    """A batch of (key, {feature: value}) -> (key, its row: the values encoded as any build checks them), or (key,
+    DeadLetter) when the schema refuses a value. A batch at a time (the build's column encoder, ~10x faster on
+    numeric lists), and before the join, so the shuffle carries the encoded row (~2x smaller than the values)."""
 
     def __init__(self, plan: AddPlan) -> None:
         self._plan = plan
-        self._encoder: SampleEncoder | None = None
+        self._encoders: tuple[BatchEncoder, SampleEncoder] | None = None
 
     def setup(self) -> None:
-        self._encoder = SampleEncoder(self._plan.column_schema)
+        self._encoders = BatchEncoder(self._plan.column_schema), SampleEncoder(self._plan.column_schema)
 
-    def process(self, element: tuple[str, Any]) -> Iterator[tuple[str, bytes | DeadLetter]]:
-        key, values = element
-        if isinstance(values, DeadLetter):
-            yield key, values
+    def process(self, batch: list[tuple[str, Any]]) -> Iterator[tuple[str, bytes | DeadLetter]]:
+        self._encoders = self._encoders or (BatchEncoder(self._plan.column_schema),
+                                            SampleEncoder(self._plan.column_schema))
+        fast, reference = self._encoders
+        given = [(key, values) for key, values in batch if not isinstance(values, DeadLetter)]
+        yield from ((key, values) for key, values in batch if isinstance(values, DeadLetter))
+        rows = fast.encode([self._plan.stored(values) for _, values in given])
+        if rows is not None:  # byte-identical to the reference's; None: a value it does not cover, or a bad one
+            yield from ((key, row) for (key, _), row in zip(given, rows))
             return
-        self._encoder = self._encoder or SampleEncoder(self._plan.column_schema)
-        try:
-            yield key, self._plan.encode(key, values, self._encoder)
-        except SampleError as err:  # the record then has no value
-            yield key, DeadLetter.from_error(key, Stage.VALIDATE, err)
+        for key, values in given:
+            try:
+                yield key, self._plan.encode(key, values, reference)
+            except SampleError as err:  # the record then has no value
+                yield key, DeadLetter.from_error(key, Stage.VALIDATE, err)
 
 
 class _MatchFn(beam.DoFn):
@@ -162,7 +169,9 @@ class AddFeatures(beam.PTransform):
                  | "BaseShards" >> beam.Create(self._sources)
                  | "SpreadShards" >> beam.Reshuffle()
                  | "ShardKeys" >> beam.FlatMap(shard_keys, self._plan))  # (key, (shard number, position))
-        rows = features | "Encode" >> beam.ParDo(_EncodeFn(self._plan))  # (key, row bytes | DeadLetter)
+        rows = (features
+                | "Batch" >> beam.BatchElements(min_batch_size=ENCODE_BATCH, max_batch_size=ENCODE_BATCH)
+                | "Encode" >> beam.ParDo(_EncodeFn(self._plan)))  # (key, row bytes | DeadLetter)
         matched = ({"rows": rows, "where": where}
                    | "JoinByKey" >> beam.CoGroupByKey()
                    | "Match" >> beam.ParDo(_MatchFn(self._plan)))  # (tag, payload)

@@ -37,7 +37,12 @@ from beam_tfrecord.interop import INTEROP_FILENAMES, write_interop_files
 from beam_tfrecord.interop.tfds import DATASET_INFO_FILENAME, tfds_files, write_tfds_files
 from beam_tfrecord.statistics import APPENDED_STATISTICS_FILE, STATISTICS_FILE
 from beam_tfrecord.versions.commit import VersionCommit
-from beam_tfrecord.versions.locations import RECORD_LOCATIONS_FILENAME, write_key_files, write_record_locations
+from beam_tfrecord.versions.locations import (
+    RECORD_LOCATIONS_FILENAME,
+    key_file_name,
+    write_key_files,
+    write_record_locations,
+)
 
 _LOG = logging.getLogger(__name__)
 
@@ -148,7 +153,8 @@ def publish(settings: PublishSettings, plan: DatasetPlan | None, shard_infos: Se
                                                    [*tfds_files(manifest), *INTEROP_FILENAMES, STATISTICS_FILE,
                                                     APPENDED_STATISTICS_FILE, RECORD_LOCATIONS_FILENAME,
                                                     DEAD_LETTER_FILENAME,
-                                                    *_shard_files(shard_infos)])])
+                                                    *_shard_files(shard_infos),
+                                                    *(key_file_name(s.filename) for s in shard_infos)])])
         storage.delete_tree(settings.temp_dir)
         raise
     for split in manifest.splits:

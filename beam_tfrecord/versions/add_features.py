@@ -107,11 +107,14 @@ class AddPlan:
     def column_name(self, base: BaseShard) -> str:
         return column_filename(base.shard.stored_in or self.base_version, base.shard.filename)
 
+    def stored(self, values: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A record's values (logical names) under their stored names."""
+        return {self.physical.get(name, name): value for name, value in (values or {}).items()}
+
     def encode(self, key: str, values: Mapping[str, Any] | None, encoder: SampleEncoder) -> bytes:
-        """A record's row: its values (logical names) encoded under their stored names, as any build checks them
-        (``SampleError`` naming the key and feature); ``None`` (no value, ``OnMissing.MISSING``) encodes the
-        schema's defaults."""
-        return encoder.encode(Sample(key, {self.physical.get(name, name): v for name, v in (values or {}).items()}))
+        """A record's row: its values encoded under their stored names, as any build checks them (``SampleError``
+        naming the key and feature); ``None`` (no value, ``OnMissing.MISSING``) encodes the schema's defaults."""
+        return encoder.encode(Sample(key, self.stored(values)))
 
     def manifest(self, columns: Mapping[int, ColumnFile], *, command: Sequence[str], created_at: str,
                  tool_version: str, summary: Mapping[str, Any]) -> Manifest:

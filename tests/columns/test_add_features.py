@@ -4,13 +4,19 @@ rename and a drop equal a native build's with the final schema; no shard is rewr
 
 from __future__ import annotations
 
+import datetime
 import shutil
 from pathlib import Path
 
+import apache_beam as beam
 import pytest
 
 from beam_tfrecord import storage
+from beam_tfrecord.beam.add_features import AddFeatures, PublishOptions
+from beam_tfrecord.core.schema import DType, Schema, VarList
 from beam_tfrecord.dataset import load_manifest, read_latest, version_dir
+from beam_tfrecord.job import lease
+from beam_tfrecord.versions.add_features import plan_add
 from pipelines import add_features
 from tests.columns.column_data import QUIET, build_root, columns, joined_records, write_parquet
 
@@ -25,7 +31,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
              "emb": write_parquet(work / "emb.parquet", {"id": data["id"], "emb": data["emb"]}),
              "emb_by_name": write_parquet(work / "emb_by_name.parquet", {"name": data["name"], "emb": data["emb"]})}
     build_root(paths["base"], str(work / "base-root"))
-    build_root(write_parquet(work / "native.parquet", data), str(work / "native-root"))
+    paths["native_parquet"] = write_parquet(work / "native.parquet", data)
+    build_root(paths["native_parquet"], str(work / "native-root"))
     final = {"x": data["x"], "name": data["name"], "embedding": data["emb"], "id": data["id"]}
     build_root(write_parquet(work / "final.parquet", final), str(work / "final-root"))
     return {**paths, "base_root": str(work / "base-root"), "native": str(work / "native-root"),
@@ -83,3 +90,30 @@ def test_rename_and_drop_read_as_a_native_build_of_the_final_schema(inputs, tmp_
     assert sorted(set(after) - set(before)) == sorted(f"versions/{v}/manifest.json" for v in
                                                       {p.split("/")[1] for p in set(after) - set(before)})
     assert len(set(after) - set(before)) == 2  # two manifests: nothing else written
+
+
+@pytest.mark.parametrize("layout", [["--file_format=array_record"], ["--compression=gzip"]],
+                         ids=["array_record", "gzip"])
+def test_a_column_file_is_in_its_shard_s_format_and_compression(inputs, tmp_path, layout):
+    root, native = str(tmp_path / "root"), str(tmp_path / "native")
+    build_root(inputs["base"], root, *layout)
+    build_root(inputs["native_parquet"], native, *layout)
+    add_features.run(["--dataset_root", root, "--features", inputs["emb"], "--key_column", "id", *QUIET])
+    manifest = load_manifest(root)
+    assert all(s.columns[0].filename.endswith(s.filename) for s in manifest.shards)  # format and suffix kept
+    assert joined_records(root) == joined_records(native)
+
+
+def test_the_transform_adds_what_a_pipeline_computes(inputs, tmp_path):
+    """The library path: a pipeline's own ``(key, {feature: value})`` elements, e.g. a model's output."""
+    root = _copy_root(inputs, tmp_path)
+    emb = columns()["emb"]
+    with lease.held(root, run_id="test"):
+        plan, sources = plan_add(root, Schema({"emb": VarList(DType.FLOAT32)}), key_column="id")
+        publish = PublishOptions(("test",), keep_versions=10, min_version_age=datetime.timedelta(0))
+        with beam.Pipeline() as pipeline:
+            _ = (pipeline
+                 | beam.Create([(str(i), {"emb": vector}) for i, vector in enumerate(emb)])
+                 | AddFeatures(plan, sources, publish=publish))
+    assert read_latest(root) == plan.version_id
+    assert joined_records(root) == joined_records(inputs["native"])

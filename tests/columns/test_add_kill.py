@@ -5,12 +5,8 @@ manifest is no version), and the add run again publishes records equal to a nati
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
@@ -18,7 +14,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.dataset import load_manifest, read_latest, version_dir
 from beam_tfrecord.versions.refresh import list_versions
 from tests.columns.column_data import QUIET, build_root, columns, joined_records, write_parquet
-from tests.versions.test_refresh_kill import MAX_RUN_SECONDS, _versions, _wait_for_new_version
+from tests.versions.test_compact_kill import run_killed
 
 
 def _command(root: str, features: str) -> list[str]:
@@ -27,20 +23,7 @@ def _command(root: str, features: str) -> list[str]:
 
 
 def _run(root: str, features: str, delay_seconds: float | None) -> tuple[bool, float]:
-    """Runs the add in its own process group, SIGKILLed ``delay_seconds`` after its version's folder appears.
-    Returns (killed, seconds from that moment on)."""
-    before = _versions(root)
-    process = subprocess.Popen(_command(root, features), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
-    started = _wait_for_new_version(process, root, before) or time.monotonic()
-    try:
-        process.wait(timeout=delay_seconds if delay_seconds is not None else MAX_RUN_SECONDS)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-        return True, time.monotonic() - started
-    assert process.returncode == 0, process.stderr.read()[-3000:] if process.stderr else ""
-    return False, time.monotonic() - started
+    return run_killed(_command(root, features), root, delay_seconds)
 
 
 def _check_root(root: str, base: str) -> None:

@@ -17,8 +17,9 @@ from beam_tfrecord.core.columns import ColumnFile, column_filename
 from beam_tfrecord.core.file_format import Compression
 from beam_tfrecord.core.manifest import MANIFEST_VERSION, READABLE_MANIFEST_VERSIONS, Manifest, ShardInfo, SplitInfo
 from beam_tfrecord.core.schema import DType, FixedList, Scalar, Schema
-from beam_tfrecord.errors import ManifestError, ManifestVersionError
+from beam_tfrecord.errors import ManifestVersionError
 from beam_tfrecord.versions.retention import shared_files
+from tests.core.test_manifest_shared import _refused
 
 BASE = "20260101T000000.000Z-abcdef"  # the version that wrote the base shards
 ADD = "20260102T000000.000Z-012345"  # an earlier add whose column file a later version lists
@@ -54,14 +55,6 @@ def _tampered(change) -> dict:
     data = copy.deepcopy(GOOD)
     change(data)
     return data
-
-
-def _refused(data: dict, field: str, expected: str) -> None:
-    with pytest.raises(ManifestError) as info:
-        Manifest.from_json(data)
-    message = str(info.value)
-    assert message.startswith(f"manifest field {field!r}: expected "), message
-    assert expected in message, message
 
 
 def _column_field(k: int, key: str, value):

@@ -38,9 +38,14 @@ def _compact_command(root: str) -> list[str]:
 def _run(root: str, delay_seconds: float | None) -> tuple[bool, float]:
     """Runs compact in its own process group; SIGKILLs it ``delay_seconds`` after its version's folder appears.
     Returns (killed, seconds from that moment to the end)."""
+    return run_killed(_compact_command(root), root, delay_seconds)
+
+
+def run_killed(command: list[str], root: str, delay_seconds: float | None) -> tuple[bool, float]:
+    """Runs a job writing a version of ``root`` in its own process group; SIGKILLs it ``delay_seconds`` after its
+    version's folder appears (never when None). Returns (killed, seconds from that moment to the end)."""
     before = _versions(root)
-    process = subprocess.Popen(_compact_command(root), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     started = _wait_for_new_version(process, root, before) or time.monotonic()
     try:
         process.wait(timeout=delay_seconds if delay_seconds is not None else MAX_RUN_SECONDS)
