@@ -205,6 +205,8 @@ def test_verify_checks_column_files(pair: Pair, tmp_path) -> None:
     with pytest.raises(CorruptShardError) as error:
         verify_dataset(copy)
     assert shards[0].columns[0].filename in str(error.value) and shards[0].filename in str(error.value)
+    with pytest.raises(CorruptShardError, match=shards[0].filename):  # a reader fails too, at the first bad record
+        list(read_numpy(copy))
 
 
 @pytest.fixture(scope="module")
