@@ -55,7 +55,11 @@ def _shard_line(shard: ShardInfo) -> str:
     return (f"{shard.filename}  {shard.num_live} records" + (f" ({deleted} of {shard.num_records} deleted)"
                                                               if deleted else "")
             + f"  {_size(shard.num_bytes)}  crc32c {shard.crc32c}"
-            + (f"  stored in version {shard.stored_in}" if shard.stored_in is not None else ""))
+            + (f"  stored in version {shard.stored_in}" if shard.stored_in is not None else "")
+            + "".join(f"\n      + column file {column.filename}  {', '.join(column.features)}  "
+                      f"{_size(column.num_bytes)}"
+                      + (f"  stored in version {column.stored_in}" if column.stored_in is not None else "")
+                      for column in shard.columns))
 
 
 def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = True,
@@ -110,5 +114,10 @@ def describe_manifest(manifest: Manifest, location: str, *, show_shards: bool = 
             fields["names"] = fields["names"][:8] + ["..."]
         detail = ", ".join(f"{k}={v}" for k, v in fields.items())
         seq = " (per step)" if name in manifest.schema.sequence_features else ""
-        lines.append(f"    {name}: {feature.KIND}{seq} {detail}")
+        stored = manifest.physical_names.get(name, name)
+        where = (f" (stored as {stored!r})" if stored != name else "") + (
+            " [column files]" if any(shard.column_for(stored) for shard in manifest.shards) else "")
+        lines.append(f"    {name}: {feature.KIND}{seq} {detail}{where}")
+    if manifest.dropped_features:
+        lines.append(f"  dropped (still in its files, not read): {', '.join(manifest.dropped_features)}")
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from beam_tfrecord.errors import RefreshError
 from beam_tfrecord.job import lease
 from beam_tfrecord.job.process_exit import run_and_exit
 from beam_tfrecord.sources.kept_records import ReadKeptRecords
+from beam_tfrecord.versions.add_features import indexes_version
 from beam_tfrecord.versions.append import CompactionPolicy, append_plan_from_root
 from beam_tfrecord.versions.commit import COMMIT_KEY, description_of
 from beam_tfrecord.versions.incremental import REFRESH_KEY
@@ -70,7 +71,7 @@ def _compact(options: PipelineOptions, compact: RefreshOptions, age: datetime.ti
         print(f"compact {root}: version {latest} lists no shared shard and no deletion; nothing to do (--force "
               "rewrites it anyway)")
         return None
-    index = read_input_index(base_dir)
+    index = read_input_index(version_dir(root, indexes_version(root, latest, manifest)))  # an add's: its base's
     plan = append_plan_from_root(root, latest, index, CompactionPolicy(compact_all=True))
     listing = list_versions(root)
     version_id = new_version_id(after=[*listing.complete, *listing.incomplete, latest])

@@ -26,7 +26,7 @@ from beam_tfrecord.core.durations import format_duration, parse_duration
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import SplitConfig
-from beam_tfrecord.dataset import load_manifest
+from beam_tfrecord.dataset import load_manifest, version_dir
 from beam_tfrecord.engine.dask_cluster import DaskClusterOptions
 from beam_tfrecord.engine.local_workers import InputSize, choose_local_workers
 from beam_tfrecord.errors import DurationError, InputIndexError
@@ -38,6 +38,7 @@ from beam_tfrecord.versions.append import (
     AppendPlan,
     CompactionPolicy,
     append_plan_from_root,
+    check_refresh_schema,
 )
 from beam_tfrecord.versions.commit import COMMIT_KEY, WRITER_KEY, VersionCommit, describe_commit, writer_metadata
 from beam_tfrecord.versions.incremental import REFRESH_KEY, IncrementalPlan, killed_refresh, plan_from_root
@@ -245,6 +246,8 @@ def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetO
         return plan
 
     prepared = source.prepare()
+    if plan.latest is not None:  # never new records without a feature LATEST has (one added as column files)
+        check_refresh_schema(root, plan.latest, load_manifest(version_dir(root, plan.latest)), prepared.schema)
     encoding = encoding_digest(schema_json=prepared.schema.to_json(), transforms=prepared.feature_transforms,
                                salt=output.salt, source=prepared.source_options)
     index = InputIndex(encoding, tuple(sorted(prepared.inputs, key=lambda i: i.key)))

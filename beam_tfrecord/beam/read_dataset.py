@@ -22,8 +22,9 @@ from beam_tfrecord.core.record_schema import RAW_FEATURE, holds_verbatim_payload
 from beam_tfrecord.core.units import MiB
 from beam_tfrecord.dataset import open_dataset
 from beam_tfrecord.engine import traits_of, use_fixed_dask_runner
-from beam_tfrecord.errors import ReaderError
+from beam_tfrecord.errors import CorruptShardError, ReaderError
 from beam_tfrecord.formats import ShardFormat, shard_format
+from beam_tfrecord.formats.joined import StoredNames, column_shard, joined_record, needs_join
 from beam_tfrecord.reader.decode.numpy_decode import RecordDecoder
 
 DEFAULT_SPLIT_BYTES = 64 * MiB  # a range's (framed) bytes: a runner balances work in pieces of about this much
@@ -40,7 +41,8 @@ class RecordOutput(enum.Enum):
 @dataclasses.dataclass(frozen=True)
 class RecordRangeTask:
     """One shard to read (records ``start`` to ``stop``; the splittable path starts from the whole shard),
-    and about how many bytes a range of it holds."""
+    and about how many bytes a range of it holds; its column files (``column_paths``, read alongside and joined)
+    and the version's renames and drops (``names``)."""
 
     path: str
     shard: ShardInfo
@@ -49,6 +51,8 @@ class RecordRangeTask:
     shard_format: ShardFormat
     start: int = 0
     stop: int | None = None
+    column_paths: tuple[str, ...] = ()
+    names: StoredNames = dataclasses.field(default_factory=StoredNames)
 
     @property
     def record_bytes(self) -> float:
@@ -67,7 +71,22 @@ def read_records(task: RecordRangeTask, start: int, stop: int) -> Iterator[tuple
     Raises:
         CorruptShardError: naming the shard, on a CRC mismatch, truncation, or fewer records than listed.
     """
-    return task.shard_format.read_range(task.path, task.shard, compression=task.compression, start=start, stop=stop)
+    records = task.shard_format.read_range(task.path, task.shard, compression=task.compression, start=start, stop=stop)
+    if not needs_join(task.shard, task.names):
+        return records
+    rows = [task.shard_format.read_range(path, column_shard(task.shard, column), compression=task.compression,
+                                         start=start, stop=stop)
+            for path, column in zip(task.column_paths, task.shard.columns, strict=True)]
+    return ((index, joined_record([data, *(_row_of(row, index, path) for row, path in zip(rows, task.column_paths))],
+                                  task.names, where=f"{task.path} record {index}")) for index, data in records)
+
+
+def _row_of(rows: Iterator[tuple[int, bytes]], index: int, path: str) -> bytes:
+    """The row of record ``index`` from a column file's range (``CorruptShardError`` when it is not there)."""
+    found = next(rows, None)
+    if found is None or found[0] != index:
+        raise CorruptShardError(path, f"no row for record {index} of its base shard: not aligned with it")
+    return found[1]
 
 
 class RecordRanges(RestrictionProvider):
@@ -178,7 +197,10 @@ class ReadTFRecordDataset(beam.PTransform):
             raise ReaderError(f"{path!r} holds {dataset.manifest.file_format.value} shards; ReadTFRecordDataset "
                               f"reads TFRecord (read these with {' or '.join(stored.readers)})")
         shards = dataset.manifest.split(split).shards
-        self._tasks = [RecordRangeTask(full, shard, dataset.manifest.compression, split_bytes, stored)
+        names = StoredNames.of(dataset.manifest)
+        self._tasks = [RecordRangeTask(full, shard, dataset.manifest.compression, split_bytes, stored,
+                                       column_paths=tuple(dataset.shard_path(column_shard(shard, column))
+                                                          for column in shard.columns), names=names)
                        for shard, full in zip(shards, dataset.shard_paths(split), strict=True) if shard.num_live]
         self._decode = _Decode(dataset.manifest, output)
 

@@ -34,6 +34,8 @@ class RecordBlock:
         offsets: where each record is in the shard, for errors: a byte offset for TFRecord, the
             record's index for a random-access format (int64).
         paths: each record's shard, when a block gathers records of several (a global shuffle's).
+        parts: the rows of the shard's column files, aligned with the records (a joined block: record ``i`` is its
+            own bytes followed by row ``i`` of each part; decoders decode each part on its own, no copy).
     """
 
     path: str
@@ -42,6 +44,7 @@ class RecordBlock:
     lengths: np.ndarray
     offsets: np.ndarray
     paths: tuple[str, ...] = ()
+    parts: tuple["RecordBlock", ...] = ()
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -51,19 +54,33 @@ class RecordBlock:
         return self.paths[index] if self.paths else self.path
 
     def record(self, index: int) -> bytes:
-        """The data of record ``index`` of the block."""
+        """The data of record ``index`` of the block (joined with its row of each part)."""
         start = int(self.starts[index])
-        return self.buffer[start:start + int(self.lengths[index])].tobytes()
+        own = self.buffer[start:start + int(self.lengths[index])].tobytes()
+        return own + b"".join(part.record(index) for part in self.parts) if self.parts else own
 
     def slice(self, start: int, stop: int) -> "RecordBlock":
         """Records ``[start, stop)`` of the block (the same buffer, no copy)."""
         return RecordBlock(self.path, self.buffer, self.starts[start:stop], self.lengths[start:stop],
-                           self.offsets[start:stop], self.paths[start:stop])
+                           self.offsets[start:stop], self.paths[start:stop],
+                           tuple(part.slice(start, stop) for part in self.parts))
 
     def select(self, keep: np.ndarray) -> "RecordBlock":
         """The records where ``keep`` (one bool per record) is True (the same buffer, no copy of their bytes)."""
         paths = tuple(path for path, kept in zip(self.paths, keep.tolist()) if kept)
-        return RecordBlock(self.path, self.buffer, self.starts[keep], self.lengths[keep], self.offsets[keep], paths)
+        return RecordBlock(self.path, self.buffer, self.starts[keep], self.lengths[keep], self.offsets[keep], paths,
+                           tuple(part.select(keep) for part in self.parts))
+
+    def own(self) -> "RecordBlock":
+        """The block without its parts: each record's own bytes only."""
+        return dataclasses.replace(self, parts=()) if self.parts else self
+
+    def joined(self) -> "RecordBlock":
+        """The block with each record's parts joined into its bytes (one copy), for a consumer of one buffer."""
+        if not self.parts:
+            return self
+        return RecordBlock.of_records(self.path, [self.record(i) for i in range(len(self))], self.offsets,
+                                      paths=list(self.paths) or None)
 
     @classmethod
     def of_records(cls, path: str, records: list[bytes], offsets: np.ndarray | list[int], *,

@@ -15,6 +15,7 @@ from beam_tfrecord.reader.follow import DEFAULT_FOLLOW_POLL_SECONDS, Follow
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.order.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
+from beam_tfrecord.reader.tf_columns import Batch, batched, joined_parser, part_schemas
 from beam_tfrecord.reader.tf_follow import following_batches
 from beam_tfrecord.reader.tf_records import default_parallel_reads, read_records, stored_chain
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
@@ -53,8 +54,8 @@ def _worker(num_workers: int | None, worker_index: int | None,
     return (num_workers, worker_index) if num_workers is not None else (1, 0)  # type: ignore[return-value]
 
 
-def _parse_verified(records: tf.data.Dataset, plan: ReadPlan, num_records: int, batch_size: int,
-                    parse_at: Callable[[tf.Tensor, tf.Tensor], ParsedBatch], *, drop_remainder: bool,
+def _parse_verified(batches: tf.data.Dataset, plan: ReadPlan, num_records: int, batch_size: int,
+                    parse_at: Callable[..., ParsedBatch], *, drop_remainder: bool,
                     parallel_calls: int) -> tf.data.Dataset:
     """Batches of records parsed, failing when the shards hold more or fewer records than planned.
 
@@ -62,39 +63,45 @@ def _parse_verified(records: tf.data.Dataset, plan: ReadPlan, num_records: int, 
     from the plan, and any difference in the record count changes one or the other. It runs in
     the parallel parse calls, not on the thread that reads the records (the pipeline's slowest
     stage, which must stay as lean as the raw reader). ``num_records``: the records read (dropped ones included);
-    ``parse_at(index, batch)`` parses batch ``index``.
+    ``batches``: the records in batches of ``batch_size`` (a tuple of batches per step for aligned streams:
+    ``tf_columns.batched``); ``parse_at(index, *batch)`` parses batch ``index``.
     """
     num_batches = -(-num_records // batch_size)
     last_size = num_records - (num_batches - 1) * batch_size
 
-    def check_and_parse(index: tf.Tensor, batch: tf.Tensor) -> ParsedBatch:
+    def check_and_parse(index: tf.Tensor, batch: Batch) -> ParsedBatch:
+        batch = batch if isinstance(batch, tuple) else (batch,)
         expected = tf.where(index == num_batches - 1, tf.constant(last_size, tf.int64), batch_size)
         check_size = tf.debugging.assert_equal(
-            tf.size(batch, out_type=tf.int64), expected,
+            tf.size(batch[0], out_type=tf.int64), expected,
             message=f"the shards at {plan.dataset_dir} hold a different number of records than the manifest "
                     f"lists ({num_records} planned for split {plan.split}, worker {plan.worker_index})")
         with tf.control_dependencies([check_size]):
-            batch = tf.identity(batch)
-        return parse_at(index, tf.ensure_shape(batch, [batch_size]) if drop_remainder else batch)
+            batch = tuple(tf.identity(part) for part in batch)
+        return parse_at(index, tuple(tf.ensure_shape(part, [batch_size]) for part in batch) if drop_remainder
+                        else batch)
 
-    batches = records.batch(batch_size).apply(tf.data.experimental.assert_cardinality(num_batches)).enumerate()
+    batches = batches.apply(tf.data.experimental.assert_cardinality(num_batches)).enumerate()
     if drop_remainder and last_size != batch_size:
         batches = batches.take(num_batches - 1)
     return batches.map(check_and_parse, num_parallel_calls=parallel_calls, deterministic=True)
 
 
-def _dropping_at(parse: Callable[[tf.Tensor], ParsedBatch], keep: np.ndarray,
-                 batch_size: int) -> Callable[[tf.Tensor, tf.Tensor], ParsedBatch]:
+def _dropping_at(parse: Callable[..., ParsedBatch], keep: np.ndarray,
+                 batch_size: int) -> Callable[..., ParsedBatch]:
     """``parse`` of batch ``index`` of records read with the ones to drop (``keep``: per record read, repeated each
     epoch), those left out of what it parsed: in the parallel parse calls, not a stage per record on the reading
     thread (which cost a third of the read rate of 3 KB records); after parsing, one copy per feature, not one
     per record."""
     table = tf.constant(keep)
 
-    def parse_at(index: tf.Tensor, batch: tf.Tensor) -> ParsedBatch:
-        kept = tf.gather(table, (index * batch_size + tf.range(tf.size(batch, out_type=tf.int64))) % len(keep))
+    def parse_at(index: tf.Tensor, batch: Batch) -> ParsedBatch:
+        batch = batch if isinstance(batch, tuple) else (batch,)
+        kept = tf.gather(table, (index * batch_size + tf.range(tf.size(batch[0], out_type=tf.int64))) % len(keep))
+        if len(batch) > 1:  # column files: a deleted record's row is empty (no feature to parse), left out first
+            return parse(*(tf.boolean_mask(part, kept) for part in batch))
         return {name: tf.ragged.boolean_mask(value, kept) if isinstance(value, tf.RaggedTensor)
-                else tf.boolean_mask(value, kept) for name, value in parse(batch).items()}
+                else tf.boolean_mask(value, kept) for name, value in parse(*batch).items()}
 
     return parse_at
 
@@ -208,44 +215,55 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     verbatim = {holds_verbatim_payloads(p.manifest.metadata) for p in plans}
     if len(verbatim) > 1:
         raise ReaderError("a mixture of datasets of verbatim payloads and of Examples: read them apart")
-    parse = make_batch_parser(schema, image_decoding=image_decoding, verbatim=verbatim.pop())
+    verbatim_records = verbatim.pop()
+    parse: Callable[..., ParsedBatch] = make_batch_parser(schema, image_decoding=image_decoding,
+                                                          verbatim=verbatim_records)
+    # A version with column files in stored order: aligned streams of the base shards and each column file.
+    parts = plan.part_plans() if choices is None and not shuffle and not cache else None
+    if parts is not None:
+        parse = joined_parser([make_batch_parser(part, image_decoding=image_decoding, verbatim=verbatim_records)
+                               for part in part_schemas(plan)], plan.dataset_dir)
 
     # Without repeat, counts are checked per batch (free) rather than per record (~4% of the read rate).
     # One ArrayRecord dataset is globally shuffled by its reader; a mixture's parts are shuffled below.
     # One dataset in stored order with deleted records: they are read, and dropped a batch at a time (``keep``).
-    stored = stored_chain(plan, num_parallel_reads=num_parallel_reads or default_parallel_reads(plan, shuffle)) \
-        if choices is None and not shuffle else None
-    keep = None if stored is None else stored[1]
-    if stored is not None:
-        components = [stored[0].apply(tf.data.experimental.assert_cardinality(len(stored[1])))
-                      if verify_count and repeat else stored[0]]
+    reading = (plan,) if parts is None else parts
+    stored = [stored_chain(p, num_parallel_reads=num_parallel_reads or default_parallel_reads(p, shuffle))
+              for p in reading] if choices is None and not shuffle else [None]
+    keep = None if stored[0] is None else stored[0][1]
+    if keep is not None:
+        chains = [found[0] for found in stored if found is not None]
+        streams = [chain.apply(tf.data.experimental.assert_cardinality(len(keep))) if verify_count and repeat
+                   else chain for chain in chains]
     else:
-        components = [read_records(p, shuffle_files=shuffle and (choices is None or not p.format.random_access),
-                                   seed=seed, verify_count=verify_count and repeat, reads=reads,
-                                   num_parallel_reads=num_parallel_reads or default_parallel_reads(p, shuffle))
-                      for p in plans]
-    dataset = components[0] if choices is None else tf.data.Dataset.choose_from_datasets(
-        components, tf.data.Dataset.from_tensor_slices(choices).map(lambda choice: tf.cast(choice, tf.int64)))
+        streams = [read_records(p, shuffle_files=shuffle and (choices is None or not p.format.random_access),
+                                seed=seed, verify_count=verify_count and repeat, reads=reads,
+                                num_parallel_reads=num_parallel_reads or default_parallel_reads(p, shuffle))
+                   for p in (reading if choices is None else plans)]
+    if choices is not None:
+        streams = [tf.data.Dataset.choose_from_datasets(
+            streams, tf.data.Dataset.from_tensor_slices(choices).map(lambda choice: tf.cast(choice, tf.int64)))]
     if cache:
-        dataset = dataset.cache()
+        streams = [streams[0].cache()]
     if shuffle and (choices is not None or not plan.format.random_access):  # else globally shuffled already
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        streams = [streams[0].shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)]
     if repeat:
-        dataset = dataset.repeat()
+        streams = [stream.repeat() for stream in streams]
     parse_batch = _parse_batch(plan, batch_size)
     # Batches of serialized records -> dicts of batched tensors, one parse per CPU at once.
     parallel_calls = os.cpu_count() or 1
     rebatched = parse_batch != batch_size or keep is not None  # batches cut to size after parsing
-    parse_at = (lambda _, batch: parse(batch)) if keep is None else _dropping_at(parse, keep, parse_batch)
+    parse_at = _dropping_at(parse, keep, parse_batch) if keep is not None else (
+        lambda _, batch: parse(*batch) if isinstance(batch, tuple) else parse(batch))
     if keep is not None and (repeat or not verify_count):
-        dataset = dataset.batch(parse_batch).enumerate().map(parse_at, num_parallel_calls=parallel_calls,
-                                                              deterministic=True)
+        dataset = batched(streams, parse_batch).enumerate().map(parse_at, num_parallel_calls=parallel_calls,
+                                                                 deterministic=True)
     elif repeat or not verify_count:
-        dataset = dataset.batch(parse_batch, drop_remainder=drop_remainder and not rebatched)
+        dataset = batched(streams, parse_batch, drop_remainder=drop_remainder and not rebatched)
         dataset = dataset.map(parse, num_parallel_calls=parallel_calls, deterministic=True)
     else:
-        dataset = _parse_verified(dataset, plan, plan.num_records if keep is None else len(keep), parse_batch,
-                                  parse_at, parallel_calls=parallel_calls,
+        dataset = _parse_verified(batched(streams, parse_batch), plan, plan.num_records if keep is None else len(keep),
+                                  parse_batch, parse_at, parallel_calls=parallel_calls,
                                   drop_remainder=drop_remainder and not rebatched)
     if rebatched:
         dataset = dataset.rebatch(batch_size, drop_remainder=drop_remainder)

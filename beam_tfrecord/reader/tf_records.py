@@ -135,7 +135,8 @@ def stored_chain(plan: ReadPlan, *, num_parallel_reads: int) -> tuple[tf.data.Da
     ones included, and whether to keep each, for a reader that drops them a batch at a time (``read_dataset``:
     no stage per record on the thread that reads). Else None."""
     files = plan.format.tf_data_files(plan.manifest.compression)
-    if files is None or num_parallel_reads != 1 or any(fetched_remotely(plan.path(s)) for s in plan.passes):
+    if files is None or num_parallel_reads != 1 or plan.joins or any(fetched_remotely(plan.path(s))
+                                                                      for s in plan.passes):
         return None
     records, keep = _physical_chain(plan, files_reader(files)) if plan.passes else (None, None)
     return None if keep is None else (records, keep)
@@ -168,7 +169,7 @@ def read_records(plan: ReadPlan, *, shuffle_files: bool = False, seed: int | Non
     plan.require_reader("read_dataset")
     remote = any(fetched_remotely(plan.path(s)) for s in plan.segments)
     files = plan.format.tf_data_files(plan.manifest.compression)
-    if files is None or (remote and shuffle_files):
+    if files is None or (remote and shuffle_files) or plan.joins:  # joins: ``formats.joined``, block by block
         records = block_records(plan, shuffle=shuffle_files, seed=seed, reads=reads)
     elif remote:
         held = _held_cache_entries(plan, reads or RemoteReads())
@@ -287,6 +288,7 @@ def block_records(plan: ReadPlan, *, shuffle: bool, seed: int | None,
         for block in iter_record_blocks(plan, shuffle=shuffle, seed=base_seed, epoch=next(epochs), reads=reads):
             if not len(block):
                 continue
+            block = block.joined()  # a base record and its column rows: one Example (``formats.joined``)
             first = int(block.starts.min())
             last = int((block.starts + block.lengths).max())
             yield block.buffer[first:last].tobytes(), block.starts - first, block.lengths

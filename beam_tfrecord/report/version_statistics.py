@@ -1,6 +1,7 @@
 """A dataset's statistics for a drift check: its ``statistics.pb``, else computed from its records.
 
-The second pass is for versions written before builds wrote ``statistics.pb`` (issue 50): the same
+The second pass is for versions written before builds wrote ``statistics.pb`` (issue 50), or whose file does not
+measure every feature (features added later as column files, read joined): the same
 accumulators as the build's (``statistics.records``), so an old version and a new one are measured alike.
 """
 
@@ -9,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import LoadedDataset, open_dataset
-from beam_tfrecord.formats import shard_format
+from beam_tfrecord.formats.joined import open_listed
 from beam_tfrecord.statistics import read_statistics
 from beam_tfrecord.statistics.records import statistics_of_records
 
@@ -18,9 +20,8 @@ from beam_tfrecord.statistics.records import statistics_of_records
 def _records(dataset: LoadedDataset) -> Iterator[tuple[str, bytes]]:
     """Every live ``(split, serialized record)`` of the dataset, shard after shard (wherever each is stored; the
     records a deletion vector names left out)."""
-    manifest, file_format = dataset.manifest, shard_format(dataset.manifest.file_format)
-    for shard in manifest.shards:
-        with file_format.open_reader(dataset.shard_path(shard), shard, compression=manifest.compression) as reader:
+    for shard in dataset.manifest.shards:
+        with open_listed(dataset, shard) as reader:  # its column files joined, names as the schema's
             for start, length in shard.live_runs():
                 for record, _ in reader.iter_records(start, start + length):
                     yield shard.split, bytes(record)
@@ -35,4 +36,14 @@ def statistics_of(dataset_dir: str) -> Any:
     """
     dataset = open_dataset(dataset_dir)
     found = read_statistics(dataset.metadata_dir or dataset.directory)  # beside the manifest
-    return found if found is not None else statistics_of_records(dataset.manifest.schema, _records(dataset))
+    if found is not None and _covers(found, dataset.manifest.schema):
+        return found
+    return statistics_of_records(dataset.manifest.schema, _records(dataset))
+
+
+def _covers(statistics: Any, schema: Schema) -> bool:
+    """Whether a statistics file measures every feature of the schema (not one a version added later as column
+    files, or renamed, after the file was written)."""
+    measured = {"/".join(feature.path.step) if feature.path.step else feature.name
+                for dataset in statistics.datasets for feature in dataset.features}
+    return set(schema.features) | set(schema.sequence_features) <= measured

@@ -15,8 +15,11 @@ from typing import Any
 
 from beam_tfrecord.core.deletions import DeletionVector
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
+from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.dataset import load_manifest, shard_file_path, version_dir
 from beam_tfrecord.errors import InputIndexError, RefreshError
+from beam_tfrecord.formats.joined import StoredNames, column_shard
+from beam_tfrecord.versions.add_features import indexes_version
 from beam_tfrecord.versions.commit import VersionCommit
 from beam_tfrecord.versions.incremental import ShardReuse
 from beam_tfrecord.versions.input_index import IndexedInput, InputIndex, read_input_index
@@ -192,7 +195,9 @@ def _reuses(base_dir: str, manifest: Manifest, shards: tuple[ShardInfo, ...], ba
         if by_position:
             reuses.append(ShardReuse(shard_file_path(base_dir, shard), shard, manifest.compression,
                                      manifest.file_format,
-                                     tuple(by_position.get(p) for p in range(shard.num_records))))
+                                     tuple(by_position.get(p) for p in range(shard.num_records)),
+                                     tuple(shard_file_path(base_dir, column_shard(shard, column))
+                                           for column in shard.columns), StoredNames.of(manifest)))
     return reuses
 
 
@@ -204,9 +209,31 @@ def append_plan_from_root(root: str, base_version: str, current: InputIndex, pol
         BeamTFRecordError: its manifest cannot be read.
     """
     base_dir = version_dir(root, base_version)
-    locations = read_record_locations(base_dir)
+    manifest = load_manifest(base_dir)
+    # An add's, drop's or rename's version keeps its base's records in their places: their index is the base's.
+    index_dir = version_dir(root, indexes_version(root, base_version, manifest))
+    locations = read_record_locations(index_dir)
     if locations is None:
-        raise InputIndexError(base_dir, f"no {RECORD_LOCATIONS_FILENAME} (written before shards were shared, or "
-                                        "its records could not be placed by key)")
-    return plan_append(base_version=base_version, base_dir=base_dir, manifest=load_manifest(base_dir),
-                       base_index=read_input_index(base_dir), locations=locations, current=current, policy=policy)
+        raise InputIndexError(index_dir, f"no {RECORD_LOCATIONS_FILENAME} (written before shards were shared, or "
+                                         "its records could not be placed by key)")
+    return plan_append(base_version=base_version, base_dir=base_dir, manifest=manifest,
+                       base_index=read_input_index(index_dir), locations=locations, current=current, policy=policy)
+
+
+def check_refresh_schema(root: str, latest: str, manifest: Manifest, schema: Schema) -> None:
+    """Refuses a refresh whose records would lack features added to version ``latest`` (``manifest``) as column
+    files: each new record would miss them (a feature the source itself stopped giving is the source's change, and
+    builds as before).
+
+    Raises:
+        RefreshError: naming the features, the version holding them, and what to do.
+    """
+    lacking = sorted(name for name in set(manifest.schema.features) - set(schema.features)
+                     if any(shard.column_for(manifest.physical_names.get(name, name)) is not None
+                            for shard in manifest.shards))
+    if lacking:
+        raise RefreshError(f"refresh {root}: version {latest} has features added as column files (add-features) "
+                           f"that the refresh's schema does not give: {', '.join(lacking)}; every record it writes "
+                           "would lack them. Give the source and its --schema these features too (the refresh then "
+                           "writes every record with them), or drop them from the root first (beam-tfrecord "
+                           "drop-features) to refresh without them")

@@ -19,6 +19,7 @@ from beam_tfrecord.core.prebuilt import PrebuiltRecord
 from beam_tfrecord.dataset import load_manifest, shard_file_path, version_dir
 from beam_tfrecord.errors import InputIndexError
 from beam_tfrecord.formats import shard_format
+from beam_tfrecord.formats.joined import StoredNames, needs_join, open_joined
 from beam_tfrecord.spill.resume import killed_inputs
 from beam_tfrecord.versions.input_index import IndexedInput, InputIndex, read_input_index
 from beam_tfrecord.versions.refresh import list_versions
@@ -37,6 +38,9 @@ class ShardReuse:
         compression: the base version's compression.
         file_format: the base version's shard format.
         keys: one per record, in shard order.
+        column_paths: the full paths of the shard's column files (``ShardInfo.columns``), in its order: each record
+            is read joined with its rows and folded into the bytes a build with every feature writes.
+        names: the base version's renamed and dropped features (folded into the schema's names too).
     """
 
     path: str
@@ -44,6 +48,8 @@ class ShardReuse:
     compression: Compression
     file_format: FileFormat
     keys: tuple[str | None, ...]
+    column_paths: tuple[str, ...] = ()
+    names: StoredNames = dataclasses.field(default_factory=StoredNames)
 
     @property
     def num_kept(self) -> int:
@@ -145,9 +151,14 @@ def read_kept_records(reuse: ShardReuse, *, chunk_records: int = DEFAULT_CHUNK_R
                       ) -> Iterator[list[PrebuiltRecord]]:
     """The kept records of one base shard as ``PrebuiltRecord``s, in chunks (one Beam element each).
 
-    The whole shard is read (and its record count and CRCs checked); dropped records are skipped.
+    The whole shard is read (and its record count and CRCs checked); dropped records are skipped. A shard with
+    column files, or of a version that renames or drops features, gives each record folded
+    (``formats.joined``): a full build's bytes for the version's schema.
     """
-    reader = shard_format(reuse.file_format).open_reader(reuse.path, reuse.shard, compression=reuse.compression)
+    file_format = shard_format(reuse.file_format)
+    reader = open_joined(file_format, reuse.path, reuse.shard, reuse.column_paths, compression=reuse.compression,
+                         names=reuse.names, folded=True) if needs_join(reuse.shard, reuse.names) else \
+        file_format.open_reader(reuse.path, reuse.shard, compression=reuse.compression)
     chunk: list[PrebuiltRecord] = []
     with reader:
         for (record, _), key in zip(reader.iter_records(0, reuse.shard.num_records), reuse.keys, strict=True):

@@ -14,6 +14,7 @@ import numpy as np
 from beam_tfrecord.core.blocks import RecordBlock
 from beam_tfrecord.core.record_schema import RAW_FEATURE
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, FixedList, Image, Scalar, Schema, Tensor
+from beam_tfrecord.core.wire import read_varint
 from beam_tfrecord.reader.decode.batch_rows import BatchRows, adjacent
 from beam_tfrecord.reader.decode.numpy_decode import Example, RecordDecoder, decode_image
 from beam_tfrecord.reader.decode.ragged import Allocate, RaggedArray, allocate
@@ -174,13 +175,15 @@ def _numbers(cursor: _Cursor, dtype: DType, count: int, limit: np.ndarray) -> np
 class FixedLayout:
     """The vectorized Example decoder of a schema with a fixed number of values per feature.
 
-    Use ``FixedLayout.of(schema)``, which is None for schemas it does not cover.
+    Use ``FixedLayout.of(schema)`` (None for schemas it does not cover). Entries are found by name (every record's
+    key checked), so joined records (a ``features`` field per part) and ``RecordBlock.parts`` take this path too.
     """
 
     def __init__(self, schema: Schema, allocate_values: Allocate = allocate) -> None:
         self._allocate = allocate_values
-        self._features = sorted(schema.features.items())  # deterministic serialization: map keys in order
+        self._features = dict(schema.features)
         self._keys = {name: np.frombuffer(name.encode("utf-8"), dtype=np.uint8) for name in schema.features}
+        self._longest_key = max(map(len, self._keys.values()), default=0)
 
     @staticmethod
     def of(schema: Schema, allocate_values: Allocate = allocate) -> "FixedLayout | None":
@@ -192,18 +195,40 @@ class FixedLayout:
 
     def parse(self, block: RecordBlock, *, views: bool = False) -> Columns | None:
         """The block's columns (images still encoded), or None when a record does not have the layout."""
-        if not len(block) or not len(block.buffer):
-            return None
+        out: Columns = {}
+        pieces = (block.own(), *block.parts)
+        found = all(len(p) and len(p.buffer) and self._parse_piece(p, out, views=views) for p in pieces)
+        return out if found and len(out) == len(self._features) else None
+
+    def _parse_piece(self, block: RecordBlock, out: Columns, *, views: bool) -> bool:
+        """Adds the features of a block's records to ``out``; False when a record does not have the layout."""
         cursor = _Cursor(block, self._allocate, views=views)
         ends = block.starts + block.lengths
         try:
-            cursor.tag(0x0A)  # Example.features
-            cursor.require(cursor.length(ends) + cursor.pos == ends)
-            out = {name: self._entry(cursor, name, feature, ends) for name, feature in self._features}
-            cursor.require(cursor.pos == ends)
+            while not (done := cursor.pos == ends).all():
+                cursor.require(~done)
+                cursor.tag(0x0A)  # Example.features (a joined record has one per part)
+                features_end = cursor.pos + cursor.length(ends)
+                while not (done := cursor.pos == features_end).all():
+                    cursor.require(~done)
+                    if (name := self._next_name(cursor)) is None or name in out:
+                        raise _Mismatch
+                    out[name] = self._entry(cursor, name, self._features[name], features_end)
         except _Mismatch:
+            return False
+        return True
+
+    def _next_name(self, cursor: _Cursor) -> str | None:
+        """The feature name of the map entry at the first record's position (None: not one of the schema's)."""
+        at = int(cursor.pos[0])
+        head = cursor.data[at:at + 12 + self._longest_key].tobytes()  # entry tag, length, key tag, length, key
+        try:
+            key_at = read_varint(head, 1)[1]
+            size, at = read_varint(head, key_at + 1)
+            name = head[at:at + size].decode("utf-8") if head[0] == head[key_at] == 0x0A else None
+        except (IndexError, UnicodeDecodeError):
             return None
-        return out
+        return name if name in self._features else None
 
     def _entry(self, cursor: _Cursor, name: str, feature: Feature, ends: np.ndarray) -> Any:
         """One map entry (key, Feature) of every record."""
@@ -317,11 +342,7 @@ class BlockDecoder:
 
 def rows(columns: Columns) -> Iterator[Example]:
     """The examples of a block's columns, one dict each (arrays are views into the columns)."""
-    names = list(columns)
-    if not names:
-        return
-    count = len(columns[names[0]])
-    for index in range(count):
+    for index in range(num_rows(columns)):
         yield {name: column[index, ...] if isinstance(column, np.ndarray) else column[index]
                for name, column in columns.items()}
 

@@ -10,6 +10,7 @@ from beam_tfrecord.core.manifest import Manifest, ShardInfo
 from beam_tfrecord.dataset import LoadedDataset, open_dataset, resolve_dataset_dir
 from beam_tfrecord.errors import ReaderError
 from beam_tfrecord.formats import ShardFormat, ShardReader, shard_format
+from beam_tfrecord.formats.joined import StoredNames, column_shard, needs_join, open_joined
 from beam_tfrecord.reader.order.passes import ShardPass, shard_passes
 from beam_tfrecord.reader.order.slicing import ReadSegment, partition, resolve_split
 from beam_tfrecord.remote_reads.fetched import FetchedShard
@@ -36,7 +37,7 @@ class ReadPlan:
         worker_index: this worker.
         segments: this worker's records, in order.
         paths: ``shard_key`` -> full path (in the version the manifest was loaded from, or the earlier version
-            of its root that wrote the file).
+            of its root that wrote the file), of every shard and column file.
     """
 
     dataset_dir: str
@@ -67,10 +68,49 @@ class ReadPlan:
         """The shards' format (``beam_tfrecord.formats``), from the manifest's ``file_format``."""
         return shard_format(self.manifest.file_format)
 
+    @functools.cached_property
+    def names(self) -> StoredNames:
+        """How the names stored in the files become the schema's (renamed and dropped features)."""
+        return StoredNames.of(self.manifest)
+
+    @property
+    def joins(self) -> bool:
+        """Whether a shard of the plan has column files, or the version renames or drops features: its records
+        are then read through ``formats.joined`` (every reader of ``open_shard`` does)."""
+        return any(needs_join(segment.shard, self.names) for segment in self.segments)
+
+    def part_plans(self) -> "tuple[ReadPlan, ...] | None":
+        """The plan as aligned plans of files without columns: the base shards', then each column file's (the same
+        segments, passes and deletions: record ``i`` of each is one example); None when it has no column file, when
+        names are mapped, or when its shards' column layouts differ (then ``open_shard`` joins them)."""
+        layouts = {tuple(column.features for column in segment.shard.columns) for segment in self.segments}
+        if len(layouts) != 1 or not next(iter(layouts)) or not self.names.identity:
+            return None
+        parts = []
+        for number in range(-1, len(next(iter(layouts)))):
+            replaced: dict[ShardInfo, ShardInfo] = {}
+            for segment in self.segments:
+                shard = segment.shard
+                if shard not in replaced:
+                    replaced[shard] = dataclasses.replace(shard, columns=()) if number < 0 else dataclasses.replace(
+                        column_shard(shard, shard.columns[number]), deletions=shard.deletions)
+            parts.append(dataclasses.replace(self, segments=tuple(
+                dataclasses.replace(segment, shard=replaced[segment.shard]) for segment in self.segments)))
+        return tuple(parts)
+
+    def column_paths(self, shard: ShardInfo) -> list[str]:
+        """The full paths of a shard's column files, in its ``columns`` order."""
+        return [self.paths[shard_key(column_shard(shard, column))] for column in shard.columns]
+
     def open_shard(self, part: ReadPart, *, verify: bool = True, fetched: FetchedShard | None = None) -> ShardReader:
-        """A reader of a segment's or a pass's shard, in the shards' format (see ``ShardFormat.open_reader``)."""
-        return self.format.open_reader(self.path(part), part.shard, compression=self.manifest.compression,
-                                       verify=verify, fetched=fetched)
+        """A reader of a segment's or a pass's shard, in the shards' format (see ``ShardFormat.open_reader``); with
+        its column files joined (``formats.joined``) when it has any, or when the version renames or drops."""
+        reader = self.format.open_reader(self.path(part), part.shard, compression=self.manifest.compression,
+                                         verify=verify, fetched=fetched)
+        if not needs_join(part.shard, self.names):
+            return reader
+        return open_joined(self.format, self.path(part), part.shard, self.column_paths(part.shard),
+                           compression=self.manifest.compression, names=self.names, verify=verify, base=reader)
 
     def remote_shards(self, parts: Sequence[ReadPart]) -> list[RemoteShard]:
         """The parts' shards as the fetcher and the cache know them: full path, size and CRC32C as listed."""
@@ -117,4 +157,6 @@ def plan_read(path: str, *, split: str = "train", num_workers: int = 1, worker_i
     segments = partition(resolve_split(manifest, split), num_workers=num_workers, worker_index=worker_index)
     paths = {shard_key(shard): full for split_info in manifest.splits
              for shard, full in zip(split_info.shards, dataset.shard_paths(split_info.name))}
+    paths.update({shard_key(column_shard(shard, column)): dataset.shard_path(column_shard(shard, column))
+                  for shard in manifest.shards for column in shard.columns})
     return ReadPlan(path, manifest, split, num_workers, worker_index, segments, paths)
