@@ -28,6 +28,8 @@ NAMES = (
     "StoreError", "BucketNotFoundError", "StoreUnreachableError", "StoreTimeoutError", "StoreAccessError",
     "StoreThrottledError", "StoreDeadlinesError",  # a store that fails (issues 64 and 65)
     "NotSelfContainedError",  # an outside reader given a version that shares shards (issue 60)
+    "ColumnsError", "FeatureNameError", "DuplicateFeatureKeyError", "MissingFeatureValuesError",
+    "UnknownKeyError",  # features added to a published version (issue 61)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 
