@@ -112,12 +112,12 @@ def _check_shard_name(filename: str, path: str, index: int, checks: _SplitChecks
     naming, shared = checks.naming, checks.shared
     if naming is not None and naming.windowed:  # a streaming write's: each pane's shards are numbered apart
         try:
-            split, _, found, count = naming.parse_windowed(filename)
+            split, _, number, count = naming.parse_windowed(filename)
         except ShardNameError as err:
             raise _fail(f"{path}.filename", f"a shard name of shard_naming ({err})", filename) from err
         if naming.split_in_name and split != checks.split:
             raise _fail(f"{path}.filename", f"a shard name of split {checks.split!r}", filename)
-        return found, count if count is not None else found + 1
+        return number, count or 0  # 0: a template without N (the pane's shards then share no count to check)
     if naming is not None:
         try:
             expected = naming.format(checks.split, index, checks.count)

@@ -56,6 +56,7 @@ from beam_tfrecord.errors.job import (
     RefreshError,
     ResumeMismatchError,
     ShardingError,
+    StreamingRunnerError,
     UnboundedInputError,
     WriterOptionError,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "StoreThrottledError",
     "StoreTimeoutError",
     "StoreUnreachableError",
+    "StreamingRunnerError",
     "UnboundedInputError",
     "UnknownSplitError",
     "WriterOptionError",

@@ -28,6 +28,7 @@ NAMES = (
     "StoreError", "BucketNotFoundError", "StoreUnreachableError", "StoreTimeoutError", "StoreAccessError",
     "StoreThrottledError", "StoreDeadlinesError",  # a store that fails (issues 64 and 65)
     "NotSelfContainedError",  # an outside reader given a version that shares shards (issue 60)
+    "StreamingRunnerError",  # a streaming write on a runner that cannot stream (issue 62)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 
