@@ -224,10 +224,10 @@ class WriteBalancedTFRecord(beam.PTransform):
             encoding=RecordsEncoding(payload, check_key_fn(key_fn), placement), tuning=tuning)
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
-        if records.is_bounded or not isinstance(self._streaming, PaneCommitSettings):
-            require_bounded(records, writer=type(self).__name__)
         if isinstance(self._streaming, WriterOptionError) and not records.is_bounded:
             raise self._streaming
+        if not isinstance(self._streaming, PaneCommitSettings):  # output_dir: one dataset of a bounded input
+            require_bounded(records, writer=type(self).__name__)
         if self._layout is not None:  # named as the caller gave it, before the writer names its staging folder
             require_pipeline_paths(records.pipeline, {"file_path_prefix": self._layout.file_path_prefix},
                                    shared_filesystem=self._shared_filesystem,
