@@ -106,8 +106,9 @@ class WriteBalancedTFRecord(beam.PTransform):
             and suffix). ``W`` and ``V`` (windows of a streaming write) are refused for a bounded input.
         compression_type: ``Compression`` or Beam's ``CompressionTypes`` name: ``auto`` (from the
             shards' names: ``.gz`` GZIP, ``.deflate`` ZLIB), ``uncompressed``, ``gzip``, ``deflate``.
-        triggering_frequency: WriteToTFRecord's, for unbounded inputs, which this writer refuses;
-            like Beam, it changes nothing for a bounded one.
+        triggering_frequency: WriteToTFRecord's: seconds; an unbounded input is put in fixed windows of
+            this length, each pane one commit (None keeps the input's windowing, which must not be the
+            global window); like Beam, it changes nothing for a bounded one.
         output_dir: a dataset directory to write instead of files under a prefix (not with
             ``file_name_suffix`` or ``shard_name_template``).
         target_shard_bytes: aim for shards of about this many (uncompressed, framed) bytes.
