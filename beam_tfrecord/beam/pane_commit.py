@@ -16,7 +16,7 @@ import datetime
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -112,35 +112,40 @@ def write_pane(pane: PaneId, elements: Iterable[Any], settings: PaneCommitSettin
     num_inputs = len(placed) + len(rejected)
     if rejected and len(rejected) > settings.max_rejected_fraction * num_inputs:
         path = storage.join(settings.layout.metadata_dir, f"dead_letters-{_pane_token(pane)}.jsonl")
-        storage.write_bytes_atomic(path, _lines(letter.to_json() for letter in rejected))
+        storage.write_bytes_atomic(path, dead_letter_lines(letter.to_json() for letter in rejected))
         raise RejectedSamplesError(len(rejected), num_inputs, settings.max_rejected_fraction, path,
                                    [f"{d.key} [{d.stage.value}] {d.message}" for d in rejected[:5]])
     summary = merge_summaries(RecordsSummary.of(shape) for shape in {p.shape for p in placed})
-    entries = sorted(p.entry for p in placed)  # (hash, content) order, as a batch build's shards
-    keys = [int.from_bytes(e[:HASH_BYTES], "big") for e in entries]
-    hashes = np.array(keys, dtype=np.uint64)
-    sizes = np.array([len(e) - ENTRY_HEADER_BYTES for e in entries], dtype=np.int64)
-    description = settings.description
-    plan = plan_dataset(hashes, sizes, description.splits, description.sharding)
+    description, layout = settings.description, settings.layout
     writer = ShardFileWriter(settings.empty_schema, description.compression, {}, direct_io=False,
                              file_format=description.file_format)
-    folder = _pane_dir(settings.layout, pane)
+    folder = _pane_dir(layout, pane)
     storage.make_dirs(folder)
+
+    def target(spec: ShardSpec) -> ShardTarget:
+        filename = layout.names.format(spec.split, spec.index, spec.count, window=pane.window_text)
+        return ShardTarget(spec, filename, storage.join(folder, _temp_name(spec, spec.count)))
+    shards = write_planned([p.entry for p in placed], description, writer, target)
+    return PaneShards(pane, shards, num_inputs, [letter.to_json() for letter in rejected], summary)
+
+
+def write_planned(entries: list[bytes], description: DatasetDescription, writer: ShardFileWriter,
+                  target: Callable[[ShardSpec], ShardTarget]) -> dict[str, list[ShardInfo]]:
+    """Writes one pane's entries as the batch build's planner cuts them (``plan_dataset``, in (hash, content)
+    order: the same records give the same shards in any order), each shard where ``target`` says; returns the
+    shards by split, in index order (a count's empty shards too)."""
+    entries = sorted(entries)
+    keys = [int.from_bytes(e[:HASH_BYTES], "big") for e in entries]
+    sizes = np.array([len(e) - ENTRY_HEADER_BYTES for e in entries], dtype=np.int64)
+    plan = plan_dataset(np.array(keys, dtype=np.uint64), sizes, description.splits, description.sharding)
     shards: dict[str, list[ShardInfo]] = {split.name: [] for split in plan.splits}
     for spec in (*plan.shards, *plan.empty_shards):
         # [hash_lo, hash_hi): hash_hi may be 2**64, beyond uint64
         mine = entries[bisect.bisect_left(keys, spec.hash_lo):bisect.bisect_left(keys, spec.hash_hi)] \
             if spec.num_records else []
-        shards[spec.split].append(_write_shard(writer, spec, mine, pane, settings.layout, folder))
-    return PaneShards(pane, {name: sorted(found, key=lambda s: s.index) for name, found in shards.items()},
-                      num_inputs, [letter.to_json() for letter in rejected], summary)
-
-
-def _write_shard(writer: ShardFileWriter, spec: ShardSpec, entries: list[bytes], pane: PaneId,
-                 layout: PrefixLayout, folder: str) -> ShardInfo:
-    filename = layout.names.format(spec.split, spec.index, spec.count, window=pane.window_text)
-    info, _ = writer.write(ShardTarget(spec, filename, storage.join(folder, _temp_name(spec, spec.count))), entries)
-    return info
+        info, _ = writer.write(target(spec), mine)
+        shards[spec.split].append(info)
+    return {name: sorted(found, key=lambda s: s.index) for name, found in shards.items()}
 
 
 def commit_pane(pane: PaneId, elements: Iterable[Any], settings: PaneCommitSettings) -> Manifest:
@@ -162,7 +167,7 @@ def publish_pane(written: PaneShards, settings: PaneCommitSettings) -> Manifest:
     """
     layout, pane = settings.layout, written.pane
     folder = _pane_dir(layout, pane)
-    with _commit_lease(layout, pane):
+    with commit_lease(layout.metadata_dir, pane):
         published = _published(layout)
         if pane.key not in committed_panes(published):
             listed = {shard.filename for shard in published.shards} if published is not None else set()
@@ -182,24 +187,26 @@ def publish_pane(written: PaneShards, settings: PaneCommitSettings) -> Manifest:
     return published  # type: ignore[return-value]
 
 
-def _lines(letters: Iterable[Mapping[str, Any]]) -> bytes:
+def dead_letter_lines(letters: Iterable[Mapping[str, Any]]) -> bytes:
+    """Dead letters (as JSON objects) as the lines of a ``dead_letters`` file."""
     return b"".join(json.dumps(letter, sort_keys=True).encode("utf-8") + b"\n" for letter in letters)
 
 
 def _append_dead_letters(layout: PrefixLayout, rejected: Iterable[Mapping[str, Any]]) -> None:
     path = storage.join(layout.metadata_dir, DEAD_LETTER_FILENAME)
-    storage.write_bytes_atomic(path, (storage.read_bytes_or_none(path) or b"") + _lines(rejected))
+    storage.write_bytes_atomic(path, (storage.read_bytes_or_none(path) or b"") + dead_letter_lines(rejected))
 
 
 @contextlib.contextmanager
-def _commit_lease(layout: PrefixLayout, pane: PaneId) -> Iterator[lease.Lease]:
-    """The prefix's commit lease, waited for: panes of one write commit one at a time (the manifest is read,
-    extended and written). A lease left by a killed worker on this machine is taken over at once."""
-    storage.make_dirs(layout.metadata_dir)
+def commit_lease(folder: str, pane: PaneId) -> Iterator[lease.Lease]:
+    """The commit lease on ``folder`` (a prefix's metadata folder, a versioned root), waited for: panes of one
+    write commit one at a time (the manifest is read, extended and written). A lease left by a killed worker on
+    this machine is taken over at once."""
+    storage.make_dirs(folder)
     deadline = time.monotonic() + COMMIT_WAIT_SECONDS
     while True:
         try:
-            held = lease.acquire(layout.metadata_dir, run_id=f"pane-{pane.key}", stale_after=_STALE_LEASE)
+            held = lease.acquire(folder, run_id=f"pane-{pane.key}", stale_after=_STALE_LEASE)
             break
         except OutputLockedError:
             if time.monotonic() > deadline:

@@ -116,7 +116,8 @@ def _pane_json(written: PaneShards, first_shard: Mapping[str, int]) -> dict[str,
             "balance_spread": written.spread()}
 
 
-def with_pane(old: Manifest | None, written: PaneShards, *, description: DatasetDescription, naming: PrefixShardNames,
+def with_pane(old: Manifest | None, written: PaneShards, *, description: DatasetDescription,
+              naming: PrefixShardNames | None,
               metadata: Mapping[str, Any], command: Sequence[str], empty_schema: Schema) -> Manifest:
     """``old`` (None: no pane yet) with ``written``'s shards after each split's, its pane recorded, counts added,
     the schema the records of every pane fit (``empty_schema`` while there is none), dated now.

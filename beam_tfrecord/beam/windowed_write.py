@@ -8,7 +8,8 @@ before any work (``RunnerTraits.streams``). See docs/streaming.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -36,18 +37,23 @@ def window_text(bounds: window.BoundedWindow, pane_index: int, *, utc: bool) -> 
     return f"{text}-pane{pane_index}" if pane_index else text
 
 
-class CommitPaneFn(beam.DoFn):
-    """(None, [element]) of one pane -> the manifest that lists it: one ``commit_pane`` call."""
+# What commits one pane: (pane, its elements) -> the manifest that lists it (``functools.partial`` of
+# ``pane_commit.commit_pane`` or ``pane_versions.commit_pane_version`` with their settings).
+CommitPane = Callable[[PaneId, Iterable[Any]], Manifest]
 
-    def __init__(self, settings: PaneCommitSettings) -> None:
-        self._settings = settings
-        self._utc = "V" in settings.layout.names.template
+
+class CommitPaneFn(beam.DoFn):
+    """(None, [element]) of one pane -> the manifest that lists it: one ``commit`` call."""
+
+    def __init__(self, commit: CommitPane, *, utc_names: bool) -> None:
+        self._commit = commit
+        self._utc = utc_names
 
     def process(self, group: tuple[None, Iterable[Any]], bounds=beam.DoFn.WindowParam,
                 pane=beam.DoFn.PaneInfoParam) -> Iterator[Manifest]:
         pane_id = PaneId(int(bounds.start.micros), int(bounds.end.micros), int(pane.index),
                          window_text(bounds, int(pane.index), utc=self._utc))
-        manifest = commit_pane(pane_id, group[1], self._settings)
+        manifest = self._commit(pane_id, group[1])
         beam.metrics.Metrics.counter("beam_tfrecord", "panes_committed").inc()
         yield manifest
 
@@ -57,22 +63,32 @@ def _keyed_by_none(element: Any) -> tuple[None, Any]:
 
 
 class WriteWindowedTFRecord(beam.PTransform):
-    """Commits each fired pane of an unbounded PCollection of records (bytes or protobuf messages) as byte-balanced
-    shards named ``PREFIX-[start, end)-SSSSS-of-NNNNN``, listed by the manifest beside the prefix.
+    """Commits each fired pane of an unbounded PCollection: under a prefix (``pane_commit``), byte-balanced shards
+    named ``PREFIX-[start, end)-SSSSS-of-NNNNN`` listed by the manifest beside it; into a versioned root
+    (``pane_versions``), one append version.
 
-    A pane's records are grouped on one worker (a GroupByKey per pane): a pane must fit in its memory; size the
+    A pane's elements are grouped on one worker (a GroupByKey per pane): a pane must fit in its memory; size the
     windows (``triggering_frequency``) for that. Output: the manifest after each pane's commit, in its window.
 
     Args:
-        settings: the prefix (with ``W`` or ``V`` in its names), the dataset and its checks.
+        commit: commits one pane (``CommitPane``).
         triggering_frequency: seconds; fixed windows of this length replace the input's windowing, as Beam's
             ``WriteToTFRecord`` does (None keeps the input's, which must not be the global window).
+        utc_names: the window's text in names is Beam's ``V`` (UTC, to the second), else its ``W``.
     """
 
-    def __init__(self, settings: PaneCommitSettings, *, triggering_frequency: float | None) -> None:
+    def __init__(self, commit: CommitPane, *, triggering_frequency: float | None, utc_names: bool = False) -> None:
         super().__init__()
-        self._settings = settings
+        self._commit = commit
         self._frequency = triggering_frequency
+        self._utc_names = utc_names
+
+    @classmethod
+    def under_prefix(cls, settings: PaneCommitSettings, *, triggering_frequency: float | None
+                     ) -> "WriteWindowedTFRecord":
+        """Each pane committed under the prefix ``settings`` names (``pane_commit.commit_pane``)."""
+        return cls(functools.partial(commit_pane, settings=settings), triggering_frequency=triggering_frequency,
+                   utc_names="V" in settings.layout.names.template)
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         if not traits_of(records.pipeline).streams:
@@ -81,7 +97,7 @@ class WriteWindowedTFRecord(beam.PTransform):
             self._windowed(records)
             | "KeyByPane" >> beam.Map(_keyed_by_none)  # (None, record): one group per window and pane
             | "GroupPane" >> beam.GroupByKey()
-            | "CommitPane" >> beam.ParDo(CommitPaneFn(self._settings))
+            | "CommitPane" >> beam.ParDo(CommitPaneFn(self._commit, utc_names=self._utc_names))
         )
 
     def _windowed(self, records: beam.PCollection) -> beam.PCollection:

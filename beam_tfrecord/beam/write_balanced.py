@@ -238,8 +238,8 @@ class WriteBalancedTFRecord(beam.PTransform):
         if self._encode is not None:
             records = records | "Encode" >> beam.Map(self._encode)  # bytes, as the coder gives them
         if isinstance(self._streaming, PaneCommitSettings) and not records.is_bounded:
-            return records | "WritePanes" >> WriteWindowedTFRecord(self._streaming,
-                                                                   triggering_frequency=self._frequency)
+            return records | "WritePanes" >> WriteWindowedTFRecord.under_prefix(
+                self._streaming, triggering_frequency=self._frequency)
         manifest = records | "WriteDataset" >> self._write
         if self._layout is None:
             return manifest
