@@ -17,7 +17,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from beam_tfrecord.core.sharding import ShardSpec
 from beam_tfrecord.errors import OutputLockedError, OutputPathError, RejectedSamplesError
 from beam_tfrecord.job import lease
 
+_Made = TypeVar("_Made")
 PANES_DIRNAME = "panes"  # in the prefix's metadata folder: each pane's shards under temporary names
 COMMIT_WAIT_SECONDS = 120.0  # how long a pane waits for another pane's commit (a manifest write: milliseconds)
 # A commit lease older than this was left by a worker that died on another machine (one on this one: at once).
@@ -86,19 +87,23 @@ def _temp_name(shard: ShardSpec | ShardInfo, count: int) -> str:
     return f"{shard.split}-{shard.index:05d}-of-{count:05d}"
 
 
+def split_rejected(made: Iterable[_Made | DeadLetter]) -> tuple[list[_Made], list[DeadLetter]]:
+    """What an encode step made of a pane's elements: (the records, the dead letters)."""
+    kept: list[_Made] = []
+    rejected: list[DeadLetter] = []
+    for one in made:
+        if isinstance(one, DeadLetter):
+            rejected.append(one)
+        else:
+            kept.append(one)
+    return kept, rejected
+
+
 def _placed(elements: Iterable[Any], settings: PaneCommitSettings) -> tuple[list[PlacedRecord], list[DeadLetter]]:
     description = settings.description
     maker = RecordEntryMaker(payload=settings.payload, salt=description.salt,
                              max_record_bytes=description.sharding.cap, key_fn=settings.key_fn)
-    placed: list[PlacedRecord] = []
-    rejected: list[DeadLetter] = []
-    for element in elements:
-        made = maker.make(element)
-        if isinstance(made, PlacedRecord):
-            placed.append(made)
-        else:
-            rejected.append(made)
-    return placed, rejected
+    return split_rejected(maker.make(element) for element in elements)
 
 
 def write_pane(pane: PaneId, elements: Iterable[Any], settings: PaneCommitSettings) -> PaneShards:

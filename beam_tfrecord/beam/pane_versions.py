@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from beam_tfrecord import storage
-from beam_tfrecord.beam.pane_commit import commit_lease, dead_letter_lines, write_planned
+from beam_tfrecord.beam.pane_commit import commit_lease, dead_letter_lines, split_rejected, write_planned
 from beam_tfrecord.beam.pane_manifest import STREAMING_KEY, PaneId, PaneShards, committed_panes, with_pane
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
 from beam_tfrecord.core.description import DatasetDescription
@@ -53,15 +53,12 @@ class VersionPaneSettings:
 
 def _encoded(samples: Iterable[Sample], settings: VersionPaneSettings) -> tuple[list[bytes], list[DeadLetter]]:
     builder = RecordBuilder(settings.description.schema, settings.feature_transforms)
-    entries: list[bytes] = []
-    rejected: list[DeadLetter] = []
-    for sample in samples:
+
+    def entry(sample: Sample) -> bytes | DeadLetter:
         record = builder.build(sample)
-        if isinstance(record, DeadLetter):
-            rejected.append(record)
-        else:
-            entries.append(make_record_entry(key_hash(sample.key, settings.description.salt), record))
-    return entries, rejected
+        return record if isinstance(record, DeadLetter) else \
+            make_record_entry(key_hash(sample.key, settings.description.salt), record)
+    return split_rejected(map(entry, samples))
 
 
 def commit_pane_version(pane: PaneId, samples: Iterable[Sample], settings: VersionPaneSettings) -> Manifest:

@@ -3,15 +3,14 @@ keeping every earlier shard where it is (``stored_in``); a pane LATEST lists alr
 
 from __future__ import annotations
 
-import functools
 import os
 
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream
-from apache_beam.transforms import trigger, window
-from apache_beam.utils.timestamp import Duration
+from apache_beam.transforms import window
+from late_stream import run_late_stream
 
 from beam_tfrecord import WriteTFRecordDataset, read_numpy
 from beam_tfrecord.beam.pane_manifest import STREAMING_KEY, PaneId
@@ -34,25 +33,11 @@ def _sample(i: int) -> Sample:
     return Sample(f"k{i}", {"id": i, "text": b"t" * (29 * i % 300)})
 
 
-@functools.cache
-def _stream() -> test_stream.TestStream:
-    stream = test_stream.TestStream()
-    for w in range(3):
-        stream = stream.add_elements([window.TimestampedValue(_sample(w * PER_WINDOW + i), w * 10 + i % 9)
-                                      for i in range(PER_WINDOW)]).advance_watermark_to(w * 10 + 11)
-    stream = stream.add_elements([window.TimestampedValue(_sample(i), 2) for i in LATE])
-    return stream.advance_watermark_to_infinity()
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("versions") / "root")
-    with beam.Pipeline(options=PipelineOptions(["--streaming"])) as pipeline:
-        _ = (pipeline | _stream()
-             | beam.WindowInto(window.FixedWindows(10), trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
-                               accumulation_mode=trigger.AccumulationMode.DISCARDING,
-                               allowed_lateness=Duration(seconds=60))
-             | WriteTFRecordDataset(root, schema=SCHEMA, sharding=SHARDING))
+    run_late_stream(_sample, per_window=PER_WINDOW, late=LATE,
+                    writer=WriteTFRecordDataset(root, schema=SCHEMA, sharding=SHARDING))
     return root
 
 

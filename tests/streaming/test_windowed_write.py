@@ -10,19 +10,14 @@ import os
 import re
 from pathlib import Path
 
-import apache_beam as beam
 import pytest
 import tensorflow as tf
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing import test_stream
-from apache_beam.transforms import trigger, window
-from apache_beam.utils.timestamp import Duration
+from late_stream import run_late_stream
 
 from beam_tfrecord import WriteBalancedTFRecord, load_manifest, read_numpy
 from beam_tfrecord.beam.pane_manifest import STREAMING_KEY
 from beam_tfrecord.storage import crc32c_and_size
 
-WINDOW_SECONDS = 10
 PER_WINDOW = 40
 TARGET_SHARD_BYTES = 4_000
 LATE = [3 * PER_WINDOW + i for i in range(7)]  # ids of window [0, 10) that arrive after its on-time pane
@@ -38,26 +33,11 @@ def _example(i: int) -> bytes:
     return example.SerializeToString()
 
 
-def _stream() -> test_stream.TestStream:
-    """Three 10-second windows of 40 records, then 7 late records of the first window (within its lateness)."""
-    stream = test_stream.TestStream()
-    for w in range(3):
-        stream = stream.add_elements([window.TimestampedValue(_example(w * PER_WINDOW + i), w * WINDOW_SECONDS + i % 9)
-                                      for i in range(PER_WINDOW)])
-        stream = stream.advance_watermark_to((w + 1) * WINDOW_SECONDS + 1)
-    stream = stream.add_elements([window.TimestampedValue(_example(i), 5) for i in LATE])
-    return stream.advance_watermark_to_infinity()
-
-
 @pytest.fixture(scope="module")
 def written(tmp_path_factory) -> str:
     prefix = str(tmp_path_factory.mktemp("stream") / "out")
-    with beam.Pipeline(options=PipelineOptions(["--streaming"])) as pipeline:
-        _ = (pipeline | _stream()
-             | beam.WindowInto(window.FixedWindows(WINDOW_SECONDS), trigger=trigger.AfterWatermark(
-                 late=trigger.AfterCount(1)), accumulation_mode=trigger.AccumulationMode.DISCARDING,
-                 allowed_lateness=Duration(seconds=3 * WINDOW_SECONDS))
-             | WriteBalancedTFRecord(prefix, file_name_suffix=".tfrecord", target_shard_bytes=TARGET_SHARD_BYTES))
+    run_late_stream(_example, per_window=PER_WINDOW, late=LATE, writer=WriteBalancedTFRecord(
+        prefix, file_name_suffix=".tfrecord", target_shard_bytes=TARGET_SHARD_BYTES))
     return prefix
 
 
