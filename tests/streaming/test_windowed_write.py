@@ -85,3 +85,12 @@ def test_records_read_back_exactly_once_and_only_listed_files_remain(written):
     for shard in manifest.shards:
         assert crc32c_and_size(str(folder / shard.filename)) == (shard.crc32c, shard.num_bytes)
     assert json.loads((folder / ".out.beam-tfrecord" / "manifest.json").read_text())["num_written"] == len(expected)
+
+
+def test_a_stream_commits_under_a_prefix_on_an_object_store(gcs_bucket):
+    """Beam's window names (brackets, a comma, a space) as object names: listed, read back, committed once."""
+    prefix = f"{gcs_bucket}/stream/out"
+    run_late_stream(_example, per_window=4, late=[12], writer=WriteBalancedTFRecord(prefix, num_shards=2))
+    manifest = load_manifest(prefix)
+    assert len(manifest.shards) == 4 * 2 and manifest.shards[0].filename == "out-[0.0, 10.0)-00000-of-00002"
+    assert sorted(int(e["id"]) for e in read_numpy(prefix)) == [*range(12), 12]
