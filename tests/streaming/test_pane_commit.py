@@ -105,7 +105,7 @@ def _job(prefix: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
 
 
-@pytest.mark.parametrize("seed", [7, 9])  # kills ~65 and ~93 ms into the commits
+@pytest.mark.parametrize("seed", [7])  # ~65 ms into the commits (one case: a subprocess imports Beam, ~4 s)
 def test_sigkill_during_commits_never_lists_half_a_pane_and_a_restart_lists_each_once(tmp_path, seed):
     prefix = str(tmp_path / "out")
     job = _job(prefix)
