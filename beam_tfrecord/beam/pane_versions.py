@@ -28,6 +28,7 @@ from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.errors import RejectedSamplesError
 from beam_tfrecord.versions.commit import VersionCommit
 from beam_tfrecord.versions.refresh import commit_version, new_version_id
+from beam_tfrecord.versions.retention import list_versions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +77,8 @@ def commit_pane_version(pane: PaneId, samples: Iterable[Sample], settings: Versi
             return base  # type: ignore[return-value]
         entries, rejected = _encoded(samples, settings)
         num_inputs = len(entries) + len(rejected)
-        version_id = new_version_id(after=[latest] if latest is not None else [])
+        listing = list_versions(root)  # after every version, a killed commit's incomplete one too
+        version_id = new_version_id(after=[*listing.complete, *listing.incomplete, *([latest] if latest else [])])
         directory = version_dir(root, version_id)
         if rejected and len(rejected) > settings.max_rejected_fraction * num_inputs:
             path = storage.join(root, f"dead_letters-{version_id}.jsonl")
