@@ -4,6 +4,7 @@ keeping every earlier shard where it is (``stored_in``); a pane LATEST lists alr
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import apache_beam as beam
 import pytest
@@ -80,3 +81,33 @@ def test_an_unbounded_write_refuses_the_checks_that_need_the_whole_input(tmp_pat
         [_sample(0)]) | beam.WindowInto(window.FixedWindows(10))
     with pytest.raises(WriterOptionError, match="^duplicates: an unbounded input"):
         _ = stream | WriteTFRecordDataset(str(tmp_path / "r"), schema=SCHEMA, checks=WriterChecks(duplicates="report"))
+
+
+def test_a_compacted_streamed_root_equals_a_full_build_of_its_samples(tmp_path):
+    """Each pane's version lends its records by key (its input index: the panes' samples; record locations), so
+    ``beam-tfrecord compact`` rewrites the streamed root into the very shards a full build of the samples writes."""
+    from pipelines import compact
+
+    root, full = str(tmp_path / "root"), str(tmp_path / "full")
+    run_late_stream(_sample, per_window=PER_WINDOW, late=LATE,
+                    writer=WriteTFRecordDataset(root, schema=SCHEMA, sharding=SHARDING))
+    compacted_id = compact.run([f"--dataset_root={root}"])
+    assert compacted_id == read_latest(root)
+    samples = [_sample(i) for i in [*range(3 * PER_WINDOW), *LATE]]
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create(samples, reshuffle=False) | WriteTFRecordDataset(full, schema=SCHEMA,
+                                                                                   sharding=SHARDING)
+    compacted, built = load_manifest(root), load_manifest(full)
+    assert compacted.self_contained and len(compacted.shards) == len(built.shards) >= 5
+    for ours, theirs in zip(compacted.shards, built.shards, strict=True):
+        assert ours.filename == theirs.filename
+        assert Path(version_dir(root, read_latest(root)), ours.filename).read_bytes() == \
+            Path(full, theirs.filename).read_bytes()
+    # The compacted version still lists every pane committed (a replayed one commits nothing) and lends its records.
+    settings = VersionPaneSettings(root=root, description=DatasetDescription(schema=SCHEMA, sharding=SHARDING),
+                                   feature_transforms={}, max_rejected_fraction=0.0, metadata={}, command=())
+    replayed = commit_pane_version(PaneId(0, 10_000_000, 0, "[0.0, 10.0)"), samples[:PER_WINDOW], settings)
+    assert replayed == compacted
+    later = commit_pane_version(PaneId(30_000_000, 40_000_000, 0, "[30.0, 40.0)"), [_sample(1000)], settings)
+    assert [s.stored_in for s in later.shards] == [compacted_id] * len(built.shards) + [None]
+    assert sorted(int(e["id"]) for e in read_numpy(root)) == sorted([*range(3 * PER_WINDOW), *LATE, 1000])
