@@ -15,6 +15,7 @@ import apache_beam as beam
 
 from beam_tfrecord.beam.batch_input import require_bounded
 from beam_tfrecord.beam.beam_names import (
+    PrefixLayout,
     check_output_free,
     compression_of,
     encoder_of,
@@ -56,10 +57,9 @@ def _duplicates_check(duplicates: DuplicatesCheck | DuplicatesMode | str | None,
     return check
 
 
-def _streaming_settings(file_path_prefix: str | None, *, file_name_suffix: str, shard_name_template: str | None,
-                        unsupported: Mapping[str, Any], settings: Mapping[str, Any],
-                        description: DatasetDescription) -> PaneCommitSettings | WriterOptionError | None:
-    """How each pane of an unbounded input is committed (``beam/windowed_write.py``), or the error an unbounded
+def _streaming_layout(file_path_prefix: str | None, *, file_name_suffix: str, shard_name_template: str | None,
+                      unsupported: Mapping[str, Any], splits: SplitConfig) -> PrefixLayout | WriterOptionError | None:
+    """Where each pane of an unbounded input is committed (``beam/windowed_write.py``), or the error an unbounded
     input gets (raised only then), or None (``output_dir``: its writer refuses an unbounded input)."""
     if file_path_prefix is None:
         return None
@@ -72,9 +72,8 @@ def _streaming_settings(file_path_prefix: str | None, *, file_name_suffix: str, 
     if given:
         return WriterOptionError(f"{', '.join(given)}: an unbounded input (a streaming write) is written under a "
                                  "file_path_prefix, without these (see docs/streaming.md)")
-    layout = prefix_layout(file_path_prefix, file_name_suffix=file_name_suffix, shard_name_template=template,
-                           splits=description.splits, windowed=True)
-    return PaneCommitSettings(layout=layout, description=description, **settings)
+    return prefix_layout(file_path_prefix, file_name_suffix=file_name_suffix, shard_name_template=template,
+                         splits=splits, windowed=True)
 
 
 class WriteBalancedTFRecord(beam.PTransform):
@@ -195,18 +194,21 @@ class WriteBalancedTFRecord(beam.PTransform):
         self._window_error = window_template_error(shard_name_template)
         payload = payload or (Payload.AUTO if self._layout is None else Payload.VERBATIM)
         check = _duplicates_check(duplicates, key_fn, payload)
+        sharding = ShardingConfig.of_beam_count(num_shards, target_shard_bytes=target_shard_bytes,
+                                                max_shard_bytes=max_shard_bytes)
+        compression = compression_of(compression_type, self._layout)
+        recorded = {**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value}  # in every manifest
         self._frequency = triggering_frequency
-        self._streaming = _streaming_settings(
+        stream_layout = _streaming_layout(
             file_path_prefix, file_name_suffix=file_name_suffix, shard_name_template=shard_name_template,
             unsupported={"output_dir": output_dir, "duplicates": duplicates, "split_key_fn": split_key_fn},
-            settings=dict(payload=payload, key_fn=check_key_fn(key_fn), max_rejected_fraction=max_rejected_fraction,
-                          metadata={**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value},
-                          command=("WriteBalancedTFRecord",), empty_schema=RAW_SCHEMA),
-            description=DatasetDescription(
-                schema=RAW_SCHEMA, name=dataset_name, splits=split_config,
-                sharding=ShardingConfig.of_beam_count(num_shards, target_shard_bytes=target_shard_bytes,
-                                                      max_shard_bytes=max_shard_bytes),
-                compression=compression_of(compression_type, self._layout), salt=salt, statistics=False))
+            splits=split_config)
+        self._streaming = stream_layout if not isinstance(stream_layout, PrefixLayout) else PaneCommitSettings(
+            layout=stream_layout, description=DatasetDescription(
+                schema=RAW_SCHEMA, name=dataset_name, splits=split_config, sharding=sharding, compression=compression,
+                salt=salt, statistics=False),
+            payload=payload, key_fn=check_key_fn(key_fn), max_rejected_fraction=max_rejected_fraction,
+            metadata=recorded, command=("WriteBalancedTFRecord",), empty_schema=RAW_SCHEMA)
         placement = None  # a bad split_key_fn, or splits that are not ratios: WriteTFRecordDataset's error
         if callable(split_key_fn) and split_config.is_ratio:
             placement = RecordGroupPlacement(split_key_fn, salt=salt,
@@ -214,13 +216,11 @@ class WriteBalancedTFRecord(beam.PTransform):
         self._write = WriteTFRecordDataset(
             target_dir, description=DatasetDescription(
                 schema=RAW_SCHEMA, name=dataset_name, splits=split_config,
-                sharding=ShardingConfig.of_beam_count(num_shards, target_shard_bytes=target_shard_bytes,
-                                                      max_shard_bytes=max_shard_bytes),
-                compression=compression_of(compression_type, self._layout), salt=salt, dali_index=dali_index,
+                sharding=sharding, compression=compression, salt=salt, dali_index=dali_index,
                 statistics=statistics),
             checks=WriterChecks(max_rejected_fraction=max_rejected_fraction, duplicates=check,
                                 split_key_fn=split_key_fn),  # the writer checks split_key_fn, names it
-            provenance=WriterProvenance(metadata={**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value},
+            provenance=WriterProvenance(metadata=recorded,
                                         command=("WriteBalancedTFRecord",)),
             encoding=RecordsEncoding(payload, check_key_fn(key_fn), placement), tuning=tuning)
 
