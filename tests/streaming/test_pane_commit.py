@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import apache_beam as beam
 import pytest
 
-from beam_tfrecord import load_manifest, read_numpy
+from beam_tfrecord import WriteBalancedTFRecord, load_manifest, read_numpy
 from beam_tfrecord.beam.beam_names import prefix_layout
 from beam_tfrecord.beam.pane_commit import PaneCommitSettings, commit_pane, publish_pane, write_pane
 from beam_tfrecord.beam.pane_manifest import STREAMING_KEY, PaneId
@@ -120,3 +121,17 @@ def test_sigkill_during_commits_never_lists_half_a_pane_and_a_restart_lists_each
     expected = sorted(r for n in range(PANES) for r in _records(n))
     assert sorted(e["record"] for e in read_numpy(prefix)) == expected
     assert load_manifest(prefix).num_inputs == len(expected)
+
+
+def test_a_panes_shards_are_the_shards_a_batch_build_of_its_records_writes(tmp_path):
+    """The same planner and order as a batch build: byte for byte the same shards (only the names take the window)."""
+    (tmp_path / "s").mkdir()
+    streamed = commit_pane(_pane(0), _records(0), _settings(str(tmp_path / "s" / "out")))
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create(_records(0)) | WriteBalancedTFRecord(
+            str(tmp_path / "b" / "out"), file_name_suffix=".tfrecord", target_shard_bytes=4_000, statistics=False)
+    built = load_manifest(str(tmp_path / "b" / "out"))
+    assert len(streamed.shards) == len(built.shards) >= 10
+    for ours, theirs in zip(streamed.shards, built.shards, strict=True):
+        assert (tmp_path / "s" / ours.filename).read_bytes() == (tmp_path / "b" / theirs.filename).read_bytes()
+    assert streamed.metadata[STREAMING_KEY]["panes"][0]["balance_spread"] == built.split("train").balance_spread
