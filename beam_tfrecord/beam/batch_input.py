@@ -1,7 +1,8 @@
 """What the writers take as input: a bounded PCollection, in any windows.
 
 A batch writer writes one dataset of its whole input: windows are merged, an unbounded input is refused
-(``UnboundedInputError``). See docs/inputs.md, "Windows and streams".
+(``UnboundedInputError``) but by ``WriteBalancedTFRecord`` under a prefix, which commits each pane
+(``windowed_write``). See docs/inputs.md, "Windows and streams".
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ def require_bounded(pcoll: beam.PCollection, *, writer: str) -> None:
     raise UnboundedInputError(
         f"{writer} is a batch writer: it writes one dataset of its whole input, which must be bounded; its input "
         f"{step!r} is unbounded (a streaming source). Give it a bounded source: files, a table, or a bounded read "
-        "of the stream (e.g. ReadFromKafka(max_num_records=...)). To write a stream, window it "
-        "(beam.WindowInto(FixedWindows(...))), land each window in files (beam.io.fileio.WriteToFiles), and run "
-        "this writer as a batch job over each window's files.")
+        "of the stream (e.g. ReadFromKafka(max_num_records=...)). To write a stream, write it under a Beam "
+        "prefix: WriteBalancedTFRecord(file_path_prefix, triggering_frequency=SECONDS) commits each window's "
+        "pane (docs/streaming.md).")
 
 
 def in_global_window(pcoll: beam.PCollection) -> beam.PCollection:

@@ -26,6 +26,7 @@ _BEAM_COMPRESSION = {"uncompressed": Compression.NONE, "gzip": Compression.GZIP,
 _BEAM_SUFFIXES = {".gz": "gzip", ".deflate": "deflate", ".bz2": "bzip2", ".zst": "zstd", ".zstd": "zstd",
                   ".xz": "lzma", ".lzma": "lzma"}  # CompressionTypes.detect_compression_type's table
 _WINDOW_PLACEHOLDERS = "WV"  # Beam's window placeholders in a shard_name_template (streaming writes)
+DEFAULT_WINDOW_SHARD_NAME_TEMPLATE = "-W-SSSSS-of-NNNNN"  # Beam's FileBasedSink default for an unbounded write
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +70,9 @@ def _text(value: Any, argument: str) -> str:
 
 
 def prefix_layout(file_path_prefix: Any, *, file_name_suffix: Any, shard_name_template: Any,
-                  splits: SplitConfig) -> PrefixLayout:
-    """WriteToTFRecord's naming arguments as a ``PrefixLayout`` (the split is in names only for several).
+                  splits: SplitConfig, windowed: bool = False) -> PrefixLayout:
+    """WriteToTFRecord's naming arguments as a ``PrefixLayout`` (the split is in names only for several); with
+    ``windowed``, a streaming write's, whose template names the window (``W`` or ``V``: ``streaming_template``).
 
     Raises:
         WriterOptionError: naming the argument, for a value Beam refuses or one that names no plain file.
@@ -89,8 +91,9 @@ def prefix_layout(file_path_prefix: Any, *, file_name_suffix: Any, shard_name_te
     suffix = _text(file_name_suffix, "file_name_suffix")
     for argument, made in (("file_path_prefix", lambda: PrefixShardNames(name)),
                            ("file_name_suffix", lambda: PrefixShardNames("x", suffix=suffix)),
-                           ("shard_name_template", lambda: PrefixShardNames(name, _without_window(template), suffix,
-                                                                            split_in_name=len(names) > 1))):
+                           ("shard_name_template", lambda: PrefixShardNames(
+                               name, template if windowed else _without_window(template), suffix,
+                               split_in_name=len(names) > 1))):
         try:
             shard_names = made()
         except ShardNameError as err:
@@ -103,6 +106,17 @@ def _without_window(template: str) -> str:
     if window_template_error(template) is None:
         return template
     return "".join(c for c in template if c not in _WINDOW_PLACEHOLDERS).replace("--", "-")
+
+
+def streaming_template(shard_name_template: str | None) -> str | None:
+    """The template of a streaming write, as ``WriteToTFRecord`` takes it for an unbounded input: Beam's default
+    becomes ``DEFAULT_WINDOW_SHARD_NAME_TEMPLATE``; one naming the window stays; None for any other (every window
+    would take the same names)."""
+    if shard_name_template is None or shard_name_template == DEFAULT_SHARD_NAME_TEMPLATE:
+        return DEFAULT_WINDOW_SHARD_NAME_TEMPLATE
+    if any(c in shard_name_template for c in _WINDOW_PLACEHOLDERS):
+        return shard_name_template
+    return None
 
 
 def window_template_error(shard_name_template: str | None) -> WriterOptionError | None:

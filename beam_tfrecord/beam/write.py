@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -26,10 +27,12 @@ from beam_tfrecord.beam.one_group import (
     by_kind,
     tag,
 )
+from beam_tfrecord.beam.pane_versions import VersionPaneSettings, commit_pane_version
 from beam_tfrecord.beam.publish import PublishSettings, publish
 from beam_tfrecord.beam.shuffle_path import ShufflePath
 from beam_tfrecord.beam.spill_path import RunsResume, SpillPath
 from beam_tfrecord.beam.tuning import FanIn, WriterTuning
+from beam_tfrecord.beam.windowed_write import WriteWindowedTFRecord
 from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
 from beam_tfrecord.core.description import DEFAULT_SALT, DatasetDescription
 from beam_tfrecord.core.manifest import Manifest, ShardInfo
@@ -267,6 +270,8 @@ class WriteTFRecordDataset(beam.PTransform):
         require_pipeline_paths(pipeline, {"output_dir": self._output_dir, "temp_dir": self._temp_dir},
                                shared_filesystem=self._tuning.shared_filesystem,
                                declare="tuning=WriterTuning(shared_filesystem=True)")
+        if not samples.is_bounded and self._encoding is None:  # Samples: each pane one append version
+            return samples | "WritePanes" >> self._pane_versions()
         require_bounded(samples, writer=type(self).__name__)
         samples = in_global_window(samples)  # one dataset of every window (see beam_tfrecord.beam.batch_input)
         if runs_on_direct_runner(samples.pipeline):
@@ -287,6 +292,23 @@ class WriteTFRecordDataset(beam.PTransform):
             outputs.signature_files | "NearDuplicates" >> FindNearDuplicates(
                 near_settings, salt=description.salt, splits=description.splits))  # one NearTally
         return self._publish(samples.pipeline, outputs, near)
+
+    def _pane_versions(self) -> WriteWindowedTFRecord:
+        """An unbounded input's write (``pane_versions``): each fired pane of the input's windows one append
+        version of the root ``output_dir``; the checks that need the whole input are refused."""
+        checks, provenance = self._checks, self._publish_settings.provenance
+        given = [name for name, value in (("duplicates", checks.duplicates), ("near_duplicates",
+                                          checks.near_duplicates), ("split_key_fn", checks.split_key_fn),
+                                          ("resume", provenance.resume or None)) if value is not None]
+        if given:
+            raise WriterOptionError(f"{', '.join(given)}: an unbounded input (a streaming write, each pane an append "
+                                    "version) is written without these (see docs/streaming.md)")
+        settings = VersionPaneSettings(
+            root=self._output_dir, description=self._fan_in_settings.description,
+            feature_transforms=self._feature_transforms, max_rejected_fraction=checks.max_rejected_fraction,
+            metadata=provenance.metadata, command=tuple(provenance.command))
+        return WriteWindowedTFRecord(functools.partial(commit_pane_version, settings=settings),
+                                     triggering_frequency=None)
 
     def describe_fan_in(self, pipeline: beam.Pipeline) -> str:
         """The job summary's line on the fan-in path this writer takes in ``pipeline`` (``describe_fan_in``)."""

@@ -15,15 +15,19 @@ import apache_beam as beam
 
 from beam_tfrecord.beam.batch_input import require_bounded
 from beam_tfrecord.beam.beam_names import (
+    PrefixLayout,
     check_output_free,
     compression_of,
     encoder_of,
     prefix_layout,
+    streaming_template,
     window_template_error,
 )
+from beam_tfrecord.beam.pane_commit import PaneCommitSettings
 from beam_tfrecord.beam.prefix_publish import publish_under_prefix
 from beam_tfrecord.beam.serialized_records import KeyFn, Payload, RecordsEncoding, check_key_fn
 from beam_tfrecord.beam.tuning import WriterTuning
+from beam_tfrecord.beam.windowed_write import WriteWindowedTFRecord
 from beam_tfrecord.beam.write import WriteTFRecordDataset
 from beam_tfrecord.beam.write_options import WriterChecks, WriterProvenance
 from beam_tfrecord.core.description import DEFAULT_DATASET_NAME, DEFAULT_SALT, DatasetDescription
@@ -51,6 +55,25 @@ def _duplicates_check(duplicates: DuplicatesCheck | DuplicatesMode | str | None,
         raise WriterOptionError("duplicates='drop' needs key_fn: without keys, equal records share their key "
                                 "hash and one cannot be kept apart from the others")
     return check
+
+
+def _streaming_layout(file_path_prefix: str | None, *, file_name_suffix: str, shard_name_template: str | None,
+                      unsupported: Mapping[str, Any], splits: SplitConfig) -> PrefixLayout | WriterOptionError | None:
+    """Where each pane of an unbounded input is committed (``beam/windowed_write.py``), or the error an unbounded
+    input gets (raised only then), or None (``output_dir``: its writer refuses an unbounded input)."""
+    if file_path_prefix is None:
+        return None
+    given = sorted(name for name, value in unsupported.items() if value is not None)
+    template = streaming_template(shard_name_template)
+    if template is None:
+        return WriterOptionError(f"shard_name_template {shard_name_template!r}: an unbounded input (a streaming "
+                                 "write) needs the window in its names (W or V, as '-W-SSSSS-of-NNNNN'): every "
+                                 "window would take the same names")
+    if given:
+        return WriterOptionError(f"{', '.join(given)}: an unbounded input (a streaming write) is written under a "
+                                 "file_path_prefix, without these (see docs/streaming.md)")
+    return prefix_layout(file_path_prefix, file_name_suffix=file_name_suffix, shard_name_template=template,
+                         splits=splits, windowed=True)
 
 
 class WriteBalancedTFRecord(beam.PTransform):
@@ -82,8 +105,9 @@ class WriteBalancedTFRecord(beam.PTransform):
             and suffix). ``W`` and ``V`` (windows of a streaming write) are refused for a bounded input.
         compression_type: ``Compression`` or Beam's ``CompressionTypes`` name: ``auto`` (from the
             shards' names: ``.gz`` GZIP, ``.deflate`` ZLIB), ``uncompressed``, ``gzip``, ``deflate``.
-        triggering_frequency: WriteToTFRecord's, for unbounded inputs, which this writer refuses;
-            like Beam, it changes nothing for a bounded one.
+        triggering_frequency: WriteToTFRecord's: seconds; an unbounded input is put in fixed windows of
+            this length, each pane one commit (None keeps the input's windowing, which must not be the
+            global window); like Beam, it changes nothing for a bounded one.
         output_dir: a dataset directory to write instead of files under a prefix (not with
             ``file_name_suffix`` or ``shard_name_template``).
         target_shard_bytes: aim for shards of about this many (uncompressed, framed) bytes.
@@ -170,6 +194,21 @@ class WriteBalancedTFRecord(beam.PTransform):
         self._window_error = window_template_error(shard_name_template)
         payload = payload or (Payload.AUTO if self._layout is None else Payload.VERBATIM)
         check = _duplicates_check(duplicates, key_fn, payload)
+        sharding = ShardingConfig.of_beam_count(num_shards, target_shard_bytes=target_shard_bytes,
+                                                max_shard_bytes=max_shard_bytes)
+        compression = compression_of(compression_type, self._layout)
+        recorded = {**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value}  # in every manifest
+        self._frequency = triggering_frequency
+        stream_layout = _streaming_layout(
+            file_path_prefix, file_name_suffix=file_name_suffix, shard_name_template=shard_name_template,
+            unsupported={"output_dir": output_dir, "duplicates": duplicates, "split_key_fn": split_key_fn},
+            splits=split_config)
+        self._streaming = stream_layout if not isinstance(stream_layout, PrefixLayout) else PaneCommitSettings(
+            layout=stream_layout, description=DatasetDescription(
+                schema=RAW_SCHEMA, name=dataset_name, splits=split_config, sharding=sharding, compression=compression,
+                salt=salt, statistics=False),
+            payload=payload, key_fn=check_key_fn(key_fn), max_rejected_fraction=max_rejected_fraction,
+            metadata=recorded, command=("WriteBalancedTFRecord",), empty_schema=RAW_SCHEMA)
         placement = None  # a bad split_key_fn, or splits that are not ratios: WriteTFRecordDataset's error
         if callable(split_key_fn) and split_config.is_ratio:
             placement = RecordGroupPlacement(split_key_fn, salt=salt,
@@ -177,26 +216,30 @@ class WriteBalancedTFRecord(beam.PTransform):
         self._write = WriteTFRecordDataset(
             target_dir, description=DatasetDescription(
                 schema=RAW_SCHEMA, name=dataset_name, splits=split_config,
-                sharding=ShardingConfig.of_beam_count(num_shards, target_shard_bytes=target_shard_bytes,
-                                                      max_shard_bytes=max_shard_bytes),
-                compression=compression_of(compression_type, self._layout), salt=salt, dali_index=dali_index,
+                sharding=sharding, compression=compression, salt=salt, dali_index=dali_index,
                 statistics=statistics),
             checks=WriterChecks(max_rejected_fraction=max_rejected_fraction, duplicates=check,
                                 split_key_fn=split_key_fn),  # the writer checks split_key_fn, names it
-            provenance=WriterProvenance(metadata={**(metadata or {}), PAYLOAD_METADATA_KEY: payload.value},
+            provenance=WriterProvenance(metadata=recorded,
                                         command=("WriteBalancedTFRecord",)),
             encoding=RecordsEncoding(payload, check_key_fn(key_fn), placement), tuning=tuning)
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
-        require_bounded(records, writer=type(self).__name__)
+        if isinstance(self._streaming, WriterOptionError) and not records.is_bounded:
+            raise self._streaming
+        if not isinstance(self._streaming, PaneCommitSettings):  # output_dir: one dataset of a bounded input
+            require_bounded(records, writer=type(self).__name__)
         if self._layout is not None:  # named as the caller gave it, before the writer names its staging folder
             require_pipeline_paths(records.pipeline, {"file_path_prefix": self._layout.file_path_prefix},
                                    shared_filesystem=self._shared_filesystem,
                                    declare="tuning=WriterTuning(shared_filesystem=True)")
-        if self._window_error is not None:
+        if self._window_error is not None and records.is_bounded:
             raise self._window_error
         if self._encode is not None:
             records = records | "Encode" >> beam.Map(self._encode)  # bytes, as the coder gives them
+        if isinstance(self._streaming, PaneCommitSettings) and not records.is_bounded:
+            return records | "WritePanes" >> WriteWindowedTFRecord.under_prefix(
+                self._streaming, triggering_frequency=self._frequency)
         manifest = records | "WriteDataset" >> self._write
         if self._layout is None:
             return manifest

@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from beam_tfrecord.core.dali_index import dali_index_name
@@ -111,6 +111,14 @@ def _check_shard_name(filename: str, path: str, index: int, checks: _SplitChecks
     checked here (``_check_shared_names`` checks each writer's shards together). Returns the name's (index, count).
     """
     naming, shared = checks.naming, checks.shared
+    if naming is not None and naming.windowed:  # a streaming write's: each pane's shards are numbered apart
+        try:
+            split, _, number, count = naming.parse_windowed(filename)
+        except ShardNameError as err:
+            raise _fail(f"{path}.filename", f"a shard name of shard_naming ({err})", filename) from err
+        if naming.split_in_name and split != checks.split:
+            raise _fail(f"{path}.filename", f"a shard name of split {checks.split!r}", filename)
+        return number, count or 0  # 0: a template without N (the pane's shards then share no count to check)
     if naming is not None:
         try:
             expected = naming.format(checks.split, index, checks.count)
@@ -150,15 +158,17 @@ def _name_pattern(dataset: str, split: str, file_format: FileFormat, compression
                       + re.escape(compression.suffix))
 
 
-def _check_shared_names(split_path: str, shards: list[Any], names: list[tuple[int, int] | None]) -> None:
-    """In a version that shares shards, the shards of one writer (same ``stored_in``) in a split have one count
-    and distinct indexes, so no file is listed twice and no name is made up."""
+def _check_shared_names(split_path: str, shards: list[Any], names: list[tuple[int, int] | None],
+                        writer_of: Callable[[Mapping[str, Any]], Any]) -> None:
+    """In a version that shares shards, the shards of one writer (same ``stored_in``; in a streaming write's
+    dataset, of one pane: ``writer_of``) in a split have one count and distinct indexes, so no file is listed
+    twice and no name is made up."""
     counts: dict[Any, int] = {}
     seen: set[tuple[Any, int]] = set()
     for j, (shard, name) in enumerate(zip(shards, names)):
         if name is None:
             continue
-        writer = shard.get("stored_in")
+        writer = writer_of(shard)
         index, count = name
         if counts.setdefault(writer, count) != count:
             raise _fail(f"{split_path}.shards[{j}].filename", f"a shard count of {counts[writer]}, as the other "
@@ -167,6 +177,14 @@ def _check_shared_names(split_path: str, shards: list[Any], names: list[tuple[in
             raise _fail(f"{split_path}.shards[{j}].filename", "a file no other shard of the split lists",
                         shard["filename"])
         seen.add((writer, index))
+
+
+def _stored_in(shard: Mapping[str, Any]) -> Any:
+    return shard.get("stored_in")
+
+
+def _window_of(naming: PrefixShardNames, shard: Mapping[str, Any]) -> str | None:
+    return naming.parse_windowed(shard["filename"])[1]  # checked by _check_shard_name
 
 
 @functools.lru_cache(maxsize=1024)
@@ -209,8 +227,11 @@ def _check_shard(shard: Any, path: str, index: int, checks: _SplitChecks,
         raise _fail(path, f"the fields {sorted(_SHARD_FIELDS)} (and optionally {sorted(_OPTIONAL_SHARD_FIELDS)})",
                     sorted(shard))
     filename = shard["filename"]
-    if not (type(filename) is str and len(filename) <= MAX_NAME_CHARS and _PLAIN_NAME.fullmatch(filename)
-            and ".." not in filename):  # the common case without a call; plain_file_name says what is wrong
+    if checks.naming is not None and checks.naming.windowed:  # ``[start, end)`` in it: parse_windowed checks it
+        if type(filename) is not str or len(filename) > MAX_NAME_CHARS:
+            raise _fail(f"{path}.filename", f"a file name of at most {MAX_NAME_CHARS} characters", filename)
+    elif not (type(filename) is str and len(filename) <= MAX_NAME_CHARS and _PLAIN_NAME.fullmatch(filename)
+              and ".." not in filename):  # the common case without a call; plain_file_name says what is wrong
         filename = plain_file_name(filename, f"{path}.filename")
     name = _check_shard_name(filename, path, index, checks)
     if shard["split"] != checks.split:
@@ -340,7 +361,9 @@ def check_manifest_json(data: Mapping[str, Any]) -> dict[tuple[int, int], Deleti
             records, stored = records + r, stored + b
             shard_names.append(shard_name)
         if shared:
-            _check_shared_names(path, shards, shard_names)
+            _check_shared_names(path, shards, shard_names, _stored_in)
+        elif naming is not None and naming.windowed:
+            _check_shared_names(path, shards, shard_names, functools.partial(_window_of, naming))
         for key, total in (("num_records", records), ("num_bytes", stored)):
             if key in split and split[key] != total:
                 raise _fail(f"{path}.{key}", f"the sum over its shards ({total})", split[key])

@@ -67,6 +67,11 @@ _PATTERN = re.compile(
 DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
 _PLAIN_FILE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _TEMPLATE_PLACEHOLDERS = re.compile(r"S+|N+")
+# Beam's window placeholders (a streaming write): W is ``[start, end)`` in seconds, V in UTC ``%Y-%m-%dT%H-%M-%S``.
+_WINDOW_PLACEHOLDER = re.compile(r"W+|V+")
+# A window's text in a name (``window_text`` in beam/windowed_names.py makes it); a pane after the window's first
+# is its own commit, its index after the window (``-pane1``). Letters for Beam's ``Infinity``.
+WINDOW_TEXT = re.compile(r"\[[0-9A-Za-z.:+\-]+, [0-9A-Za-z.:+\-]+\)(?:-pane[1-9][0-9]*)?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +81,9 @@ class PrefixShardNames:
     As ``WriteToTFRecord`` names files: the template's run of ``S`` is the zero-padded shard index
     and its run of ``N`` the shard count (``-SSSSS-of-NNNNN``: ``-00001-of-00004``); an empty
     template names one file, ``{prefix}{suffix}``. The split is in the name only when a dataset has
-    several (``split_in_name``). Names are plain file names in the prefix's folder.
+    several (``split_in_name``). Names are plain file names in the prefix's folder, but for a
+    streaming write's: a run of ``W`` or ``V`` in the template (``windowed``) is the text of the
+    pane's window (``WINDOW_TEXT``: ``[1614556800.0, 1614556805.0)``), as Beam names them.
 
     Attributes:
         prefix: the prefix's last part (``result`` for ``gs://bucket/out/result``).
@@ -100,43 +107,64 @@ class PrefixShardNames:
             raise ShardNameError("prefix must name a file, got ''")
         if self.template:
             runs = _TEMPLATE_PLACEHOLDERS.findall(self.template)
-            literal = _TEMPLATE_PLACEHOLDERS.sub("", self.template)
+            literal = _WINDOW_PLACEHOLDER.sub("", _TEMPLATE_PLACEHOLDERS.sub("", self.template))
             if sum(r[0] == "S" for r in runs) != 1 or sum(r[0] == "N" for r in runs) > 1 \
+                    or len(_WINDOW_PLACEHOLDER.findall(self.template)) > 1 \
                     or (literal and not _PLAIN_FILE_NAME.fullmatch(literal)) or re.search("[WVU]", literal):
                 raise ShardNameError(f"shard_name_template {self.template!r}: expected one run of 'S' (the shard "
-                                     "index), at most one of 'N' (the count), and otherwise letters other than W, "
-                                     "V, U, digits, '_', '-', '.'; or '' for one file")
+                                     "index), at most one of 'N' (the count), at most one of 'W' or 'V' (the "
+                                     "window), and otherwise letters other than U, digits, '_', '-', '.'; or '' "
+                                     "for one file")
 
-    def format(self, split: str, index: int, count: int) -> str:
-        """The file name of shard ``index`` of ``count`` in ``split``."""
+    @property
+    def windowed(self) -> bool:
+        """Whether names carry a window (a streaming write's template, with ``W`` or ``V``)."""
+        return _WINDOW_PLACEHOLDER.search(self.template) is not None
+
+    def format(self, split: str, index: int, count: int, *, window: str | None = None) -> str:
+        """The file name of shard ``index`` of ``count`` in ``split`` (of ``window``'s pane, for a ``windowed``
+        template: its ``WINDOW_TEXT``)."""
         if not 0 <= index < count or (not self.template and count != 1):
             raise ShardNameError(f"need 0 <= index < count (count 1 for shard_name_template ''), got index {index}, "
                                  f"count {count}")
         if self.split_in_name and not re.fullmatch(_NAME_PART, split):
             raise ShardNameError(f"split {split!r} must match {_NAME_PART}")
+        if self.windowed != (window is not None) or (window is not None and not WINDOW_TEXT.fullmatch(window)):
+            raise ShardNameError(f"window {window!r}: shard_name_template {self.template!r} needs "
+                                 + ("a window's text like '[1614556800.0, 1614556805.0)'" if self.windowed
+                                    else "none (it has no W or V)"))
         values = {"S": index, "N": count}
         shard = _TEMPLATE_PLACEHOLDERS.sub(lambda m: f"{values[m[0][0]]:0{len(m[0])}d}", self.template)
+        shard = _WINDOW_PLACEHOLDER.sub(lambda _: window or "", shard)
         return f"{self.prefix}{f'-{split}' if self.split_in_name else ''}{shard}{self.suffix}"
 
     def parse(self, filename: str) -> tuple[str | None, int, int | None]:
         """``(split or None, index, count)`` of a name ``format`` gives (count None for a template without
         ``N``); ShardNameError for any other."""
-        values = {"S": r"(?P<index>\d+)", "N": r"(?P<count>\d+)"}
-        pattern = "".join(values[part[0]] if _TEMPLATE_PLACEHOLDERS.fullmatch(part) else re.escape(part)
-                          for part in re.split(r"(S+|N+)", self.template) if part)
+        split_name, _, index, count = self.parse_windowed(filename)
+        return split_name, index, count
+
+    def parse_windowed(self, filename: str) -> tuple[str | None, str | None, int, int | None]:
+        """``(split or None, window or None, index, count)`` of a name ``format`` gives (the window's text for a
+        ``windowed`` template); ShardNameError for any other."""
+        values = {"S": r"(?P<index>\d+)", "N": r"(?P<count>\d+)", "W": rf"(?P<window>{WINDOW_TEXT.pattern})"}
+        values["V"] = values["W"]
+        pattern = "".join(values[part[0]] if re.fullmatch(r"S+|N+|W+|V+", part) else re.escape(part)
+                          for part in re.split(r"(S+|N+|W+|V+)", self.template) if part)
         split = rf"-(?P<split>{_NAME_PART})" if self.split_in_name else ""
         match = re.fullmatch(rf"{re.escape(self.prefix)}{split}{pattern}{re.escape(self.suffix)}", filename)
         parts = match.groupdict() if match is not None else {}
         index = int(parts.get("index") or 0)
         count = int(parts["count"]) if parts.get("count") else (None if self.template else 1)
-        split_name = parts.get("split")
+        split_name, window = parts.get("split"), parts.get("window")
         # Formatting back the numbers read must give the name: no other padding, index < count.
         if match is None or (count is not None and not index < count) \
-                or self.format(split_name or "", index, count or index + 1) != filename:
-            example = self.format("SPLIT" if self.split_in_name else "", 0, 1)
+                or self.format(split_name or "", index, count or index + 1, window=window) != filename:
+            example = self.format("SPLIT" if self.split_in_name else "", 0, 1,
+                                  window="[0.0, 60.0)" if self.windowed else None)
             raise ShardNameError(f"{filename!r} is not a shard name like {example!r} (prefix {self.prefix!r}, "
                                  f"template {self.template!r}, suffix {self.suffix!r})")
-        return split_name, index, count
+        return split_name, window, index, count
 
     def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)

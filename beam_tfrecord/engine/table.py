@@ -42,6 +42,8 @@ class RunnerTraits:
         splittable_dofns: it runs a splittable DoFn's restrictions (Beam's DaskRunner does not translate
             them): otherwise a reader plans its ranges up front (``beam/read_dataset.py``).
         dry_run: ``--dry_run=True`` builds its job without submitting it (``pipelines/dry_run.py``).
+        streams: it runs unbounded PCollections (a streaming write, ``beam/windowed_write.py``); a runner that
+            does not is refused before any work (``StreamingRunnerError``).
     """
 
     in_memory_shuffle: bool = False
@@ -50,6 +52,7 @@ class RunnerTraits:
     workers: Workers = Workers.ELSEWHERE
     splittable_dofns: bool = True
     dry_run: bool = False
+    streams: bool = True
 
 
 _LOCAL = RunnerTraits(in_memory_shuffle=True, workers_on_this_machine=True, workers=Workers.THIS_MACHINE)
@@ -57,7 +60,7 @@ _DISTRIBUTED = RunnerTraits()
 # Beam's DaskRunner also drops what a DoFn emits in ``finish_bundle`` (it collects a partition's outputs
 # before calling it): no trait, because the writer's DoFns never emit there (``beam/encode_fn.py``).
 _DASK = RunnerTraits(in_memory_shuffle=True, recomputes_side_inputs=True, workers=Workers.BY_SCHEDULER,
-                     splittable_dofns=False)
+                     splittable_dofns=False, streams=False)
 _DATAFLOW = RunnerTraits(dry_run=True)
 DIRECT_RUNNERS = ("DirectRunner", "SwitchingDirectRunner", "TestDirectRunner", "LocalBatchRunner")
 FIXED_DASK_RUNNER = "beam_tfrecord.engine.dask_runner.DaskRunner"  # Beam's, two defects fixed (see that module)

@@ -63,6 +63,7 @@ from beam_tfrecord.errors.job import (
     RefreshError,
     ResumeMismatchError,
     ShardingError,
+    StreamingRunnerError,
     UnboundedInputError,
     WriterOptionError,
 )
@@ -132,6 +133,7 @@ __all__ = [
     "StoreThrottledError",
     "StoreTimeoutError",
     "StoreUnreachableError",
+    "StreamingRunnerError",
     "UnboundedInputError",
     "UnknownKeyError",
     "UnknownSplitError",

@@ -53,6 +53,21 @@ class UnboundedInputError(WriterOptionError):
     which writes one dataset of its whole input. Raised when the pipeline is built."""
 
 
+class StreamingRunnerError(UnboundedInputError):
+    """A streaming write (an unbounded input) on a runner that cannot stream (``RunnerTraits.streams``: Beam's
+    DaskRunner runs bounded pipelines only). Raised when the pipeline is built, before any work.
+
+    Attributes:
+        runner: the runner's name.
+    """
+
+    def __init__(self, runner: str) -> None:
+        self.runner = runner
+        super().__init__(f"the {runner} cannot run a streaming pipeline: this writer's input is unbounded (a "
+                         "streaming source). Run it on a runner that streams (the DirectRunner with --streaming, "
+                         "Dataflow or Flink with --streaming), or give it a bounded input")
+
+
 class InputsMismatchError(BeamTFRecordError):
     """The workers read other inputs than the client planned (listed, counted, took labels from):
     they do not see the client's files, or the inputs changed while the job ran. Nothing is published.

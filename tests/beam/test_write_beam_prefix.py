@@ -131,10 +131,13 @@ def test_bad_arguments_are_value_errors_naming_the_argument(args, options, error
     assert isinstance(info.value, ValueError)
 
 
-def test_a_window_template_is_refused_for_a_bounded_input_and_streams_are_unbounded_errors(tmp_path):
+def test_a_window_template_is_refused_for_a_bounded_input_and_a_global_stream_needs_a_frequency(tmp_path):
     writer = WriteBalancedTFRecord(str(tmp_path / "r"), shard_name_template="-W-SSSSS-of-NNNNN")
     with pytest.raises(WriterOptionError, match="W and V name the windows of a streaming write"):
         _ = beam.Pipeline() | beam.Create([b"x"]) | writer
     stream = beam.Pipeline() | test_stream.TestStream().add_elements([b"a"])
-    with pytest.raises(UnboundedInputError):
+    with pytest.raises(WriterOptionError, match="triggering_frequency: an unbounded input in the global window"):
         _ = stream | WriteBalancedTFRecord(str(tmp_path / "r"), shard_name_template="-W-SSSSS-of-NNNNN")
+    stream = beam.Pipeline() | test_stream.TestStream().add_elements([b"a"])
+    with pytest.raises(UnboundedInputError):  # a dataset directory takes a bounded input only
+        _ = stream | WriteBalancedTFRecord(output_dir=str(tmp_path / "d"))

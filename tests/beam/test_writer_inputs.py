@@ -79,8 +79,7 @@ def test_write_dataset_takes_a_windowed_input_as_one_dataset(tmp_path, fan_in):
 
 @pytest.mark.parametrize("make_writer, name", [
     (lambda out: WriteBalancedTFRecord(output_dir=out), "WriteBalancedTFRecord"),
-    (lambda out: WriteTFRecordDataset(out, schema=SCHEMA), "WriteTFRecordDataset"),
-], ids=["balanced", "dataset"])
+], ids=["balanced"])  # WriteTFRecordDataset commits each pane of Samples as a version (tests/streaming)
 def test_an_unbounded_input_is_a_typed_error_when_the_pipeline_is_built(tmp_path, make_writer, name):
     pipeline = beam.Pipeline(options=PipelineOptions(["--streaming"]))
     stream = pipeline | "Stream" >> test_stream.TestStream().add_elements([b"a"]) | beam.WindowInto(FixedWindows(60))
@@ -89,9 +88,9 @@ def test_an_unbounded_input_is_a_typed_error_when_the_pipeline_is_built(tmp_path
     assert str(caught.value) == (
         f"{name} is a batch writer: it writes one dataset of its whole input, which must be bounded; its input "
         "'WindowInto(WindowIntoFn)' is unbounded (a streaming source). Give it a bounded source: files, a table, "
-        "or a bounded read of the stream (e.g. ReadFromKafka(max_num_records=...)). To write a stream, window it "
-        "(beam.WindowInto(FixedWindows(...))), land each window in files (beam.io.fileio.WriteToFiles), and run "
-        "this writer as a batch job over each window's files.")
+        "or a bounded read of the stream (e.g. ReadFromKafka(max_num_records=...)). To write a stream, write it "
+        "under a Beam prefix: WriteBalancedTFRecord(file_path_prefix, triggering_frequency=SECONDS) commits each "
+        "window's pane (docs/streaming.md).")
     assert isinstance(caught.value, WriterOptionError)
 
 

@@ -43,8 +43,8 @@ def test_other_names_are_not_shards_of_the_prefix(filename):
     (dict(prefix="r", suffix="/x"), "suffix '/x'"),
     (dict(prefix="r", template="-of-NNNNN"), "shard_name_template '-of-NNNNN': expected one run of 'S'"),
     (dict(prefix="r", template="-SS-SS"), "shard_name_template '-SS-SS'"),
-    (dict(prefix="r", template="-W-SSSSS"), "shard_name_template '-W-SSSSS'"),
-], ids=["slash", "dots", "empty", "suffix-slash", "no-index", "two-indexes", "window"])
+    (dict(prefix="r", template="-W-V-SSSSS"), "-W-V-SSSSS.: expected .* at most one of .W. or .V."),
+], ids=["slash", "dots", "empty", "suffix-slash", "no-index", "two-indexes", "two-windows"])
 def test_names_that_are_no_plain_file_are_refused(fields, message):
     with pytest.raises(ShardNameError, match=message):
         PrefixShardNames(**fields)

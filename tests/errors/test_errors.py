@@ -30,6 +30,7 @@ NAMES = (
     "NotSelfContainedError",  # an outside reader given a version that shares shards (issue 60)
     "ColumnsError", "FeatureNameError", "DuplicateFeatureKeyError", "MissingFeatureValuesError",
     "UnknownKeyError",  # features added to a published version (issue 61)
+    "StreamingRunnerError",  # a streaming write on a runner that cannot stream (issue 62)
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 

@@ -17,6 +17,7 @@ import json
 import re
 from pathlib import Path
 
+import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import GoogleCloudOptions, WorkerOptions
 from apache_beam.portability import common_urns
@@ -170,3 +171,24 @@ def test_dry_run_is_refused_on_runners_that_would_run_the_job(bucket: str) -> No
     with pytest.raises(SystemExit, match="--dry_run=True is honoured only by the DataflowRunner"):
         case.job.run([*case.args(bucket), "--runner=DirectRunner", "--dry_run=True"])
     assert not storage.exists(f"{bucket}/datasets/images/manifest.json")
+
+
+def test_dry_run_translates_a_streaming_write(bucket: str) -> None:
+    """An unbounded input (``PeriodicImpulse``) into ``WriteBalancedTFRecord`` with ``--streaming``: Dataflow builds
+    a streaming job whose graph commits each pane (issue 62); nothing is written."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    from beam_tfrecord import WriteBalancedTFRecord
+
+    prefix = f"{bucket}/streams/out"
+    options = PipelineOptions([*dataflow_args(bucket), "--streaming"])
+    pipeline = beam.Pipeline(options=options)
+    _ = (pipeline | PeriodicImpulse(fire_interval=1)
+         | beam.Map(lambda t: str(t).encode()) | WriteBalancedTFRecord(prefix, triggering_frequency=60))
+    job = pipeline.run().job
+    assert options.view_as(StandardOptions).streaming and job.proto.type.name == "JOB_TYPE_STREAMING"
+    labels = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
+    assert {"WriteBalancedTFRecord/WritePanes/ApplyFixedWindows", "WriteBalancedTFRecord/WritePanes/GroupPane",
+            "WriteBalancedTFRecord/WritePanes/CommitPane"} <= labels
+    assert storage.list_files(f"{bucket}/streams/*") == []

@@ -1,0 +1,113 @@
+"""WriteTFRecordDataset on an unbounded input (issue 62): each fired pane one append version of a versioned root,
+keeping every earlier shard where it is (``stored_in``); a pane LATEST lists already commits nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing import test_stream
+from apache_beam.transforms import window
+from late_stream import run_late_stream
+
+from beam_tfrecord import WriteTFRecordDataset, read_numpy
+from beam_tfrecord.beam.pane_manifest import STREAMING_KEY, PaneId
+from beam_tfrecord.beam.pane_versions import VersionPaneSettings, commit_pane_version
+from beam_tfrecord.beam.write_options import WriterChecks
+from beam_tfrecord.core.description import DatasetDescription
+from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.core.schema import DType, Scalar, Schema
+from beam_tfrecord.core.sharding import ShardingConfig
+from beam_tfrecord.dataset import load_manifest, read_latest, version_dir
+from beam_tfrecord.errors import WriterOptionError
+
+SCHEMA = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.BYTES)})
+SHARDING = ShardingConfig(target_shard_bytes=3_000)
+PER_WINDOW = 30
+LATE = list(range(3 * PER_WINDOW, 3 * PER_WINDOW + 5))
+
+
+def _sample(i: int) -> Sample:
+    return Sample(f"k{i}", {"id": i, "text": b"t" * (29 * i % 300)})
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("versions") / "root")
+    run_late_stream(_sample, per_window=PER_WINDOW, late=LATE,
+                    writer=WriteTFRecordDataset(root, schema=SCHEMA, sharding=SHARDING))
+    return root
+
+
+def test_each_pane_is_an_append_version_that_keeps_every_earlier_shard(root):
+    versions = sorted(os.listdir(os.path.join(root, "versions")))
+    assert len(versions) == 4 and read_latest(root) == versions[-1]
+    previous: list[tuple[str, str]] = []
+    for version in versions:  # each lists the shards of the one before, where they are, then its own
+        manifest = load_manifest(version_dir(root, version))
+        listed = [(s.stored_in or version, s.filename) for s in manifest.shards]
+        assert listed[:len(previous)] == previous and len(listed) > len(previous)
+        assert all(s.stored_in is None for s in manifest.shards[len(previous):])
+        previous = listed
+    panes = load_manifest(root).metadata[STREAMING_KEY]["panes"]
+    assert [(p["window"], p["index"], p["num_records"]) for p in panes] == [
+        ("[0.0, 10.0)", 0, PER_WINDOW), ("[10.0, 20.0)", 0, PER_WINDOW), ("[20.0, 30.0)", 0, PER_WINDOW),
+        ("[0.0, 10.0)-pane1", 1, len(LATE))]
+    shards = load_manifest(root).split("train").shards
+    for pane in panes[:3]:  # ~5 KB each: balanced shards of about the target
+        first, count = pane["first_shard"]["train"], pane["num_shards"]["train"]
+        sizes = [s.num_record_bytes for s in shards[first:first + count]]
+        assert count >= 2 and max(sizes) - min(sizes[:-1] or sizes) <= 16 + 330, sizes
+
+
+def test_every_record_reads_back_once_and_a_pane_committed_again_is_a_no_op(root):
+    assert sorted(int(e["id"]) for e in read_numpy(root)) == [*range(3 * PER_WINDOW), *LATE]
+    latest = read_latest(root)
+    pane = load_manifest(root).metadata[STREAMING_KEY]["panes"][1]
+    settings = VersionPaneSettings(root=root, description=DatasetDescription(schema=SCHEMA, sharding=SHARDING),
+                                   feature_transforms={}, max_rejected_fraction=0.0, metadata={}, command=())
+    start, end, index = map(int, pane["pane"].split(":"))
+    again = commit_pane_version(PaneId(start, end, index, pane["window"]),
+                                [_sample(i) for i in range(PER_WINDOW, 2 * PER_WINDOW)], settings)
+    assert again == load_manifest(root) and read_latest(root) == latest and len(os.listdir(
+        os.path.join(root, "versions"))) == 4
+
+
+def test_an_unbounded_write_refuses_the_checks_that_need_the_whole_input(tmp_path):
+    stream = beam.Pipeline(options=PipelineOptions(["--streaming"])) | test_stream.TestStream().add_elements(
+        [_sample(0)]) | beam.WindowInto(window.FixedWindows(10))
+    with pytest.raises(WriterOptionError, match="^duplicates: an unbounded input"):
+        _ = stream | WriteTFRecordDataset(str(tmp_path / "r"), schema=SCHEMA, checks=WriterChecks(duplicates="report"))
+
+
+def test_a_compacted_streamed_root_equals_a_full_build_of_its_samples(tmp_path):
+    """Each pane's version lends its records by key (its input index: the panes' samples; record locations), so
+    ``beam-tfrecord compact`` rewrites the streamed root into the very shards a full build of the samples writes."""
+    from pipelines import compact
+
+    root, full = str(tmp_path / "root"), str(tmp_path / "full")
+    run_late_stream(_sample, per_window=PER_WINDOW, late=LATE,
+                    writer=WriteTFRecordDataset(root, schema=SCHEMA, sharding=SHARDING))
+    compacted_id = compact.run([f"--dataset_root={root}"])
+    assert compacted_id == read_latest(root)
+    samples = [_sample(i) for i in [*range(3 * PER_WINDOW), *LATE]]
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create(samples, reshuffle=False) | WriteTFRecordDataset(full, schema=SCHEMA,
+                                                                                   sharding=SHARDING)
+    compacted, built = load_manifest(root), load_manifest(full)
+    assert compacted.self_contained and len(compacted.shards) == len(built.shards) >= 5
+    for ours, theirs in zip(compacted.shards, built.shards, strict=True):
+        assert ours.filename == theirs.filename
+        assert Path(version_dir(root, read_latest(root)), ours.filename).read_bytes() == \
+            Path(full, theirs.filename).read_bytes()
+    # The compacted version still lists every pane committed (a replayed one commits nothing) and lends its records.
+    settings = VersionPaneSettings(root=root, description=DatasetDescription(schema=SCHEMA, sharding=SHARDING),
+                                   feature_transforms={}, max_rejected_fraction=0.0, metadata={}, command=())
+    replayed = commit_pane_version(PaneId(0, 10_000_000, 0, "[0.0, 10.0)"), samples[:PER_WINDOW], settings)
+    assert replayed == compacted
+    later = commit_pane_version(PaneId(30_000_000, 40_000_000, 0, "[30.0, 40.0)"), [_sample(1000)], settings)
+    assert [s.stored_in for s in later.shards] == [compacted_id] * len(built.shards) + [None]
+    assert sorted(int(e["id"]) for e in read_numpy(root)) == sorted([*range(3 * PER_WINDOW), *LATE, 1000])
