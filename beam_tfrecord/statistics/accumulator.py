@@ -108,12 +108,13 @@ class FeatureStats:
         elif self.kind is Kind.STRING:
             self.frequencies.add_counts(value_counts(
                 v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values))
-        else:
-            self.values.add(np.fromiter(map(len, values), np.int64, len(values)))
+        else:  # bytes, images: a column that holds its items' lengths (``RaggedArray``) gives them, and views, uncopied
+            held = hasattr(values, "lengths")
+            self.values.add(values.lengths() if held else np.fromiter(map(len, values), np.int64, len(values)))
             if self.kind is Kind.IMAGE:
-                self._add_images(values)
+                self._add_images([values.view(i) for i in range(len(values))] if held else values)
 
-    def _add_images(self, images: list[bytes]) -> None:
+    def _add_images(self, images: list[bytes] | list[memoryview]) -> None:
         headers = [image_header(data) for data in images]
         found = [h for h in headers if h is not None]
         self.undecodable += len(headers) - len(found)
