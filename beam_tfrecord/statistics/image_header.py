@@ -3,7 +3,8 @@
 Invariant: the answer is Pillow's, always. A JPEG whose header holds only segments Pillow reads without a choice
 (DQT, DHT, DRI, COM, APPn but EXIF, ICC, MPO and Photoshop's, a baseline, extended or progressive SOF, then SOS:
 what encoders write) is read here, in a fifth of the time of Pillow's open (which was most of statistics.pb's
-cost on an image build); any other byte string goes to Pillow. ``tests/statistics/test_image_header.py`` compares the two.
+cost on an image build); any other byte string goes to Pillow. ``tests/statistics/test_image_header.py``
+compares the two.
 """
 
 from __future__ import annotations
