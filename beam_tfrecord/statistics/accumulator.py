@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, Image, Schema, Tensor
-from beam_tfrecord.statistics.image_header import image_header
+from beam_tfrecord.statistics.image_header import image_headers
 from beam_tfrecord.statistics.sketches import Frequencies, Numbers, label_counts, value_counts
 
 # Numeric values summarized per record at most: a feature of more (a tensor) has every ``stride``-th value of
@@ -115,7 +115,7 @@ class FeatureStats:
                 self._add_images([values.view(i) for i in range(len(values))] if held else values)
 
     def _add_images(self, images: list[bytes] | list[memoryview]) -> None:
-        headers = [image_header(data) for data in images]
+        headers = image_headers(images)
         found = [h for h in headers if h is not None]
         self.undecodable += len(headers) - len(found)
         self.widths.add(np.array([h[0] for h in found], np.int64))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
+from collections.abc import Iterable
 from types import ModuleType
 
 _SOI = b"\xff\xd8\xff"
@@ -33,8 +34,32 @@ def image_header(data: bytes | memoryview) -> tuple[int, int, str] | None:
     """(width, height, format) of an encoded image from its header, lowercase format; None when Pillow cannot
     identify it (``UnidentifiedImageError``, ``OSError``, ``ValueError``)."""
     found = _plain_jpeg_size(data)
-    if found is not None:
-        return found[0], found[1], "jpeg"
+    return (found[0], found[1], "jpeg") if found is not None else _pillow_header(data)
+
+
+def image_headers(images: Iterable[bytes | memoryview]) -> list[tuple[int, int, str] | None]:
+    """``image_header`` of each of ``images``; an image whose first bytes, up to its scan, are those of the
+    plain JPEG before it (one encoder's output: the same tables, the same size) has its answer without a second
+    reading (a comparison of ~600 bytes, not a walk through its segments in Python)."""
+    headers: list[tuple[int, int, str] | None] = []
+    last: tuple[int, int, str] | None = None
+    prefix, needed = b"", 0
+    for data in images:
+        if last is not None and len(data) >= needed and bytes(data[:len(prefix)]) == prefix:  # not a view's ==:
+            # memoryview compares item by item (~2.5 us for 600 bytes), a copy and bytes' == in ~0.3 us
+            headers.append(last)
+            continue
+        found = _plain_jpeg_size(data)
+        if found is None:
+            headers.append(_pillow_header(data))
+            continue
+        width, height, read, needed = found
+        prefix, last = bytes(data[:read]), (width, height, "jpeg")
+        headers.append(last)
+    return headers
+
+
+def _pillow_header(data: bytes | memoryview) -> tuple[int, int, str] | None:
     from PIL import UnidentifiedImageError
 
     try:
@@ -64,9 +89,11 @@ def _app_ok(head: bytes, marker: int, start: int, end: int) -> bool:
     return True
 
 
-def _plain_jpeg_size(data: bytes | memoryview) -> tuple[int, int] | None:
-    """(width, height) of a JPEG of only the segments Pillow reads without a choice to make; None otherwise
-    (not a JPEG, another segment, anything Pillow would refuse or warn about: Pillow decides those)."""
+def _plain_jpeg_size(data: bytes | memoryview) -> tuple[int, int, int, int] | None:
+    """(width, height, bytes read, bytes needed) of a JPEG of only the segments Pillow reads without a choice to
+    make; None otherwise (not a JPEG, another segment, anything Pillow would refuse or warn about: Pillow decides
+    those). The answer depends on the first ``bytes read`` and on the image being ``bytes needed`` long at least
+    (its scan's header ends there)."""
     head = bytes(data[:_HEAD_BYTES])  # a copy of the header (where bytes index fastest); the whole when longer
     if not head.startswith(_SOI):
         return None
@@ -86,7 +113,7 @@ def _plain_jpeg_size(data: bytes | memoryview) -> tuple[int, int] | None:
         if length < 2 or position > end:
             return None
         if marker == _SOS:
-            return size
+            return None if size is None else (*size, start, position)
         if marker in _SOF:
             if length < 8 or head[start] != 8 or head[start + 5] not in _LAYERS:
                 return None

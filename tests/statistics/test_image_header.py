@@ -8,7 +8,7 @@ import random
 import pytest
 from PIL import Image, UnidentifiedImageError
 
-from beam_tfrecord.statistics.image_header import _plain_jpeg_size, image_header
+from beam_tfrecord.statistics.image_header import _plain_jpeg_size, image_header, image_headers
 
 
 def pillow_header(data: bytes) -> tuple[int, int, str] | None:
@@ -59,6 +59,10 @@ def test_every_cut_and_damaged_header_gets_pillows_answer(images: list[bytes]) -
         for case in cases:
             assert image_header(case) == pillow_header(case), case[:40]
             assert image_header(memoryview(case)) == pillow_header(case)
+        # After the whole image, each case's first bytes are its header's, or not: the remembered answer only
+        # for the first (an image cut inside its scan's header is Pillow's to answer, as alone).
+        assert image_headers([data, *cases, *map(memoryview, cases)]) == \
+            [pillow_header(data), *map(pillow_header, cases), *map(pillow_header, cases)]
         checked += len(cases)
     assert checked > 1_000
 
