@@ -11,7 +11,7 @@ VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("beam_t
 _ROLES = {
     # Writing: the Beam jobs (DirectRunner, Dataflow, Flink) and gs:// through Beam's GCS client.
     "beam": ["apache-beam[gcp]>=2.77,<2.78"],
-    # statistics.pb inside the build: Apache DataSketches' mergeable KLL quantiles and frequent items.
+    # statistics.pb inside the build: Apache DataSketches' frequent items and HLL (strings).
     "statistics": ["datasketches>=5.2,<6"],
     # --near_duplicates: perceptual hashes of images (pHash) from ImageHash.
     "near_duplicates": ["imagehash>=4.3,<5"],

@@ -24,7 +24,7 @@ def records_of(dataset: str) -> Iterator[tuple[str, bytes]]:
 
 
 def exact_part(statistics: Any) -> Any:
-    """The statistics less what the KLL sketches estimate (histograms, medians), means and deviations rounded."""
+    """The statistics less what the sketches estimate (histograms, medians), means and deviations rounded."""
     out = statistics_pb2.DatasetFeatureStatisticsList()
     out.CopyFrom(statistics)
     for dataset in out.datasets:

@@ -1,4 +1,4 @@
-"""Same inputs + same options -> byte-identical shards, whatever the runner, bundling and fan-in path.
+"""Same inputs + same options -> byte-identical shards and statistics.pb, whatever the runner, bundling and fan-in path.
 
 Small spill runs (many runs per worker) and small shards make every mode cut and merge
 differently; the output must not notice. The spill path (runs merged by shard writers), the
@@ -33,6 +33,7 @@ from beam_tfrecord import (
 from beam_tfrecord.beam.write import FanIn
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.samples import Sample
+from beam_tfrecord.statistics import STATISTICS_FILE
 from beam_tfrecord.storage import direct_io
 from pipelines.common import job_pipeline
 
@@ -124,7 +125,7 @@ def _manifest_content(out: str) -> dict:
 ])
 def test_shards_and_manifests_are_identical_across_runners_and_paths(outputs, mode, reference):
     assert _fingerprint(outputs[mode]) == _fingerprint(outputs[reference])
-    for filename in [*(f for f, *_ in _fingerprint(outputs[reference])), "dead_letters.jsonl"]:
+    for filename in [*(f for f, *_ in _fingerprint(outputs[reference])), "dead_letters.jsonl", STATISTICS_FILE]:
         with open(os.path.join(outputs[reference], filename), "rb") as a, \
                 open(os.path.join(outputs[mode], filename), "rb") as b:
             assert a.read() == b.read(), filename

@@ -15,7 +15,6 @@ import operator
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-import imagehash
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
@@ -68,6 +67,8 @@ class NearDuplicateSettings:
 
     def method(self) -> dict[str, object]:
         """How the pairs were found, as the manifest records it."""
+        import imagehash  # its version only (the hash is computed here: ``phash``); not imported at every start
+
         return {"hash": f"imagehash.phash {imagehash.__version__} ({HASH_BITS} bits)",
                 "max_distance": self.max_distance, "colour_layout": f"{_LAYOUT[0]}x{_LAYOUT[1]} RGB",
                 "max_colour_difference": self.max_colour_difference, "bands": self.bands,

@@ -154,14 +154,26 @@ def _keys_digest(keys: list[str]) -> str:
     return hashlib.sha256("\n".join(keys).encode("utf-8")).hexdigest()
 
 
-def _samples(root: str, check: ListingCheck | None, skip: ReusedKeys | None = None) -> Iterator[Sample]:
+# Images a element between the listing and the workers: the runner regroups each element of the Reshuffle
+# in Python (~20 us each, both workers waiting: ~0.3 s for 15,000 images, one at a time); 64 images encode in
+# ~40 ms, small enough to spread evenly.
+_IMAGES_PER_CHUNK = 64
+
+
+def _chunks(root: str, check: ListingCheck | None, skip: ReusedKeys | None = None
+            ) -> Iterator[list[tuple[str, str]]]:
+    """The images to read, (relative, path) in listing order, ``_IMAGES_PER_CHUNK`` a list."""
     listing = list_folder(root)
     if check is not None:
         check.verify(root, listing)
     held = skip.held([relative for relative, _ in listing.images]).tolist() if skip is not None else None
-    for number, (relative, path) in enumerate(listing.images):
-        if held is None or not held[number]:
-            yield image_sample(relative, path)
+    images = [image for number, image in enumerate(listing.images) if held is None or not held[number]]
+    for start in range(0, len(images), _IMAGES_PER_CHUNK):
+        yield images[start:start + _IMAGES_PER_CHUNK]
+
+
+def _chunk_samples(chunk: list[tuple[str, str]]) -> list[Sample]:
+    return [image_sample(relative, path) for relative, path in chunk]
 
 
 class ReadImageFolder(beam.PTransform):
@@ -189,8 +201,9 @@ class ReadImageFolder(beam.PTransform):
         return (
             pipeline
             | "Root" >> beam.Create([self._root])
-            | "ListFiles" >> beam.FlatMap(_samples, self._check, self._skip)
+            | "ListFiles" >> beam.FlatMap(_chunks, self._check, self._skip)  # [(relative, path)], 64 at most
             | "Spread" >> beam.Reshuffle()
+            | "Samples" >> beam.FlatMap(_chunk_samples)
         )
 
 

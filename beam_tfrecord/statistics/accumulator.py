@@ -7,13 +7,13 @@ features only; a SequenceExample's feature lists are not summarized.
 from __future__ import annotations
 
 import enum
-import io
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from beam_tfrecord.core.schema import ClassLabel, DType, Feature, Image, Schema, Tensor
+from beam_tfrecord.statistics.image_header import image_headers
 from beam_tfrecord.statistics.sketches import Frequencies, Numbers, label_counts, value_counts
 
 # Numeric values summarized per record at most: a feature of more (a tensor) has every ``stride``-th value of
@@ -47,18 +47,6 @@ def is_integer(feature: Feature) -> bool:
     if isinstance(feature, Tensor):
         return np.dtype(feature.dtype.value).kind in "biu"
     return isinstance(feature, ClassLabel) or getattr(feature, "dtype", None) is DType.INT64
-
-
-def _image_header(data: bytes) -> tuple[int, int, str] | None:
-    """(width, height, format) of an encoded image, from its header (Pillow reads no pixel)."""
-    from PIL import Image as PILImage
-    from PIL import UnidentifiedImageError
-
-    try:
-        with PILImage.open(io.BytesIO(data)) as image:
-            return image.size[0], image.size[1], (image.format or "unknown").lower()
-    except (UnidentifiedImageError, OSError, ValueError):
-        return None
 
 
 class FeatureStats:
@@ -120,13 +108,14 @@ class FeatureStats:
         elif self.kind is Kind.STRING:
             self.frequencies.add_counts(value_counts(
                 v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values))
-        else:
-            self.values.add(np.fromiter(map(len, values), np.int64, len(values)))
+        else:  # bytes, images: a column that holds its items' lengths (``RaggedArray``) gives them, and views, uncopied
+            held = hasattr(values, "lengths")
+            self.values.add(values.lengths() if held else np.fromiter(map(len, values), np.int64, len(values)))
             if self.kind is Kind.IMAGE:
-                self._add_images(values)
+                self._add_images([values.view(i) for i in range(len(values))] if held else values)
 
-    def _add_images(self, images: list[bytes]) -> None:
-        headers = [_image_header(bytes(data)) for data in images]
+    def _add_images(self, images: list[bytes] | list[memoryview]) -> None:
+        headers = image_headers(images)
         found = [h for h in headers if h is not None]
         self.undecodable += len(headers) - len(found)
         self.widths.add(np.array([h[0] for h in found], np.int64))

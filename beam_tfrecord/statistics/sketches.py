@@ -1,8 +1,10 @@
-"""Mergeable summaries of one feature's values, bounded in memory at any size (Apache DataSketches underneath).
+"""Mergeable summaries of one feature's values, bounded in memory at any size.
 
 Each takes a block of values at a time (NumPy arrays: no per-value Python), merges with another of its kind, and
-pickles (the sketches as their own serialized bytes). Exact while small: counts, sums, minimum and maximum always;
-value frequencies until ``EXACT_DISTINCT`` distinct values, then a frequent-items and an HLL sketch.
+pickles. Exact while small: counts, sums, minimum and maximum always; numbers' quantiles until ``EXACT_NUMBERS``
+distinct values, then log-spaced buckets (a function of the values alone: the same bytes however the work was
+split); strings' frequencies until ``EXACT_DISTINCT`` distinct values, then Apache DataSketches' frequent-items
+and HLL sketches (their own serialized bytes in a pickle).
 """
 
 from __future__ import annotations
@@ -14,14 +16,26 @@ from typing import Any
 import datasketches
 import numpy as np
 
-KLL_K = 200  # KLL's default: normalized rank error ~1.3% (``Numbers.rank_error``), a few KB per sketch
-EXACT_DISTINCT = 1000  # distinct values counted exactly (unique count and top values), then sketched
+EXACT_DISTINCT = 1000  # distinct strings counted exactly (unique count and top values), then sketched
 _FREQUENT_LG_MAP = 10  # frequent-items map of 2^10 slots: ~750 items, counts within n * 3.5 / 768
 _HLL_LG_K = 12  # HLL of 4096 buckets: distinct count within ~1.6%
+EXACT_NUMBERS = 4096  # distinct numbers counted exactly (exact quantiles and histograms), then bucketed
+_GAMMA = 1.005  # bucket bounds grow by 0.5%: a bucketed quantile is within 0.25% of a value of its rank
+_MAX_BUCKETS = 4096  # buckets per sign (a range of ~e^20 in values), then the nearest zero fold upwards
+_MAX_INDEX = 200_000  # bucket indices clipped here: beyond any finite double's (|log_gamma(v)| < 150,000)
 
 
 class Numbers:
-    """Numeric values: count, NaNs, zeros, min, max, sum and sum of squares exactly; quantiles by a KLL sketch."""
+    """Numeric values: count, NaNs, zeros, min, max, sum and sum of squares exactly; quantiles from value counts.
+
+    The counts are a function of the values' multiset only, whatever the blocks and the order of merges, so
+    ``statistics.pb`` is the same bytes for any split of the work (a KLL sketch's random compactions were not):
+    each distinct value with its count while ``EXACT_NUMBERS`` or fewer (quantiles exact, as a KLL sketch's
+    in exact mode), then log-spaced buckets (DDSketch's: a quantile within 0.25% of the value, not of the rank),
+    at most ``_MAX_BUCKETS`` a sign, the smallest magnitudes folded into the lowest kept bucket. Folding commutes
+    with merging. Sums stay as added: exact for integers, for other floats the same given the same blocks in the
+    same order (a shard's records in its own order).
+    """
 
     def __init__(self) -> None:
         self.count = 0
@@ -31,7 +45,9 @@ class Numbers:
         self.maximum = -np.inf
         self.total = 0.0
         self.total_sq = 0.0
-        self.kll = datasketches.kll_doubles_sketch(KLL_K)
+        self.keys = np.zeros(0, np.float64)  # distinct values ascending, or bucket keys once ``bucketed``
+        self.weights = np.zeros(0, np.int64)  # how many values each key stands for
+        self.bucketed = False
 
     def add(self, values: np.ndarray) -> None:
         """Adds a 1-d array of values (any numeric dtype)."""
@@ -50,7 +66,10 @@ class Numbers:
         self.maximum = max(self.maximum, float(floats.max()))
         self.total += float(floats.sum())
         self.total_sq += float(np.einsum("i,i->", floats, floats))  # not np.dot: BLAS threads cost 300x here
-        self.kll.update(floats)
+        if self.bucketed:
+            self._take(*_distinct(_bucket_keys(floats).astype(np.int64)), bucketed=True)
+        else:  # + 0.0: -0.0 is 0.0 (one key, one sign)
+            self._take(*_distinct(values if _small_integers(values.dtype) else floats + 0.0), bucketed=False)
 
     def merge(self, other: "Numbers") -> None:
         self.count += other.count
@@ -60,7 +79,21 @@ class Numbers:
         self.maximum = max(self.maximum, other.maximum)
         self.total += other.total
         self.total_sq += other.total_sq
-        self.kll.merge(other.kll)
+        self._take(other.keys, other.weights, bucketed=other.bucketed)
+
+    def _take(self, keys: np.ndarray, weights: np.ndarray, *, bucketed: bool) -> None:
+        if self.bucketed or bucketed:
+            mine = self.keys if self.bucketed else _bucket_keys(self.keys)
+            theirs = keys if bucketed else _bucket_keys(keys)
+            self.keys, self.weights = _fold(*_add_counts(np.concatenate([mine, theirs]),
+                                                         np.concatenate([self.weights, weights])))
+            self.bucketed = True
+            return
+        self.keys, self.weights = _add_counts(np.concatenate([self.keys, keys]),
+                                              np.concatenate([self.weights, weights]))
+        if self.keys.size > EXACT_NUMBERS:
+            self.keys, self.weights = _fold(*_add_counts(_bucket_keys(self.keys), self.weights))
+            self.bucketed = True
 
     @property
     def mean(self) -> float:
@@ -70,24 +103,84 @@ class Numbers:
     def std(self) -> float:
         return float(np.sqrt(max(0.0, self.total_sq / self.count - self.mean ** 2))) if self.count else 0.0
 
-    def rank_error(self) -> float:
-        """The sketch's normalized rank error (a quantile's rank is within this fraction of n)."""
-        return float(self.kll.normalized_rank_error(False))
+    def _sorted_view(self) -> tuple[np.ndarray, np.ndarray]:
+        """(values ascending, cumulative counts): the values themselves, or the buckets' middles clipped to
+        [minimum, maximum]."""
+        values = np.clip(_bucket_values(self.keys), self.minimum, self.maximum) if self.bucketed else self.keys
+        return values, np.cumsum(self.weights)
 
     def quantiles(self, fractions: Iterable[float]) -> list[float]:
-        return [float(q) for q in self.kll.get_quantiles(list(fractions))] if self.count else []
+        """The value of each rank in ``fractions``, as a KLL sketch's ``get_quantiles`` gives it (the first
+        value of more than ``fraction * count`` values at or below it)."""
+        if not self.count:
+            return []
+        values, cumulative = self._sorted_view()
+        ranks = np.array([int(fraction * self.count) for fraction in fractions], np.int64)
+        at = np.minimum(np.searchsorted(cumulative, ranks, side="right"), len(values) - 1)
+        return [float(v) for v in values[at]]
 
     def counts_below(self, edges: list[float]) -> list[float]:
-        """Estimated number of values below each of ``edges`` (sorted), from the sketch's CDF."""
+        """Number of values below each of ``edges`` (sorted), as a KLL sketch's CDF times the count gives it."""
         if not self.count:
             return [0.0] * len(edges)
-        return [float(c) * self.count for c in self.kll.get_cdf(edges, inclusive=False)[:-1]]
+        values, cumulative = self._sorted_view()
+        at = np.searchsorted(values, np.asarray(edges, np.float64), side="left")
+        below = np.concatenate([[0], cumulative])[at]
+        return [int(b) / self.count * self.count for b in below.tolist()]
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "kll": self.kll.serialize()}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, kll=datasketches.kll_doubles_sketch.deserialize(state["kll"]))
+def _small_integers(dtype: np.dtype) -> bool:
+    """Whether values of ``dtype`` are integers that ``int64`` holds (counted by ``np.bincount``)."""
+    return dtype.kind in "bi" or (dtype.kind == "u" and dtype.itemsize < 8)
+
+
+def _distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A block's (distinct values ascending, as float64; their counts): by ``np.bincount`` for integers of a
+    span not much larger than the block (a few ns a value, not a sort), else by ``np.unique``."""
+    if _small_integers(values.dtype):
+        ints = values.astype(np.int64, copy=False)
+        low = int(ints.min())
+        if int(ints.max()) - low <= 4 * ints.size + 1024:
+            counts = np.bincount(ints - low)
+            present = np.flatnonzero(counts)
+            return (present + low).astype(np.float64), counts[present]
+    distinct, counts = np.unique(values, return_counts=True)
+    return distinct.astype(np.float64, copy=False), counts.astype(np.int64, copy=False)
+
+
+def _add_counts(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal keys' weights summed: (distinct keys ascending, their weights)."""
+    distinct, where = np.unique(keys, return_inverse=True)
+    return distinct, np.bincount(where, weights, len(distinct)).astype(np.int64)
+
+
+def _bucket_keys(values: np.ndarray) -> np.ndarray:
+    """Each value's bucket: 0 for zero, else +-(1 + _MAX_INDEX + ceil(log_gamma |v|)), ordered as the values."""
+    with np.errstate(divide="ignore"):
+        index = np.clip(np.ceil(np.log(np.abs(values)) / np.log(_GAMMA)), -_MAX_INDEX, _MAX_INDEX)
+    return np.where(values == 0, 0.0, np.sign(values) * (index + _MAX_INDEX + 1))
+
+
+def _bucket_values(keys: np.ndarray) -> np.ndarray:
+    """The middle of each bucket (DDSketch's 2 gamma^i / (gamma + 1): within 0.25% of any value in it)."""
+    with np.errstate(over="ignore"):
+        middle = 2.0 * np.power(_GAMMA, np.abs(keys) - _MAX_INDEX - 1) / (_GAMMA + 1.0)
+    return np.where(keys == 0, 0.0, np.sign(keys) * middle)
+
+
+def _fold(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``_MAX_BUCKETS`` buckets a sign: the smallest magnitudes' weights added to the smallest kept
+    (a function of the multiset: the kept buckets of a merge are the union's largest, whatever folded before)."""
+    weights = weights.copy()
+    keep = np.ones(len(keys), bool)
+    for side in (keys > 0, keys < 0):
+        where = np.flatnonzero(side)
+        if len(where) > _MAX_BUCKETS:
+            ordered = where if keys[where[0]] > 0 else where[::-1]  # by magnitude, smallest first
+            folded, kept = ordered[:-_MAX_BUCKETS], ordered[-_MAX_BUCKETS]
+            weights[kept] += weights[folded].sum()
+            keep[folded] = False
+    return keys[keep], weights[keep]
 
 
 class Frequencies:

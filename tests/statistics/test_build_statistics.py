@@ -1,7 +1,8 @@
 """``statistics.pb``: written by every build, as TFDV writes it, its values checked against the records read back.
 
-Counts, min, max and mean exact, quantiles within the KLL sketch's rank error, top values exact; ``statistics=False``
-writes none and the same shards. On Dask: tests/dask/test_users_cluster.py, with ``statistics_checks``.
+Counts, min, max and mean exact, quantiles within 1.3% of their rank (exact here), top values exact;
+``statistics=False`` writes none and the same shards. On Dask: tests/dask/test_users_cluster.py, with
+``statistics_checks``.
 """
 
 from __future__ import annotations
