@@ -15,8 +15,8 @@ import numpy as np
 
 from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import record_spans
-from beam_tfrecord.errors import CorruptShardError
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.errors import CorruptShardError
 from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.tf_spec import ParsedBatch, tf
 from beam_tfrecord.remote_reads.options import fetched_remotely
