@@ -13,15 +13,16 @@ from collections.abc import Callable, Sequence
 import google_crc32c
 import numpy as np
 
-from beam_tfrecord.core.file_format import Compression, FileFormat
 from beam_tfrecord.core.framing import record_spans
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.errors import CorruptShardError
+from beam_tfrecord.formats import TFDataFiles
 from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.tf_spec import ParsedBatch, tf
 from beam_tfrecord.remote_reads.options import fetched_remotely
 
 Batch = tf.Tensor | tuple[tf.Tensor, ...]  # a batch of records, or one batch per aligned stream
+_FRAMED = TFDataFiles("TFRecordDataset", "")  # files of uncompressed TFRecord framing, the ones read whole
 
 
 def part_schemas(plan: ReadPlan) -> list[Schema]:
@@ -78,7 +79,7 @@ def column_rows(plan: ReadPlan) -> tf.data.Dataset | None:
     batched; a damaged file fails the read with a CorruptShardError's message naming it.
     """
     passes = plan.passes
-    if (plan.format.file_format is not FileFormat.TFRECORD or plan.manifest.compression is not Compression.NONE
+    if (plan.format.tf_data_files(plan.manifest.compression) != _FRAMED
             or any(fetched_remotely(plan.path(p)) for p in passes)):
         return None
     expected = [(plan.path(p), p.shard.num_bytes, p.shard.crc32c, p.shard.num_records) for p in passes]
