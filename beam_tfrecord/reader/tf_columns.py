@@ -10,11 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import google_crc32c
+import numpy as np
+
+from beam_tfrecord.core.framing import record_spans
 from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.errors import CorruptShardError
+from beam_tfrecord.formats import TFDataFiles
 from beam_tfrecord.reader.order.read_plan import ReadPlan
 from beam_tfrecord.reader.tf_spec import ParsedBatch, tf
+from beam_tfrecord.remote_reads.options import fetched_remotely
 
 Batch = tf.Tensor | tuple[tf.Tensor, ...]  # a batch of records, or one batch per aligned stream
+_FRAMED = TFDataFiles("TFRecordDataset", "")  # files of uncompressed TFRecord framing, the ones read whole
 
 
 def part_schemas(plan: ReadPlan) -> list[Schema]:
@@ -47,8 +55,52 @@ def joined_parser(parsers: Sequence[Callable[[tf.Tensor], ParsedBatch]],
 
 def batched(streams: Sequence[tf.data.Dataset], size: int, *, drop_remainder: bool = False) -> tf.data.Dataset:
     """Batches of ``size`` records of aligned streams: one stream's own batches, or a zip of each one's (each
-    batched ahead on its own thread)."""
+    batched ahead on its own thread). A stream of vectors of records (``column_rows``) is rebatched to ``size``."""
+
+    def batches(stream: tf.data.Dataset) -> tf.data.Dataset:
+        if stream.element_spec.shape.rank == 1:
+            return stream.rebatch(size, drop_remainder=drop_remainder)
+        return stream.batch(size, drop_remainder=drop_remainder)
+
     if len(streams) == 1:
-        return streams[0].batch(size, drop_remainder=drop_remainder)
-    return tf.data.Dataset.zip(tuple(stream.batch(size, drop_remainder=drop_remainder).prefetch(1)
-                                     for stream in streams))
+        return batches(streams[0])
+    return tf.data.Dataset.zip(tuple(batches(stream).prefetch(1) for stream in streams))
+
+
+def column_rows(plan: ReadPlan) -> tf.data.Dataset | None:
+    """The rows a column part plan (``ReadPlan.part_plans``) reads, one vector of them per pass, deleted rows
+    included (as ``tf_records.stored_chain`` gives the base's records, to be dropped a batch at a time); None when
+    its files are not local uncompressed TFRecord files (then they are read as a base shard is).
+
+    Each file is read whole (``tf.io.read_file``) and checked once against the manifest's size and CRC32C (as
+    strong as every record's CRCs, which TensorFlow's reader checked at a cost per record: the rows alone cost
+    ~1.2 us each), its rows cut out by one ``tf.strings.substr`` at the offsets of its framing
+    (``framing.record_spans``): no element per row. Limits: a whole file is held in memory while its rows are
+    batched; a damaged file fails the read with a CorruptShardError's message naming it.
+    """
+    passes = plan.passes
+    if (plan.format.tf_data_files(plan.manifest.compression) != _FRAMED
+            or any(fetched_remotely(plan.path(p)) for p in passes)):
+        return None
+    expected = [(plan.path(p), p.shard.num_bytes, p.shard.crc32c, p.shard.num_records) for p in passes]
+
+    def spans(number: np.ndarray, content: bytes) -> tuple[np.ndarray, np.ndarray]:
+        path, num_bytes, crc32c, num_records = expected[int(number)]
+        if len(content) != num_bytes:
+            raise CorruptShardError(path, f"{len(content)} bytes, the manifest says {num_bytes}")
+        if f"{google_crc32c.value(content):08x}" != crc32c:
+            raise CorruptShardError(path, f"file CRC32C {google_crc32c.value(content):08x} differs from the "
+                                          f"manifest's {crc32c}")
+        return record_spans(content, name=path, num_records=num_records)
+
+    @tf.autograph.experimental.do_not_convert
+    def rows(number: tf.Tensor, path: tf.Tensor, start: tf.Tensor, stop: tf.Tensor) -> tf.Tensor:
+        content = tf.io.read_file(path)
+        starts, lengths = tf.numpy_function(spans, [number, content], [tf.int64, tf.int64], stateful=False)
+        starts, lengths = tf.ensure_shape(starts, [None]), tf.ensure_shape(lengths, [None])
+        return tf.strings.substr(content, starts[start:stop], lengths[start:stop])
+
+    return tf.data.Dataset.from_tensor_slices((
+        tf.range(len(passes), dtype=tf.int64), tf.constant([path for path, *_ in expected], tf.string),
+        tf.constant([p.start for p in passes], tf.int64), tf.constant([p.stop for p in passes], tf.int64),
+    )).map(rows)

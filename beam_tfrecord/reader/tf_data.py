@@ -15,7 +15,7 @@ from beam_tfrecord.reader.follow import DEFAULT_FOLLOW_POLL_SECONDS, Follow
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.order.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.tf_columns import Batch, batched, joined_parser, part_schemas
+from beam_tfrecord.reader.tf_columns import Batch, batched, column_rows, joined_parser, part_schemas
 from beam_tfrecord.reader.tf_follow import following_batches
 from beam_tfrecord.reader.tf_records import default_parallel_reads, read_records, stored_chain
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
@@ -227,7 +227,13 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     # Without repeat, counts are checked per batch (free) rather than per record (~4% of the read rate).
     # One ArrayRecord dataset is globally shuffled by its reader; a mixture's parts are shuffled below.
     # One dataset in stored order with deleted records: they are read, and dropped a batch at a time (``keep``).
+    # Column files read whole in local stored-order reads (``column_rows``: one vector of rows per file, no
+    # element per row), after the base's records; else each read as the base is.
     reading = (plan,) if parts is None else parts
+    rows = [column_rows(p) for p in reading[1:]] if parts is not None and all(
+        (num_parallel_reads or default_parallel_reads(p, shuffle)) == 1 for p in parts) else [None]
+    bulk = [] if None in rows else rows
+    reading = reading[:1] if bulk else reading
     stored = [stored_chain(p, num_parallel_reads=num_parallel_reads or default_parallel_reads(p, shuffle))
               for p in reading] if choices is None and not shuffle else [None]
     keep = None if stored[0] is None else stored[0][1]
@@ -240,6 +246,7 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
                                 seed=seed, verify_count=verify_count and repeat, reads=reads,
                                 num_parallel_reads=num_parallel_reads or default_parallel_reads(p, shuffle))
                    for p in (reading if choices is None else plans)]
+    streams = [*streams, *bulk]
     if choices is not None:
         streams = [tf.data.Dataset.choose_from_datasets(
             streams, tf.data.Dataset.from_tensor_slices(choices).map(lambda choice: tf.cast(choice, tf.int64)))]

@@ -129,6 +129,45 @@ def test_tf_data_equals_native(pair: Pair, options: dict) -> None:
     assert len(read_dataset(pair.root, batch_size=16)) == len(read_dataset(pair.native, batch_size=16))
 
 
+def test_tf_data_repeated_rows_stay_aligned(pair: Pair) -> None:
+    """Column rows read whole (``tf_columns.column_rows``) stay aligned with the base's records across parse batches
+    and epochs, deleted rows dropped with their records."""
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    def rows(path: str, batches: int) -> tuple[list[bytes], np.ndarray]:
+        got = list(read_dataset(path, batch_size=48, repeat=True).take(batches))
+        return [k for b in got for k in b["key"].numpy()], np.concatenate([b["emb"].numpy() for b in got])
+
+    batches = 3 * (COUNT - len(pair.deleted)) // 48 + 1
+    keys, emb = rows(pair.root, batches)
+    assert (keys, emb.tolist()) == tuple(x.tolist() if isinstance(x, np.ndarray) else x
+                                         for x in rows(pair.native, batches))
+    assert emb.tolist() == [_emb(k.decode())["emb"] for k in keys]
+
+
+def test_tf_data_fails_on_a_damaged_column_file(pair: Pair, tmp_path) -> None:
+    import shutil
+
+    import tensorflow as tf
+
+    from beam_tfrecord.dataset import load_manifest
+    from beam_tfrecord.reader.tf_data import read_dataset
+
+    if load_manifest(pair.root).file_format is not FileFormat.TFRECORD:
+        pytest.skip("column files read whole by tf.data are TFRecord files")
+    copy = str(tmp_path / "root")
+    shutil.copytree(pair.root, copy)
+    column = load_manifest(copy).split("train").shards[1].columns[0].filename
+    path = f"{version_dir(copy, SECOND)}/{column}"
+    with open(path, "r+b") as file:
+        file.seek(40)
+        byte = file.read(1)
+        file.seek(40)
+        file.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(tf.errors.OpError, match=f"CorruptShardError.*{column}.*CRC32C"):
+        list(read_dataset(copy, batch_size=16))
+
+
 def test_torch_equals_native(pair: Pair) -> None:
     pytest.importorskip("torch")
     from beam_tfrecord.reader.torch_dataset import TFRecordIterableDataset

@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from beam_tfrecord.core.framing import FRAMING_BYTES, frame, frame_parts, iter_records, masked_crc
+from beam_tfrecord.core.framing import FRAMING_BYTES, frame, frame_parts, iter_records, masked_crc, record_spans
 from beam_tfrecord.errors import CorruptShardError
 
 RECORDS = [b"", b"a", b"hello world", bytes(range(256)) * 40]
@@ -62,3 +62,21 @@ def test_corruption_is_reported_with_offset(damage, reason, offset):
     assert info.value.shard == "shard-7"
     assert reason in info.value.reason
     assert info.value.offset == offset
+
+
+@pytest.mark.parametrize("lengths", [[], [5] * 300, [5, 0, 0, 5, 5, 7, 0] + [5] * 200 + [0]],
+                         ids=["empty", "one_length", "runs"])
+def test_record_spans_cut_every_record(lengths):
+    records = [bytes([i % 256]) * n for i, n in enumerate(lengths)]
+    buffer = b"".join(frame(r) for r in records)
+    starts, sizes = record_spans(buffer, name="col.tfrecord", num_records=len(records))
+    assert [buffer[s:s + n] for s, n in zip(starts, sizes)] == records
+
+
+@pytest.mark.parametrize("rows, count, reason", [(2.5, 3, "truncated record"), (3, 4, "3 records, the manifest says 4"),
+                                                 (4, 3, "4 records, the manifest says 3")],
+                         ids=["truncated", "fewer", "more"])
+def test_record_spans_fail_naming_the_file(rows, count, reason):
+    buffer = b"".join(frame(b"row") for _ in range(4))[:int(rows * len(frame(b"row")))]
+    with pytest.raises(CorruptShardError, match=f"col.tfrecord.*{reason}"):
+        record_spans(buffer, name="col.tfrecord", num_records=count)
