@@ -6,58 +6,19 @@ functions themselves (a pipeline cannot be interleaved with a reader cheaply); t
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_pane_commit import _pane, _records, _settings
+from streams import PER_PANE, Stream, prefix_stream, root_stream
 
-from beam_tfrecord.beam.pane_commit import commit_pane
-from beam_tfrecord.beam.pane_versions import VersionPaneSettings, commit_pane_version
-from beam_tfrecord.core.description import DatasetDescription
-from beam_tfrecord.core.samples import Sample
-from beam_tfrecord.core.schema import DType, Scalar, Schema
-from beam_tfrecord.core.sharding import ShardingConfig
 from beam_tfrecord.reader import read_numpy
 from beam_tfrecord.reader.follow_reader import FollowReader
 
 PANES = 4
 POLL_SECONDS = 0.01
 FOLLOW_TIMEOUT_SECONDS = 0.5  # the follower ends this long after the last pane (a commit takes milliseconds)
-SCHEMA = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.BYTES)})
-PER_PANE = 40  # samples of a root's pane: ~6 KB, 2-3 shards of SHARDING's target
-
-
-@dataclasses.dataclass(frozen=True)
-class Stream:
-    """A stream of panes: where it is written, how pane ``n`` commits, what a record reads back as."""
-
-    path: str
-    commit: Callable[[int], object]
-    record: Callable[[dict[str, Any]], Any]
-    expected: Callable[[range], list[Any]]  # the records of these panes, sorted
-
-
-def _prefix_stream(base: str) -> Stream:
-    settings = _settings(f"{base}/out")
-    return Stream(f"{base}/out", lambda n: commit_pane(_pane(n), _records(n), settings),
-                  lambda example: bytes(example["record"]), lambda panes: sorted(r for n in panes for r in _records(n)))
-
-
-def _root_samples(n: int) -> list[Sample]:
-    return [Sample(f"k{i}", {"id": i, "text": b"t" * (29 * i % 300)}) for i in range(n * PER_PANE, (n + 1) * PER_PANE)]
-
-
-def _root_stream(base: str) -> Stream:
-    settings = VersionPaneSettings(root=f"{base}/root", description=DatasetDescription(
-        schema=SCHEMA, sharding=ShardingConfig(target_shard_bytes=3_000)), feature_transforms={},
-        max_rejected_fraction=0.0, metadata={}, command=("test",))
-    return Stream(f"{base}/root", lambda n: commit_pane_version(_pane(n), _root_samples(n), settings),
-                  lambda example: int(example["id"]), lambda panes: list(range(panes.start * PER_PANE,
-                                                                               panes.stop * PER_PANE)))
 
 
 def _follow(stream: Stream, **options: Any) -> FollowReader:
@@ -73,7 +34,7 @@ def _wait_for_length(read: list[Any], length: int) -> None:
         time.sleep(POLL_SECONDS)
 
 
-STREAMS = {"prefix": _prefix_stream, "root": _root_stream}
+STREAMS = {"prefix": prefix_stream, "root": root_stream}
 
 
 @pytest.mark.parametrize("kind", sorted(STREAMS))
