@@ -13,7 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream
 from apache_beam.transforms import window
 from late_stream import run_late_stream
-from streams import PER_PANE, commit_root_panes
+from streams import PER_PANE, assert_compacts_to_a_full_build, commit_root_panes
 from test_pane_commit import _pane, killed_job
 
 from beam_tfrecord import WriteTFRecordDataset, read_numpy
@@ -90,30 +90,19 @@ def test_an_unbounded_write_refuses_the_checks_that_need_the_whole_input(tmp_pat
 def test_a_compacted_streamed_root_equals_a_full_build_of_its_samples(tmp_path):
     """Each pane's version lends its records by key (its input index: the panes' samples; record locations), so
     ``beam-tfrecord compact`` rewrites the streamed root into the very shards a full build of the samples writes."""
-    from pipelines import compact
-
-    root, full = str(tmp_path / "root"), str(tmp_path / "full")
+    root = str(tmp_path / "root")
     run_late_stream(_sample, per_window=PER_WINDOW, late=LATE,
                     writer=WriteTFRecordDataset(root, schema=SCHEMA, sharding=SHARDING))
-    compacted_id = compact.run([f"--dataset_root={root}"])
-    assert compacted_id == read_latest(root)
     samples = [_sample(i) for i in [*range(3 * PER_WINDOW), *LATE]]
-    with beam.Pipeline() as pipeline:
-        _ = pipeline | beam.Create(samples, reshuffle=False) | WriteTFRecordDataset(full, schema=SCHEMA,
-                                                                                   sharding=SHARDING)
-    compacted, built = load_manifest(root), load_manifest(full)
-    assert compacted.self_contained and len(compacted.shards) == len(built.shards) >= 5
-    for ours, theirs in zip(compacted.shards, built.shards, strict=True):
-        assert ours.filename == theirs.filename
-        assert Path(version_dir(root, read_latest(root)), ours.filename).read_bytes() == \
-            Path(full, theirs.filename).read_bytes()
+    assert_compacts_to_a_full_build(root, samples, str(tmp_path / "full"))
+    compacted, compacted_id = load_manifest(root), read_latest(root)
     # The compacted version still lists every pane committed (a replayed one commits nothing) and lends its records.
     settings = VersionPaneSettings(root=root, description=DatasetDescription(schema=SCHEMA, sharding=SHARDING),
                                    feature_transforms={}, max_rejected_fraction=0.0, metadata={}, command=())
     replayed = commit_pane_version(PaneId(0, 10_000_000, 0, "[0.0, 10.0)"), samples[:PER_WINDOW], settings)
     assert replayed == compacted
     later = commit_pane_version(PaneId(30_000_000, 40_000_000, 0, "[30.0, 40.0)"), [_sample(1000)], settings)
-    assert [s.stored_in for s in later.shards] == [compacted_id] * len(built.shards) + [None]
+    assert [s.stored_in for s in later.shards] == [compacted_id] * len(compacted.shards) + [None]
     assert sorted(int(e["id"]) for e in read_numpy(root)) == sorted([*range(3 * PER_WINDOW), *LATE, 1000])
 
 
