@@ -45,6 +45,7 @@ from beam_tfrecord.verify import verify_dataset
 # reading with NumPy or PyTorch needs neither Beam nor TensorFlow installed.
 _LAZY = {
     "WriteTFRecordDataset": "beam_tfrecord.beam.write",
+    "VersionRetention": "beam_tfrecord.beam.write_options",
     "WriterChecks": "beam_tfrecord.beam.write_options",
     "WriterProvenance": "beam_tfrecord.beam.write_options",
     "WriteBalancedTFRecord": "beam_tfrecord.beam.write_balanced",
@@ -120,6 +121,7 @@ __all__ = [
     "TextUnit",
     "VarLen",
     "VarList",
+    "VersionRetention",
     "WriteBalancedTFRecord",
     "WriteTFRecordDataset",
     "WriterChecks",

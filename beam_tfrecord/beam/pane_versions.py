@@ -18,6 +18,7 @@ from beam_tfrecord import storage
 from beam_tfrecord.beam.pane_commit import commit_lease, dead_letter_lines, split_rejected, write_planned
 from beam_tfrecord.beam.pane_manifest import STREAMING_KEY, PaneId, PaneShards, committed_panes, with_pane
 from beam_tfrecord.beam.shards import ShardFileWriter, ShardTarget
+from beam_tfrecord.beam.write_options import VersionRetention
 from beam_tfrecord.core.description import DatasetDescription
 from beam_tfrecord.core.hashing import key_hash
 from beam_tfrecord.core.manifest import DEAD_LETTER_FILENAME, MANIFEST_FILENAME, Manifest
@@ -38,7 +39,7 @@ from beam_tfrecord.versions.input_index import (
 )
 from beam_tfrecord.versions.locations import RECORD_LOCATIONS_FILENAME, read_record_locations, write_record_locations
 from beam_tfrecord.versions.refresh import commit_version, new_version_id
-from beam_tfrecord.versions.retention import list_versions
+from beam_tfrecord.versions.retention import apply_retention, list_versions
 
 STREAM_INPUT = "stream:"  # the "path" of a streamed sample in a version's input index (it has no file)
 
@@ -54,6 +55,7 @@ class VersionPaneSettings:
         max_rejected_fraction: a pane rejecting more of its samples than this fails, and publishes nothing.
         metadata: facts every version's manifest records.
         command: what wrote the dataset.
+        retention: the versions kept: retention runs after each pane's version, under the commit lease.
     """
 
     root: str
@@ -62,6 +64,7 @@ class VersionPaneSettings:
     max_rejected_fraction: float
     metadata: Mapping[str, Any]
     command: tuple[str, ...]
+    retention: VersionRetention = dataclasses.field(default_factory=VersionRetention)
 
 
 def _encoded(samples: Iterable[Sample], settings: VersionPaneSettings
@@ -122,6 +125,7 @@ def commit_pane_version(pane: PaneId, samples: Iterable[Sample], settings: Versi
                                        dead_letter_lines(d.to_json() for d in rejected))
         storage.write_bytes_atomic(storage.join(directory, MANIFEST_FILENAME), manifest.dumps().encode("utf-8"))
         commit_version(root, version_id)  # LATEST moves: the pane is out
+        apply_retention(root, settings.retention.keep_versions, min_version_age=settings.retention.min_version_age)
     return manifest
 
 

@@ -1,5 +1,6 @@
-"""The writer's option groups besides ``WriterTuning``: ``WriterChecks`` (what it checks) and ``WriterProvenance``
-(what it records), each frozen and checked once, Beam-free.
+"""The writer's option groups besides ``WriterTuning``: ``WriterChecks`` (what it checks), ``WriterProvenance``
+(what it records) and ``VersionRetention`` (which versions a streaming write keeps), each frozen and checked once,
+Beam-free.
 
 Invariant: a field is checked where it is made; what needs two groups is checked by ``WriteTFRecordDataset``.
 docs/inputs.md shows them in use.
@@ -8,6 +9,7 @@ docs/inputs.md shows them in use.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +18,7 @@ from beam_tfrecord.quality.content import DuplicatesCheck, DuplicatesMode
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.quality.split_groups import SplitKeyFn
 from beam_tfrecord.versions.commit import VersionCommit
+from beam_tfrecord.versions.retention import DEFAULT_KEEP_VERSIONS, DEFAULT_MIN_VERSION_AGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,3 +118,27 @@ class WriterProvenance:
             raise WriterOptionError(f"command must be a sequence of arguments (text), got {self.command!r}")
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "metadata", dict(self.metadata or {}))
+
+
+@dataclasses.dataclass(frozen=True)
+class VersionRetention:
+    """Which versions of a root a streaming write keeps: after each pane's version, retention runs as after a
+    refresh (``versions.retention.apply_retention``), so a root fed by a stream does not grow without bound.
+
+    Attributes:
+        keep_versions: complete versions kept at any age, LATEST among them (a refresh's ``--keep_versions``).
+        min_version_age: how long a version is kept after it stopped being LATEST (``--min_version_age``): a
+            reader that opened it, or a follower whose state names it, finishes within it. At the default (24 h), a
+            stream keeps a day of panes' versions (they share their shards: each adds its manifest and indexes).
+    Raises:
+        WriterOptionError: at construction, naming the field and the bad value.
+    """
+
+    keep_versions: int = DEFAULT_KEEP_VERSIONS
+    min_version_age: datetime.timedelta = DEFAULT_MIN_VERSION_AGE
+
+    def __post_init__(self) -> None:
+        if type(self.keep_versions) is not int or self.keep_versions < 1:
+            raise WriterOptionError(f"retention.keep_versions must be an integer >= 1, got {self.keep_versions!r}")
+        if not isinstance(self.min_version_age, datetime.timedelta) or self.min_version_age < datetime.timedelta(0):
+            raise WriterOptionError(f"retention.min_version_age must be a timedelta >= 0, got {self.min_version_age!r}")

@@ -23,6 +23,7 @@ from beam_tfrecord.reader.options import ImageDecoding
 from beam_tfrecord.reader.order.orders import StoredOrder
 from beam_tfrecord.reader.order.read_plan import plan_read
 from beam_tfrecord.remote_reads.options import RemoteReads
+from beam_tfrecord.storage.deadlines import deadlines_in_force
 
 
 def check_followable(path: object, split: str, *, shuffle: bool = False) -> str:
@@ -79,7 +80,10 @@ class FollowReader:
         return self
 
     def __next__(self) -> Any:
-        return next(self._items)
+        # Each step may read LATEST or a manifest, in the consumer's thread: under the reader's deadlines, as a
+        # normal read opens its dataset (the shards' ranged reads take them from ``Decoding.reads``).
+        with deadlines_in_force(None if self._decoding.reads is None else self._decoding.reads.deadlines):
+            return next(self._items)
 
     def _generate(self) -> Generator[Any, None, None]:
         for at, delta in follow_commits(self._path, self._state, self._follow, split=self._split,

@@ -89,13 +89,23 @@ class LocalBackend(StorageBackend):
 
     def create_if_absent(self, path: str, data: bytes) -> bool:
         self.make_dirs(os.path.dirname(path) or ".")
+        # Written whole under a name of its own, then linked (fails if the path exists): a process killed at any
+        # moment, or a disk too full, never leaves ``path`` empty or half-written (a lease would read as held by
+        # nobody, for ever). A killed one may leave its ``.create-*`` file.
+        aside = f"{path}.create-{uuid.uuid4().hex[:8]}"
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            with raise_typed_when_full(aside, len(data), partial=aside), open(aside, "wb") as handle:
+                handle.write(data)
+            os.link(aside, path)
         except FileExistsError:
             return False
-        # A disk too full leaves no empty file behind (it would read as nobody's).
-        with raise_typed_when_full(path, len(data), partial=path), os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        except OSError as err:
+            if err.errno not in _NO_HARD_LINKS:
+                raise
+            return _create_exclusive(path, data)
+        finally:
+            if os.path.exists(aside):
+                os.unlink(aside)
         return True
 
     def read_versioned(self, path: str) -> VersionedBytes | None:
@@ -118,6 +128,21 @@ class LocalBackend(StorageBackend):
             os.replace(aside, path)  # not the one read: put it back
             return
         os.remove(aside)
+
+
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}  # FUSE mounts, some NFS
+
+
+def _create_exclusive(path: str, data: bytes) -> bool:
+    """``create_if_absent`` where hard links are refused: ``O_EXCL`` (a kill between create and write can leave
+    the file empty)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with raise_typed_when_full(path, len(data), partial=path), os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    return True
 
 
 def _files_under(literal: str) -> list[str]:

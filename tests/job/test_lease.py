@@ -10,11 +10,13 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from fixtures_gcs import tiny_images  # noqa: F401  (pytest fixture)
 
+from beam_tfrecord import storage
 from beam_tfrecord.interop import INTEROP_FILENAMES
 from beam_tfrecord.interop.tfds import tfds_files
 from beam_tfrecord.job import lease
@@ -112,3 +114,27 @@ def test_output_locked_error_lives_in_errors_and_is_still_importable_from_lease(
     from beam_tfrecord import errors
 
     assert OutputLockedError is errors.OutputLockedError and issubclass(OutputLockedError, errors.BeamTFRecordError)
+
+
+def test_a_local_create_if_absent_is_never_seen_empty_or_half_written(tmp_path):
+    """The file appears whole (written aside, then linked): a job killed while taking a lease leaves none, never an
+    empty one that reads as held by nobody (never stale). Watched from another thread while 32 MB are created."""
+    path, data = str(tmp_path / "lease"), b"x" * (32 << 20)
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            try:
+                seen.add(os.path.getsize(path))
+            except FileNotFoundError:
+                pass
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert storage.create_if_absent(path, data)
+    finally:
+        done.set()
+        watcher.join()
+    assert seen <= {len(data)} and not storage.create_if_absent(path, b"other")
+    assert sorted(os.listdir(tmp_path)) == ["lease"]  # no file left aside

@@ -77,6 +77,17 @@ def test_a_reader_whose_store_stops_answering_raises_store_timeout_error(stored,
     _timed_out(raised.value, stored)
 
 
+def test_a_follower_on_a_store_that_never_answers_raises_store_timeout_error(stored, proxy):
+    """Its first look for a commit (LATEST, the manifest) is made under ``RemoteReads.deadlines``, as a normal
+    reader's open, not the process's."""
+    follower = bt.read_numpy(stored.dataset, follow=True, follow_timeout_seconds=0,
+                             remote_reads=bt.RemoteReads(deadlines=SHORT))
+    proxy.hold()
+    with pytest.raises(StoreTimeoutError) as raised:
+        next(follower)
+    _timed_out(raised.value, stored)
+
+
 def test_read_dataset_on_a_store_that_never_answers_raises_store_timeout_error(stored, proxy):
     pytest.importorskip("tensorflow")
     proxy.hold()

@@ -100,20 +100,21 @@ def _check_published(prefix: str) -> list[str]:
     return [p["pane"] for p in panes]
 
 
-def _job(prefix: str) -> subprocess.Popen:
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_pane_commit as t; " \
-           f"t.commit_panes({prefix!r})"
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+def killed_job(module: str, call: str, *, seed: int, within_seconds: float) -> None:
+    """Runs ``module.call`` (a job that prints "ready" before its commits) in a subprocess and SIGKILLs it at a
+    moment drawn by ``seed`` from [0, within_seconds) after it is ready."""
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import {module} as t; t.{call}"
+    job = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert job.stdout is not None and job.stdout.readline() == "ready\n"
+    time.sleep(random.Random(seed).uniform(0.0, within_seconds))
+    job.send_signal(signal.SIGKILL)
+    job.wait()
 
 
 @pytest.mark.parametrize("seed", [7])  # ~65 ms into the commits (one case: a subprocess imports Beam, ~4 s)
 def test_sigkill_during_commits_never_lists_half_a_pane_and_a_restart_lists_each_once(tmp_path, seed):
     prefix = str(tmp_path / "out")
-    job = _job(prefix)
-    assert job.stdout is not None and job.stdout.readline() == "ready\n"
-    time.sleep(random.Random(seed).uniform(0.0, 0.2))  # the 6 panes commit in ~0.16 s here
-    job.send_signal(signal.SIGKILL)
-    job.wait()
+    killed_job("test_pane_commit", f"commit_panes({prefix!r})", seed=seed, within_seconds=0.2)  # 6 panes: ~0.16 s
     listed = _check_published(prefix)
     assert listed == [_pane(n).key for n in range(len(listed))]
     commit_panes(prefix)  # the job restarted (here: its process is gone, so the lease it held is taken over at once)

@@ -1,5 +1,6 @@
 """WriteTFRecordDataset on an unbounded input (issue 62): each fired pane one append version of a versioned root,
-keeping every earlier shard where it is (``stored_in``); a pane LATEST lists already commits nothing."""
+keeping every earlier shard where it is (``stored_in``); a pane LATEST lists already commits nothing; a commit killed
+(SIGKILL) leaves LATEST at a complete version, and a rerun publishes each pane once."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing import test_stream
 from apache_beam.transforms import window
 from late_stream import run_late_stream
+from streams import PER_PANE, assert_compacts_to_a_full_build, commit_root_panes
+from test_pane_commit import _pane, killed_job
 
 from beam_tfrecord import WriteTFRecordDataset, read_numpy
 from beam_tfrecord.beam.pane_manifest import STREAMING_KEY, PaneId
@@ -23,6 +26,7 @@ from beam_tfrecord.core.schema import DType, Scalar, Schema
 from beam_tfrecord.core.sharding import ShardingConfig
 from beam_tfrecord.dataset import load_manifest, read_latest, version_dir
 from beam_tfrecord.errors import WriterOptionError
+from beam_tfrecord.storage import crc32c_and_size
 
 SCHEMA = Schema({"id": Scalar(DType.INT64), "text": Scalar(DType.BYTES)})
 SHARDING = ShardingConfig(target_shard_bytes=3_000)
@@ -86,28 +90,47 @@ def test_an_unbounded_write_refuses_the_checks_that_need_the_whole_input(tmp_pat
 def test_a_compacted_streamed_root_equals_a_full_build_of_its_samples(tmp_path):
     """Each pane's version lends its records by key (its input index: the panes' samples; record locations), so
     ``beam-tfrecord compact`` rewrites the streamed root into the very shards a full build of the samples writes."""
-    from pipelines import compact
-
-    root, full = str(tmp_path / "root"), str(tmp_path / "full")
+    root = str(tmp_path / "root")
     run_late_stream(_sample, per_window=PER_WINDOW, late=LATE,
                     writer=WriteTFRecordDataset(root, schema=SCHEMA, sharding=SHARDING))
-    compacted_id = compact.run([f"--dataset_root={root}"])
-    assert compacted_id == read_latest(root)
     samples = [_sample(i) for i in [*range(3 * PER_WINDOW), *LATE]]
-    with beam.Pipeline() as pipeline:
-        _ = pipeline | beam.Create(samples, reshuffle=False) | WriteTFRecordDataset(full, schema=SCHEMA,
-                                                                                   sharding=SHARDING)
-    compacted, built = load_manifest(root), load_manifest(full)
-    assert compacted.self_contained and len(compacted.shards) == len(built.shards) >= 5
-    for ours, theirs in zip(compacted.shards, built.shards, strict=True):
-        assert ours.filename == theirs.filename
-        assert Path(version_dir(root, read_latest(root)), ours.filename).read_bytes() == \
-            Path(full, theirs.filename).read_bytes()
+    assert_compacts_to_a_full_build(root, samples, str(tmp_path / "full"))
+    compacted, compacted_id = load_manifest(root), read_latest(root)
     # The compacted version still lists every pane committed (a replayed one commits nothing) and lends its records.
     settings = VersionPaneSettings(root=root, description=DatasetDescription(schema=SCHEMA, sharding=SHARDING),
                                    feature_transforms={}, max_rejected_fraction=0.0, metadata={}, command=())
     replayed = commit_pane_version(PaneId(0, 10_000_000, 0, "[0.0, 10.0)"), samples[:PER_WINDOW], settings)
     assert replayed == compacted
     later = commit_pane_version(PaneId(30_000_000, 40_000_000, 0, "[30.0, 40.0)"), [_sample(1000)], settings)
-    assert [s.stored_in for s in later.shards] == [compacted_id] * len(built.shards) + [None]
+    assert [s.stored_in for s in later.shards] == [compacted_id] * len(compacted.shards) + [None]
     assert sorted(int(e["id"]) for e in read_numpy(root)) == sorted([*range(3 * PER_WINDOW), *LATE, 1000])
+
+
+KILLED_PANES = 12  # ~10 ms each here
+
+
+def _latest_panes(root: str) -> list[str]:
+    """The panes LATEST's version lists (none without LATEST), each whole: every shard it lists is in place."""
+    latest = read_latest(root)
+    if latest is None:
+        return []
+    manifest = load_manifest(version_dir(root, latest))
+    for shard in manifest.shards:
+        path = Path(version_dir(root, shard.stored_in or latest), shard.filename)
+        assert crc32c_and_size(str(path)) == (shard.crc32c, shard.num_bytes), path
+    panes = manifest.metadata[STREAMING_KEY]["panes"]
+    assert [p["num_records"] for p in panes] == [PER_PANE] * len(panes)
+    assert manifest.num_written == PER_PANE * len(panes)
+    return [p["pane"] for p in panes]
+
+
+@pytest.mark.parametrize("seed", [5])  # ~0.1 s in: 9 panes out, the 10th killed in its commit (one case: ~3 s)
+def test_sigkill_during_pane_version_commits_never_shows_half_a_version_and_a_rerun_publishes_each_once(
+        tmp_path, seed):
+    root = str(tmp_path / "root")
+    killed_job("streams", f"commit_root_panes({str(tmp_path)!r}, {KILLED_PANES})", seed=seed, within_seconds=0.15)
+    listed = _latest_panes(root)
+    assert listed == [_pane(n).key for n in range(len(listed))]  # LATEST: a complete version of the first panes
+    commit_root_panes(str(tmp_path), KILLED_PANES)  # the job rerun: every pane again (those LATEST lists: no-ops)
+    assert _latest_panes(root) == [_pane(n).key for n in range(KILLED_PANES)]
+    assert sorted(int(e["id"]) for e in read_numpy(root)) == list(range(KILLED_PANES * PER_PANE))
