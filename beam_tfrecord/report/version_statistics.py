@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from beam_tfrecord.core.schema import Schema
+from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.dataset import LoadedDataset, open_dataset
 from beam_tfrecord.formats.joined import open_listed
 from beam_tfrecord.statistics import read_statistics
@@ -36,14 +36,16 @@ def statistics_of(dataset_dir: str) -> Any:
     """
     dataset = open_dataset(dataset_dir)
     found = read_statistics(dataset.metadata_dir or dataset.directory)  # beside the manifest
-    if found is not None and _covers(found, dataset.manifest.schema):
+    if found is not None and _covers(found, dataset.manifest):
         return found
     return statistics_of_records(dataset.manifest.schema, _records(dataset))
 
 
-def _covers(statistics: Any, schema: Schema) -> bool:
-    """Whether a statistics file measures every feature of the schema (not one a version added later as column
-    files, or renamed, after the file was written)."""
+def _covers(statistics: Any, manifest: Manifest) -> bool:
+    """Whether a statistics file measures every feature a version added as column files or renamed after the file
+    was written (a file that leaves out a feature of the build's own is taken as it is)."""
     measured = {"/".join(feature.path.step) if feature.path.step else feature.name
                 for dataset in statistics.datasets for feature in dataset.features}
-    return set(schema.features) | set(schema.sequence_features) <= measured
+    added = manifest.column_features()
+    later = {name for name in manifest.schema.features if manifest.physical_name(name) in added}
+    return (later | set(manifest.physical_names)) <= measured

@@ -221,7 +221,10 @@ def finished_shard(path: str, spec: ShardSpec) -> ShardInfo | None:
         return None
     try:
         record = json.loads(storage.read_bytes(record_path))
-        info = ShardInfo(**record["info"])
+        fields = dict(record["info"])
+        if fields.pop("columns", None):  # a shard a writer finished holds no column file (asdict made () a list)
+            return None
+        info = ShardInfo(**fields)
     except (ValueError, KeyError, TypeError):
         return None  # a record from another version of this file: the shard is written again
     if record.get("spec") != dataclasses.asdict(spec) or not storage.exists(path):
