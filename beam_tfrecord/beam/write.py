@@ -165,8 +165,6 @@ class WriteTFRecordDataset(beam.PTransform):
         provenance: what the manifest records of the build (``WriterProvenance``: inputs counted, their
             identity for ``resume``, the command, metadata).
         tuning: how the write runs (``WriterTuning``); it never changes the bytes written.
-        retention: with an unbounded input (each pane an append version of the root ``output_dir``), the versions
-            kept (``VersionRetention``; default: a refresh's); refused with a bounded input (a refresh keeps them).
 
     Raises:
         TypeError: for a keyword that moved into an option group, naming its new home (``MOVED_KEYWORDS``).
@@ -180,12 +178,12 @@ class WriteTFRecordDataset(beam.PTransform):
                  file_format: FileFormat | None = None, description: DatasetDescription | None = None,
                  feature_transforms: Mapping[str, FeatureTransform] | None = None, encoding: Encoding | None = None,
                  checks: WriterChecks | None = None, provenance: WriterProvenance | None = None,
-                 tuning: WriterTuning | None = None, retention: VersionRetention | None = None) -> None:
+                 tuning: WriterTuning | None = None) -> None:
         super().__init__()
         description = _description_of(description, schema, dict(
             splits=splits, sharding=sharding, compression=compression, file_format=file_format))
         for name, value, kind in (("checks", checks, WriterChecks), ("provenance", provenance, WriterProvenance),
-                                  ("tuning", tuning, WriterTuning), ("retention", retention, VersionRetention)):
+                                  ("tuning", tuning, WriterTuning)):
             if value is not None and not isinstance(value, kind):
                 raise WriterOptionError(f"{name} must be a {kind.__name__}, got {value!r}")
         tuning, checks = tuning or WriterTuning(), checks or WriterChecks()
@@ -195,7 +193,6 @@ class WriteTFRecordDataset(beam.PTransform):
         if checks.split_key_fn is not None:
             metadata[SPLIT_BY_KEY] = split_key_name(checks.split_key_fn)
         self._output_dir, self._tuning, self._encoding = output_dir, tuning, encoding
-        self._retention = retention
         self._feature_transforms = dict(feature_transforms or {})
         resume_text = None if provenance.inputs_identity is None else fingerprint({
             "inputs": provenance.inputs_identity, "dataset_name": description.name,
@@ -276,9 +273,10 @@ class WriteTFRecordDataset(beam.PTransform):
         if not samples.is_bounded and self._encoding is None:  # Samples: each pane one append version
             return samples | "WritePanes" >> self._pane_versions()
         require_bounded(samples, writer=type(self).__name__)
-        if self._retention is not None:
-            raise WriterOptionError("retention: keeps the versions an unbounded input's panes commit; a bounded "
-                                    "input writes one dataset (a refresh's --keep_versions keeps a root's versions)")
+        if self._publish_settings.provenance.retention is not None:
+            raise WriterOptionError("provenance.retention: keeps the versions an unbounded input's panes commit; a "
+                                    "bounded input writes one dataset (a refresh's --keep_versions keeps a root's "
+                                    "versions)")
         samples = in_global_window(samples)  # one dataset of every window (see beam_tfrecord.beam.batch_input)
         if runs_on_direct_runner(samples.pipeline):
             workers = local_workers_for(samples.pipeline.options, requested=self._tuning.local_workers)
@@ -313,7 +311,7 @@ class WriteTFRecordDataset(beam.PTransform):
             root=self._output_dir, description=self._fan_in_settings.description,
             feature_transforms=self._feature_transforms, max_rejected_fraction=checks.max_rejected_fraction,
             metadata=provenance.metadata, command=tuple(provenance.command),
-            retention=self._retention or VersionRetention())
+            retention=provenance.retention or VersionRetention())
         return WriteWindowedTFRecord(functools.partial(commit_pane_version, settings=settings),
                                      triggering_frequency=None)
 

@@ -76,51 +76,6 @@ class WriterChecks:
 
 
 @dataclasses.dataclass(frozen=True)
-class WriterProvenance:
-    """What the writer records about the build: its inputs, their identity, the command, extra facts.
-
-    Attributes:
-        expected_inputs: the inputs the caller counted: if the workers read another number
-            (written plus rejected), the job fails with ``InputsMismatchError`` and publishes nothing.
-        inputs_identity: text that identifies the inputs as they are now (sizes, update times); with
-            it a killed build can be resumed.
-        resume: take over a killed build of the same options and ``inputs_identity`` in ``output_dir``
-            and keep its finished work (same bytes as a clean build; none found: a clean build).
-            ``Sample`` inputs, the spill fan-in and the default ``temp_dir`` only.
-        command: the command line to record in the manifest.
-        metadata: extra facts to record in the manifest.
-        commit: the version of a root these shards join (``versions.commit.VersionCommit``): the manifest then
-            lists the base's shards it keeps too, and ``record_locations.json`` is written; None: a dataset of
-            the written shards alone.
-
-    Raises:
-        WriterOptionError: at construction, naming the field and the bad value.
-    """
-
-    expected_inputs: int | None = None
-    inputs_identity: str | None = None
-    resume: bool = False
-    command: Sequence[str] = ()
-    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    commit: VersionCommit | None = None
-
-    def __post_init__(self) -> None:
-        if self.commit is not None and not isinstance(self.commit, VersionCommit):
-            raise WriterOptionError(f"commit must be a VersionCommit or None, got {self.commit!r}")
-        if self.expected_inputs is not None and (isinstance(self.expected_inputs, bool) or not isinstance(
-                self.expected_inputs, int) or self.expected_inputs < 0):
-            raise WriterOptionError(f"expected_inputs must be >= 0, got {self.expected_inputs}")
-        if self.inputs_identity is not None and not isinstance(self.inputs_identity, str):
-            raise WriterOptionError(f"inputs_identity must be text or None, got {self.inputs_identity!r}")
-        if not isinstance(self.resume, bool):
-            raise WriterOptionError(f"resume must be a bool, got {self.resume!r}")
-        if isinstance(self.command, str) or not all(isinstance(arg, str) for arg in self.command):
-            raise WriterOptionError(f"command must be a sequence of arguments (text), got {self.command!r}")
-        object.__setattr__(self, "command", tuple(self.command))
-        object.__setattr__(self, "metadata", dict(self.metadata or {}))
-
-
-@dataclasses.dataclass(frozen=True)
 class VersionRetention:
     """Which versions of a root a streaming write keeps: after each pane's version, retention runs as after a
     refresh (``versions.retention.apply_retention``), so a root fed by a stream does not grow without bound.
@@ -142,3 +97,53 @@ class VersionRetention:
             raise WriterOptionError(f"retention.keep_versions must be an integer >= 1, got {self.keep_versions!r}")
         if not isinstance(self.min_version_age, datetime.timedelta) or self.min_version_age < datetime.timedelta(0):
             raise WriterOptionError(f"retention.min_version_age must be a timedelta >= 0, got {self.min_version_age!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterProvenance:
+    """What the writer records about the build: its inputs, their identity, the command, extra facts.
+
+    Attributes:
+        expected_inputs: the inputs the caller counted: if the workers read another number
+            (written plus rejected), the job fails with ``InputsMismatchError`` and publishes nothing.
+        inputs_identity: text that identifies the inputs as they are now (sizes, update times); with
+            it a killed build can be resumed.
+        resume: take over a killed build of the same options and ``inputs_identity`` in ``output_dir``
+            and keep its finished work (same bytes as a clean build; none found: a clean build).
+            ``Sample`` inputs, the spill fan-in and the default ``temp_dir`` only.
+        command: the command line to record in the manifest.
+        metadata: extra facts to record in the manifest.
+        commit: the version of a root these shards join (``versions.commit.VersionCommit``): the manifest then
+            lists the base's shards it keeps too, and ``record_locations.json`` is written; None: a dataset of
+            the written shards alone.
+        retention: with an unbounded input (each pane an append version of the root), the versions kept
+            (``VersionRetention``; None: a refresh's defaults); refused with a bounded input (a refresh keeps them).
+
+    Raises:
+        WriterOptionError: at construction, naming the field and the bad value.
+    """
+
+    expected_inputs: int | None = None
+    inputs_identity: str | None = None
+    resume: bool = False
+    command: Sequence[str] = ()
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    commit: VersionCommit | None = None
+    retention: VersionRetention | None = None
+
+    def __post_init__(self) -> None:
+        if self.commit is not None and not isinstance(self.commit, VersionCommit):
+            raise WriterOptionError(f"commit must be a VersionCommit or None, got {self.commit!r}")
+        if self.retention is not None and not isinstance(self.retention, VersionRetention):
+            raise WriterOptionError(f"retention must be a VersionRetention or None, got {self.retention!r}")
+        if self.expected_inputs is not None and (isinstance(self.expected_inputs, bool) or not isinstance(
+                self.expected_inputs, int) or self.expected_inputs < 0):
+            raise WriterOptionError(f"expected_inputs must be >= 0, got {self.expected_inputs}")
+        if self.inputs_identity is not None and not isinstance(self.inputs_identity, str):
+            raise WriterOptionError(f"inputs_identity must be text or None, got {self.inputs_identity!r}")
+        if not isinstance(self.resume, bool):
+            raise WriterOptionError(f"resume must be a bool, got {self.resume!r}")
+        if isinstance(self.command, str) or not all(isinstance(arg, str) for arg in self.command):
+            raise WriterOptionError(f"command must be a sequence of arguments (text), got {self.command!r}")
+        object.__setattr__(self, "command", tuple(self.command))
+        object.__setattr__(self, "metadata", dict(self.metadata or {}))

@@ -11,7 +11,7 @@ import apache_beam as beam
 import pytest
 from streams import PER_PANE, SCHEMA, assert_compacts_to_a_full_build, root_samples, root_stream
 
-from beam_tfrecord import VersionRetention, WriteTFRecordDataset, read_numpy
+from beam_tfrecord import VersionRetention, WriterProvenance, WriteTFRecordDataset, read_numpy
 from beam_tfrecord.core.manifest import MANIFEST_FILENAME
 from beam_tfrecord.errors import WriterOptionError
 from beam_tfrecord.versions.retention import list_versions
@@ -46,7 +46,7 @@ def test_retention_is_checked_and_refused_with_a_bounded_input(tmp_path):
         VersionRetention(keep_versions=0)
     with pytest.raises(WriterOptionError, match="^retention.min_version_age must be a timedelta"):
         VersionRetention(min_version_age=3600)
-    with pytest.raises(WriterOptionError, match="^retention: keeps the versions an unbounded input's panes"), \
+    with pytest.raises(WriterOptionError, match="^provenance.retention: keeps the versions an unbounded input's"), \
             beam.Pipeline() as pipeline:
         _ = pipeline | beam.Create(root_samples(0)) | WriteTFRecordDataset(str(tmp_path / "d"), schema=SCHEMA,
-                                                                           retention=KEEP)
+                                                                           provenance=WriterProvenance(retention=KEEP))
