@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from beam_tfrecord.engine.worker_memory import keep_freed_memory
 from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks
 from beam_tfrecord.formats.array_record import riegeli_runs_here
+from beam_tfrecord.job.fork_quiet import threads_held_quiet
 
 FORK_WORKERS_ENV = "BEAM_TFRECORD_FORK_WORKERS"
 _REQUEST_LIMIT = 16 << 20  # bytes of one launcher's request (its environment): far above any real one
@@ -47,12 +48,13 @@ sys.exit(int(answer) if answer.strip() else 1)
 _GRPC_THREADS = ("grpc", "event_engine", "lifeguard", "default-executo", "resolver-execu", "timer_manager")
 
 
-def _safe_to_fork() -> bool:
-    """Whether this process runs no other Python thread (none can hold a lock the fork would copy
-    held), gRPC has not started its threads (a forked child could not use gRPC then) and riegeli has not
-    started its cleaner (a forked child could not use ArrayRecord). Native threads of libraries that handle
-    ``fork`` themselves (jemalloc, OpenBLAS) do not matter."""
-    if threading.active_count() != 1 or riegeli_runs_here():
+def _safe_to_fork(other_threads: list[str]) -> bool:
+    """Whether this process runs no other Python thread but quiet ones, held idle while the fork is
+    taken (``other_threads``, from ``fork_quiet.threads_held_quiet``: none can hold a lock the fork would
+    copy held), gRPC has not started its threads (a forked child could not use gRPC then) and riegeli has
+    not started its cleaner (a forked child could not use ArrayRecord). Native threads of libraries that
+    handle ``fork`` themselves (jemalloc, OpenBLAS) do not matter."""
+    if other_threads or riegeli_runs_here():
         return False
     try:
         tasks = os.listdir("/proc/self/task")
@@ -130,7 +132,8 @@ def worker_fork_server() -> Iterator[WorkerForkServer | None]:
 
     One per run, not per process: it holds a copy of this process as it was when made, which a
     long-lived process (a notebook) should not keep after the run that needed it."""
-    server = WorkerForkServer() if fork_workers_enabled() and _safe_to_fork() else None
+    with threads_held_quiet() as other_threads:  # the progress display's thread waits until the fork is taken
+        server = WorkerForkServer() if fork_workers_enabled() and _safe_to_fork(other_threads) else None
     try:
         yield server
     finally:

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
+from beam_tfrecord.job.fork_quiet import start_quiet_thread
+
 FLUSH_SECONDS = 0.5
 _SUFFIX = ".progress.json"
 
@@ -143,6 +145,17 @@ def _has_tqdm() -> bool:
     return True
 
 
+def _bar_class() -> type:
+    """tqdm without its monitor thread (``monitor_interval = 0``): a thread of tqdm's own would keep
+    the local engine from forking its workers; the display redraws the bar itself every 0.25 s."""
+    from tqdm import tqdm
+
+    class _Bar(tqdm):
+        monitor_interval = 0
+
+    return _Bar
+
+
 class ProgressDisplay:
     """Shows a progress folder's sums while a build runs (``with ProgressDisplay(...)``).
 
@@ -163,7 +176,7 @@ class ProgressDisplay:
         self._live = (self._stream.isatty() if live is None else live) and _has_tqdm()
         self._interval = 0.25 if self._live else interval_seconds
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="beam-tfrecord-progress", daemon=True)
+        self._thread: threading.Thread | None = None
         self._started = 0.0
         self._writing_since: float | None = None  # when the shards were first seen planned
         self._bar: Any = None
@@ -171,27 +184,24 @@ class ProgressDisplay:
     def __enter__(self) -> ProgressDisplay:
         self._started = time.monotonic()
         if self._live:
-            from tqdm import tqdm
-
             # shutil's width falls back to 80 columns where a terminal reports 0 (some ptys do).
-            self._bar = tqdm(total=self._expected, unit=" samples", file=self._stream, leave=False,
+            self._bar = _bar_class()(total=self._expected, unit=" samples", file=self._stream, leave=False,
                              ncols=shutil.get_terminal_size().columns,
                              bar_format="{percentage:3.0f}%|{bar:12}| {desc}" if self._expected else "{desc}")
-        self._thread.start()
+        # A quiet thread: the local engine may still fork its workers from this process (fork_quiet).
+        self._thread = start_quiet_thread(self.show, every_seconds=self._interval, stop=self._stop,
+                                          name="beam-tfrecord-progress")
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._bar is not None:
             self._bar.close()  # leave=False: the line is cleared, the summary prints on a clean terminal
         elif exc_info[0] is None:
             self.show()  # a log ends with the final counts, however short the build was (a failure
             # ends with its error instead)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.show()
 
     def show(self) -> None:
         counts = read_progress(self._directory)

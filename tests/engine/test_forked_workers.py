@@ -204,3 +204,27 @@ def test_the_fork_server_ends_when_closed(tmp_path):
     assert server.running() and os.path.exists(server.address)
     server.close()
     assert not server.running() and not os.path.exists(server.address)
+
+
+# SCRIPT's run under the progress display every local build shows (its thread runs all along).
+DISPLAYED = SCRIPT.replace("\nrun(out)\n", textwrap.dedent("""
+    from beam_tfrecord.job.progress import ProgressDisplay, progress_folder
+    with progress_folder() as folder, ProgressDisplay(folder, live=sys.argv[2] == "bar", stream=sys.stderr,
+                                                      interval_seconds=0.005):
+        run(out)
+"""))
+
+
+@pytest.mark.parametrize("display", ["log", "bar"])
+def test_workers_are_forked_while_the_progress_display_runs(jobs, tmp_path, display):
+    """The display's thread (and tqdm's bar, without its monitor thread) is quiet while the fork is taken
+    (job/fork_quiet.py): a build's workers are forked, not started as fresh interpreters, and the display
+    goes on drawing during and after the run."""
+    assert DISPLAYED != SCRIPT
+    done = _run(jobs, tmp_path, DISPLAYED, "1", str(tmp_path / "out.txt"), display)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = _reports(tmp_path / "out.txt")
+    assert [int(r[0]) for r in reports] == list(range(40))
+    assert {r[1] for r in reports} == {"yes"}
+    if display == "log":
+        assert done.stderr.count("progress: 0 samples") >= 3  # drawn while the pipeline ran, not only at its end
