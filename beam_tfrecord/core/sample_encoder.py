@@ -16,6 +16,7 @@ import numpy as np
 
 from beam_tfrecord.core import proto
 from beam_tfrecord.core.image_ops import check_decodable
+from beam_tfrecord.core.image_header import plain_jpeg_shape
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import (
     ClassLabel,
@@ -206,7 +207,11 @@ def _tensor_filler(feature: Tensor) -> _Filler:
 
 
 def image_size(data: bytes) -> tuple[int, int, int]:
-    """(height, width, channels) from an encoded image's header, without decoding its pixels."""
+    """(height, width, channels) from an encoded image's header, without decoding its pixels: Pillow's
+    answer, read without Pillow for a plain JPEG (``image_header``)."""
+    plain = plain_jpeg_shape(data)
+    if plain is not None:
+        return plain
     from PIL import Image as PILImage  # imported lazily: only schemas with image shapes need it
 
     with PILImage.open(io.BytesIO(data)) as image:

@@ -22,7 +22,7 @@ from beam_tfrecord.core.schema import ClassLabel, DType, FixedList, Image, Scala
 from beam_tfrecord.dataset import LoadedDataset
 from beam_tfrecord.reader.numpy_reader import iter_examples
 from beam_tfrecord.reader.order.read_plan import plan_read
-from beam_tfrecord.statistics.image_header import image_header
+from beam_tfrecord.core.image_header import image_header
 from beam_tfrecord.statistics.measures import Bucket
 
 RESERVOIR = 20_000

@@ -1,4 +1,5 @@
-"""statistics.pb's image sizes and formats read without Pillow are Pillow's, on whole, cut and damaged images."""
+"""Image sizes, formats and shapes read without Pillow (statistics.pb's, the schema's shape check) are Pillow's,
+on whole, cut and damaged images."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import random
 import pytest
 from PIL import Image, UnidentifiedImageError
 
-from beam_tfrecord.statistics.image_header import _plain_jpeg_size, image_header, image_headers
+from beam_tfrecord.core.image_header import _plain_jpeg_size, image_header, image_headers, plain_jpeg_shape
+from beam_tfrecord.core.sample_encoder import image_size
 
 
 def pillow_header(data: bytes) -> tuple[int, int, str] | None:
@@ -16,6 +18,15 @@ def pillow_header(data: bytes) -> tuple[int, int, str] | None:
     try:
         with Image.open(io.BytesIO(data)) as image:
             return image.size[0], image.size[1], (image.format or "unknown").lower()
+    except (UnidentifiedImageError, OSError, ValueError):
+        return None
+
+
+def pillow_shape(data: bytes) -> tuple[int, int, int] | None:
+    """The reference of the shape check: (height, width, channels) as Pillow opens the image."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            return image.size[1], image.size[0], len(image.getbands())
     except (UnidentifiedImageError, OSError, ValueError):
         return None
 
@@ -59,6 +70,8 @@ def test_every_cut_and_damaged_header_gets_pillows_answer(images: list[bytes]) -
         for case in cases:
             assert image_header(case) == pillow_header(case), case[:40]
             assert image_header(memoryview(case)) == pillow_header(case)
+            shape = plain_jpeg_shape(case)
+            assert shape is None or shape == pillow_shape(case), case[:40]
         # After the whole image, each case's first bytes are its header's, or not: the remembered answer only
         # for the first (an image cut inside its scan's header is Pillow's to answer, as alone).
         assert image_headers([data, *cases, *map(memoryview, cases)]) == \
@@ -74,3 +87,14 @@ def test_an_image_over_pillows_pixel_limit_is_left_to_pillow(monkeypatch: pytest
     assert _plain_jpeg_size(out.getvalue()) is None
     with pytest.raises(Image.DecompressionBombError):
         image_header(out.getvalue())
+
+
+def test_the_shape_check_reads_plain_jpegs_as_pillow_does(images: list[bytes]) -> None:
+    """``image_size`` (the schema's shape check) answers a plain JPEG without Pillow, every mode; others by
+    Pillow, as before (a PNG's shape, a header Pillow refuses: its error)."""
+    assert [plain_jpeg_shape(data) for data in images[:6]] == [pillow_shape(data) for data in images[:6]]
+    assert {shape[2] for shape in map(plain_jpeg_shape, images[:6]) if shape} == {1, 3, 4}  # L, RGB, CMYK
+    assert [image_size(data) for data in images[:9]] == [pillow_shape(data) for data in images[:9]]
+    assert plain_jpeg_shape(images[8]) is None  # the PNG
+    with pytest.raises(UnidentifiedImageError):
+        image_size(images[-1])
