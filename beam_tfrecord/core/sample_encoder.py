@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from beam_tfrecord.core import proto
-from beam_tfrecord.core.image_ops import check_decodable
 from beam_tfrecord.core.image_header import plain_jpeg_shape
+from beam_tfrecord.core.image_ops import check_decodable
 from beam_tfrecord.core.samples import Sample
 from beam_tfrecord.core.schema import (
     ClassLabel,

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from beam_tfrecord import storage
+from beam_tfrecord.core.image_header import image_header
 from beam_tfrecord.core.manifest import Manifest
 from beam_tfrecord.core.schema import ClassLabel, DType, FixedList, Image, Scalar, Tensor, VarList
 from beam_tfrecord.dataset import LoadedDataset
 from beam_tfrecord.reader.numpy_reader import iter_examples
 from beam_tfrecord.reader.order.read_plan import plan_read
-from beam_tfrecord.core.image_header import image_header
 from beam_tfrecord.statistics.measures import Bucket
 
 RESERVOIR = 20_000

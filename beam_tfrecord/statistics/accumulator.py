@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from beam_tfrecord.core.schema import ClassLabel, DType, Feature, Image, Schema, Tensor
 from beam_tfrecord.core.image_header import image_headers
+from beam_tfrecord.core.schema import ClassLabel, DType, Feature, Image, Schema, Tensor
 from beam_tfrecord.statistics.sketches import Frequencies, Numbers, label_counts, value_counts
 
 # Numeric values summarized per record at most: a feature of more (a tensor) has every ``stride``-th value of
