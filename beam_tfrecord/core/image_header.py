@@ -1,4 +1,4 @@
-"""An encoded image's (width, height, format) or shape as Pillow's ``Image.open`` reports them, without Pillow if it can.
+"""An encoded image's (width, height, format) or shape, as Pillow's ``Image.open`` reports them, Pillow-free if it can.
 
 Invariant: the answer is Pillow's, always. A JPEG whose header holds only segments Pillow reads without a choice
 (DQT, DHT, DRI, COM, APPn but EXIF, ICC, MPO and Photoshop's, a baseline, extended or progressive SOF, then SOS:
