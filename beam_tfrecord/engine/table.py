@@ -106,7 +106,7 @@ def traits_of_options(options: PipelineOptions) -> RunnerTraits:
 
 def traits_of(pipeline: beam.Pipeline) -> RunnerTraits:
     """The traits of the runner ``pipeline`` runs on."""
-    endpoint = pipeline.options.get_all_options().get("job_endpoint")
+    endpoint = pipeline.options.view_as(PortableOptions).job_endpoint  # not get_all_options: 10x the time
     runner = type(pipeline.runner)
     return traits_of_name(f"{runner.__module__}.{runner.__name__}", job_endpoint=endpoint)
 
