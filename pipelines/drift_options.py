@@ -31,15 +31,15 @@ class DriftOptions(PipelineOptions):
                                  "default: the built-in defaults")
 
 
-def drift_check(options: PipelineOptions) -> DriftCheck:
+def drift_check(options: PipelineOptions, *, watching: bool = False) -> DriftCheck:
     """The job's drift check, its thresholds file read now (before any work); exits with the reason
-    when the file is bad."""
+    when the file is bad. ``watching`` (an interval of ``--watch``): growth is not drift, a shrink still is."""
     drift = options.view_as(DriftOptions)
     try:
         thresholds = load_thresholds(drift.drift_thresholds)
     except DriftThresholdsError as err:
         raise SystemExit(f"--drift_thresholds: {err}") from err
-    return DriftCheck(statistics_of, OnDrift(drift.on_drift), thresholds)
+    return DriftCheck(statistics_of, OnDrift(drift.on_drift), thresholds, count_growth=not watching)
 
 
 def report_drift(root: str, version_dir: str, version_id: str) -> None:

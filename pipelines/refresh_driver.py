@@ -226,7 +226,7 @@ def _refresh_once(options: PipelineOptions, source: RefreshSource, *, shared_fil
 def _refresh(options: PipelineOptions, refresh: RefreshOptions, output: DatasetOutputOptions,
              source: RefreshSource, *, shared_filesystem: bool, watching: bool = False) -> RefreshPlan:
     root = refresh.dataset_root
-    drift = drift_check(options)
+    drift = drift_check(options, watching=watching)
     files = list_input_files(source.patterns)
     fingerprint = InputFingerprint.of(files)
     plan = plan_refresh(root, fingerprint, force=refresh.force)

@@ -205,8 +205,11 @@ def _feature_rows(split: str, old: Any, new: Any, thresholds: Thresholds) -> Ite
 
 
 def compare(old: Any, new: Any, thresholds: Thresholds | None = None, *, old_name: str = "old",
-            new_name: str = "new") -> DriftReport:
-    """Every drift row of ``new`` against ``old`` (both ``DatasetFeatureStatisticsList``), splits by name."""
+            new_name: str = "new", count_growth: bool = True) -> DriftReport:
+    """Every drift row of ``new`` against ``old`` (both ``DatasetFeatureStatisticsList``), splits by name.
+
+    ``count_growth=False``: a split's record count drifts only when it shrank (a continuous refresh appends every
+    interval by design, so its early intervals each grow by more than half)."""
     thresholds = thresholds or Thresholds()
     old_splits = {dataset.name: dataset for dataset in old.datasets}
     new_splits = {dataset.name: dataset for dataset in new.datasets}
@@ -218,8 +221,9 @@ def compare(old: Any, new: Any, thresholds: Thresholds | None = None, *, old_nam
             rows.append(DriftRow(split, SPLIT_FEATURE, Measure.SCHEMA, 1.0, thresholds.limits[Measure.SCHEMA],
                                  f"split {state}"))
             continue
-        change = abs(after.num_examples - before.num_examples) / before.num_examples if before.num_examples \
-            else float(after.num_examples > 0)
+        moved = after.num_examples - before.num_examples
+        moved = abs(moved) if count_growth else max(-moved, 0)
+        change = moved / before.num_examples if before.num_examples else float(moved > 0)
         rows.append(DriftRow(split, SPLIT_FEATURE, Measure.RECORD_COUNT, change,
                              thresholds.limits[Measure.RECORD_COUNT],
                              f"{before.num_examples} -> {after.num_examples} records"))

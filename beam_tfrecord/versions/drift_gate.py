@@ -29,11 +29,14 @@ class DriftCheck:
             function: a pipeline step pickles it).
         on_drift: publish and warn, or hold the version.
         thresholds: the limits of each measure.
+        count_growth: whether a split that grew counts toward the record-count measure; False for a continuous
+            refresh (``--watch``), whose every interval appends: only a split that shrank drifts there.
     """
 
     statistics_of: Callable[[str], Any]
     on_drift: OnDrift = OnDrift.WARN
     thresholds: Thresholds = dataclasses.field(default_factory=Thresholds)
+    count_growth: bool = True
 
 
 MIN_APPENDED_RECORDS = 100  # an appended split's distributions are compared from this many records on
@@ -47,7 +50,7 @@ def check_drift(root: str, version_id: str, check: DriftCheck) -> DriftRecord | 
         return None
     before = _statistics(version_dir(root, latest), check)
     report = compare(before, _statistics(version_dir(root, version_id), check, before=before), check.thresholds,
-                     old_name=latest, new_name=version_id)
+                     old_name=latest, new_name=version_id, count_growth=check.count_growth)
     record = DriftRecord(latest, check.on_drift, check.on_drift is OnDrift.HOLD and bool(report.drifted), report)
     write_drift_record(version_dir(root, version_id), record)
     for line in record.summary() if report.drifted else ():

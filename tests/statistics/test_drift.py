@@ -130,6 +130,20 @@ def test_record_count_change() -> None:
     assert report.drifted[0].line() == "split train, feature *: record_count 0.6000 > 0.5 (1000 -> 400 records)"
 
 
+@pytest.mark.parametrize("before, after, drifted", [
+    (10, 100, []),  # a watch's early interval: ten times the records, growth by design
+    (1000, 400, [("train", "*", "record_count", 0.6)]),  # a shrink is still drift
+    (0, 50, []),
+    (1000, 1000, []),
+])
+def test_a_watch_counts_only_a_shrink(before: int, after: int, drifted: list) -> None:
+    report = compare(statistics(before, numeric("x", np.ones(5))), statistics(after, numeric("x", np.ones(5))),
+                     count_growth=False)
+    assert exceeded(report) == drifted
+    assert exceeded(compare(statistics(before), statistics(after))) == ([] if before == after else  # a refresh's
+        [("train", "*", "record_count", round(abs(after - before) / before if before else 1.0, 4))])
+
+
 def test_thresholds_file_overrides_per_feature_and_ignores(tmp_path: Path) -> None:
     path = tmp_path / "thresholds.json"
     path.write_text(json.dumps({"defaults": {"record_count": 0.7},

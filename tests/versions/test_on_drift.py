@@ -130,3 +130,23 @@ def test_statistics_pb_is_read_when_a_dataset_has_one(tmp_path: Path, built_vers
     with pytest.raises(StatisticsFileError) as info:
         statistics_of(str(directory))
     assert info.value.path == f"{directory}/statistics.pb"
+
+
+def test_growth_holds_a_refresh_but_not_a_watchs_interval(images: str, tmp_path: Path, built_version: Path) -> None:
+    """Twice the records, the same distribution: a refresh's record count drifts (1.0 > 0.5); a watch appends every
+    interval by design, so its check counts only a shrink, and ``--on_drift=hold`` does not stop it."""
+    for path in list(Path(images).glob("*/*")):  # copies: the distributions stay (duplicates are only reported)
+        shutil.copy(path, path.with_name(f"again-{path.name}"))
+    root = _root(tmp_path, built_version)
+    with pytest.raises(DriftHeldError) as held:
+        _refresh(images, root, "--on_drift=hold")
+    assert held.value.lines == ("split train, feature *: record_count 1.0000 > 0.5 (30 -> 60 records)",)
+
+    watched = tmp_path / "watched"
+    shutil.copytree(built_version, watched / "versions" / FIRST)
+    commit_version(str(watched), FIRST)
+    outcome = _refresh(images, str(watched), "--on_drift=hold", "--watch", "--triggering_frequency=0.1",
+                       "--max_intervals=1")
+    assert read_latest(str(watched)) == outcome.version_id != FIRST
+    record = read_drift_record(version_dir(str(watched), outcome.version_id))
+    assert record is not None and not record.held and not record.report.drifted
