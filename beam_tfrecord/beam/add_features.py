@@ -9,8 +9,10 @@ See docs/columns.md.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime
+import heapq
 import json
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -186,15 +188,66 @@ class AddFeatures(beam.PTransform):
         problems = matched | "ProblemsOnly" >> beam.Filter(lambda tagged: tagged[0] != _ROW)
         return ((written, problems)
                 | "Outcomes" >> beam.Flatten()
-                | "AllOutcomes" >> beam.combiners.ToList()
+                | "SumOutcomes" >> beam.CombineGlobally(_SumOutcomesFn())
                 | "CommitVersion" >> beam.Map(commit_add, self._plan, self._publish))
 
 
-def _first(keys: list[str]) -> list[str]:
-    return sorted(keys)[:MAX_NAMED_KEYS]
+@dataclasses.dataclass
+class AddOutcomes:
+    """What the commit needs of an add's outcomes: every column file and dead letter, and of each kind of key
+    problem (a key given twice, naming two records, a record given no value) its count and first keys by name.
+
+    A sum, not the list of every outcome: with ``--on_missing fail`` every record given no value is one, so a list
+    in the commit's one worker would grow with the dataset (1e9 records of a feature given to few)."""
+
+    written: list[tuple[int, ColumnFile | None, int]] = dataclasses.field(default_factory=list)
+    dead: list[DeadLetter] = dataclasses.field(default_factory=list)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    first_keys: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # sorted, MAX_NAMED_KEYS at most
+
+    def add_key(self, tag: str, key: str) -> None:
+        self.counts[tag] = self.counts.get(tag, 0) + 1
+        first = self.first_keys.setdefault(tag, [])
+        if len(first) < MAX_NAMED_KEYS or key < first[-1]:
+            bisect.insort(first, key)
+            del first[MAX_NAMED_KEYS:]
+
+    def merge(self, other: AddOutcomes) -> None:
+        self.written += other.written
+        self.dead += other.dead
+        for tag, count in other.counts.items():
+            self.counts[tag] = self.counts.get(tag, 0) + count
+            self.first_keys[tag] = heapq.nsmallest(MAX_NAMED_KEYS, [*self.first_keys.get(tag, []),
+                                                                     *other.first_keys[tag]])
 
 
-def commit_add(outcomes: list[tuple[str, Any]], plan: AddPlan, publish: PublishOptions) -> str:
+class _SumOutcomesFn(beam.CombineFn):
+    """Tagged outcomes -> one ``AddOutcomes`` (memory bounded by the column files and the dead letters)."""
+
+    def create_accumulator(self) -> AddOutcomes:
+        return AddOutcomes()
+
+    def add_input(self, outcomes: AddOutcomes, tagged: tuple[str, Any]) -> AddOutcomes:
+        tag, payload = tagged
+        if tag == _WRITTEN:
+            outcomes.written.append(payload)
+        elif tag == _DEAD:
+            outcomes.dead.append(payload)
+        else:
+            outcomes.add_key(tag, payload)
+        return outcomes
+
+    def merge_accumulators(self, accumulators: Iterable[AddOutcomes]) -> AddOutcomes:
+        merged = AddOutcomes()
+        for outcomes in accumulators:
+            merged.merge(outcomes)
+        return merged
+
+    def extract_output(self, outcomes: AddOutcomes) -> AddOutcomes:
+        return outcomes
+
+
+def commit_add(outcomes: AddOutcomes, plan: AddPlan, publish: PublishOptions) -> str:
     """The add's last step (one worker): refuse bad input, else write the dead letters and the manifest, then move
     LATEST and apply retention. Returns the version id.
 
@@ -202,21 +255,19 @@ def commit_add(outcomes: list[tuple[str, Any]], plan: AddPlan, publish: PublishO
         DuplicateFeatureKeyError: a key given twice, or naming two records.
         MissingFeatureValuesError: records given no value, with ``OnMissing.FAIL``.
     """
-    by_tag: dict[str, list[Any]] = {}
-    for tag, payload in outcomes:
-        by_tag.setdefault(tag, []).append(payload)
-    if by_tag.get(_TWICE):
-        raise DuplicateFeatureKeyError(_first(by_tag[_TWICE]), len(by_tag[_TWICE]), where="were given values twice")
-    if by_tag.get(_AMBIGUOUS):
-        raise DuplicateFeatureKeyError(_first(by_tag[_AMBIGUOUS]), len(by_tag[_AMBIGUOUS]),
+    if outcomes.counts.get(_TWICE):
+        raise DuplicateFeatureKeyError(outcomes.first_keys[_TWICE], outcomes.counts[_TWICE],
+                                       where="were given values twice")
+    if outcomes.counts.get(_AMBIGUOUS):
+        raise DuplicateFeatureKeyError(outcomes.first_keys[_AMBIGUOUS], outcomes.counts[_AMBIGUOUS],
                                        where=f"name more than one record of the dataset (the key feature "
                                              f"{plan.key_feature!r} is not unique)")
-    dead = sorted(by_tag.get(_DEAD, []), key=lambda d: (d.key, d.message))
-    without = sum(count for _, _, count in by_tag.get(_WRITTEN, []))
+    dead = sorted(outcomes.dead, key=lambda d: (d.key, d.message))
+    without = sum(count for _, _, count in outcomes.written)
     if without and plan.on_missing is OnMissing.FAIL:
         rejected = [d.message for d in dead if d.error_type != UnknownKeyError.__name__]
-        raise MissingFeatureValuesError(_first(by_tag.get(_MISSING, [])), without, rejected=rejected[:1])
-    columns = {number: column for number, column, _ in by_tag.get(_WRITTEN, [])}
+        raise MissingFeatureValuesError(outcomes.first_keys.get(_MISSING, []), without, rejected=rejected[:1])
+    columns = {number: column for number, column, _ in outcomes.written if column is not None}  # None: refused above
     if dead:
         storage.write_bytes_atomic(storage.join(plan.directory, DEAD_LETTER_FILENAME), "".join(
             json.dumps(d.to_json(), sort_keys=True) + "\n" for d in dead).encode("utf-8"))
