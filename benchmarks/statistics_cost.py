@@ -1,5 +1,6 @@
 """The default checks' CPU per record, measured in one process on a built dataset's own records: statistics.pb
-(what a shard writer runs: ``beam.shard_statistics.ShardStatistics``, blocks decoded and summarized) and the
+(what a shard writer runs: ``beam.shard_statistics.ShardStatistics``, handed blocks of records as the writer
+joins them for its file, decoded and summarized) and the
 exact-duplicate digests (what an encoder runs: ``quality.content.ContentHasher``).
 
     python benchmarks/statistics_cost.py DATASET_DIR                 # every shard of split train, 5 rounds
@@ -34,6 +35,21 @@ def framed_records(path: str, limit: int) -> list[bytes]:
     return records
 
 
+def _blocks(views: list[memoryview], block_bytes: int) -> list[tuple[bytes, list[int]]]:
+    """The records joined in blocks, as ``ShardFileWriter._append_entries`` joins them once for the shard's file and
+    its statistics (that join is the file's: not counted here)."""
+    blocks, pending, pending_bytes = [], [], 0
+    for view in views:
+        pending.append(view)
+        pending_bytes += len(view)
+        if pending_bytes >= block_bytes:
+            blocks.append((b"".join(pending), list(map(len, pending))))
+            pending, pending_bytes = [], 0
+    if pending:
+        blocks.append((b"".join(pending), list(map(len, pending))))
+    return blocks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset")
@@ -42,7 +58,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    from beam_tfrecord.beam.shard_statistics import ShardStatistics
+    from beam_tfrecord.beam.shard_statistics import BYTES_PER_SUMMARY, ShardStatistics
     from beam_tfrecord.dataset import open_dataset
     from beam_tfrecord.quality.content import ContentHasher
     from beam_tfrecord.reader.decode.block_decode import BlockDecoder
@@ -53,13 +69,14 @@ def main() -> None:
     for path in dataset.shard_paths(args.split):
         records += framed_records(path, args.max_records - len(records))
     views = [memoryview(record) for record in records]
+    blocks = _blocks(views, BYTES_PER_SUMMARY)
     hasher = ContentHasher()
     timings: dict[str, list[float]] = {"statistics": [], "digests": []}
     for _ in range(args.rounds):
         start = time.process_time()
         summary = ShardStatistics(schema, args.split, BlockDecoder(schema, views=True, absent_lists=True), "unused")
-        for view in views:
-            summary.add_framed(view)
+        for block, sizes in blocks:
+            summary.add_block(block, sizes)
         summary.flush()
         middle = time.process_time()
         hasher.digests(view[12:-4] for view in views)

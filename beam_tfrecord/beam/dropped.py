@@ -7,7 +7,7 @@ them; the shuffle path takes them out of the encoded batches. The plan sees the 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,21 +55,18 @@ def check_removed(removed: int, groups: Sequence[DuplicateGroups]) -> None:
 
 
 def entries_without(entries: Iterable[bytes | memoryview], spec: ShardSpec,
-                    dropped_path: str | None) -> Iterator[bytes | memoryview]:
-    """A shard's entries less those ``drop`` left out (the dropped hashes in its range, as a set)."""
+                    dropped_path: str | None) -> Iterable[bytes | memoryview]:
+    """A shard's entries less those ``drop`` left out (the dropped hashes in its range, as a set): ``entries``
+    themselves when none is (no generator between the shard writer and its entries, a step per small record)."""
     if dropped_path is None:
-        yield from entries
-        return
+        return entries
     hashes = read_reused_hashes(dropped_path)
     lo, hi = np.searchsorted(hashes, np.uint64(spec.hash_lo)), np.searchsorted(hashes, np.uint64(spec.hash_hi - 1),
                                                                                side="right")
     left_out = {bytes(int(h).to_bytes(HASH_BYTES, "big")) for h in hashes[lo:hi].tolist()}
     if not left_out:
-        yield from entries
-        return
-    for entry in entries:
-        if bytes(entry[:HASH_BYTES]) not in left_out:
-            yield entry
+        return entries
+    return (entry for entry in entries if bytes(entry[:HASH_BYTES]) not in left_out)
 
 
 def batch_without(batch: EncodedBatch, dropped: np.ndarray) -> EncodedBatch:

@@ -87,6 +87,9 @@ class EncodeSamplesFn(beam.DoFn):
         signatures: list[tuple[str, Any]] = []
         items = element if isinstance(element, list) else [element]
         signer = self._signer
+        if signer is None and type(outcomes) is list and DeadLetter not in map(type, outcomes):
+            entries, keys = outcomes, [item.key for item in items]  # every item encoded: no step per record
+            outcomes = []
         for item, outcome in zip(items, outcomes):  # ``outcomes`` may be made as they are read: in step
             if type(outcome) is DeadLetter:
                 dead.append(outcome)

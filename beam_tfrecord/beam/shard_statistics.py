@@ -24,7 +24,7 @@ from beam_tfrecord.statistics.inferred import InferredStatistics
 from beam_tfrecord.statistics.tfmd import statistics_proto
 
 STATISTICS_SUFFIX = ".statistics"
-_BYTES_PER_SUMMARY = 8 << 20  # records decoded and summarized at once
+BYTES_PER_SUMMARY = 8 << 20  # records decoded and summarized at once: a float sum depends on where blocks end
 _NO_HEADER, _NO_FOOTER = bytes(HEADER_BYTES), bytes(FOOTER_BYTES)
 
 
@@ -37,15 +37,24 @@ class ShardStatistics:
             SplitStatistics(split, schema) if decoder is not None else InferredStatistics(split)
         self._decoder = decoder
         self._path = path
-        # Views into the writer's read buffers, which are reused only once no view is left (``storage.buffers``):
-        # held, not copied, until a block's worth is joined.
+        # Framed records, or blocks of them, held (views into the writer's read buffers, which are reused only once
+        # no view is left: ``storage.buffers``) until a summary's worth is joined; and each record's framed size.
         self._pending: list[bytes | memoryview] = []
-        self._pending_bytes = 0
+        self._framed_sizes: list[int] = []
+        self.pending_bytes = 0
 
     def add_framed(self, framed: bytes | memoryview) -> None:
-        self._pending.append(framed)  # the hot path (one call per small record): no more than it must
-        self._pending_bytes += len(framed)
-        if self._pending_bytes >= _BYTES_PER_SUMMARY:
+        self.add_block(framed, [len(framed)])
+
+    def add_block(self, block: bytes | memoryview, framed_sizes: list[int]) -> None:
+        """Adds the records of ``block``, framed one after the other, ``framed_sizes`` long each; summarizes what
+        it holds once that reaches ``BYTES_PER_SUMMARY``. A summary's records are those the first ``add_framed``
+        to reach it would take (a writer that hands blocks over ends them there: ``beam.shards``), so its bytes
+        are the same however they came."""
+        self._pending.append(block)
+        self._framed_sizes += framed_sizes
+        self.pending_bytes += len(block)
+        if self.pending_bytes >= BYTES_PER_SUMMARY:
             self.flush()
 
     def add_parts(self, parts: list[bytes], size: int) -> None:
@@ -55,11 +64,11 @@ class ShardStatistics:
         """Summarizes the records held (one block)."""
         if not self._pending:
             return
-        framed = np.fromiter(map(len, self._pending), np.int64, len(self._pending))
-        buffer = np.frombuffer(b"".join(self._pending), np.uint8)
+        framed = np.array(self._framed_sizes, np.int64)
+        buffer = np.frombuffer(b"".join(self._pending), np.uint8)  # one block of bytes: itself, not a copy
         starts = np.cumsum(framed) - framed + HEADER_BYTES
         block = RecordBlock(self._path, buffer, starts, framed - HEADER_BYTES - FOOTER_BYTES, starts - HEADER_BYTES)
-        self._pending, self._pending_bytes = [], 0
+        self._pending, self._framed_sizes, self.pending_bytes = [], [], 0
         if isinstance(self.stats, InferredStatistics):
             self.stats.add_records(block.record(i) for i in range(len(framed)))
         elif self._decoder is not None:

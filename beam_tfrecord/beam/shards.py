@@ -13,25 +13,21 @@ import apache_beam as beam
 
 from beam_tfrecord import storage
 from beam_tfrecord.beam import METRICS_NAMESPACE
-from beam_tfrecord.beam.shard_statistics import ShardStatistics
+from beam_tfrecord.beam.shard_statistics import BYTES_PER_SUMMARY, ShardStatistics
 from beam_tfrecord.core.dali_index import dali_index_name
 from beam_tfrecord.core.file_format import DEFAULT_FILE_FORMAT, Compression, FileFormat
 from beam_tfrecord.core.framing import framed_size
 from beam_tfrecord.core.manifest import ShardInfo
 from beam_tfrecord.core.naming import ShardName
 from beam_tfrecord.core.pieces import PIECES_COUNTER, PieceSpec
-from beam_tfrecord.core.runs import (
-    RECORD,
-    entry_kind,
-    entry_record,
-    entry_reference,
-)
+from beam_tfrecord.core.runs import ENTRY_HEADER_BYTES, HASH_BYTES, RECORD, entry_reference
 from beam_tfrecord.core.samples import DeadLetter, Sample
 from beam_tfrecord.core.schema import Schema
 from beam_tfrecord.core.sharding import ShardSpec
 from beam_tfrecord.encoding.records import FeatureTransform, RecordBuilder
 from beam_tfrecord.errors import CorruptShardError, InputChangedError
 from beam_tfrecord.formats import shard_format
+from beam_tfrecord.formats.base import ShardWriter
 from beam_tfrecord.interop.dali import DaliIndexingWriter
 from beam_tfrecord.job.progress import ProgressSink
 from beam_tfrecord.reader.decode.block_decode import BlockDecoder
@@ -103,7 +99,6 @@ class ShardFileWriter:
             DiskFullError: when the disk fills (naming the shard's planned bytes); the partial file is removed.
         """
         stats = ShardStats()
-        record_bytes = 0
         summary = None if not self._with_statistics else \
             ShardStatistics(self._schema, target.spec.split, self._statistics, target.temp_path)
         with raise_typed_when_full(target.temp_path, target.spec.num_record_bytes, partial=target.temp_path):
@@ -112,25 +107,65 @@ class ShardFileWriter:
             writer = self._format.open_writer(target.temp_path, compression=self._compression, direct_io=direct)
             if self._dali_index:
                 writer = DaliIndexingWriter(writer, dali_index_name(target.temp_path))
-            for entry in entries:
-                stats.records += 1
-                if entry_kind(entry) == RECORD:
-                    framed = entry_record(entry)
-                    record_bytes += len(framed)
-                    writer.append_framed(framed)
-                    if summary is not None:
-                        summary.add_framed(framed)
-                else:
-                    parts, size = self._rebuild(entry)
-                    stats.rebuilt += 1
-                    record_bytes += framed_size(size)
-                    writer.append_parts(parts, size)
-                    if summary is not None:
-                        summary.add_parts(parts, size)
+            record_bytes = self._append_entries(writer, summary, entries, stats)
             crc32c, stored_bytes = writer.close()
             if summary is not None:
                 summary.write(target.temp_path)
         return self._checked(target, stats, record_bytes, crc32c, stored_bytes)
+
+    def _append_entries(self, writer: ShardWriter, summary: ShardStatistics | None,
+                        entries: Iterable[bytes | memoryview], stats: ShardStats) -> int:
+        """Appends ``entries`` to the shard's writer and statistics; counts them in ``stats``; their framed bytes.
+
+        RECORD entries go over in blocks, joined once for both (not a call each per small record): each block
+        ends where the statistics would end a summary (``ShardStatistics.add_block``), or before a REFERENCE entry,
+        rebuilt and appended on its own.
+        """
+        record_bytes = 0
+        pending: list[bytes | memoryview] = []
+        pending_bytes = 0
+
+        def limit() -> int:
+            """A block's bytes: the statistics' summary, less what they hold already."""
+            return BYTES_PER_SUMMARY - (summary.pending_bytes if summary is not None else 0)
+
+        def hand_over() -> int:
+            """Hands the pending records over as one block; the bytes the next block may hold."""
+            block, sizes = b"".join(pending), list(map(len, pending))
+            writer.append_framed_block(block, sizes)
+            if summary is not None:
+                summary.add_block(block, sizes)
+            stats.records += len(sizes)
+            pending.clear()
+            return limit()
+
+        room = limit()
+        for entry in entries:
+            if entry[HASH_BYTES] == RECORD:  # entry_kind and entry_record, inline: one pass per small record
+                framed = memoryview(entry)[ENTRY_HEADER_BYTES:]
+                pending.append(framed)
+                pending_bytes += len(framed)
+                if pending_bytes >= room:
+                    room = hand_over()
+                    record_bytes += pending_bytes
+                    pending_bytes = 0
+                continue
+            if pending:
+                hand_over()
+                record_bytes += pending_bytes
+                pending_bytes = 0
+            parts, size = self._rebuild(entry)
+            stats.records += 1
+            stats.rebuilt += 1
+            record_bytes += framed_size(size)
+            writer.append_parts(parts, size)
+            if summary is not None:
+                summary.add_parts(parts, size)
+            room = limit()
+        if pending:
+            hand_over()
+            record_bytes += pending_bytes
+        return record_bytes
 
     def _checked(self, target: ShardTarget, stats: ShardStats, record_bytes: int, crc32c: str,
                  stored_bytes: int) -> tuple[ShardInfo, ShardStats]:

@@ -14,6 +14,7 @@ from apache_beam.runners.runner import PipelineRunner
 
 from beam_tfrecord import errors
 from beam_tfrecord.engine.forked_workers import worker_fork_server
+from beam_tfrecord.engine.size_sampling import size_encoder_inputs_cheaply
 from beam_tfrecord.engine.table import uses_dask_runner
 from beam_tfrecord.engine.worker_handler import local_workers_urn
 
@@ -67,11 +68,13 @@ def _engine(fn_api_runner: type, worker_command: str) -> type:
     """Beam's ``FnApiRunner`` with its worker processes started by ``worker_command``: a fork server's
     launcher (``forked_workers``) or ``worker_main`` (the same harness, ended without the
     interpreter's teardown). The pipeline proto's environments that run Beam's own worker command
-    run it instead (Beam imported lazily, as in ``run_pipeline``)."""
+    run it instead (Beam imported lazily, as in ``run_pipeline``), and the writer's encoders' inputs are
+    sized without encoding them (``size_sampling``)."""
 
     class _Engine(fn_api_runner):
         def run_via_runner_api(self, pipeline_proto: Any, options: PipelineOptions) -> Any:
-            return super().run_via_runner_api(with_fast_ending_workers(pipeline_proto, worker_command), options)
+            pipeline_proto = size_encoder_inputs_cheaply(with_fast_ending_workers(pipeline_proto, worker_command))
+            return super().run_via_runner_api(pipeline_proto, options)
 
     return _Engine
 

@@ -60,6 +60,15 @@ class ShardWriter(abc.ABC):
         """Appends one record given in TFRecord framing (as the encoded entries hold it)."""
         self.append(bytes(unframed(framed)))
 
+    def append_framed_block(self, block: bytes, framed_sizes: list[int]) -> None:
+        """Appends the records of ``block``, framed one after the other, ``framed_sizes`` long each (a shard
+        writer's batch of small records: one call per block, not per record)."""
+        view = memoryview(block)
+        start = 0
+        for size in framed_sizes:
+            self.append_framed(view[start:start + size])
+            start += size
+
     def append_parts(self, parts: Sequence[bytes], record_bytes: int) -> None:
         """Appends the record that ``parts`` make joined (``record_bytes`` long)."""
         self.append(b"".join(parts))

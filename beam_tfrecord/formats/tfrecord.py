@@ -50,6 +50,9 @@ class TFRecordShardWriter(ShardWriter):
         if self._pending_bytes >= WRITE_CHUNK_BYTES:
             self._flush()
 
+    def append_framed_block(self, block: bytes, framed_sizes: list[int]) -> None:
+        self.append_framed(block)  # the file is the framed records one after the other: the block as it is
+
     def append(self, record: bytes) -> None:
         self.append_parts((record,), len(record))
 

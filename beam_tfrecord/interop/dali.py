@@ -31,6 +31,10 @@ class DaliIndexBuilder:
         """Records the next record's framed size (data + 16 bytes)."""
         self._sizes.append(framed_bytes)
 
+    def add_many(self, framed_sizes: list[int]) -> None:
+        """``add`` of each of ``framed_sizes``, in order."""
+        self._sizes.extend(framed_sizes)
+
     @property
     def num_records(self) -> int:
         return len(self._sizes)
@@ -69,6 +73,10 @@ class DaliIndexingWriter(ShardWriter):
     def append_framed(self, framed: bytes | memoryview) -> None:
         self._index.add(len(framed))
         self._inner.append_framed(framed)
+
+    def append_framed_block(self, block: bytes, framed_sizes: list[int]) -> None:
+        self._index.add_many(framed_sizes)
+        self._inner.append_framed_block(block, framed_sizes)
 
     def append_parts(self, parts: Sequence[bytes], record_bytes: int) -> None:
         self._index.add(record_bytes + FRAMING_BYTES)
