@@ -227,8 +227,8 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     # Without repeat, counts are checked per batch (free) rather than per record (~4% of the read rate).
     # One ArrayRecord dataset is globally shuffled by its reader; a mixture's parts are shuffled below.
     # One dataset in stored order with deleted records: they are read, and dropped a batch at a time (``keep``).
-    # Column files read whole in local stored-order reads (``column_rows``: one vector of rows per file, no
-    # element per row), after the base's records; else each read as the base is.
+    # Column files read whole in local stored-order reads (``column_rows``: one element per file, its rows or their
+    # features decoded, no element per row), after the base's records; else each read as the base is.
     reading = (plan,) if parts is None else parts
     rows = [column_rows(p, s) for p, s in zip(reading[1:], part_schemas(plan)[1:])] if parts is not None and all(
         (num_parallel_reads or default_parallel_reads(p, shuffle)) == 1 for p in parts) else [None]

@@ -91,7 +91,7 @@ def test_dense_rows_equal_the_example_parse(features: dict, values, change: str 
     if change == "deleted":
         live[[0, 9, 10]] = False
     read = [row if kept else b"" for row, kept in zip(rows, live)]
-    got = dense_rows(*_file(read), live, schema, dense_specs(schema), path="f")  # type: ignore[arg-type]
+    got = dense_rows(*_file(read), live, schema, dense_specs(schema), path="f")
     assert got is not None
     want = _parsed(schema, rows)
     assert sorted(got) == sorted(want)
@@ -111,6 +111,13 @@ def test_a_row_of_another_layout_leaves_the_file_to_the_parse(row: str) -> None:
     assert dense_rows(*_file(rows), np.ones(len(rows), bool), schema, dense_specs(schema), path="f") is None
     if row in ("unknown", "swapped"):  # the same values in another layout: the parse reads them
         np.testing.assert_array_equal(_parsed(schema, rows)["emb"][5], _floats("k5")["emb"])
+
+
+def test_rows_all_deleted_are_not_read() -> None:
+    schema = Schema(features=FLOATS)
+    got = dense_rows(*_file([b""] * 3), np.zeros(3, bool), schema, dense_specs(schema), path="f")
+    assert got is not None and {name: (v.dtype, v.shape, v.any()) for name, v in got.items()} == {
+        "emb": (np.float32, (3, 4), False), "s": (np.float32, (3,), False), "t": (np.float16, (3, 2, 3), False)}
 
 
 def test_only_fixed_counts_of_numbers_are_dense() -> None:

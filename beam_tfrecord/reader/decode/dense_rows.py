@@ -54,13 +54,14 @@ def dense_rows(buffer: np.ndarray, starts: np.ndarray, lengths: np.ndarray, live
     """The rows of a column file held whole in ``buffer`` (uint8), at ``starts`` with ``lengths`` (int64), as one
     array per feature of ``schema`` (``specs``: its ``dense_specs``), row ``i`` of each at index ``i``; None when a
     live row does not have the fixed layout. Deleted rows (not ``live``: never handed out) are not read: zeros."""
+    out = {name: np.zeros((len(starts), *shape), dtype) for name, (dtype, shape) in specs.items()}
+    if not live.any():  # no row to read
+        return out
     if live.all():
         return _live_rows(buffer, starts, lengths, schema, specs, path=path)
-    found = _live_rows(buffer, starts[live], lengths[live], schema, specs, path=path) if live.any() else {
-        name: np.zeros((0, *shape), dtype) for name, (dtype, shape) in specs.items()}
+    found = _live_rows(buffer, starts[live], lengths[live], schema, specs, path=path)
     if found is None:
         return None
-    out = {name: np.zeros((len(starts), *shape), dtype) for name, (dtype, shape) in specs.items()}
     for name, values in found.items():
         out[name][live] = values
     return out
