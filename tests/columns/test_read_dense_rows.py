@@ -3,7 +3,8 @@
 
 ``dense_rows`` against the parse of the same rows (NumPy, no file), then ``read_dataset`` over a root (~60 records,
 one Beam build, one native build) whose column files take the uniform path, the row-by-row path, the parse (a row
-with an unknown field) and the string path (a variable list), with deleted records: equal to the native build.
+with an unknown field) and the string path (a variable list), with deleted records: equal to the native build; a
+damaged column file (truncated, a flipped bit) fails the dense read naming it.
 """
 
 from __future__ import annotations
@@ -197,3 +198,24 @@ def test_tf_data_reads_the_dense_path_as_the_native_build(roots: Roots, options:
                 continue
             assert joined[name].dtype == value.dtype and joined[name].shape == value.shape, name
             np.testing.assert_array_equal(joined[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_a_damaged_column_file_fails_the_dense_read_naming_it(roots: Roots, tmp_path, damage: str) -> None:
+    import shutil
+
+    copy = str(tmp_path / "root")
+    shutil.copytree(roots.root, copy)
+    column = load_manifest(copy).split("train").shards[0].columns[0].filename  # the floats: the uniform path
+    path = f"{version_dir(copy, SECOND)}/{column}"
+    with open(path, "r+b") as file:
+        if damage == "truncated":
+            file.truncate(file.seek(0, 2) - 1)
+        else:
+            file.seek(40)
+            byte = file.read(1)
+            file.seek(40)
+            file.write(bytes([byte[0] ^ 1]))
+    expected = "bytes, the manifest says" if damage == "truncated" else "CRC32C"
+    with pytest.raises(tf.errors.OpError, match=f"CorruptShardError.*{column}.*{expected}"):
+        list(read_dataset(copy, batch_size=16))
