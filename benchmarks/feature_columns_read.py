@@ -7,7 +7,10 @@ the embedding. Times full passes of tf.data, NumPy (batches and examples) and Py
 interleaved (read_benchmark.measure: best of ``--rounds`` after a warm-up; NumPy and PyTorch in a child process
 without TensorFlow), and prints joined / native for each (the target: at least 0.9).
 
+With ``--paired N``, also tf.data's joined/native as the median of N rounds' ratios (``paired``), for a loaded machine.
+
 Run: python benchmarks/feature_columns_read.py [--records 100000] [--dir /tmp/bt_columns_read] [--rounds 5]
+     [--paired 15]
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -70,6 +75,25 @@ def tf_modes(root: str, native: str) -> Modes:
             for variant, path in (("joined", root), ("native", native))}
 
 
+def paired(modes: Modes, rounds: int) -> tuple[float, float]:
+    """(joined/native wall, native/joined CPU) of two modes, the median over ``rounds`` rounds (after a warm-up) of
+    each round's ratio, one pass of each in turn: steadier than the best of each on a loaded machine, where a busy
+    moment hits one mode's best and not the other's."""
+    ratios = []
+    for round_index in range(rounds + 1):
+        spent = []
+        for make in modes.values():
+            dataset = make()
+            started, cpu_started = time.perf_counter(), time.process_time()
+            for _ in dataset:
+                pass
+            spent.append((time.perf_counter() - started, time.process_time() - cpu_started))
+        if round_index:
+            (joined_wall, joined_cpu), (native_wall, native_cpu) = spent
+            ratios.append((native_wall / joined_wall, native_cpu / joined_cpu))
+    return statistics.median(r[0] for r in ratios), statistics.median(r[1] for r in ratios)
+
+
 def child_modes(root: str, native: str) -> Modes:
     """read_deletions' NumPy and PyTorch modes (batches, examples, 0 and 2 workers) over the joined and native."""
     from read_deletions import child_modes as reader_modes
@@ -84,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--dir", default="/tmp/bt_columns_read")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--paired", type=int, default=0, help="also tf.data's paired rounds (median ratio)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:  # NumPy and PyTorch, without TensorFlow in the process (DataLoader workers fork it)
@@ -103,6 +128,10 @@ def main(argv: list[str] | None = None) -> None:
         (joined, joined_cpu), (built, built_cpu) = rates[name], rates[f"{mode} native"]
         print(f"{mode:22s} joined {joined:9,.0f} rec/s ({joined_cpu:5.1f} CPU us/rec)   native {built:9,.0f} rec/s "
               f"({built_cpu:5.1f})   joined/native {joined / built:.3f}")
+    if args.paired:
+        wall, cpu = paired(tf_modes(root, native), args.paired)
+        print(f"tf.data paired, median of {args.paired} rounds: joined/native {wall:.3f} wall, "
+              f"native/joined CPU {cpu:.3f}")
 
 
 if __name__ == "__main__":

@@ -39,19 +39,25 @@ def map_entries(record: bytes, *, where: str = "record") -> Iterator[tuple[str, 
     Raises:
         CorruptShardError: the record is not an Example's wire format (``where`` names it).
     """
+    for name, start, stop in entry_spans(record, where=where):
+        yield name, record[start:stop]
+
+
+def entry_spans(record: bytes, *, where: str = "record") -> Iterator[tuple[str, int, int]]:
+    """(feature name, start, stop) of each map entry's Feature bytes in a serialized Example (``map_entries``)."""
     for tag, start, stop in _fields(record, 0, len(record), where=where):
         if tag != _FIELD_1:
             continue  # an unknown field of Example: protobuf skips it too
         for entry_tag, entry_start, entry_stop in _fields(record, start, stop, where=where):
             if entry_tag != _FIELD_1:
                 continue
-            name, value = "", b""
+            name, value = "", (entry_stop, entry_stop)
             for field_tag, field_start, field_stop in _fields(record, entry_start, entry_stop, where=where):
                 if field_tag == _FIELD_1:
                     name = record[field_start:field_stop].decode("utf-8")
                 elif field_tag == _FIELD_2:
-                    value = record[field_start:field_stop]
-            yield name, value
+                    value = (field_start, field_stop)
+            yield name, *value
 
 
 def fold(parts: Sequence[bytes], *, logical_names: Mapping[str, str], dropped: frozenset[str],

@@ -133,8 +133,9 @@ def iter_records(stream: BinaryIO, *, name: str, verify: bool = True) -> Iterato
 _FIRST_WINDOW = 64  # records whose lengths ``record_spans`` compares at once, doubled while they all match
 
 
-def record_spans(buffer: bytes, *, name: str, num_records: int) -> tuple[np.ndarray, np.ndarray]:
-    """The start and length of each record's data in a whole uncompressed TFRecord file (int64 arrays).
+def record_spans(buffer: bytes | np.ndarray, *, name: str, num_records: int) -> tuple[np.ndarray, np.ndarray]:
+    """The start and length of each record's data in a whole uncompressed TFRecord file (int64 arrays): its bytes, or
+    a uint8 array over a mapping of it.
 
     For a file already checked whole (its size and CRC32C against the manifest's), so the records' own CRCs are
     not read again. Vectorised for runs of records of one length (the rows of a fixed-size column; a deleted
@@ -145,18 +146,19 @@ def record_spans(buffer: bytes, *, name: str, num_records: int) -> tuple[np.ndar
         CorruptShardError: when the framing runs past the end, or the file holds other than ``num_records``.
     """
     size = len(buffer)
+    data = buffer if isinstance(buffer, bytes) else buffer.data  # an array's memory, not a copy
     runs: list[tuple[np.ndarray, int]] = []  # each run's starts, and its records' length
     position = found = 0
     window = _FIRST_WINDOW
     while position < size:
         if position + HEADER_BYTES > size:
             raise CorruptShardError(name, "truncated record header", position)
-        (length,) = _LENGTH.unpack_from(buffer, position)
+        (length,) = _LENGTH.unpack_from(data, position)
         stride = length + FRAMING_BYTES
         count = min(window, (size - position) // stride)
         if count == 0:
             raise CorruptShardError(name, f"truncated record ({length} bytes past the file's end)", position)
-        lengths = np.ndarray((count,), dtype="<u8", buffer=buffer, offset=position, strides=(stride,))
+        lengths = np.ndarray((count,), dtype="<u8", buffer=data, offset=position, strides=(stride,))
         differ = np.flatnonzero(lengths != length)
         run = int(differ[0]) if len(differ) else count
         runs.append((position + HEADER_BYTES + stride * np.arange(run, dtype=np.int64), length))

@@ -15,7 +15,7 @@ from beam_tfrecord.reader.follow import DEFAULT_FOLLOW_POLL_SECONDS, Follow
 from beam_tfrecord.reader.options import ImageDecoding, VarLen, check_label_key, check_positive
 from beam_tfrecord.reader.order.mixing import DatasetPaths, worker_plans
 from beam_tfrecord.reader.order.read_plan import ReadPlan, plan_read
-from beam_tfrecord.reader.tf_columns import Batch, batched, column_rows, joined_parser, part_schemas
+from beam_tfrecord.reader.tf_columns import Batch, batched, column_rows, joined_parser, on_part, part_rows, part_schemas
 from beam_tfrecord.reader.tf_follow import following_batches
 from beam_tfrecord.reader.tf_records import default_parallel_reads, read_records, stored_chain
 from beam_tfrecord.reader.tf_spec import ParsedBatch, make_batch_parser, pad_var_len, tf  # imports TensorFlow quietly
@@ -73,13 +73,13 @@ def _parse_verified(batches: tf.data.Dataset, plan: ReadPlan, num_records: int, 
         batch = batch if isinstance(batch, tuple) else (batch,)
         expected = tf.where(index == num_batches - 1, tf.constant(last_size, tf.int64), batch_size)
         check_size = tf.debugging.assert_equal(
-            tf.size(batch[0], out_type=tf.int64), expected,
+            part_rows(batch[0]), expected,
             message=f"the shards at {plan.dataset_dir} hold a different number of records than the manifest "
                     f"lists ({num_records} planned for split {plan.split}, worker {plan.worker_index})")
         with tf.control_dependencies([check_size]):
-            batch = tuple(tf.identity(part) for part in batch)
-        return parse_at(index, tuple(tf.ensure_shape(part, [batch_size]) for part in batch) if drop_remainder
-                        else batch)
+            batch = tuple(on_part(tf.identity, part) for part in batch)
+        return parse_at(index, tuple(on_part(lambda value: tf.ensure_shape(value, [batch_size, *value.shape[1:]]),
+                                             part) for part in batch) if drop_remainder else batch)
 
     batches = batches.apply(tf.data.experimental.assert_cardinality(num_batches)).enumerate()
     if drop_remainder and last_size != batch_size:
@@ -97,9 +97,9 @@ def _dropping_at(parse: Callable[..., ParsedBatch], keep: np.ndarray,
 
     def parse_at(index: tf.Tensor, batch: Batch) -> ParsedBatch:
         batch = batch if isinstance(batch, tuple) else (batch,)
-        kept = tf.gather(table, (index * batch_size + tf.range(tf.size(batch[0], out_type=tf.int64))) % len(keep))
+        kept = tf.gather(table, (index * batch_size + tf.range(part_rows(batch[0]))) % len(keep))
         if len(batch) > 1:  # column files: a deleted record's row is empty (no feature to parse), left out first
-            return parse(*(tf.boolean_mask(part, kept) for part in batch))
+            return parse(*(on_part(lambda value: tf.boolean_mask(value, kept), part) for part in batch))
         return {name: tf.ragged.boolean_mask(value, kept) if isinstance(value, tf.RaggedTensor)
                 else tf.boolean_mask(value, kept) for name, value in parse(*batch).items()}
 
@@ -227,10 +227,10 @@ def read_dataset(path: DatasetPaths, *, split: str = "train", batch_size: int = 
     # Without repeat, counts are checked per batch (free) rather than per record (~4% of the read rate).
     # One ArrayRecord dataset is globally shuffled by its reader; a mixture's parts are shuffled below.
     # One dataset in stored order with deleted records: they are read, and dropped a batch at a time (``keep``).
-    # Column files read whole in local stored-order reads (``column_rows``: one vector of rows per file, no
-    # element per row), after the base's records; else each read as the base is.
+    # Column files read whole in local stored-order reads (``column_rows``: one element per file, its rows or their
+    # features decoded, no element per row), after the base's records; else each read as the base is.
     reading = (plan,) if parts is None else parts
-    rows = [column_rows(p) for p in reading[1:]] if parts is not None and all(
+    rows = [column_rows(p, s) for p, s in zip(reading[1:], part_schemas(plan)[1:])] if parts is not None and all(
         (num_parallel_reads or default_parallel_reads(p, shuffle)) == 1 for p in parts) else [None]
     bulk = [] if None in rows else rows
     reading = reading[:1] if bulk else reading
