@@ -10,12 +10,24 @@ CPU, +2.2 s of wall). docs/performance.md, "Every core by default".
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 
 _FORK_LOCK = threading.Lock()
 _QUIET_THREADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def _fresh_lock_in_child() -> None:
+    """A forked child gets a lock of its own: the fork is taken under the parent's, which the child would
+    inherit held (a worker that makes a fork server in turn would wait on it for good)."""
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
 
 
 def start_quiet_thread(work: Callable[[], None], *, every_seconds: float, stop: threading.Event,

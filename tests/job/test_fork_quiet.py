@@ -1,5 +1,6 @@
 """Quiet threads (``job/fork_quiet.py``): idle while the fork lock is held, and told from other threads."""
 
+import os
 import threading
 import time
 
@@ -40,3 +41,26 @@ def test_other_python_threads_are_named():
         loud.join()
     with threads_held_quiet() as others:
         assert "loud-test" not in others
+
+
+def test_a_child_forked_under_the_lock_can_take_it_again():
+    """The fork server is forked under the lock: its children (the workers) get a free one, not a held copy."""
+    with threads_held_quiet():
+        pid = os.fork()
+        if pid == 0:  # the child: would wait for good on an inherited held lock
+            code = 1
+            try:
+                with threads_held_quiet():
+                    code = 0
+            finally:
+                os._exit(code)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child waited on the fork lock")
