@@ -60,6 +60,13 @@ def test_a_new_follower_reads_what_is_published_then_ends_after_its_timeout(grow
         sorted(set().union(*by_class.values()))
 
 
+def test_a_plain_dataset_directory_is_read_once_then_the_follower_ends(grown):
+    """A build's own folder (no root, no prefix: here the first version's) is one commit: its records, then the end."""
+    root, versions, by_batch = grown
+    first = str(Path(root, "versions", versions[0]))
+    assert sorted(_images(read_numpy(first, follow=True, follow_timeout_seconds=0))) == sorted(by_batch[0])
+
+
 @pytest.mark.parametrize("after, expected", [(0, (1, 2)), (1, (2,))], ids=["skips-a-commit", "next-commit"])
 def test_a_compacting_commit_yields_only_its_new_records(grown, after, expected):
     root, versions, by_class = grown
