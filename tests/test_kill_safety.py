@@ -4,8 +4,9 @@ then it is complete), no process is left behind, and a re-run writes the same by
 The job runs as a command (``python -m pipelines.build_image_dataset``, forked from a server that imported
 Beam once: tests/docs/command_zygote.py) on the shared 300-image folder resized (so encoding takes a while),
 in two ways: its default on the DirectRunner (one worker process per core; at least 2 here) and an encoding
-pool of two processes inside one in-memory worker. Kill moments are drawn from seeded random delays after
-those processes have started; a case whose job finished before its kill would prove nothing and fails.
+pool of two processes inside one in-memory worker. Kill moments are drawn from seeded random fractions of the
+time the same job takes, once those processes have started (timed once per mode, unkilled): a machine that runs
+the job faster still has it killed mid-way; a case whose job finished before its kill would prove nothing and fails.
 """
 
 import os
@@ -123,14 +124,30 @@ def _assert_only_the_finished_looks_published_and_rerun_is_identical(out: str, i
     assert _shard_bytes(out) == reference
 
 
-# One moment per mode: late in the pool's encoding (seed 2: 1.43 s), early in the workers' (seed 3: 0.36 s;
-# seed 4 drew 0.35 s, the same moment, and the pool's seed 1 an early one, 0.20 s).
+@pytest.fixture(scope="module")
+def durations(jobs, sample_images, tmp_path_factory) -> dict[str, float]:
+    """Seconds each mode's job runs once its processes have started, unkilled. The kill moments were fixed delays
+    (0.36 s for the workers) until forked workers and a faster encoder let the job end before them on a quiet
+    machine; a fraction of this time stays inside the job however fast it gets."""
+    timed = {}
+    for mode in (POOL, WORKERS):
+        folder = tmp_path_factory.mktemp(f"timed-{mode}")
+        with open(folder / "stderr.txt", "wb") as stderr:
+            job, _, _ = _start_job(jobs, sample_images, str(folder / "dataset"), mode, stderr)
+        started = time.monotonic()
+        assert job.wait(timeout=300) == 0, _tail(stderr)
+        timed[mode] = time.monotonic() - started
+    return timed
+
+
+# One moment per mode, a fraction of its job's time: late in the pool's encoding (seed 2: 0.48), early in the
+# workers' (seed 3: 0.16). Under 0.5: the timed run may have been slowed by a load the killed one does not have.
 @pytest.mark.parametrize("mode, seed", [(POOL, 2), (WORKERS, 3)])
-def test_sigkill_of_the_job_at_a_random_moment(mode, seed, jobs, sample_images, reference, tmp_path):
+def test_sigkill_of_the_job_at_a_random_moment(mode, seed, jobs, sample_images, reference, durations, tmp_path):
     out = str(tmp_path / "dataset")
     with open(tmp_path / "stderr.txt", "wb") as stderr:
         job, process, pool = _start_job(jobs, sample_images, out, mode, stderr)
-    time.sleep(random.Random(seed).uniform(0.0, 1.5))
+    time.sleep(random.Random(seed).uniform(0.05, 0.5) * durations[mode])
     assert job.poll() is None, "the job finished before it was killed: nothing was tested"
     everything = _descendants(process) or pool  # workers, their launchers, a fork server: none may outlive the job
     os.kill(job.pid, signal.SIGKILL)
