@@ -156,9 +156,8 @@ def _dense_or_parsed(plan: ReadPlan, schema: Schema, specs: DenseSpecs, spans: S
         content = map_whole(plan.path(segment_pass))
         starts, lengths = spans(index, content)
         start, stop = segment_pass.start, segment_pass.stop
-        live = np.zeros(stop - start, dtype=bool)
-        for segment in segment_pass.segments:
-            live[segment.skip - start:segment.skip + segment.take - start] = True
+        keep = segment_pass.keep()  # None: every record read is returned
+        live = np.ones(stop - start, dtype=bool) if keep is None else keep
         starts, lengths = starts[start:stop], lengths[start:stop]
         dense = dense_rows(content, starts, lengths, live, schema, specs, path=plan.path(segment_pass))
         if dense is not None:
