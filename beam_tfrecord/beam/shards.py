@@ -130,13 +130,16 @@ class ShardFileWriter:
             return BYTES_PER_SUMMARY - (summary.pending_bytes if summary is not None else 0)
 
         def hand_over() -> int:
-            """Hands the pending records over as one block; the bytes the next block may hold."""
+            """Hands the pending records over as one block, counted; the bytes the next block may hold."""
+            nonlocal record_bytes, pending_bytes
             block, sizes = b"".join(pending), list(map(len, pending))
             writer.append_framed_block(block, sizes)
             if summary is not None:
                 summary.add_block(block, sizes)
             stats.records += len(sizes)
+            record_bytes += pending_bytes
             pending.clear()
+            pending_bytes = 0
             return limit()
 
         room = limit()
@@ -147,13 +150,9 @@ class ShardFileWriter:
                 pending_bytes += len(framed)
                 if pending_bytes >= room:
                     room = hand_over()
-                    record_bytes += pending_bytes
-                    pending_bytes = 0
                 continue
             if pending:
                 hand_over()
-                record_bytes += pending_bytes
-                pending_bytes = 0
             parts, size = self._rebuild(entry)
             stats.records += 1
             stats.rebuilt += 1
@@ -164,7 +163,6 @@ class ShardFileWriter:
             room = limit()
         if pending:
             hand_over()
-            record_bytes += pending_bytes
         return record_bytes
 
     def _checked(self, target: ShardTarget, stats: ShardStats, record_bytes: int, crc32c: str,
