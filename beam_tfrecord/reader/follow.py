@@ -117,9 +117,13 @@ def load_commit(path: str) -> Commit | None:
     """The commit published at ``path`` now, or None when nothing is published there yet."""
     try:
         latest = read_latest(path)
+        if latest is None:
+            dataset = open_dataset(path)
+            # A root whose first LATEST was written between the two reads opens too (at LATEST): taken as the root
+            # it is, else its next poll would be another commit and its records read twice.
+            latest = read_latest(path)
         if latest is not None:  # a root: the version LATEST names (never one published in between)
             return Commit(latest, open_dataset(version_dir(path, latest)), latest)
-        dataset = open_dataset(path)
     except DatasetNotFoundError:
         return None
     digest = hashlib.sha256(dataset.manifest.dumps().encode("utf-8")).hexdigest()[:16]

@@ -163,3 +163,23 @@ def test_a_follower_batches_a_commit_as_read_numpy_batches(grown):
     assert [len(batch["label"]) for batch in batches] == [4, 2]  # version 3's 6 new records: one commit
     assert type(batches[0]["image"]).__name__ == "RaggedArray"  # packed as read_numpy packs its batches
     assert sorted(bytes(image) for batch in batches for image in batch["image"]) == sorted(by_class[1] | by_class[2])
+
+
+def test_a_root_whose_latest_appears_between_two_reads_is_taken_as_the_root(grown, monkeypatch):
+    """A follower's poll read no LATEST, then opened the root (at the LATEST just written): it took that as a plain
+    directory's commit, the next poll as another one, and yielded the first version's records twice (seen once in
+    the watch test on gs://). The poll now reads LATEST again once the open succeeded."""
+    import beam_tfrecord.reader.follow as follow_module
+
+    root, versions, _ = grown
+    real = follow_module.read_latest
+    calls = []
+
+    def written_just_after_the_first_read(path):
+        calls.append(path)
+        return None if len(calls) == 1 else real(path)
+
+    monkeypatch.setattr(follow_module, "read_latest", written_just_after_the_first_read)
+    commit = follow_module.load_commit(root)
+    assert commit is not None and (commit.commit_id, commit.version) == (versions[-1], versions[-1])
+    assert len(calls) >= 2
