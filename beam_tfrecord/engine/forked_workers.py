@@ -19,7 +19,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 
-from beam_tfrecord.engine.worker_memory import keep_freed_memory
+from beam_tfrecord.engine.worker_memory import freeze_start_heap, keep_freed_memory
 from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks
 from beam_tfrecord.formats.array_record import riegeli_runs_here
 from beam_tfrecord.job.fork_quiet import threads_held_quiet
@@ -207,6 +207,7 @@ def _run_worker(connection: socket.socket, request: dict) -> None:
 
         keep_freed_memory()
         drop_typed_error_tracebacks()
+        freeze_start_heap()
         sdk_worker_main.main([])
         code = 0
     except SystemExit as exit_:

@@ -15,11 +15,12 @@ def main() -> None:
     """Runs Beam's SDK worker harness until the runner closes it."""
     from apache_beam.runners.worker import sdk_worker_main
 
-    from beam_tfrecord.engine.worker_memory import keep_freed_memory
+    from beam_tfrecord.engine.worker_memory import freeze_start_heap, keep_freed_memory
     from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks
 
     keep_freed_memory()
     drop_typed_error_tracebacks()
+    freeze_start_heap()
 
     sdk_worker_main.main(sys.argv)
 

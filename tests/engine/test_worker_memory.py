@@ -63,8 +63,9 @@ PIPELINE = CHURN + textwrap.dedent("""
     from beam_tfrecord.engine.local_workers import use_local_workers
 
     def report(_):
-        import os  # in the worker
-        return f"{os.getpid()} {churn_faults()}"
+        import gc  # in the worker
+        import os
+        return f"{os.getpid()} {churn_faults()} {gc.get_freeze_count()}"
 
     for fork, out in zip(sys.argv[1::2], sys.argv[2::2]):  # one run per (forking, output)
         os.environ[FORK_WORKERS_ENV] = fork
@@ -73,18 +74,20 @@ PIPELINE = CHURN + textwrap.dedent("""
         with pipeline:
             (pipeline | beam.Create(range(4)) | beam.Reshuffle() | beam.Map(report)
              | beam.io.WriteToText(out, shard_name_template="", num_shards=1))
-    print(os.getpid())
+    import gc
+    print(os.getpid(), gc.get_freeze_count())
 """)
 
 
 @pytest.fixture(scope="module")
-def worker_faults(tmp_path_factory) -> tuple[int, dict[str, list[list[str]]]]:
+def worker_faults(tmp_path_factory) -> tuple[list[int], dict[str, list[list[str]]]]:
     """One launching process runs the pipeline with its workers forked (where Linux allows), then
-    started with a command line (one interpreter start for both); its pid and each run's reports."""
+    started with a command line (one interpreter start for both); its pid and frozen objects, and each
+    run's reports (a worker's pid, page faults and frozen objects)."""
     folder = tmp_path_factory.mktemp("worker-memory")
     runs = {"forked": "1", "started": "0"} if fork_workers_enabled() else {"started": "0"}
     args = [arg for name, fork in runs.items() for arg in (fork, str(folder / f"{name}.txt"))]
-    client = int(_python(PIPELINE, *args).split()[-1])
+    client = [int(word) for word in _python(PIPELINE, *args).split()[-2:]]
     return client, {name: [line.split() for line in (folder / f"{name}.txt").read_text().splitlines()]
                     for name in runs}
 
@@ -95,8 +98,19 @@ def worker_faults(tmp_path_factory) -> tuple[int, dict[str, list[list[str]]]]:
     "started",
 ])
 def test_the_local_worker_processes_keep_freed_memory(worker_faults, fork):
-    client, runs = worker_faults
+    (client, _), runs = worker_faults
     reports = runs[fork]
     assert len(reports) == 4
-    assert client not in {int(pid) for pid, _ in reports}  # run by worker processes
-    assert all(int(faults) < PAGES_CHURNED // 50 for _, faults in reports), reports
+    assert client not in {int(pid) for pid, _, _ in reports}  # run by worker processes
+    assert all(int(faults) < PAGES_CHURNED // 50 for _, faults, _ in reports), reports
+
+
+@pytest.mark.parametrize("fork", [
+    pytest.param("forked", marks=pytest.mark.skipif(not fork_workers_enabled(), reason="forking needs Linux")),
+    "started",
+])
+def test_the_local_worker_processes_freeze_the_heap_they_start_with(worker_faults, fork):
+    """A full collection in a worker skips the modules it started with; the launching process is left as it was."""
+    (_, client_frozen), runs = worker_faults
+    assert client_frozen == 0
+    assert all(int(frozen) > 50_000 for _, _, frozen in runs[fork]), runs[fork]  # Beam's modules, at least
