@@ -53,7 +53,7 @@ from beam_tfrecord.quality.split_groups import SplitKeyFn
 from beam_tfrecord.spill.resume import SkipsReusedKeys, describe_reused_shards
 from beam_tfrecord.spill.run_files import DEFAULT_RUN_BYTES
 from beam_tfrecord.versions.commit import VersionCommit
-from beam_tfrecord.versions.refresh import fingerprint_inputs
+from beam_tfrecord.versions.refresh import InputFingerprint, fingerprint_inputs
 from pipelines.dry_run import check_dry_run, end_if_dry_run
 from pipelines.job_options import JobCommand
 from pipelines.progress_options import ProgressOptions as ProgressOptions  # the jobs import it from here too
@@ -254,7 +254,8 @@ class _DropRelayedErrors(logging.Filter):
 
 
 def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schema, command: Sequence[str], *,
-                  shared_filesystem: bool, input_patterns: Sequence[str], expected_inputs: int | None = None,
+                  shared_filesystem: bool, input_patterns: Sequence[str], inputs: InputFingerprint | None = None,
+                  expected_inputs: int | None = None,
                   samples_at_most: int | None = None, **writer_options) -> Manifest:
     """Runs ``read | writer`` on the options' runner, prints what was written, returns the manifest.
 
@@ -267,6 +268,8 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
             ``require_worker_paths`` call, its first step, returned).
         input_patterns: globs of every input file: their sizes and update times identify the inputs
             of a build that ``--resume`` may take over (``WriteTFRecordDataset``'s ``inputs_identity``).
+        inputs: their fingerprint, when the caller took it from a listing of its own
+            (``fingerprint_listed``); None: they are listed here.
         expected_inputs: samples the source will emit, when the client counted them (the progress
             display's ETA, and the count the workers must reconcile with: ``InputsMismatchError``).
         samples_at_most: an upper bound of the samples, when the client knows one but no exact
@@ -277,7 +280,7 @@ def build_dataset(options: PipelineOptions, read: beam.PTransform, schema: Schem
     output = options.view_as(DatasetOutputOptions)
     require_output(output)
     quiet_logging()
-    inputs = fingerprint_inputs(input_patterns)
+    inputs = inputs or fingerprint_inputs(input_patterns)
     size = InputSize(expected_inputs if expected_inputs is not None else samples_at_most, inputs.num_bytes)
     workers = choose_local_workers(options, requested=None, flags=command, input_size=size)
     with lease.held(output.output, run_id=uuid.uuid4().hex[:12], break_lock=output.break_lock), \

@@ -65,7 +65,8 @@ class BuildJob:
         shared = require_worker_paths(options, spec.worker_paths(options))
         plan = spec.plan(options, job=job)
         return build_dataset(options, plan.read, plan.schema, [job, *argv], shared_filesystem=shared,
-                             input_patterns=[spec.inputs_glob(value)], expected_inputs=plan.expected_inputs,
+                             input_patterns=[spec.inputs_glob(value)], inputs=plan.inputs,
+                             expected_inputs=plan.expected_inputs,
                              samples_at_most=plan.samples_at_most,
                              feature_transforms=dict(plan.feature_transforms) or None,
                              metadata=dict(plan.metadata) or None, near_duplicates=plan.near_duplicates,

@@ -21,6 +21,7 @@ from beam_tfrecord.core.samples import FileRef, Sample
 from beam_tfrecord.core.schema import IMAGE_EXTENSIONS, ClassLabel, Image, ImageFormat, Schema
 from beam_tfrecord.errors import InputsMismatchError, SchemaError
 from beam_tfrecord.spill.resume import ReusedKeys
+from beam_tfrecord.storage import StoredFile
 
 
 def _root(root: str) -> str:
@@ -34,10 +35,13 @@ class FolderListing:
     Attributes:
         images: (relative path 'label/file', full path) of every sample, sorted.
         skipped: (relative path, reason) of every other file, sorted.
+        files: every file found, as storage listed it (size and update time; size -1: it could not be
+            sized), sorted by path: what the inputs' fingerprint is taken from without listing again.
     """
 
     images: tuple[tuple[str, str], ...]
     skipped: tuple[tuple[str, str], ...]
+    files: tuple[StoredFile, ...] = ()
 
     def skipped_report(self) -> dict[str, Any]:
         """Counts of skipped files by reason and by extension, for the manifest and the summary."""
@@ -65,14 +69,15 @@ def list_folder(root: str) -> FolderListing:
     """Every file under ``root`` (dangling links included), sorted into samples and skipped files."""
     base = _root(root)
     images, skipped = [], []
-    for path, _ in storage.list_files(base + "**", include_broken=True):
+    files = storage.list_details(base + "**", include_broken=True)
+    for path in (found.path for found in files):
         relative = path[len(base):] if path.startswith(base) else posixpath.relpath(path, base)
         reason = _skip_reason(relative)
         if reason is None:
             images.append((relative, path))
         else:
             skipped.append((relative, reason))
-    return FolderListing(tuple(images), tuple(skipped))
+    return FolderListing(tuple(images), tuple(skipped), tuple(files))
 
 
 def class_names(root: str, listing: FolderListing | None = None) -> tuple[str, ...]:

@@ -162,11 +162,12 @@ def list_files(pattern: str, *, include_broken: bool = False) -> list[tuple[str,
     return backend_for(pattern).list_files(pattern, include_broken=include_broken)
 
 
-def list_details(pattern: str) -> list[StoredFile]:
+def list_details(pattern: str, *, include_broken: bool = False) -> list[StoredFile]:
     """Every file matching a glob with its size, update time and content token, sorted by path.
 
     As Beam's ``FileSystems.match``: a pattern ending in ``/`` lists that folder's files; one without
-    wildcards is that one path when it exists (even a local directory).
+    wildcards is that one path when it exists (even a local directory). ``include_broken``: as
+    ``list_files``' (entries that cannot be sized come with size -1 and no token).
     """
     if pattern.endswith("/"):
         pattern += "*"
@@ -174,7 +175,7 @@ def list_details(pattern: str) -> list[StoredFile]:
     if literal_prefix(pattern) == pattern:
         found = backend.stat(pattern)
         return [found] if found is not None else []
-    return backend.list_details(pattern)
+    return backend.list_details(pattern, include_broken=include_broken)
 
 
 def crc32c_and_size(path: str, chunk_bytes: int = 8 << 20) -> tuple[str, int]:

@@ -104,8 +104,9 @@ class StorageBackend(abc.ABC):
         """(path, size) of every file matching the glob (``paths.glob_regex``), sorted by path."""
 
     @abc.abstractmethod
-    def list_details(self, pattern: str) -> list[StoredFile]:
-        """Every file matching the glob, with its update time and content token."""
+    def list_details(self, pattern: str, *, include_broken: bool = False) -> list[StoredFile]:
+        """Every file matching the glob, with its update time and content token; with ``include_broken``,
+        also the entries that cannot be sized (``list_files``'), with size -1 and no token."""
 
     @abc.abstractmethod
     def stat(self, path: str) -> StoredFile | None:

@@ -52,7 +52,7 @@ class BeamFileSystemsBackend(StorageBackend):
     def list_files(self, pattern: str, *, include_broken: bool = False) -> list[tuple[str, int]]:
         return sorted((found.path, found.size_bytes) for found in self.list_details(pattern))
 
-    def list_details(self, pattern: str) -> list[StoredFile]:
+    def list_details(self, pattern: str, *, include_broken: bool = False) -> list[StoredFile]:
         return sorted((_stored(meta) for meta in _beam().match([pattern])[0].metadata_list), key=lambda f: f.path)
 
     def stat(self, path: str) -> StoredFile | None:

@@ -85,7 +85,7 @@ class GcsBackend(StorageBackend):
     def list_files(self, pattern: str, *, include_broken: bool = False) -> list[tuple[str, int]]:
         return [(path, int(blob.size or 0)) for path, blob in self._matching(pattern)]
 
-    def list_details(self, pattern: str) -> list[StoredFile]:
+    def list_details(self, pattern: str, *, include_broken: bool = False) -> list[StoredFile]:
         return [_stored(path, blob) for path, blob in self._matching(pattern)]
 
     def stat(self, path: str) -> StoredFile | None:

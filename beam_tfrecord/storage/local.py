@@ -53,8 +53,9 @@ class LocalBackend(StorageBackend):
     def list_files(self, pattern: str, *, include_broken: bool = False) -> list[tuple[str, int]]:
         return [(path, size) for path, size, _ in _listed(pattern, include_broken=include_broken)]
 
-    def list_details(self, pattern: str) -> list[StoredFile]:
-        return [_stored(path, stat) for path, _, stat in _listed(pattern, include_broken=False) if stat]
+    def list_details(self, pattern: str, *, include_broken: bool = False) -> list[StoredFile]:
+        return [_stored(path, stat) if stat else StoredFile(path, -1, 0.0, None)
+                for path, _, stat in _listed(pattern, include_broken=include_broken)]
 
     def stat(self, path: str) -> StoredFile | None:
         try:

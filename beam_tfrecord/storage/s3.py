@@ -237,7 +237,7 @@ class S3Backend(StorageBackend):
     def list_files(self, pattern: str, *, include_broken: bool = False) -> list[tuple[str, int]]:
         return [(found.path, found.size_bytes) for found in self._matching(pattern)]
 
-    def list_details(self, pattern: str) -> list[StoredFile]:
+    def list_details(self, pattern: str, *, include_broken: bool = False) -> list[StoredFile]:
         return self._matching(pattern)
 
     def stat(self, path: str) -> StoredFile | None:

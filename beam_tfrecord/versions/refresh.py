@@ -29,6 +29,7 @@ from beam_tfrecord.dataset import (
 )
 from beam_tfrecord.errors import LatestPointerError, RefreshError
 from beam_tfrecord.interop.tfds import DATASET_INFO_FILENAME, write_tfds_files
+from beam_tfrecord.storage import StoredFile
 from beam_tfrecord.versions.drift_gate import DriftCheck, check_drift
 from beam_tfrecord.versions.retention import (  # retention's names stay importable from here
     DEFAULT_KEEP_VERSIONS,
@@ -106,6 +107,19 @@ def list_input_files(patterns: Sequence[str]) -> list[InputFile]:
 def fingerprint_inputs(patterns: Sequence[str]) -> InputFingerprint:
     """The fingerprint of the files matching ``patterns``, taken now (at launch)."""
     return InputFingerprint.of(list_input_files(patterns))
+
+
+def fingerprint_listed(patterns: Sequence[str], listed: Iterable[StoredFile]) -> InputFingerprint:
+    """``fingerprint_inputs(patterns)`` from a listing the caller already made, without listing again.
+
+    Args:
+        patterns: globs with wildcards (``paths.glob_regex``), not ending in ``/``.
+        listed: every file the patterns match, and any others (a folder's whole listing): the ones that
+            match and could be sized count.
+    """
+    regexes = [storage.glob_regex(pattern) for pattern in patterns]
+    return InputFingerprint.of([InputFile(found.path, found.size_bytes, found.updated_seconds) for found in listed
+                                if found.size_bytes >= 0 and any(regex.fullmatch(found.path) for regex in regexes)])
 
 
 _TIME_FORMAT = "%Y%m%dT%H%M%S"

@@ -21,6 +21,7 @@ from beam_tfrecord.sources.image_folder import (
     list_folder,
 )
 from beam_tfrecord.versions.input_index import IndexedInput, content_tokens, index_inputs
+from beam_tfrecord.versions.refresh import fingerprint_listed
 from pipelines.source_options import SchemaOptions, parse_bool
 from pipelines.sources import source_named
 from pipelines.sources.spec import InputsIndex, SourcePlan, SourceSpec, add_input_option
@@ -66,6 +67,10 @@ def resize_from_options(source: ImageFolderOptions) -> ResizeImage | None:
                        reduced_decode=source.reduced_decode)
 
 
+def _inputs_glob(root: str) -> str:
+    return root.rstrip("/") + "/*/*"
+
+
 def _plan(options: PipelineOptions, *, job: str) -> SourcePlan:
     source = options.view_as(ImageFolderOptions)
     listing = list_folder(source.input)  # the one listing the job plans from (the workers' must match)
@@ -79,7 +84,8 @@ def _plan(options: PipelineOptions, *, job: str) -> SourcePlan:
                       feature_transforms={"image": resize} if resize is not None else {},
                       metadata={SKIPPED_INPUTS_KEY: listing.skipped_report()} if listing.skipped else {},
                       near_duplicates=(NearDuplicateSettings.for_images(len(listing.images))
-                                       if source.near_duplicates else None))
+                                       if source.near_duplicates else None),
+                      inputs=fingerprint_listed([_inputs_glob(source.input)], listing.files))
 
 
 def _index(options: PipelineOptions, plan: SourcePlan) -> InputsIndex:
@@ -98,6 +104,6 @@ def _read_fresh(pipeline: beam.Pipeline, fresh: tuple[IndexedInput, ...]) -> bea
 SPEC = SourceSpec(
     entry=ENTRY, options=ImageFolderOptions,
     description="Builds a dataset from an image folder ROOT/<label>/<file>: the label is the folder name.",
-    plan=_plan, index=_index, inputs_glob=lambda root: root.rstrip("/") + "/*/*",
+    plan=_plan, index=_index, inputs_glob=_inputs_glob,
     refused=(("schema", "the schema comes from the folder names"),
              ("chunk_size", "images are one sample per Beam element")))

@@ -20,6 +20,7 @@ from beam_tfrecord.engine.local_workers import SMALL_JOB_MAX_INPUT_BYTES
 from beam_tfrecord.quality.near_duplicates import NearDuplicateSettings
 from beam_tfrecord.sources.kept_records import ReadFreshInputs
 from beam_tfrecord.versions.input_index import IndexedInput, listed_tokens
+from beam_tfrecord.versions.refresh import InputFingerprint
 from pipelines.sources import SourceEntry
 
 # (pipeline, the inputs to encode again) -> their samples: how an incremental refresh reads the fresh inputs.
@@ -40,6 +41,8 @@ class SourcePlan:
         metadata: manifest metadata of the source (skipped files...).
         key_feature: a feature holding the key, left out of the duplicates' content hash.
         near_duplicates: the near-duplicate search, when asked for.
+        inputs: the fingerprint of the files ``SourceSpec.inputs_glob`` matches, when the plan's own listing
+            gave it (None: the build lists them).
     """
 
     schema: Schema
@@ -51,6 +54,7 @@ class SourcePlan:
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     key_feature: str | None = None
     near_duplicates: NearDuplicateSettings | None = None
+    inputs: InputFingerprint | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,13 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 
 from beam_tfrecord import storage
-from beam_tfrecord.versions.refresh import InputFile, InputFingerprint, list_input_files
+from beam_tfrecord.versions.refresh import (
+    InputFile,
+    InputFingerprint,
+    fingerprint_inputs,
+    fingerprint_listed,
+    list_input_files,
+)
 
 NAMES = ("cats/1.jpg", "cats/2.jpg", "dogs/3.jpg", "dogs/sub/4.jpg", "notes.txt")
 
@@ -47,3 +53,15 @@ def test_a_local_folder_named_without_wildcards_is_listed_as_beam_lists_it(tmp_p
     (tmp_path / "d" / "f").write_bytes(b"1")
     assert list_input_files([str(tmp_path / "d")]) == _beam_listing([str(tmp_path / "d")])
     assert os.path.isdir(list_input_files([str(tmp_path / "d")])[0].path)
+
+
+@pytest.mark.parametrize("patterns", [["*/*"], ["*/*.jpg", "dogs/**"], ["c?ts/[12].jpg"], ["missing/*"]],
+                         ids=["one-level", "overlapping", "wildcards", "no-match"])
+def test_a_fingerprint_from_a_listing_of_everything_is_the_patterns_own(inputs: str, patterns: list[str]) -> None:
+    """``fingerprint_listed`` over a listing of every file (what an image folder's plan has) is the fingerprint
+    a listing of the patterns gives; ``list_details(include_broken=True)`` lists what ``list_files`` does."""
+    everything = storage.list_details(storage.join(inputs, "**"), include_broken=True)
+    assert [(f.path, f.size_bytes) for f in everything] == storage.list_files(storage.join(inputs, "**"),
+                                                                             include_broken=True)
+    full = [storage.join(inputs, p) for p in patterns]
+    assert fingerprint_listed(full, everything) == fingerprint_inputs(full)

@@ -239,3 +239,23 @@ def test_adopting_a_version_completes_its_tfds_metadata(tmp_path: Path, built_ve
     commit_version(root, IDS[1])
     assert {name: (version / name).read_bytes() for name in expected} == expected
     assert read_latest(root) == IDS[1]
+
+
+def test_an_image_build_fingerprints_its_inputs_from_the_listing_it_plans_from(input_and_root) -> None:
+    """The image folder's plan takes the inputs' fingerprint from its own listing (the build no longer lists the
+    folder a second time for it): the fingerprint a listing of ``ROOT/*/*`` gives, around files that glob leaves
+    out (at the root, nested deeper) or takes (hidden, not an image), and, on local disk, one it cannot size."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_tfrecord import storage
+    from pipelines.sources import image_folder
+
+    folder, _ = input_and_root
+    for relative in ("notes.txt", "circle/deeper/0000.jpg", "circle/readme.md", "square/.hidden.jpg"):
+        storage.write_bytes_atomic(f"{folder}/{relative}", b"not an image")
+    if "://" not in folder:
+        os.symlink(os.path.join(folder, "gone.jpg"), os.path.join(folder, "square", "dangling.jpg"))
+    plan = image_folder.SPEC.plan(PipelineOptions([f"--input={folder}"]), job="build_image_dataset")
+    listed = fingerprint_inputs([folder + "/*/*"])
+    assert plan.inputs == listed
+    assert listed.num_files == 30 + 2  # the images, readme.md and .hidden.jpg; not the dangling link
