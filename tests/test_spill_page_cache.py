@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from beam_tfrecord.core.runs import SpilledRun, make_record_entry
-from beam_tfrecord.spill.run_files import RUN_PAGE_CACHE_SHARE, RunSpiller, shard_entries, through_page_cache
+from beam_tfrecord.spill.run_files import RunSpiller, run_page_cache_share, shard_entries, through_page_cache
 from beam_tfrecord.storage import direct_io
 from tests.storage.test_direct_io import needs_o_direct, resident_fraction
 
@@ -64,11 +64,14 @@ def test_without_o_direct_every_run_is_buffered_under_the_plain_name(tmp_path):
         assert [bytes(entry) for entry in merged] == sorted(entries)
 
 
-@pytest.mark.parametrize("num_bytes, dirty, takes", [
-    (750, 0, True),  # exactly 3/4 of the level
-    (751, 0, False),
-    (250, 500, True),  # what others left dirty counts too
-    (251, 500, False),
-], ids=["three-quarters", "over", "with-others", "others-push-over"])
-def test_runs_may_fill_three_quarters_of_the_writeback_level(num_bytes, dirty, takes):
-    assert direct_io.fits_before_writeback(num_bytes, dirty, 1000, share=RUN_PAGE_CACHE_SHARE) is takes
+@pytest.mark.parametrize("num_bytes, dirty, throttle, takes", [
+    (1350, 0, 1.5, True),  # exactly 9/10 of where writers are slowed (1.5 times the level: the default ratios)
+    (1351, 0, 1.5, False),
+    (350, 1000, 1.5, True),  # what others left dirty counts too
+    (351, 1000, 1.5, False),
+    (900, 0, 1.0, True),  # writers slowed at the level itself: 9/10 of it
+    (901, 0, 1.0, False),
+], ids=["nine-tenths-of-the-throttle", "over", "with-others", "others-push-over", "throttle-at-the-level",
+        "over-it"])
+def test_runs_may_fill_nine_tenths_of_the_page_cache_below_the_throttle(num_bytes, dirty, throttle, takes):
+    assert direct_io.fits_before_writeback(num_bytes, dirty, 1000, share=run_page_cache_share(throttle)) is takes

@@ -32,15 +32,24 @@ from beam_tfrecord.storage.disk_space import raise_typed_when_full
 
 DEFAULT_RUN_BYTES = 64 << 20
 CACHED_RUN_SUFFIX = ".cached.run"  # a run written through the page cache, to be read through it
-# The runs of a job may fill the page cache up to 3/4 of the level at which the kernel starts writing
-# back: the rest is room for the runs other workers have announced and not yet written, and for the
-# machine's other writers. Below that level nothing of theirs is written before they are deleted.
-RUN_PAGE_CACHE_SHARE = 0.75
+# The runs of a job may fill the page cache up to 9/10 of the point where the kernel starts slowing
+# writers (``direct_io.throttle_ratio``: 1.5 times the background writeback level with the default
+# settings, so 1.35 times it): the rest is room for the runs other workers have announced and not yet
+# written, and for the machine's other writers. Above the background level the kernel writes some runs
+# back while the encoders run (the device has little else to do then); every cached run is still read
+# from memory by the shard writers, where an O_DIRECT run is read from the device while the shards are
+# written to it (docs/performance.md, "Spill runs up to the throttle").
+RUN_SHARE_OF_THROTTLE = 0.9
+
+
+def run_page_cache_share(throttle_ratio: float) -> float:
+    """The share of the background writeback level the runs may fill (``page_cache_takes``' ``share``)."""
+    return RUN_SHARE_OF_THROTTLE * throttle_ratio
 
 
 def page_cache_holds_run(run_bytes: int) -> bool:
     """Whether a new run of ``run_bytes`` goes through the page cache (``direct_io.page_cache_takes``)."""
-    return direct_io.page_cache_takes(run_bytes, share=RUN_PAGE_CACHE_SHARE)
+    return direct_io.page_cache_takes(run_bytes, share=run_page_cache_share(direct_io.throttle_ratio()))
 
 
 def through_page_cache(run: SpilledRun) -> bool:

@@ -20,6 +20,7 @@ from beam_tfrecord.storage import buffers
 
 ALIGN_BYTES = 4096  # a multiple of every common logical block size (512, 4096)
 BUFFER_BYTES = 4 << 20
+WRITE_BUFFERS = 4  # a DirectWriter's ring: up to 3 blocks wait for the device while the 4th fills
 _O_DIRECT = getattr(os, "O_DIRECT", 0)
 
 
@@ -82,6 +83,32 @@ def fits_before_writeback(num_bytes: int, dirty_bytes: int, writeback_level_byte
                           share: float = SHARE_FOR_KEPT_FILES) -> bool:
     """``page_cache_takes``'s rule: the dirty pages, ``num_bytes`` more, under ``share`` of the level."""
     return dirty_bytes + num_bytes <= int(writeback_level_bytes * share)
+
+
+def throttle_ratio() -> float:
+    """Where the kernel starts slowing writers, as a multiple of the background writeback level
+    (``dirty_state``'s): ``balance_dirty_pages`` lets a writer dirty pages freely up to halfway between
+    that level and ``vm.dirty_bytes`` (else ``vm.dirty_ratio`` percent of the available memory); 1.5
+    with the kernel's default ratios (10 and 20). 1.0 where ``/proc`` does not say."""
+    try:
+        settings = {}
+        for name in ("dirty_background_bytes", "dirty_background_ratio", "dirty_bytes", "dirty_ratio"):
+            with open(f"/proc/sys/vm/{name}", "rb") as handle:
+                settings[name] = int(handle.read())
+        with open("/proc/meminfo", "rb") as handle:
+            available = next(int(line.split()[1]) * 1024 for line in handle if line.startswith(b"MemAvailable:"))
+    except (OSError, ValueError, StopIteration):
+        return 1.0
+    return throttle_ratio_of(settings, available)
+
+
+def throttle_ratio_of(settings: dict[str, int], available_bytes: int) -> float:
+    """``throttle_ratio`` from the four ``vm.dirty_*`` settings (a ``*_bytes`` of 0 defers to its ``*_ratio``)."""
+    background = settings["dirty_background_bytes"] or available_bytes * settings["dirty_background_ratio"] // 100
+    limit = settings["dirty_bytes"] or available_bytes * settings["dirty_ratio"] // 100
+    if background <= 0 or limit <= background:  # the kernel then takes half the limit as the level: no room above
+        return 1.0
+    return (background + limit) / 2 / background
 
 
 def dirty_state() -> tuple[int, int] | None:
@@ -158,20 +185,21 @@ def _read_aligned(fd: int, offset: int, length: int) -> memoryview:
 class DirectWriter(io.RawIOBase):
     """Writes through an O_DIRECT descriptor in aligned blocks; ``close`` writes the unaligned tail.
 
-    Two page-aligned buffers: while a thread writes a full one to the device (``os.write``
-    releases the GIL), the caller fills the other, so encoding overlaps the device's time. An
-    error of a background write is raised by the next ``write`` or by ``close``. Not seekable:
-    spill runs and shards are written front to back.
+    ``WRITE_BUFFERS`` page-aligned buffers in a ring: a thread writes the full ones to the device in
+    order (``os.write`` releases the GIL) while the caller fills the next, so encoding overlaps the
+    device's time, and a slow write holds the caller back only once every buffer waits for the device.
+    An error of a background write is raised by the next ``write`` or by ``close``. Not seekable: spill
+    runs and shards are written front to back.
     """
 
     def __init__(self, fd: int, buffer_bytes: int = BUFFER_BYTES) -> None:
         super().__init__()
         self._fd = fd
-        self._views = [buffers.view(buffer_bytes) for _ in range(2)]  # page-aligned, as O_DIRECT requires
+        self._views = [buffers.view(buffer_bytes) for _ in range(WRITE_BUFFERS)]  # page-aligned, as O_DIRECT requires
+        self._writes: list[concurrent.futures.Future | None] = [None] * len(self._views)  # each buffer's last write
         self._current = 0
         self._used = 0
         self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="direct-write")
-        self._pending: concurrent.futures.Future | None = None
         self._failed = False  # a write failed and was reported: close only releases resources
 
     def writable(self) -> bool:
@@ -189,16 +217,16 @@ class DirectWriter(io.RawIOBase):
             self._used += take
             done += take
             if self._used == capacity:
-                self._wait()
-                self._pending = self._writer.submit(self._write_all, view)
-                self._current = 1 - self._current
+                self._writes[self._current] = self._writer.submit(self._write_all, view)
+                self._current = (self._current + 1) % len(self._views)
                 self._used = 0
+                self._wait(self._current)  # the next buffer is free once its last write is done
                 view = self._views[self._current]
         return size
 
-    def _wait(self) -> None:
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
+    def _wait(self, index: int) -> None:
+        pending, self._writes[index] = self._writes[index], None
+        if pending is not None:
             try:
                 pending.result()
             except OSError:
@@ -217,7 +245,13 @@ class DirectWriter(io.RawIOBase):
         if self.closed:
             return
         try:
-            self._wait()
+            for offset in range(1, len(self._views) + 1):  # the writes in the order they were submitted
+                index = (self._current + offset) % len(self._views)
+                if not self._failed:
+                    self._wait(index)
+                elif self._writes[index] is not None:  # after a reported error, the rest only finish
+                    concurrent.futures.wait([self._writes[index]])
+                    self._writes[index] = None
             if not self._failed:
                 self._write_tail()
         finally:

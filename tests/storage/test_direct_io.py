@@ -11,7 +11,8 @@ import pytest
 from beam_tfrecord.storage import direct_io
 from beam_tfrecord.storage.direct_io import ALIGN_BYTES, BUFFER_BYTES, DirectWriter
 
-SIZES = [0, 1, ALIGN_BYTES - 1, ALIGN_BYTES, ALIGN_BYTES + 1, BUFFER_BYTES - 1, BUFFER_BYTES, 2 * BUFFER_BYTES + 7]
+SIZES = [0, 1, ALIGN_BYTES - 1, ALIGN_BYTES, ALIGN_BYTES + 1, BUFFER_BYTES - 1, BUFFER_BYTES, 2 * BUFFER_BYTES + 7,
+         (direct_io.WRITE_BUFFERS + 1) * BUFFER_BYTES + 13]  # the last: round the ring of buffers and on
 needs_o_direct = pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="this system has no O_DIRECT")
 
 
@@ -122,3 +123,19 @@ def test_the_dirty_state_is_read_from_proc_and_the_memory_is_never_taken_whole()
     dirty_bytes, level_bytes = direct_io.dirty_state()
     assert dirty_bytes >= 0 and 0 < level_bytes < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert not direct_io.page_cache_takes(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+@pytest.mark.parametrize("settings, available, ratio", [
+    ({"dirty_background_bytes": 0, "dirty_background_ratio": 10, "dirty_bytes": 0, "dirty_ratio": 20}, 10_000, 1.5),
+    ({"dirty_background_bytes": 100, "dirty_background_ratio": 10, "dirty_bytes": 400, "dirty_ratio": 20}, 10_000, 2.5),
+    ({"dirty_background_bytes": 0, "dirty_background_ratio": 10, "dirty_bytes": 3_000, "dirty_ratio": 20}, 10_000, 2.0),
+    ({"dirty_background_bytes": 0, "dirty_background_ratio": 20, "dirty_bytes": 0, "dirty_ratio": 20}, 10_000, 1.0),
+    ({"dirty_background_bytes": 0, "dirty_background_ratio": 0, "dirty_bytes": 0, "dirty_ratio": 20}, 10_000, 1.0),
+], ids=["default-ratios", "bytes", "bytes-over-a-ratio", "limit-at-the-level", "no-background-level"])
+def test_writers_are_slowed_halfway_from_the_background_level_to_the_limit(settings, available, ratio):
+    assert direct_io.throttle_ratio_of(settings, available) == pytest.approx(ratio)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/sys/vm/dirty_ratio"), reason="no /proc")
+def test_the_throttle_is_read_from_proc():
+    assert direct_io.throttle_ratio() >= 1.0
