@@ -249,9 +249,10 @@ class DirectWriter(io.RawIOBase):
                 index = (self._current + offset) % len(self._views)
                 if not self._failed:
                     self._wait(index)
-                elif self._writes[index] is not None:  # after a reported error, the rest only finish
-                    concurrent.futures.wait([self._writes[index]])
-                    self._writes[index] = None
+                else:  # after a reported error, the rest only finish
+                    pending, self._writes[index] = self._writes[index], None
+                    if pending is not None:
+                        concurrent.futures.wait([pending])
             if not self._failed:
                 self._write_tail()
         finally:
