@@ -188,8 +188,8 @@ class DirectWriter(io.RawIOBase):
     ``WRITE_BUFFERS`` page-aligned buffers in a ring: a thread writes the full ones to the device in
     order (``os.write`` releases the GIL) while the caller fills the next, so encoding overlaps the
     device's time, and a slow write holds the caller back only once every buffer waits for the device.
-    An error of a background write is raised by the next ``write`` or by ``close``. Not seekable: spill
-    runs and shards are written front to back.
+    An error of a background write is raised by the ``write`` that comes round to its buffer again, or by
+    ``close``. Not seekable: spill runs and shards are written front to back.
     """
 
     def __init__(self, fd: int, buffer_bytes: int = BUFFER_BYTES) -> None:
