@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from random_files import write_random_files
 
 from beam_tfrecord import DType, FileRef, Scalar, Schema
 from beam_tfrecord.beam.shard_statistics import STATISTICS_SUFFIX, ShardStatistics
@@ -30,14 +31,8 @@ REFERENCE_BYTES = 300_000  # a record this large or larger is a REFERENCE entry,
 @pytest.fixture(scope="module")
 def blob_files(tmp_path_factory):
     """Blob files of 0.2-1.2 MB, read back by REFERENCE entries (the same files for every example)."""
-    root = tmp_path_factory.mktemp("blob-files")
-    rng = np.random.default_rng(5)
-    paths = []
-    for i in range(8):
-        path = root / f"blob-{i}.bin"
-        path.write_bytes(rng.bytes(int(rng.integers(REFERENCE_BYTES, 1_200_000))))
-        paths.append(str(path))
-    return paths
+    return write_random_files(str(tmp_path_factory.mktemp("blob-files")), 8, REFERENCE_BYTES, 1_200_000, seed=5,
+                              name="blob-{}.bin")
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -8,6 +8,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
+from random_files import write_random_files
 
 from beam_tfrecord import (
     DatasetDescription,
@@ -37,14 +38,7 @@ ONE_SHARD = ShardingConfig(target_shard_bytes=1 << 30)
 @pytest.fixture(scope="module")
 def blob_files(tmp_path_factory) -> list[str]:
     """60 files of 1 KB to 200 KB: records under 64 KiB are spilled, larger ones read again by their writer."""
-    root = tmp_path_factory.mktemp("blobs")
-    rng = np.random.default_rng(5)
-    paths = []
-    for i in range(60):
-        path = root / f"blob-{i:03d}.bin"
-        path.write_bytes(rng.bytes(int(rng.integers(1_000, 200_000))))
-        paths.append(str(path))
-    return paths
+    return write_random_files(str(tmp_path_factory.mktemp("blobs")), 60, 1_000, 200_000, seed=5)
 
 
 def _build(out: str, paths: list[str], *, local_workers: int, shard_writers: int = 1,

@@ -11,6 +11,7 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
+from random_files import write_random_files
 
 from beam_tfrecord import (
     DType,
@@ -37,14 +38,8 @@ SCHEMA = Schema({"blob": Scalar(DType.BYTES), "index": Scalar(DType.INT64)})
 
 @pytest.fixture(scope="module")
 def blob_files(tmp_path_factory):
-    root = tmp_path_factory.mktemp("blobs")
-    rng = np.random.default_rng(3)
-    paths = []
-    for i in range(60):
-        path = root / f"blob-{i:03d}.bin"
-        path.write_bytes(rng.bytes(int(rng.integers(1_000, 200_000))))  # some under, most over 64 KiB
-        paths.append(str(path))
-    return paths
+    # some under, most over 64 KiB
+    return write_random_files(str(tmp_path_factory.mktemp("blobs")), 60, 1_000, 200_000, seed=3)
 
 
 def _build(out: str, paths: list[str], reread_min_bytes: int, *, sizes: dict[str, int] | None = None,
