@@ -171,3 +171,17 @@ def test_sigkill_of_a_pool_process_fails_the_job(jobs, sample_images, reference,
     stderr = (tmp_path / "stderr.txt").read_bytes()
     assert b"EncodePoolError" in stderr and b"exited (code -9)" in stderr
     _assert_only_the_finished_looks_published_and_rerun_is_identical(out, sample_images, pool, reference)
+
+
+def test_sigkill_of_a_runner_worker_fails_the_job(jobs, sample_images, reference, tmp_path):
+    # Beam 2.77's engine waited for the dead worker's answers for good (engine/worker_handler.py).
+    out = str(tmp_path / "dataset")
+    with open(tmp_path / "stderr.txt", "wb") as written:
+        job, process, workers = _start_job(jobs, sample_images, out, WORKERS, written)
+    everything = _descendants(process)
+    workers[0].send_signal(signal.SIGKILL)
+    assert job.wait(timeout=120) != 0
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert "WorkerProcessLostError" in stderr and "killed by SIGKILL (exit code -9)" in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+    _assert_only_the_finished_looks_published_and_rerun_is_identical(out, sample_images, everything, reference)

@@ -30,7 +30,7 @@ _REAP_SECONDS = 0.02  # how soon the fork server notices a worker ended (its lau
 
 # The launcher Beam runs for each worker (``python -S``: no site-packages, only the standard library).
 _LAUNCHER = """\
-import json, os, socket, sys
+import json, os, signal, socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
 s.sendall(json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}).encode() + b"\\n")
@@ -40,7 +40,14 @@ while not answer.endswith(b"\\n"):
     if not chunk:
         break
     answer += chunk
-sys.exit(int(answer) if answer.strip() else 1)
+code = int(answer) if answer.strip() else 1
+if code < 0:  # the worker was killed: the launcher ends by the same signal, which the runner then reports
+    try:
+        signal.signal(-code, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
+    os.kill(os.getpid(), -code)
+sys.exit(code if code >= 0 else 128 - code)
 """
 
 
@@ -102,8 +109,9 @@ class WorkerForkServer:
 
     @property
     def launch_command(self) -> str:
-        """The shell command line that starts one worker through this server."""
-        return " ".join(shlex.quote(part) for part in (sys.executable, "-S", "-c", _LAUNCHER, self.address))
+        """The shell command line that starts one worker through this server (``exec``: the runner sees the
+        launcher's exit, which is the worker's, with no shell between)."""
+        return "exec " + " ".join(shlex.quote(part) for part in (sys.executable, "-S", "-c", _LAUNCHER, self.address))
 
     def running(self) -> bool:
         """Whether the fork server is still there to fork workers."""

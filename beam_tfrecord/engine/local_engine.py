@@ -22,7 +22,8 @@ from beam_tfrecord.engine.worker_handler import local_workers_urn
 # what LocalBatchRunner runs instead: the same harness, ended without the interpreter's teardown.
 BEAM_WORKER_COMMAND = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
 WORKER_MODULE = "beam_tfrecord.engine.worker_main"
-WORKER_COMMAND = f"{shlex.quote(sys.executable)} -m {WORKER_MODULE}"
+# ``exec``: Beam runs it through a shell, which would otherwise stand between the runner and the worker's exit.
+WORKER_COMMAND = f"exec {shlex.quote(sys.executable)} -m {WORKER_MODULE}"
 
 
 class LocalBatchRunner(PipelineRunner):

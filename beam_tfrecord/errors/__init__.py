@@ -65,6 +65,7 @@ from beam_tfrecord.errors.job import (
     ShardingError,
     StreamingRunnerError,
     UnboundedInputError,
+    WorkerProcessLostError,
     WriterOptionError,
 )
 from beam_tfrecord.errors.storage import (
@@ -137,6 +138,7 @@ __all__ = [
     "UnboundedInputError",
     "UnknownKeyError",
     "UnknownSplitError",
+    "WorkerProcessLostError",
     "WriterOptionError",
 ]
 

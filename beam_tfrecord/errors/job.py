@@ -3,6 +3,7 @@ inputs that differ from the plan, resume, locks, refreshes, the cluster and the 
 
 from __future__ import annotations
 
+import signal
 from typing import Protocol
 
 from beam_tfrecord.errors.base import BeamTFRecordError
@@ -116,6 +117,39 @@ class PipelineInvariantError(BeamTFRecordError, RuntimeError):
 
 class EncodePoolError(BeamTFRecordError, RuntimeError):
     """A process of the writer's encoding pool died or failed: the bundle fails (and nothing is published)."""
+
+
+class WorkerProcessLostError(BeamTFRecordError, RuntimeError):
+    """A local worker process ended while the job still needed it (killed: the kernel's out-of-memory killer,
+    a crash in native code; or exited on its own). Raised instead of waiting forever for its answers, as Beam
+    2.77's engine does; the job fails as when a DoFn fails, and nothing is published.
+
+    Attributes:
+        worker_id: the runner's name for the worker (``worker_1``).
+        exit_code: its exit code as ``subprocess`` gives it (negative: the signal that ended it), or None
+            when it could not be told.
+    """
+
+    def __init__(self, worker_id: str, exit_code: int | None) -> None:
+        self.worker_id = worker_id
+        self.exit_code = exit_code
+        super().__init__(f"local worker process {worker_id} ended while the job still needed it: "
+                         f"{_how_it_ended(exit_code)}; the job failed and published nothing. If it ran out of "
+                         "memory, run with fewer local workers (--direct_num_workers=N) or smaller bundles")
+
+
+def _how_it_ended(exit_code: int | None) -> str:
+    """``"killed by SIGKILL (exit code -9), the signal of the kernel's out-of-memory killer"`` and the like."""
+    if exit_code is None:
+        return "its exit code is unknown"
+    if exit_code >= 0:
+        return f"it exited with code {exit_code}"
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = f"signal {-exit_code}"
+    oom = ", the signal of the kernel's out-of-memory killer (see dmesg)" if -exit_code == signal.SIGKILL else ""
+    return f"killed by {name} (exit code {exit_code}){oom}"
 
 
 class ClusterStalledError(BeamTFRecordError):

@@ -1,10 +1,12 @@
 """The handler of LocalBatchRunner's workers (``beam_tfrecord.engine.worker_handler``): a job whose bundle fails
 before its other worker process has connected ends with the error (with Beam 2.77's own handler the runner and
-that worker wait for each other for good), and a bundle's input reaches its worker whole, however long the runner
+that worker wait for each other for good), a job whose worker process dies ends with one typed error (the
+runner waited for the dead worker's answers for good), and a bundle's input reaches its worker whole, however long the runner
 takes to write it (Beam's periodic flush lost what was written while it sent the rest)."""
 
 import os
 import queue
+import re
 import subprocess
 import sys
 import textwrap
@@ -35,7 +37,7 @@ JOB = textwrap.dedent("""
     def refuse(element):
         raise ValueError(f"element {element} refused")
 
-    late_first = shlex.quote('case "$WORKER_ID" in *_0) sleep 3;; esac; exec ' + local_engine.WORKER_COMMAND)
+    late_first = shlex.quote('case "$WORKER_ID" in *_0) sleep 3;; esac; ' + local_engine.WORKER_COMMAND)
     pipeline = beam.Pipeline(options=PipelineOptions([]))
     use_local_workers(pipeline, 2)
     _ = pipeline | beam.Create([3]) | beam.Map(refuse)
@@ -58,6 +60,61 @@ def test_a_job_failing_before_a_worker_connected_ends_with_its_error() -> None:
         raise AssertionError("the runner and the late worker waited for each other (killed after 120 s)") from err
     assert done.returncode == 0, done.stderr[-2000:]
     assert "the job failed: True" in done.stdout
+
+
+# A job whose worker process ends while the runner waits for it: killed in its bundle (a DoFn with no output, so
+# the runner waits on the worker's answer alone), or ended before it connected (worker_0's command exits).
+LOST_JOB = textwrap.dedent("""
+    import os, shlex, signal, sys
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    from beam_tfrecord.engine import local_engine
+    from beam_tfrecord.engine.local_workers import use_local_workers
+    from beam_tfrecord.errors import WorkerProcessLostError
+
+    def die(element):
+        if element == 7:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    pipeline = beam.Pipeline(runner=local_engine.LocalBatchRunner(), options=PipelineOptions([]))
+    use_local_workers(pipeline, 2)
+    _ = pipeline | beam.Create(range(10)) | beam.Map(die if sys.argv[1] == "killed" else print)
+    try:
+        if sys.argv[1] == "killed":
+            pipeline.run()
+        else:
+            options = pipeline._options
+            encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+            provision = fn_runner.ExtendedProvisionInfo(
+                beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+            first_exits = shlex.quote('case "$WORKER_ID" in *_0) exit 3;; esac; ' + local_engine.WORKER_COMMAND)
+            engine = local_engine._engine(fn_runner.FnApiRunner, f"exec sh -c {first_exits}")
+            engine(provision_info=provision).run_pipeline(pipeline, options)
+    except WorkerProcessLostError as err:
+        print("lost:", err.worker_id, err.exit_code, err)
+    """)
+
+
+@pytest.mark.parametrize("how, forked, worker, exit_code", [
+    ("killed", "1", "worker_[01]", -9),
+    ("killed", "0", "worker_[01]", -9),
+    ("exits at start", "0", "worker_0", 3),
+])
+def test_a_worker_process_that_ends_fails_the_job_with_one_typed_error(how, forked, worker, exit_code) -> None:
+    # Beam 2.77's runner waited for the dead worker's answers for good, and printed three tracebacks.
+    try:
+        done = subprocess.run([sys.executable, "-c", LOST_JOB, how.split()[0]], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, FORK_WORKERS_ENV: forked})
+    except subprocess.TimeoutExpired as err:
+        raise AssertionError("the runner waited for the dead worker (killed after 120 s)") from err
+    assert done.returncode == 0, done.stderr[-2000:]
+    how_it_ended = "killed by SIGKILL (exit code -9)" if exit_code < 0 else f"it exited with code {exit_code}"
+    assert re.fullmatch(rf"lost: {worker} {exit_code} local worker process {worker} ended while the job still "
+                        rf"needed it: {re.escape(how_it_ended)}.*\n", done.stdout), done.stdout
+    assert "Traceback" not in done.stderr, done.stderr
 
 
 def _received(responses, instruction_id: str, into: list[bytes]) -> None:

@@ -31,6 +31,7 @@ NAMES = (
     "ColumnsError", "FeatureNameError", "DuplicateFeatureKeyError", "MissingFeatureValuesError",
     "UnknownKeyError",  # features added to a published version (issue 61)
     "StreamingRunnerError",  # a streaming write on a runner that cannot stream (issue 62)
+    "WorkerProcessLostError",  # a local worker process killed (out of memory) while the job waited for it
 )
 ERRORS = [getattr(errors, name) for name in NAMES if name.endswith("Error")]
 
