@@ -1,8 +1,8 @@
 """The handler of LocalBatchRunner's workers (``beam_tfrecord.engine.worker_handler``): a job whose bundle fails
 before its other worker process has connected ends with the error (with Beam 2.77's own handler the runner and
-that worker wait for each other for good), a job whose worker process dies ends with one typed error (the
-runner waited for the dead worker's answers for good), and a bundle's input reaches its worker whole, however long the runner
-takes to write it (Beam's periodic flush lost what was written while it sent the rest)."""
+that worker wait for each other for good), a job whose worker process dies ends with one typed error
+(the runner waited for the dead worker's answers for good), and a bundle's input reaches its worker whole, however
+long the runner takes to write it (Beam's periodic flush lost what was written while it sent the rest)."""
 
 import os
 import queue
