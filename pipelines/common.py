@@ -354,13 +354,24 @@ def _our_error(err: BaseException) -> BeamTFRecordError | None:
     return None
 
 
+# What an interrupted job leaves: a publish is its manifest's write (shards are in place before it, and nothing reads
+# them without it); a build's temp folder keeps what it finished (docs/command-line.md, "A killed build resumes").
+INTERRUPTED = ("a dataset is published only once its manifest is written; a build keeps what it finished in its "
+               "temp folder, for --resume")
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
+
+
 def run_as_command(run: Callable[..., object], argv: Sequence[str] | None = None, *, prog: str) -> int:
     """Runs a job from the command line: a beam-tfrecord error (bad samples over the threshold, a
     corrupt shard...) prints its own message rather than the runner's traceback, and the exit code
-    is 1. Other errors propagate unchanged. ``prog`` names the command in usage and error lines.
+    is 1; Ctrl-C prints one line, and the exit code is 130. Other errors propagate unchanged. ``prog``
+    names the command in usage and error lines.
     """
     try:
         run(None if argv is None else list(argv), prog=prog)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; {INTERRUPTED}", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
     except Exception as err:
         ours = _our_error(err)
         if ours is None:

@@ -23,6 +23,7 @@ import pytest
 from beam_tfrecord import load_manifest, verify_dataset
 from beam_tfrecord.engine.local_engine import WORKER_MODULE
 from pipelines import build_image_dataset
+from pipelines.common import INTERRUPTED, INTERRUPTED_EXIT_CODE
 from tests.docs.command_zygote import Job, serving
 
 # What the job imports (its own module is run as ``__main__``), imported once by the server it is forked from.
@@ -184,4 +185,17 @@ def test_sigkill_of_a_runner_worker_fails_the_job(jobs, sample_images, reference
     stderr = (tmp_path / "stderr.txt").read_text()
     assert "WorkerProcessLostError" in stderr and "killed by SIGKILL (exit code -9)" in stderr, stderr
     assert "Traceback" not in stderr, stderr
+    _assert_only_the_finished_looks_published_and_rerun_is_identical(out, sample_images, everything, reference)
+
+
+def test_ctrl_c_ends_the_job_in_one_line(jobs, sample_images, reference, tmp_path):
+    # Ctrl-C: SIGINT to the job's process group, as a terminal sends it. Each process printed its KeyboardInterrupt
+    # traceback (72-120 lines in all for `beam-tfrecord build`); the workers now end quietly, the job in one line.
+    out = str(tmp_path / "dataset")
+    with open(tmp_path / "stderr.txt", "wb") as written:
+        job, process, _ = _start_job(jobs, sample_images, out, WORKERS, written)
+    everything = _descendants(process)
+    os.killpg(job.pid, signal.SIGINT)
+    assert job.wait(timeout=120) == INTERRUPTED_EXIT_CODE
+    assert (tmp_path / "stderr.txt").read_text() == f"{build_image_dataset.COMMAND.prog}: interrupted; {INTERRUPTED}\n"
     _assert_only_the_finished_looks_published_and_rerun_is_identical(out, sample_images, everything, reference)

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterator
 
 from beam_tfrecord.engine.worker_memory import freeze_start_heap, keep_freed_memory
-from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks
+from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks, end_quietly_on_interrupt
 from beam_tfrecord.formats.array_record import riegeli_runs_here
 from beam_tfrecord.job.fork_quiet import threads_held_quiet
 
@@ -31,6 +31,8 @@ _REAP_SECONDS = 0.02  # how soon the fork server notices a worker ended (its lau
 # The launcher Beam runs for each worker (``python -S``: no site-packages, only the standard library).
 _LAUNCHER = """\
 import json, os, signal, socket, sys
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # Ctrl-C: ended quietly, as its worker is
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sys.argv[1])
 s.sendall(json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}).encode() + b"\\n")
@@ -215,6 +217,7 @@ def _run_worker(connection: socket.socket, request: dict) -> None:
 
         keep_freed_memory()
         drop_typed_error_tracebacks()
+        end_quietly_on_interrupt()
         freeze_start_heap()
         sdk_worker_main.main([])
         code = 0

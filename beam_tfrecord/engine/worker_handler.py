@@ -141,11 +141,11 @@ def local_workers_urn() -> str:
 
         def _until_lost(self, stream: Iterable[Any]) -> Iterator[Any]:
             """``stream`` (what the worker sends), ending without an error when it broke because the worker
-            process ended."""
+            process ended, or while the runner stops it (an interrupted job)."""
             try:
                 yield from stream
             except grpc.RpcError as err:
-                if self._lost_or(err) is err:
+                if not self._stopping and self._lost_or(err) is err:
                     raise
 
     worker_handlers.WorkerHandler.register_environment(LOCAL_WORKERS_URN, bytes)(LocalWorkerHandler)

@@ -16,10 +16,11 @@ def main() -> None:
     from apache_beam.runners.worker import sdk_worker_main
 
     from beam_tfrecord.engine.worker_memory import freeze_start_heap, keep_freed_memory
-    from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks
+    from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks, end_quietly_on_interrupt
 
     keep_freed_memory()
     drop_typed_error_tracebacks()
+    end_quietly_on_interrupt()
     freeze_start_heap()
 
     sdk_worker_main.main(sys.argv)

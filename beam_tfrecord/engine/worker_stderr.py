@@ -1,16 +1,18 @@
-"""A local worker process's standard error, less the tracebacks of the project's typed errors.
+"""A local worker process's standard error, less the tracebacks of the project's typed errors and of Ctrl-C.
 
-Beam's SDK harness prints the traceback of every failed instruction to the worker's standard error
-(``sdk_worker.SdkHarness._execute``: 60-140 lines for one error) as well as sending it to the runner, and the
-worker's standard error is the user's terminal. A typed error (``beam_tfrecord.errors``) fails the job, which
-reports it itself as one line (``job.process_exit``); so that printed copy is dropped. Everything else a worker
-writes there passes unchanged, other errors' tracebacks included.
+Beam's SDK harness prints every failed instruction's traceback to the worker's standard error, the user's terminal
+(``sdk_worker.SdkHarness._execute``: 60-140 lines for one error), as well as sending it to the runner. A typed error
+(``beam_tfrecord.errors``) fails the job, which reports it as one line (``job.process_exit``): that printed copy is
+dropped; other errors' tracebacks pass. Ctrl-C (SIGINT, sent to the whole process group) ends a worker as the
+signal's default does, with no ``KeyboardInterrupt`` traceback: the launching process reports the interrupt.
 """
 
 from __future__ import annotations
 
 import io
+import signal
 import sys
+import threading
 from typing import Any, TextIO
 
 _TRACEBACK = "Traceback (most recent call last):"
@@ -53,3 +55,11 @@ def drop_typed_error_tracebacks() -> None:
     """From now on, this process's ``sys.stderr`` leaves out typed errors' tracebacks (once per process)."""
     if not isinstance(sys.stderr, TypedTracebacksDropped):
         sys.stderr = TypedTracebacksDropped(sys.stderr)
+
+
+def end_quietly_on_interrupt() -> None:
+    """From now on, SIGINT ends this process at once, with no traceback (as the signal's default does), where Python
+    would raise ``KeyboardInterrupt``; a SIGINT ignored (a job started in the background) stays ignored."""
+    interrupts_raise = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if interrupts_raise and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
