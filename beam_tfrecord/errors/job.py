@@ -135,7 +135,8 @@ class WorkerProcessLostError(BeamTFRecordError, RuntimeError):
         self.exit_code = exit_code
         super().__init__(f"local worker process {worker_id} ended while the job still needed it: "
                          f"{_how_it_ended(exit_code)}; the job failed and published nothing. If it ran out of "
-                         "memory, run with fewer local workers (--direct_num_workers=N) or smaller bundles")
+                         "memory, run with fewer local workers (--direct_num_workers=N) or smaller spill runs "
+                         "(--spill_run_mib)")
 
 
 def _how_it_ended(exit_code: int | None) -> str:
