@@ -63,7 +63,8 @@ def test_a_job_failing_before_a_worker_connected_ends_with_its_error() -> None:
 
 
 # A job whose worker process ends while the runner waits for it: killed in its bundle (a DoFn with no output, so
-# the runner waits on the worker's answer alone), or ended before it connected (worker_0's command exits).
+# the runner waits on the worker's answer alone); or, before it connected, worker_0's command exits (started workers),
+# or its forked worker fails in Beam's harness, which finds no control service to reach (forked workers).
 LOST_JOB = textwrap.dedent("""
     import os, shlex, signal, sys
     import apache_beam as beam
@@ -72,6 +73,7 @@ LOST_JOB = textwrap.dedent("""
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
     from beam_tfrecord.engine import local_engine
+    from beam_tfrecord.engine.forked_workers import worker_fork_server
     from beam_tfrecord.engine.local_workers import use_local_workers
     from beam_tfrecord.errors import WorkerProcessLostError
 
@@ -79,31 +81,37 @@ LOST_JOB = textwrap.dedent("""
         if element == 7:
             os.kill(os.getpid(), signal.SIGKILL)
 
+    how = sys.argv[1]
     pipeline = beam.Pipeline(runner=local_engine.LocalBatchRunner(), options=PipelineOptions([]))
     use_local_workers(pipeline, 2)
-    _ = pipeline | beam.Create(range(10)) | beam.Map(die if sys.argv[1] == "killed" else print)
+    _ = pipeline | beam.Create(range(10)) | beam.Map(die if how == "killed" else print)
     try:
-        if sys.argv[1] == "killed":
+        if how == "killed":
             pipeline.run()
         else:
             options = pipeline._options
             encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
             provision = fn_runner.ExtendedProvisionInfo(
                 beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-            first_exits = shlex.quote('case "$WORKER_ID" in *_0) exit 3;; esac; ' + local_engine.WORKER_COMMAND)
-            engine = local_engine._engine(fn_runner.FnApiRunner, f"exec sh -c {first_exits}")
-            engine(provision_info=provision).run_pipeline(pipeline, options)
+            with worker_fork_server() as server:
+                first = "exit 3" if how == "exits" else "unset CONTROL_API_SERVICE_DESCRIPTOR"
+                command = local_engine.WORKER_COMMAND if how == "exits" else server.launch_command
+                script = shlex.quote(f'case "$WORKER_ID" in *_0) {first};; esac; {command}')
+                engine = local_engine._engine(fn_runner.FnApiRunner, f"exec sh -c {script}")
+                engine(provision_info=provision).run_pipeline(pipeline, options)
     except WorkerProcessLostError as err:
         print("lost:", err.worker_id, err.exit_code, err)
     """)
 
 
-@pytest.mark.parametrize("how, forked, worker, exit_code", [
-    ("killed", "1", "worker_[01]", -9),
-    ("killed", "0", "worker_[01]", -9),
-    ("exits at start", "0", "worker_0", 3),
+@pytest.mark.parametrize("how, forked, worker, exit_code, worker_traceback", [
+    ("killed", "1", "worker_[01]", -9, None),
+    ("killed", "0", "worker_[01]", -9, None),
+    ("exits at start", "0", "worker_0", 3, None),
+    ("fails at start", "1", "worker_0", 1, "KeyError: 'CONTROL_API_SERVICE_DESCRIPTOR'"),
 ])
-def test_a_worker_process_that_ends_fails_the_job_with_one_typed_error(how, forked, worker, exit_code) -> None:
+def test_a_worker_process_that_ends_fails_the_job_with_one_typed_error(how, forked, worker, exit_code,
+                                                                       worker_traceback) -> None:
     # Beam 2.77's runner waited for the dead worker's answers for good, and printed three tracebacks.
     try:
         done = subprocess.run([sys.executable, "-c", LOST_JOB, how.split()[0]], capture_output=True, text=True,
@@ -114,7 +122,9 @@ def test_a_worker_process_that_ends_fails_the_job_with_one_typed_error(how, fork
     how_it_ended = "killed by SIGKILL (exit code -9)" if exit_code < 0 else f"it exited with code {exit_code}"
     assert re.fullmatch(rf"lost: {worker} {exit_code} local worker process {worker} ended while the job still "
                         rf"needed it: {re.escape(how_it_ended)}.*\n", done.stdout), done.stdout
-    assert "Traceback" not in done.stderr, done.stderr
+    # The one traceback printed: the failing worker's own, which says why it failed.
+    assert done.stderr.count("Traceback") == (worker_traceback is not None), done.stderr
+    assert worker_traceback is None or done.stderr.rstrip().endswith(worker_traceback), done.stderr
 
 
 def _received(responses, instruction_id: str, into: list[bytes]) -> None:
