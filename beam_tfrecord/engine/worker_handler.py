@@ -77,14 +77,18 @@ def local_workers_urn() -> str:
 
         def _run_worker(self) -> None:
             exit_code: int | None = 0
+            cause: Exception | None = None
             try:
                 self.worker.run()
-            except RuntimeError as err:
-                found = _EXIT_CODE.search(str(err))
+            except Exception as err:  # Beam's RuntimeError naming the exit code, or a process that could not start
+                found = _EXIT_CODE.search(str(err)) if isinstance(err, RuntimeError) else None
                 exit_code = int(found.group(1)) if found else None
+                cause = None if found else err
             finally:
                 if not self._stopping:
-                    self._lose(WorkerProcessLostError(self.worker_id, exit_code))
+                    lost = WorkerProcessLostError(self.worker_id, exit_code)
+                    lost.__cause__ = cause
+                    self._lose(lost)
                 self._ended.set()
 
         def _lose(self, error: WorkerProcessLostError) -> None:

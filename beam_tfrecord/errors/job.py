@@ -122,7 +122,8 @@ class EncodePoolError(BeamTFRecordError, RuntimeError):
 class WorkerProcessLostError(BeamTFRecordError, RuntimeError):
     """A local worker process ended while the job still needed it (killed: the kernel's out-of-memory killer,
     a crash in native code; or exited on its own). Raised instead of waiting forever for its answers, as Beam
-    2.77's engine does; the job fails as when a DoFn fails, and nothing is published.
+    2.77's engine does; the job fails as when a DoFn fails (a dataset is published only once its manifest is
+    written).
 
     Attributes:
         worker_id: the runner's name for the worker (``worker_1``).
@@ -134,13 +135,13 @@ class WorkerProcessLostError(BeamTFRecordError, RuntimeError):
         self.worker_id = worker_id
         self.exit_code = exit_code
         super().__init__(f"local worker process {worker_id} ended while the job still needed it: "
-                         f"{_how_it_ended(exit_code)}; the job failed and published nothing. If it ran out of "
-                         "memory, run with fewer local workers (--direct_num_workers=N) or smaller spill runs "
-                         "(--spill_run_mib)")
+                         f"{_how_it_ended(exit_code)}; the job failed. If it ran out of memory, run with fewer "
+                         "local workers (--direct_num_workers=N) or smaller spill runs (--spill_run_mib)")
 
 
 def _how_it_ended(exit_code: int | None) -> str:
-    """``"killed by SIGKILL (exit code -9), the signal of the kernel's out-of-memory killer"`` and the like."""
+    """``"killed by SIGKILL (exit code -9), the signal of the kernel's out-of-memory killer (see dmesg)"``,
+    ``"it exited with code 3"``: how a worker process ended, from its exit code."""
     if exit_code is None:
         return "its exit code is unknown"
     if exit_code >= 0:
