@@ -1,4 +1,5 @@
-"""A worker's standard error drops the tracebacks of typed errors only (``engine/worker_stderr.py``)."""
+"""A worker's standard error drops the tracebacks of typed errors only, and Ctrl-C ends a worker without one
+(``engine/worker_stderr.py``)."""
 
 import io
 import signal
