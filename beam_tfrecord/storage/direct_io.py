@@ -245,18 +245,12 @@ class DirectWriter(io.RawIOBase):
         if self.closed:
             return
         try:
-            for offset in range(1, len(self._views) + 1):  # the writes in the order they were submitted
-                index = (self._current + offset) % len(self._views)
-                if not self._failed:
-                    self._wait(index)
-                else:  # after a reported error, the rest only finish
-                    pending, self._writes[index] = self._writes[index], None
-                    if pending is not None:
-                        concurrent.futures.wait([pending])
-            if not self._failed:
+            if not self._failed:  # after a reported error, the other writes only finish (the shutdown below)
+                for offset in range(1, len(self._views) + 1):  # the writes in the order they were submitted
+                    self._wait((self._current + offset) % len(self._views))
                 self._write_tail()
         finally:
-            self._writer.shutdown(wait=True)
+            self._writer.shutdown(wait=True)  # every write submitted is done before the descriptor closes
             os.close(self._fd)
             for view in self._views:  # the buffers go back to the pool (once a traceback holds no slice of them)
                 view.release()
