@@ -6,15 +6,35 @@ Content tokens are ``"<size>:<mtime ns>"``, stored in existing input indexes: ne
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import shutil
 import uuid
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from beam_tfrecord.storage.backend import StorageBackend, StoredFile, VersionedBytes
 from beam_tfrecord.storage.disk_space import raise_typed_when_full
 from beam_tfrecord.storage.paths import glob_regex, literal_prefix
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+# Bytes handed to the kernel per write: it then fills the page cache with folios of at most 64 KiB, which it
+# takes first from memory freed lately. A larger write gets folios as large (a 1 MiB write, 1 MiB folios),
+# split from the large free blocks that a VM's host takes back (free page reporting) and must supply again at
+# the first touch. Measured on this project's VM, new files, cold memory: 0.27-0.41 CPU-s per GB written in
+# 64 KiB writes, 1.7 in 1 MiB writes; a build of 1M small records, 4% faster (docs/performance.md,
+# "Spill runs in 64 KiB writes").
+WRITE_BYTES = 64 << 10
+
+
+class _SmallWrites(io.FileIO):
+    """A file that passes at most ``WRITE_BYTES`` to each write system call (``io.BufferedWriter`` calls again
+    for the rest)."""
+
+    def write(self, data: "ReadableBuffer") -> int:
+        return super().write(memoryview(data)[:WRITE_BYTES])
 
 
 def _make_parent(path: str) -> None:
@@ -48,7 +68,7 @@ class LocalBackend(StorageBackend):
 
     def open_write(self, path: str) -> BinaryIO:
         _make_parent(path)
-        return open(path, "wb")
+        return io.BufferedWriter(_SmallWrites(path, "wb"))
 
     def list_files(self, pattern: str, *, include_broken: bool = False) -> list[tuple[str, int]]:
         return [(path, size) for path, size, _ in _listed(pattern, include_broken=include_broken)]
