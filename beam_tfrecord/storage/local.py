@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 # Bytes handed to the kernel per write: it then fills the page cache with folios of at most 64 KiB, which it
 # takes first from memory freed lately. A larger write gets folios as large (a 1 MiB write, 1 MiB folios),
 # split from the large free blocks that a VM's host takes back (free page reporting) and must supply again at
-# the first touch. Measured on this project's VM, new files, cold memory: 0.27-0.41 CPU-s per GB written in
-# 64 KiB writes, 1.7 in 1 MiB writes; a build of 1M small records, 4% faster (docs/performance.md,
-# "Spill runs in 64 KiB writes").
+# the first touch. Measured on this project's VM, new files (benchmarks/page_cache_writes.py): 0.27 CPU-s per
+# GB written in 64 KiB writes, 1.38 in 1 MiB writes; a build of 1M small records, 4.5% faster (docs/performance.md,
+# "Spill runs in 64 KiB writes, the temp folder deleted by 8 threads").
 WRITE_BYTES = 64 << 10
 
 
