@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,13 @@ DASK = Path(__file__).resolve().parents[2] / "deploy" / "dask"
 def _launcher():
     spec = importlib.util.spec_from_file_location("slurm_launch", DASK / "slurm_launch.py")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # imports without dask_jobqueue
+    # Without a __pycache__ in deploy/: test_deploy_files takes any other file there for a stray one, so the
+    # suite's second run in the same checkout failed.
+    writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)  # imports without dask_jobqueue
+    finally:
+        sys.dont_write_bytecode = writes_bytecode
     return module
 
 
