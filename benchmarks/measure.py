@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 import subprocess
 import time
 
@@ -62,3 +63,14 @@ def child_env(*paths: str) -> dict[str, str]:
     """The environment for a benchmark child: quiet TensorFlow, ``paths`` importable (workers too)."""
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                 PYTHONPATH=os.pathsep.join(filter(None, [*paths, os.environ.get("PYTHONPATH")])))
+
+
+def paired_ratios(numerators: list[float], denominators: list[float]) -> str:
+    """Each round's ratio of two variants run next to each other, and their median, as a line to print.
+
+    On a machine whose speed drifts between rounds (20-40% on these VMs), a ratio of two medians taken over
+    different rounds carries that drift; the ratio within a round, where both variants met the same machine,
+    does not, and its median over the rounds is the figure to quote.
+    """
+    ratios = [n / d for n, d in zip(numerators, denominators)]
+    return f"{statistics.median(ratios):.3f} (each round: {', '.join(f'{r:.3f}' for r in ratios)})"

@@ -38,7 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import workloads
-from measure import child_env, run_measured
+from measure import child_env, paired_ratios, run_measured
 
 VARIANTS = ("a_single_process", "b_naive_beam", "c_beam_tfrecord")
 # Optional, with --variants: (c) with Beam's own worker processes (one per core) instead of the
@@ -346,6 +346,10 @@ def main() -> None:
                                 "cpu_seconds": _median([r["cpu_seconds"] for r in done]),
                                 "peak_rss_mb": max(r["peak_rss_mb"] for r in done), "runs": len(done)})
             _report(workload + (f", pinned to {cpus} cores" if cpus else ""), count, results)
+            a, c = runs.get(("a_single_process", cpus)), runs.get(("c_beam_tfrecord", cpus))
+            if a and c:  # the schedule runs them next to each other in every repeat
+                print(f"  c/a within each repeat, median: "
+                      f"{paired_ratios([r['seconds'] for r in a], [r['seconds'] for r in c])}")
         if len(cpu_counts) > 1 and "c_beam_tfrecord" in variants:
             base = _median([r["seconds"] for r in runs[("c_beam_tfrecord", cpu_counts[0])]])
             for cpus in cpu_counts[1:]:
