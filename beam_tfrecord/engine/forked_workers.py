@@ -19,6 +19,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 
+from beam_tfrecord.engine.state_sampling import sample_states_often
 from beam_tfrecord.engine.worker_memory import freeze_start_heap, keep_freed_memory
 from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks, end_quietly_on_interrupt
 from beam_tfrecord.formats.array_record import riegeli_runs_here
@@ -219,6 +220,7 @@ def _run_worker(connection: socket.socket, request: dict) -> None:
         drop_typed_error_tracebacks()
         end_quietly_on_interrupt()
         freeze_start_heap()
+        sample_states_often()
         sdk_worker_main.main([])
         code = 0
     except SystemExit as exit_:

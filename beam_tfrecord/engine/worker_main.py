@@ -15,6 +15,7 @@ def main() -> None:
     """Runs Beam's SDK worker harness until the runner closes it."""
     from apache_beam.runners.worker import sdk_worker_main
 
+    from beam_tfrecord.engine.state_sampling import sample_states_often
     from beam_tfrecord.engine.worker_memory import freeze_start_heap, keep_freed_memory
     from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks, end_quietly_on_interrupt
 
@@ -22,6 +23,7 @@ def main() -> None:
     drop_typed_error_tracebacks()
     end_quietly_on_interrupt()
     freeze_start_heap()
+    sample_states_often()
 
     sdk_worker_main.main(sys.argv)
 

@@ -1,7 +1,8 @@
 """The local worker processes reuse the memory they free (``engine/worker_memory.py``) rather
 than give it back and fault fresh pages in again: counted as the minor page faults of a loop that
 allocates and frees big blocks, in a worker process (forked or started with a command line) and in
-a plain process with and without ``keep_freed_memory``."""
+a plain process with and without ``keep_freed_memory``. The same workers report their collector's frozen
+objects and their state sampler's period (``engine/state_sampling.py``)."""
 
 import platform
 import subprocess
@@ -65,7 +66,9 @@ PIPELINE = CHURN + textwrap.dedent("""
     def report(_):
         import gc  # in the worker
         import os
-        return f"{os.getpid()} {churn_faults()} {gc.get_freeze_count()}"
+        from apache_beam.runners.worker import statesampler
+        return (f"{os.getpid()} {churn_faults()} {gc.get_freeze_count()} "
+                f"{statesampler.get_current_tracker().sampling_period_ms}")
 
     for fork, out in zip(sys.argv[1::2], sys.argv[2::2]):  # one run per (forking, output)
         os.environ[FORK_WORKERS_ENV] = fork
@@ -75,19 +78,20 @@ PIPELINE = CHURN + textwrap.dedent("""
             (pipeline | beam.Create(range(4)) | beam.Reshuffle() | beam.Map(report)
              | beam.io.WriteToText(out, shard_name_template="", num_shards=1))
     import gc
-    print(os.getpid(), gc.get_freeze_count())
+    from apache_beam.runners.worker import statesampler
+    print(os.getpid(), gc.get_freeze_count(), statesampler.StateSampler("launcher", None).sampling_period_ms)
 """)
 
 
 @pytest.fixture(scope="module")
 def worker_faults(tmp_path_factory) -> tuple[list[int], dict[str, list[list[str]]]]:
     """One launching process runs the pipeline with its workers forked (where Linux allows), then
-    started with a command line (one interpreter start for both); its pid and frozen objects, and each
-    run's reports (a worker's pid, page faults and frozen objects)."""
+    started with a command line (one interpreter start for both); its pid, frozen objects and state samplers'
+    period, and each run's reports (a worker's pid, page faults, frozen objects and state sampler's period)."""
     folder = tmp_path_factory.mktemp("worker-memory")
     runs = {"forked": "1", "started": "0"} if fork_workers_enabled() else {"started": "0"}
     args = [arg for name, fork in runs.items() for arg in (fork, str(folder / f"{name}.txt"))]
-    client = [int(word) for word in _python(PIPELINE, *args).split()[-2:]]
+    client = [int(word) for word in _python(PIPELINE, *args).split()[-3:]]
     return client, {name: [line.split() for line in (folder / f"{name}.txt").read_text().splitlines()]
                     for name in runs}
 
@@ -98,11 +102,11 @@ def worker_faults(tmp_path_factory) -> tuple[list[int], dict[str, list[list[str]
     "started",
 ])
 def test_the_local_worker_processes_keep_freed_memory(worker_faults, fork):
-    (client, _), runs = worker_faults
+    (client, _, _), runs = worker_faults
     reports = runs[fork]
     assert len(reports) == 4
-    assert client not in {int(pid) for pid, _, _ in reports}  # run by worker processes
-    assert all(int(faults) < PAGES_CHURNED // 50 for _, faults, _ in reports), reports
+    assert client not in {int(pid) for pid, _, _, _ in reports}  # run by worker processes
+    assert all(int(faults) < PAGES_CHURNED // 50 for _, faults, _, _ in reports), reports
 
 
 @pytest.mark.parametrize("fork", [
@@ -111,6 +115,22 @@ def test_the_local_worker_processes_keep_freed_memory(worker_faults, fork):
 ])
 def test_the_local_worker_processes_freeze_the_heap_they_start_with(worker_faults, fork):
     """A full collection in a worker skips the modules it started with; the launching process is left as it was."""
-    (_, client_frozen), runs = worker_faults
+    (_, client_frozen, _), runs = worker_faults
     assert client_frozen == 0
-    assert all(int(frozen) > 50_000 for _, _, frozen in runs[fork]), runs[fork]  # Beam's modules, at least
+    assert all(int(frozen) > 50_000 for _, _, frozen, _ in runs[fork]), runs[fork]  # Beam's modules, at least
+
+
+@pytest.mark.parametrize("fork", [
+    pytest.param("forked", marks=pytest.mark.skipif(not fork_workers_enabled(), reason="forking needs Linux")),
+    "started",
+])
+def test_the_local_worker_processes_sample_their_states_often(worker_faults, fork):
+    """A bundle's state sampler in a worker notes its step every 10 ms, so the bundle's end waits at most that
+    long for it; the launching process keeps Beam's 200 ms."""
+    from apache_beam.runners.worker.statesampler import DEFAULT_SAMPLING_PERIOD_MS
+
+    from beam_tfrecord.engine.state_sampling import SAMPLING_PERIOD_MS
+
+    (_, _, client_period), runs = worker_faults
+    assert client_period == DEFAULT_SAMPLING_PERIOD_MS == 200
+    assert {int(period) for _, _, _, period in runs[fork]} == {SAMPLING_PERIOD_MS}, runs[fork]
