@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -31,6 +32,9 @@ def local_workers_urn() -> str:
     from apache_beam.runners.portability import local_job_service
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
+    # The handlers of one runner's workers (they share its gRPC server), to end together (``close``).
+    siblings: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Any]] = weakref.WeakKeyDictionary()
+
     class LocalWorkerHandler(worker_handlers.SubprocessSdkWorkerHandler):
         """Beam's subprocess worker handler whose ``stop_worker`` also ends a worker that connects late, whose
         data channel sends a bundle's input whole, when the runner closes it, and that fails the job with a
@@ -50,6 +54,7 @@ def local_workers_urn() -> str:
             self._ended = threading.Event()
             self._lost: WorkerProcessLostError | None = None
             self._watch_channels()
+            siblings.setdefault(grpc_server, weakref.WeakSet()).add(self)
 
         # Beam 2.77 ends a worker by closing its control connection, which sends the done marker only to a
         # worker already connected, then joins it. A worker still starting when the job failed (its first
@@ -69,11 +74,21 @@ def local_workers_urn() -> str:
             self.worker_thread = threading.Thread(name="run_worker", target=self._run_worker, daemon=True)
             self.worker_thread.start()
 
+        # Beam 2.77 closes a runner's workers one after the other, each waiting for its process to end
+        # (~70-100 ms: the harness's end, the launcher's); the first close tells every one of them to end, so
+        # they end together.
         def close(self) -> None:
-            self._stopping = True  # closing its control connection ends the worker: not a loss
+            for handler in list(siblings.get(self._grpc_server, ())):
+                handler._end_soon()
             if self._lost is not None:
                 self.data_conn._exception = None  # the loss (``_lose``), which the job has raised: not the close's
             super().close()
+
+        def _end_soon(self) -> None:
+            """Tells the worker to end, without waiting: it is being closed, and its end is not a loss."""
+            if not self._stopping:
+                self._stopping = True
+                self.control_conn.push(worker_handlers.BeamFnControlServicer._DONE_MARKER)
 
         def _run_worker(self) -> None:
             exit_code: int | None = 0

@@ -2,7 +2,8 @@
 before its other worker process has connected ends with the error (with Beam 2.77's own handler the runner and
 that worker wait for each other for good), a job whose worker process dies ends with one typed error
 (the runner waited for the dead worker's answers for good), and a bundle's input reaches its worker whole, however
-long the runner takes to write it (Beam's periodic flush lost what was written while it sent the rest)."""
+long the runner takes to write it (Beam's periodic flush lost what was written while it sent the rest), and a
+runner's workers are ended together (Beam ended each once the one before had ended)."""
 
 import os
 import queue
@@ -13,13 +14,17 @@ import textwrap
 import threading
 import time
 
+import apache_beam as beam
 import grpc
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2_grpc, beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 from apache_beam.runners.worker import data_plane
 
 from beam_tfrecord.engine.forked_workers import FORK_WORKERS_ENV
+from beam_tfrecord.engine.local_engine import LocalBatchRunner
+from beam_tfrecord.engine.local_workers import use_local_workers
 from beam_tfrecord.engine.worker_handler import local_workers_urn
 
 # worker_0 starts 3 s late; the failing bundle runs in worker_1 (Beam 2.77 gives it the bundle), so
@@ -169,3 +174,40 @@ def test_a_bundles_input_reaches_its_worker_whole_while_a_flush_is_held_up(monke
         requests.put(None)
         handler.data_conn.close()  # ends what it sends: the server then stops at once, not after its grace period
         server.close()
+
+
+class MeetAtTeardownFn(beam.DoFn):
+    """Each worker's teardown (run when the runner ends it) waits up to ``MEET_SECONDS`` for the other's to start,
+    and notes whether it did: they meet only if the runner ends both workers together."""
+
+    def __init__(self, folder: str) -> None:
+        self._folder = folder
+
+    def process(self, element: int):
+        yield element
+
+    def teardown(self) -> None:
+        open(os.path.join(self._folder, f"ending-{os.getpid()}"), "w").close()
+        deadline = time.monotonic() + MEET_SECONDS
+        while len([name for name in os.listdir(self._folder) if name.startswith("ending-")]) < 2:
+            if time.monotonic() > deadline:
+                open(os.path.join(self._folder, f"alone-{os.getpid()}"), "w").close()
+                return
+            time.sleep(0.01)
+        open(os.path.join(self._folder, f"met-{os.getpid()}"), "w").close()
+
+
+MEET_SECONDS = 5.0
+
+
+@pytest.mark.parametrize("forked", ["1", "0"])
+def test_a_runners_workers_are_ended_together(tmp_path, monkeypatch: pytest.MonkeyPatch, forked: str) -> None:
+    # Beam 2.77 closes them one after the other, each close waiting for its worker's process to end: the second
+    # worker was told to end only once the first had ended, so their teardowns never overlapped.
+    monkeypatch.setenv(FORK_WORKERS_ENV, forked)
+    pipeline = beam.Pipeline(runner=LocalBatchRunner(), options=PipelineOptions([]))
+    use_local_workers(pipeline, 2)
+    with pipeline:
+        _ = pipeline | beam.Create(range(20)) | beam.ParDo(MeetAtTeardownFn(str(tmp_path)))
+    notes = sorted(name.split("-")[0] for name in os.listdir(tmp_path))
+    assert notes == ["ending", "ending", "met", "met"], notes
