@@ -75,9 +75,10 @@ def local_workers_urn() -> str:
             self.worker_thread.start()
 
         # Beam 2.77 closes a runner's workers one after the other, each waiting for its process to end
-        # (~70-100 ms: the harness's end, the launcher's); the first close tells every one of them to end, so
+        # (~70-100 ms: the harness's end, the launcher's); the first close tells the others to end too, so
         # they end together.
         def close(self) -> None:
+            self._stopping = True  # closing its control connection ends the worker: not a loss
             for handler in list(siblings.get(self._grpc_server, ())):
                 handler._end_soon()
             if self._lost is not None:
