@@ -19,9 +19,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 
-from beam_tfrecord.engine.state_sampling import sample_states_often
-from beam_tfrecord.engine.worker_memory import freeze_start_heap, keep_freed_memory
-from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks, end_quietly_on_interrupt
+from beam_tfrecord.engine.worker_setup import prepare_worker_process
 from beam_tfrecord.formats.array_record import riegeli_runs_here
 from beam_tfrecord.job.fork_quiet import threads_held_quiet
 
@@ -216,11 +214,7 @@ def _run_worker(connection: socket.socket, request: dict) -> None:
             root.removeHandler(handler)
         from apache_beam.runners.worker import sdk_worker_main
 
-        keep_freed_memory()
-        drop_typed_error_tracebacks()
-        end_quietly_on_interrupt()
-        freeze_start_heap()
-        sample_states_often()
+        prepare_worker_process()
         sdk_worker_main.main([])
         code = 0
     except SystemExit as exit_:

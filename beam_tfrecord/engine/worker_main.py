@@ -15,15 +15,9 @@ def main() -> None:
     """Runs Beam's SDK worker harness until the runner closes it."""
     from apache_beam.runners.worker import sdk_worker_main
 
-    from beam_tfrecord.engine.state_sampling import sample_states_often
-    from beam_tfrecord.engine.worker_memory import freeze_start_heap, keep_freed_memory
-    from beam_tfrecord.engine.worker_stderr import drop_typed_error_tracebacks, end_quietly_on_interrupt
+    from beam_tfrecord.engine.worker_setup import prepare_worker_process
 
-    keep_freed_memory()
-    drop_typed_error_tracebacks()
-    end_quietly_on_interrupt()
-    freeze_start_heap()
-    sample_states_often()
+    prepare_worker_process()
 
     sdk_worker_main.main(sys.argv)
 
