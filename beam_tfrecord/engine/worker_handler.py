@@ -61,8 +61,7 @@ def local_workers_urn() -> str:
         # bundle failed in another worker) then waits for instructions and the runner for it, for good (seen
         # in test_a_failing_worker_still_fails_the_job). Pushing the marker first ends a late worker at once.
         def stop_worker(self) -> None:
-            self._stopping = True
-            self.control_conn.push(worker_handlers.BeamFnControlServicer._DONE_MARKER)
+            self._end_soon()
             super().stop_worker()
 
         # Beam 2.77 runs the worker process from a thread that raises when it exits with an error, and nothing
@@ -86,10 +85,10 @@ def local_workers_urn() -> str:
             super().close()
 
         def _end_soon(self) -> None:
-            """Tells the worker to end, without waiting: it is being closed, and its end is not a loss."""
-            if not self._stopping:
-                self._stopping = True
-                self.control_conn.push(worker_handlers.BeamFnControlServicer._DONE_MARKER)
+            """Tells the worker to end, without waiting for it: it is being stopped, so its end is not a loss. A
+            marker pushed again, to a worker that has ended, is never read."""
+            self._stopping = True
+            self.control_conn.push(worker_handlers.BeamFnControlServicer._DONE_MARKER)
 
         def _run_worker(self) -> None:
             exit_code: int | None = 0
